@@ -1,0 +1,162 @@
+"""Command line: `python -m tfclaims {run,reproduce,report,list,check-results,bench}` and the experiment scripts.
+
+Exit codes: 0 ok, 1 a run failed (logged, the others kept), 2 bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+from pathlib import Path
+
+from .config import ConfigError
+from .data import CorpusError
+from .device import DeviceError, resolve_device
+from .experiment import PROFILES, Experiment
+from .registry import REPO_ROOT
+from .runner import BadInput, run_experiment
+
+
+def results_root(arg: str | None) -> Path:
+    return Path(arg or os.environ.get("TFCLAIMS_RESULTS") or REPO_ROOT / "results")
+
+
+def report_root(arg: str | None) -> Path:
+    return Path(arg or os.environ.get("TFCLAIMS_REPORT") or REPO_ROOT / "report")
+
+
+def _seeds(text: str) -> list[int]:
+    """'3' -> [0, 1, 2]; '0,4,7' -> [0, 4, 7]."""
+    try:
+        if "," in text:
+            return [int(s) for s in text.split(",") if s.strip()]
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes a count or a comma-separated list, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--seeds count must be >= 1, got {n}")
+    return list(range(n))
+
+
+def _override(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--set takes key=value, got {text!r}")
+    k, v = text.split("=", 1)
+    try:
+        return k.strip(), ast.literal_eval(v)
+    except (ValueError, SyntaxError):
+        return k.strip(), v
+
+
+def add_run_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--profile", default="default", help=f"one of {', '.join(PROFILES)} (default: default)")
+    ap.add_argument("--seeds", type=_seeds, default=None, help="number of seeds or a list like 0,1,2 (default: the profile's)")
+    ap.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu or cuda (default: auto)")
+    ap.add_argument("--force", action="store_true", help="rerun runs even when a cached record exists")
+    ap.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="KEY=VALUE", help="override a profile parameter, e.g. --set steps=100 (repeatable)")
+    ap.add_argument("--results-dir", default=None, help="results folder (default: results/, or $TFCLAIMS_RESULTS)")
+    ap.add_argument("--report-dir", default=None, help="report folder (default: report/, or $TFCLAIMS_REPORT)")
+    ap.add_argument("--no-report", action="store_true", help="do not rebuild the report afterwards")
+    ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _run(exps: list[Experiment], args) -> int:
+    device = resolve_device(args.device)
+    root = results_root(args.results_dir)
+    code = 0
+    for exp in exps:
+        rc, _ = run_experiment(
+            exp,
+            profile=args.profile,
+            device=device,
+            results_root=root,
+            seeds=args.seeds,
+            overrides=dict(args.overrides),
+            force=args.force,
+            progress=not args.no_progress,
+            log=lambda m: print(m, file=sys.stderr),
+        )
+        code = max(code, rc)
+    if not args.no_report:
+        from .report import build_report
+
+        build_report(root, report_root(args.report_dir))
+    return code
+
+
+def _guard(fn) -> int:
+    """Turn user errors into one line on stderr and exit code 2."""
+    try:
+        return fn()
+    except (BadInput, ConfigError, DeviceError, CorpusError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished runs are kept; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+def experiment_main(exp: Experiment, argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=f"experiments/{exp.claim_id}.py", description=f"{exp.title}. {exp.statement}")
+    add_run_options(ap)
+    args = ap.parse_args(argv)
+    return _guard(lambda: _run([exp], args))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="tfclaims", description="Test claims about Transformers, claim by claim.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_run = sub.add_parser("run", help="run one claim's experiment and refresh the report")
+    p_run.add_argument("name", help="claim id (see `list`)")
+    add_run_options(p_run)
+    p_all = sub.add_parser("reproduce", help="run every registered claim and build the report")
+    add_run_options(p_all)
+    p_rep = sub.add_parser("report", help="rebuild report/ and the README's verdict table from results/")
+    p_rep.add_argument("--results-dir", default=None)
+    p_rep.add_argument("--report-dir", default=None)
+    sub.add_parser("list", help="list the registered claims")
+    p_chk = sub.add_parser("check-results", help="fail if any committed result is stale or missing")
+    p_chk.add_argument("--results-dir", default=None)
+    sub.add_parser("bench", help="library speed against an independent implementation")
+    args = ap.parse_args(argv)
+
+    from .registry import load_all
+
+    def go() -> int:
+        exps = load_all()
+        if args.cmd == "list":
+            for cid, e in exps.items():
+                print(f"{cid:22s} {e.title}")
+            return 0
+        if args.cmd == "run":
+            if args.name not in exps:
+                raise BadInput(f"unknown claim {args.name!r}; registered claims: {', '.join(exps)}")
+            return _run([exps[args.name]], args)
+        if args.cmd == "reproduce":
+            return _run(list(exps.values()), args)
+        if args.cmd == "report":
+            from .report import build_report
+
+            build_report(results_root(args.results_dir), report_root(args.report_dir))
+            return 0
+        if args.cmd == "check-results":
+            from .runner import stale_results
+
+            problems = stale_results(exps, results_root(args.results_dir))
+            for line in problems:
+                print(line, file=sys.stderr)
+            print(f"check-results: {len(exps) - len({p.split(':')[0] for p in problems})}/{len(exps)} claims up to date")
+            return 1 if problems else 0
+        if args.cmd == "bench":
+            from .bench import main as bench_main
+
+            return bench_main()
+        return 2
+
+    return _guard(go)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""The claims: one experiment file per claim under experiments/, named by its claim id."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from .experiment import Experiment
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def experiments_dir() -> Path:
+    return Path(os.environ.get("TFCLAIMS_EXPERIMENTS", REPO_ROOT / "experiments"))
+
+
+def load_file(path: Path) -> Experiment:
+    spec = importlib.util.spec_from_file_location(f"tfclaims_experiments.{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = [
+        v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Experiment) and v is not Experiment and v.claim_id == path.stem
+    ]
+    if len(found) != 1:
+        raise RuntimeError(f"{path} must define exactly one Experiment subclass with claim_id = {path.stem!r}")
+    return found[0]()
+
+
+def load_all() -> dict[str, Experiment]:
+    """Every registered claim, in report order."""
+    exps = [load_file(p) for p in sorted(experiments_dir().glob("*.py")) if not p.name.startswith("_")]
+    return {e.claim_id: e for e in sorted(exps, key=lambda e: (e.order, e.claim_id))}
