@@ -90,14 +90,21 @@ class FFNShare(Experiment):
             }
             indep = {}
             if enc_dec:  # the original Transformer, checked against torch's own layers
-                indep["torch_encoder_layer"] = n_params(nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.ff))
-                indep["torch_decoder_layer"] = n_params(nn.TransformerDecoderLayer(c.d_model, c.n_heads, c.ff))
+                indep["torch_encoder_layer"] = n_params(
+                    nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.ff)
+                )
+                indep["torch_decoder_layer"] = n_params(
+                    nn.TransformerDecoderLayer(c.d_model, c.n_heads, c.ff)
+                )
         if enc_dec:
             # shared source/target/output embedding (37k BPE), 6 encoder blocks, 6 decoder blocks with cross-attention
             total = c.vocab_size * c.d_model + c.n_layers * (block + cross_attention_block_params(c))
             ffn_total = 2 * c.n_layers * ffn
             closed = {"attention": attn, "ffn": ffn, "block": block, "model": model_params(c)}
-            checks = closed | {"torch_encoder_layer": block, "torch_decoder_layer": cross_attention_block_params(c)}
+            checks = closed | {
+                "torch_encoder_layer": block,
+                "torch_decoder_layer": cross_attention_block_params(c),
+            }
         else:
             total = model_params(c)
             ffn_total = c.n_layers * ffn
@@ -147,7 +154,9 @@ class FFNShare(Experiment):
                 }
             )
         df = pd.DataFrame(rows)
-        out.table("shares", df, "Parameter counts and FFN shares (closed form = instantiated)", floatfmt=".4g")
+        out.table(
+            "shares", df, "Parameter counts and FFN shares (closed form = instantiated)", floatfmt=".4g"
+        )
         self.plot_shares(df, out)
         self.plot_curve(df, out)
 
@@ -163,11 +172,19 @@ class FFNShare(Experiment):
         g = df.set_index("model")
         gpt2 = g.loc["gpt2-small"] if "gpt2-small" in g.index else None
         broken = df[~df["textbook width"]]
-        key = f"textbook blocks {std['FFN / (attn+FFN)'].min():.1%}–{std['FFN / (attn+FFN)'].max():.1%}" if len(std) else "no textbook config"
+        key = (
+            f"textbook blocks {std['FFN / (attn+FFN)'].min():.1%}–{std['FFN / (attn+FFN)'].max():.1%}"
+            if len(std)
+            else "no textbook config"
+        )
         if gpt2 is not None:
             key += f"; GPT-2 small {gpt2['FFN / (attn+FFN)']:.1%} of a block, {gpt2['FFN / whole model']:.1%} with embeddings"
         subs = [
-            SubVerdict("Counts: closed form = instantiated modules", "supported" if all_match else "refuted", f"{int(df['counts match'].sum())}/{len(df)} configurations match exactly"),
+            SubVerdict(
+                "Counts: closed form = instantiated modules",
+                "supported" if all_match else "refuted",
+                f"{int(df['counts match'].sum())}/{len(df)} configurations match exactly",
+            ),
             SubVerdict(
                 "≈2/3 for textbook dense blocks",
                 "supported" if len(std) and in_band.all() else "refuted",
@@ -175,8 +192,11 @@ class FFNShare(Experiment):
             ),
             SubVerdict(
                 "≈2/3 beyond textbook blocks (GQA, MoE, other widths)",
-                "refuted" if len(broken) and ((broken["FFN / (attn+FFN)"] - 2 / 3).abs() > TOL).any() else "supported",
-                ", ".join(f"{m} {s:.1%}" for m, s in zip(broken["model"], broken["FFN / (attn+FFN)"])) or "none measured",
+                "refuted"
+                if len(broken) and ((broken["FFN / (attn+FFN)"] - 2 / 3).abs() > TOL).any()
+                else "supported",
+                ", ".join(f"{m} {s:.1%}" for m, s in zip(broken["model"], broken["FFN / (attn+FFN)"]))
+                or "none measured",
             ),
         ]
         return Verdict(
@@ -187,7 +207,11 @@ class FFNShare(Experiment):
                 "and of full multi-head attention: GQA shrinks attention and MoE multiplies the FFN, and with embeddings the FFN's share of a small model is far lower."
             ),
             key_number=key,
-            evidence={"tolerance": TOL, "textbook_shares": dict(zip(std["model"], std["FFN / (attn+FFN)"].round(5))), "all_counts_match": all_match},
+            evidence={
+                "tolerance": TOL,
+                "textbook_shares": dict(zip(std["model"], std["FFN / (attn+FFN)"].round(5))),
+                "all_counts_match": all_match,
+            },
             sub_verdicts=subs,
             caveats=[
                 "Norm parameters are excluded from the 2/3 ratio (as in the 4d² vs 8d² argument); the table also gives FFN / block with norms.",
@@ -210,25 +234,44 @@ class FFNShare(Experiment):
         ax.set_title("Where the parameters are: FFN share per configuration")
         ax.set_ylim(0, 100)
         ax.legend(loc="lower left", fontsize=7.5)
-        out.figure("shares", fig, "FFN share of a block's attention+FFN parameters, of the active parameters (MoE), and of the whole model with embeddings, for published configurations. Dashed: 2/3.")
+        out.figure(
+            "shares",
+            fig,
+            "FFN share of a block's attention+FFN parameters, of the active parameters (MoE), and of the whole model with embeddings, for published configurations. Dashed: 2/3.",
+        )
 
     def plot_curve(self, df, out):
         from tfclaims.plotting import subplots
 
         fig, (ax,) = subplots(width=6, height=3.8)
         r = np.linspace(1, 8, 200)  # d_ff / d
-        for mats, g, label in [(2, 1, "2 matrices, MHA"), (3, 1, "SwiGLU (3 matrices), MHA"), (3, 8, "SwiGLU, GQA h/kv = 8"), (2, 1e9, "2 matrices, MQA (h large)")]:
+        for mats, g, label in [
+            (2, 1, "2 matrices, MHA"),
+            (3, 1, "SwiGLU (3 matrices), MHA"),
+            (3, 8, "SwiGLU, GQA h/kv = 8"),
+            (2, 1e9, "2 matrices, MQA (h large)"),
+        ]:
             attn = 2 + 2 / g  # (q + o + k + v) in units of d², K/V shrunk by the group size
             ax.plot(r, 100 * mats * r / (mats * r + attn), label=label)
         ax.axhline(200 / 3, color="k", ls="--", lw=1)
         ax.scatter(df["d_ff/d"], df["FFN / (attn+FFN)"] * 100, color="k", zorder=3, s=14)
-        for _, row in df.iterrows():
-            ax.annotate(row["model"], (row["d_ff/d"], row["FFN / (attn+FFN)"] * 100), fontsize=6.5, xytext=(3, -8), textcoords="offset points")
+        groups = df.groupby([df["d_ff/d"].round(2), (df["FFN / (attn+FFN)"] * 100).round(0)])["model"]
+        for (x, y), names in groups:  # configurations at the same point share one label
+            label = (
+                ", ".join(names)
+                if len(names) < 3
+                else f"{len(names)} models: " + ", ".join(n.split("-")[0] for n in dict.fromkeys(names))
+            )
+            ax.annotate(label, (x, y), fontsize=6.5, xytext=(4, -9), textcoords="offset points")
         ax.set_xlabel("FFN width d_ff / d_model")
         ax.set_ylabel("FFN / (attention + FFN) (%)")
         ax.set_title("FFN share vs FFN width and K/V sharing (biases ignored)")
         ax.legend(fontsize=7.5)
-        out.figure("share-vs-width", fig, "Closed-form FFN share as a function of d_ff/d for two- and three-matrix FFNs and for GQA/MQA; dots: the configurations measured.")
+        out.figure(
+            "share-vs-width",
+            fig,
+            "Closed-form FFN share as a function of d_ff/d for two- and three-matrix FFNs and for GQA/MQA; dots: the configurations measured.",
+        )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,17 @@ from .positions import apply_rope
 class KVCache:
     """Preallocated keys and values for incremental decoding: per layer (B, kv, max_len, dk)."""
 
-    def __init__(self, n_layers: int, batch: int, kv_heads: int, max_len: int, dk: int, *, dtype=torch.float32, device=None):
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        kv_heads: int,
+        max_len: int,
+        dk: int,
+        *,
+        dtype=torch.float32,
+        device=None,
+    ):
         shape = (batch, kv_heads, max_len, dk)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
@@ -27,8 +37,12 @@ class KVCache:
         self.pos = 0  # number of positions filled; advanced by the model after all layers ran
 
     @classmethod
-    def for_model(cls, cfg: ModelConfig, batch: int, max_len: int | None = None, *, dtype=torch.float32, device=None) -> KVCache:
-        return cls(cfg.n_layers, batch, cfg.kv_heads, max_len or cfg.max_seq_len, cfg.dk, dtype=dtype, device=device)
+    def for_model(
+        cls, cfg: ModelConfig, batch: int, max_len: int | None = None, *, dtype=torch.float32, device=None
+    ) -> KVCache:
+        return cls(
+            cfg.n_layers, batch, cfg.kv_heads, max_len or cfg.max_seq_len, cfg.dk, dtype=dtype, device=device
+        )
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write (B, kv, T, dk) at the current position; return all keys/values so far (B, kv, pos+T, dk)."""
@@ -43,7 +57,9 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
-def build_mask(T: int, S: int, *, causal: bool, offset: int = 0, pad_mask: torch.Tensor | None = None, device=None) -> torch.Tensor | None:
+def build_mask(
+    T: int, S: int, *, causal: bool, offset: int = 0, pad_mask: torch.Tensor | None = None, device=None
+) -> torch.Tensor | None:
     """Boolean mask (B|1, 1, T, S): query i sits at absolute position offset+i; pad_mask (B, S) marks real keys."""
     mask = None
     if causal and not (T == 1 and offset == S - 1):  # a single newest query sees every key
@@ -90,10 +106,20 @@ class Attention(nn.Module):
             k, v = cache.update(layer, k, v)  # (B, kv, offset+T, dk)
         S = k.shape[2]
         fast_causal = self.causal and pad_mask is None and offset == 0 and T == S
-        mask = None if fast_causal else build_mask(T, S, causal=self.causal, offset=offset, pad_mask=pad_mask, device=x.device)
+        mask = (
+            None
+            if fast_causal
+            else build_mask(T, S, causal=self.causal, offset=offset, pad_mask=pad_mask, device=x.device)
+        )
         if self.backend == "sdpa" and self.score_hook is None:
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=fast_causal and T > 1, scale=self.scale, enable_gqa=self.kv != self.h
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=fast_causal and T > 1,
+                scale=self.scale,
+                enable_gqa=self.kv != self.h,
             )
         else:
             if fast_causal:

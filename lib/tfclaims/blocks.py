@@ -1,8 +1,8 @@
 """Feed-forward variants and the Transformer block with post, pre or DeepNorm placement.
 
-    pre:      x = x + F(LN(x))              (GPT-2, LLaMA)
-    post:     x = LN(x + F(x))              (the original Transformer, BERT)
-    deepnorm: x = LN(alpha * x + F(x))      (Wang et al. 2022; init scaled by beta in models.py)
+pre:      x = x + F(LN(x))              (GPT-2, LLaMA)
+post:     x = LN(x + F(x))              (the original Transformer, BERT)
+deepnorm: x = LN(alpha * x + F(x))      (Wang et al. 2022; init scaled by beta in models.py)
 """
 
 from __future__ import annotations
@@ -90,4 +90,3 @@ class Block(nn.Module):
             return x + self.ffn(self.norm2(x, pad_mask))
         x = self.norm1(self.alpha * x + attn(x), pad_mask)
         return self.norm2(self.alpha * x + self.ffn(x), pad_mask)
-

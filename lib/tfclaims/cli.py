@@ -34,7 +34,9 @@ def _seeds(text: str) -> list[int]:
             return [int(s) for s in text.split(",") if s.strip()]
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--seeds takes a count or a comma-separated list, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--seeds takes a count or a comma-separated list, got {text!r}"
+        ) from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"--seeds count must be >= 1, got {n}")
     return list(range(n))
@@ -52,12 +54,31 @@ def _override(text: str) -> tuple[str, object]:
 
 def add_run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--profile", default="default", help=f"one of {', '.join(PROFILES)} (default: default)")
-    ap.add_argument("--seeds", type=_seeds, default=None, help="number of seeds or a list like 0,1,2 (default: the profile's)")
-    ap.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu or cuda (default: auto)")
+    ap.add_argument(
+        "--seeds",
+        type=_seeds,
+        default=None,
+        help="number of seeds or a list like 0,1,2 (default: the profile's)",
+    )
+    ap.add_argument(
+        "--device", default="auto", help="auto (CUDA if present, else CPU), cpu or cuda (default: auto)"
+    )
     ap.add_argument("--force", action="store_true", help="rerun runs even when a cached record exists")
-    ap.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="KEY=VALUE", help="override a profile parameter, e.g. --set steps=100 (repeatable)")
-    ap.add_argument("--results-dir", default=None, help="results folder (default: results/, or $TFCLAIMS_RESULTS)")
-    ap.add_argument("--report-dir", default=None, help="report folder (default: report/, or $TFCLAIMS_REPORT)")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        type=_override,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a profile parameter, e.g. --set steps=100 (repeatable)",
+    )
+    ap.add_argument(
+        "--results-dir", default=None, help="results folder (default: results/, or $TFCLAIMS_RESULTS)"
+    )
+    ap.add_argument(
+        "--report-dir", default=None, help="report folder (default: report/, or $TFCLAIMS_REPORT)"
+    )
     ap.add_argument("--no-report", action="store_true", help="do not rebuild the report afterwards")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
@@ -99,14 +120,18 @@ def _guard(fn) -> int:
 
 
 def experiment_main(exp: Experiment, argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=f"experiments/{exp.claim_id}.py", description=f"{exp.title}. {exp.statement}")
+    ap = argparse.ArgumentParser(
+        prog=f"experiments/{exp.claim_id}.py", description=f"{exp.title}. {exp.statement}"
+    )
     add_run_options(ap)
     args = ap.parse_args(argv)
     return _guard(lambda: _run([exp], args))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="tfclaims", description="Test claims about Transformers, claim by claim.")
+    ap = argparse.ArgumentParser(
+        prog="tfclaims", description="Test claims about Transformers, claim by claim."
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="run one claim's experiment and refresh the report")
     p_run.add_argument("name", help="claim id (see `list`)")
@@ -147,7 +172,9 @@ def main(argv=None) -> int:
             problems = stale_results(exps, results_root(args.results_dir))
             for line in problems:
                 print(line, file=sys.stderr)
-            print(f"check-results: {len(exps) - len({p.split(':')[0] for p in problems})}/{len(exps)} claims up to date")
+            print(
+                f"check-results: {len(exps) - len({p.split(':')[0] for p in problems})}/{len(exps)} claims up to date"
+            )
             return 1 if problems else 0
         if args.cmd == "bench":
             from .bench import main as bench_main

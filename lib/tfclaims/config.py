@@ -65,21 +65,32 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
-            _check(isinstance(getattr(self, name), int) and getattr(self, name) > 0, f"{name} must be a positive integer, got {getattr(self, name)!r}")
+            _check(
+                isinstance(getattr(self, name), int) and getattr(self, name) > 0,
+                f"{name} must be a positive integer, got {getattr(self, name)!r}",
+            )
         _check(self.norm in NORMS, f"norm must be one of {NORMS}, got {self.norm!r}")
         _check(self.placement in PLACEMENTS, f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         _check(self.ffn in FFNS, f"ffn must be one of {FFNS}, got {self.ffn!r}")
         _check(self.pos in POSITIONS, f"pos must be one of {POSITIONS}, got {self.pos!r}")
-        _check(self.attn_backend in BACKENDS, f"attn_backend must be one of {BACKENDS}, got {self.attn_backend!r}")
+        _check(
+            self.attn_backend in BACKENDS,
+            f"attn_backend must be one of {BACKENDS}, got {self.attn_backend!r}",
+        )
         _check(self.init in INITS, f"init must be one of {INITS}, got {self.init!r}")
         if self.head_dim is None:
-            _check(self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            _check(
+                self.d_model % self.n_heads == 0,
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})",
+            )
             dk = self.d_model // self.n_heads
         else:
             _check(self.head_dim > 0, f"head_dim must be positive, got {self.head_dim}")
             dk = self.head_dim
         kv = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-        _check(isinstance(kv, int) and kv > 0, f"n_kv_heads must be a positive integer, got {self.n_kv_heads!r}")
+        _check(
+            isinstance(kv, int) and kv > 0, f"n_kv_heads must be a positive integer, got {self.n_kv_heads!r}"
+        )
         _check(self.n_heads % kv == 0, f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({kv})")
         if self.pos == "rope":
             _check(dk % 2 == 0, f"rope needs an even head_dim, got {dk}")
@@ -94,8 +105,14 @@ class ModelConfig:
             ff = self.d_ff
         _check(self.n_experts >= 0, f"n_experts must be >= 0, got {self.n_experts}")
         if self.n_experts:
-            _check(1 <= self.moe_top_k <= self.n_experts, f"moe_top_k must lie in [1, n_experts={self.n_experts}], got {self.moe_top_k}")
-        _check(self.attn_scale is None or self.attn_scale > 0, f"attn_scale must be positive, got {self.attn_scale}")
+            _check(
+                1 <= self.moe_top_k <= self.n_experts,
+                f"moe_top_k must lie in [1, n_experts={self.n_experts}], got {self.moe_top_k}",
+            )
+        _check(
+            self.attn_scale is None or self.attn_scale > 0,
+            f"attn_scale must be positive, got {self.attn_scale}",
+        )
         _check(self.norm_eps >= 0, f"norm_eps must be >= 0, got {self.norm_eps}")
         _check(self.n_token_types >= 0, f"n_token_types must be >= 0, got {self.n_token_types}")
         final = (self.placement == "pre") if self.final_norm is None else self.final_norm
@@ -135,12 +152,20 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches"):
-            _check(isinstance(getattr(self, name), int) and getattr(self, name) > 0, f"{name} must be a positive integer, got {getattr(self, name)!r}")
+            _check(
+                isinstance(getattr(self, name), int) and getattr(self, name) > 0,
+                f"{name} must be a positive integer, got {getattr(self, name)!r}",
+            )
         _check(self.lr > 0, f"lr must be positive, got {self.lr}")
-        _check(0 <= self.warmup <= self.steps, f"warmup must lie in [0, steps={self.steps}], got {self.warmup}")
+        _check(
+            0 <= self.warmup <= self.steps, f"warmup must lie in [0, steps={self.steps}], got {self.warmup}"
+        )
         _check(self.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         _check(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
-        _check(self.grad_clip is None or self.grad_clip > 0, f"grad_clip must be positive or None, got {self.grad_clip}")
+        _check(
+            self.grad_clip is None or self.grad_clip > 0,
+            f"grad_clip must be positive or None, got {self.grad_clip}",
+        )
         object.__setattr__(self, "betas", tuple(self.betas))
 
     def replace(self, **changes) -> TrainConfig:
@@ -152,16 +177,112 @@ class TrainConfig:
 
 # Named presets: the published sizes, used both for closed-form counting and for instantiation.
 PRESETS: dict[str, ModelConfig] = {
-    "gpt2-small": ModelConfig(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, max_seq_len=1024, ffn="gelu_tanh"),
-    "gpt2-medium": ModelConfig(vocab_size=50257, d_model=1024, n_layers=24, n_heads=16, max_seq_len=1024, ffn="gelu_tanh"),
-    "gpt2-large": ModelConfig(vocab_size=50257, d_model=1280, n_layers=36, n_heads=20, max_seq_len=1024, ffn="gelu_tanh"),
-    "gpt2-xl": ModelConfig(vocab_size=50257, d_model=1600, n_layers=48, n_heads=25, max_seq_len=1024, ffn="gelu_tanh"),
-    "bert-base": ModelConfig(vocab_size=30522, d_model=768, n_layers=12, n_heads=12, max_seq_len=512, placement="post", causal=False, n_token_types=2, emb_norm=True, norm_eps=1e-12),
-    "bert-large": ModelConfig(vocab_size=30522, d_model=1024, n_layers=24, n_heads=16, max_seq_len=512, placement="post", causal=False, n_token_types=2, emb_norm=True, norm_eps=1e-12),
+    "gpt2-small": ModelConfig(
+        vocab_size=50257, d_model=768, n_layers=12, n_heads=12, max_seq_len=1024, ffn="gelu_tanh"
+    ),
+    "gpt2-medium": ModelConfig(
+        vocab_size=50257, d_model=1024, n_layers=24, n_heads=16, max_seq_len=1024, ffn="gelu_tanh"
+    ),
+    "gpt2-large": ModelConfig(
+        vocab_size=50257, d_model=1280, n_layers=36, n_heads=20, max_seq_len=1024, ffn="gelu_tanh"
+    ),
+    "gpt2-xl": ModelConfig(
+        vocab_size=50257, d_model=1600, n_layers=48, n_heads=25, max_seq_len=1024, ffn="gelu_tanh"
+    ),
+    "bert-base": ModelConfig(
+        vocab_size=30522,
+        d_model=768,
+        n_layers=12,
+        n_heads=12,
+        max_seq_len=512,
+        placement="post",
+        causal=False,
+        n_token_types=2,
+        emb_norm=True,
+        norm_eps=1e-12,
+    ),
+    "bert-large": ModelConfig(
+        vocab_size=30522,
+        d_model=1024,
+        n_layers=24,
+        n_heads=16,
+        max_seq_len=512,
+        placement="post",
+        causal=False,
+        n_token_types=2,
+        emb_norm=True,
+        norm_eps=1e-12,
+    ),
     # The original Transformer's encoder stack (post-LN, ReLU); decoder blocks add cross-attention (see counting).
-    "transformer-base": ModelConfig(vocab_size=37000, d_model=512, n_layers=6, n_heads=8, max_seq_len=512, placement="post", ffn="relu", causal=False, pos="sinusoidal", emb_scale=True),
-    "transformer-big": ModelConfig(vocab_size=37000, d_model=1024, n_layers=6, n_heads=16, d_ff=4096, max_seq_len=512, placement="post", ffn="relu", causal=False, pos="sinusoidal", emb_scale=True),
-    "llama-7b": ModelConfig(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008, ffn="swiglu", norm="rms", pos="rope", bias=False, tie_weights=False, max_seq_len=2048, norm_eps=1e-6),
-    "llama2-70b": ModelConfig(vocab_size=32000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, d_ff=28672, ffn="swiglu", norm="rms", pos="rope", bias=False, tie_weights=False, max_seq_len=4096, norm_eps=1e-5),
-    "mixtral-8x7b": ModelConfig(vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, ffn="swiglu", norm="rms", pos="rope", bias=False, tie_weights=False, max_seq_len=4096, n_experts=8, moe_top_k=2, rope_base=1e6),
+    "transformer-base": ModelConfig(
+        vocab_size=37000,
+        d_model=512,
+        n_layers=6,
+        n_heads=8,
+        max_seq_len=512,
+        placement="post",
+        ffn="relu",
+        causal=False,
+        pos="sinusoidal",
+        emb_scale=True,
+    ),
+    "transformer-big": ModelConfig(
+        vocab_size=37000,
+        d_model=1024,
+        n_layers=6,
+        n_heads=16,
+        d_ff=4096,
+        max_seq_len=512,
+        placement="post",
+        ffn="relu",
+        causal=False,
+        pos="sinusoidal",
+        emb_scale=True,
+    ),
+    "llama-7b": ModelConfig(
+        vocab_size=32000,
+        d_model=4096,
+        n_layers=32,
+        n_heads=32,
+        d_ff=11008,
+        ffn="swiglu",
+        norm="rms",
+        pos="rope",
+        bias=False,
+        tie_weights=False,
+        max_seq_len=2048,
+        norm_eps=1e-6,
+    ),
+    "llama2-70b": ModelConfig(
+        vocab_size=32000,
+        d_model=8192,
+        n_layers=80,
+        n_heads=64,
+        n_kv_heads=8,
+        d_ff=28672,
+        ffn="swiglu",
+        norm="rms",
+        pos="rope",
+        bias=False,
+        tie_weights=False,
+        max_seq_len=4096,
+        norm_eps=1e-5,
+    ),
+    "mixtral-8x7b": ModelConfig(
+        vocab_size=32000,
+        d_model=4096,
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=8,
+        d_ff=14336,
+        ffn="swiglu",
+        norm="rms",
+        pos="rope",
+        bias=False,
+        tie_weights=False,
+        max_seq_len=4096,
+        n_experts=8,
+        moe_top_k=2,
+        rope_base=1e6,
+    ),
 }

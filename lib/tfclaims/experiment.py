@@ -63,19 +63,32 @@ class Output:
     figures: dict = field(default_factory=dict)
     tables: list = field(default_factory=list)
 
-    def table(self, name: str, df: pd.DataFrame, title: str, *, in_report: bool = True, floatfmt: str = ".4g") -> None:
+    def table(
+        self, name: str, df: pd.DataFrame, title: str, *, in_report: bool = True, floatfmt: str = ".4g"
+    ) -> None:
         from .io import atomic_write_text
 
         path = self.claim_dir / f"{name}.csv"
         atomic_write_text(path, df.to_csv(index=False))
-        self.tables.append({"name": name, "title": title, "csv": path.name, "markdown": _markdown(df, floatfmt) if in_report else None})
+        self.tables.append(
+            {
+                "name": name,
+                "title": title,
+                "csv": path.name,
+                "markdown": _markdown(df, floatfmt) if in_report else None,
+            }
+        )
 
     def figure(self, name: str, fig, caption: str) -> None:
         from .plotting import save_figure
 
         paths = save_figure(fig, self.claim_dir / "figures", name)
         fig_id = f"fig-{self.claim_id}-{name}"
-        self.figures[fig_id] = {"png": f"figures/{paths[0].name}", "svg": f"figures/{paths[1].name}", "caption": caption}
+        self.figures[fig_id] = {
+            "png": f"figures/{paths[0].name}",
+            "svg": f"figures/{paths[1].name}",
+            "caption": caption,
+        }
 
 
 def _markdown(df: pd.DataFrame, floatfmt: str) -> str:

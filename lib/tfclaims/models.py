@@ -34,7 +34,9 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.use_final_norm else None
 
-    def embed(self, idx: torch.Tensor, start: int = 0, token_types: torch.Tensor | None = None) -> torch.Tensor:
+    def embed(
+        self, idx: torch.Tensor, start: int = 0, token_types: torch.Tensor | None = None
+    ) -> torch.Tensor:
         cfg = self.cfg
         T = idx.shape[1]
         if start + T > cfg.max_seq_len:
@@ -125,7 +127,9 @@ class LM(nn.Module):
     def generate(self, idx: torch.Tensor, n_new: int, *, use_cache: bool = True) -> torch.Tensor:
         """Greedy decoding of n_new tokens after the prompt idx (B, T0). Returns (B, T0 + n_new)."""
         if use_cache:
-            cache = KVCache.for_model(self.cfg, idx.shape[0], idx.shape[1] + n_new, device=idx.device, dtype=self.head.weight.dtype)
+            cache = KVCache.for_model(
+                self.cfg, idx.shape[0], idx.shape[1] + n_new, device=idx.device, dtype=self.head.weight.dtype
+            )
             logits = self(idx, cache=cache)
             out = [idx]
             for _ in range(n_new):
@@ -160,7 +164,9 @@ class Encoder(nn.Module):
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     """Mean next-token cross-entropy; targets < 0 (padding) are ignored."""
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1, label_smoothing=label_smoothing)
+    return F.cross_entropy(
+        logits.flatten(0, 1), targets.flatten(), ignore_index=-1, label_smoothing=label_smoothing
+    )
 
 
 def n_params(model: nn.Module) -> int:

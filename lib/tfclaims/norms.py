@@ -51,9 +51,13 @@ class TokenBatchNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d))
         self.register_buffer("running_mean", torch.zeros(d))
         self.register_buffer("running_var", torch.ones(d))
-        self.last_stats: tuple[torch.Tensor, torch.Tensor] | None = None  # (mean, var) of the last train batch
+        self.last_stats: tuple[torch.Tensor, torch.Tensor] | None = (
+            None  # (mean, var) of the last train batch
+        )
 
-    def batch_stats(self, x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def batch_stats(
+        self, x: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Mean and biased variance per feature over the positions that count, and their number."""
         flat = x.reshape(-1, x.shape[-1])  # (B*T, d)
         if self.masked and mask is not None:
@@ -92,4 +96,3 @@ def make_norm(kind: str, d: int, eps: float = 1e-5) -> nn.Module:
     if kind == "none":
         return Identity()
     raise ValueError(f"unknown norm {kind!r}")
-

@@ -40,8 +40,9 @@ def band(ax, x, mean, lo, hi, *, label=None, color=None, marker="o", **kw):
 
 
 def save_figure(fig, folder: Path, name: str) -> tuple[Path, Path]:
-    from .io import atomic_write_bytes
     import io
+
+    from .io import atomic_write_bytes
 
     folder.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -52,3 +53,15 @@ def save_figure(fig, folder: Path, name: str) -> tuple[Path, Path]:
         atomic_write_bytes(path, buf.getvalue())
     plt.close(fig)
     return paths
+
+
+def log_ticks(ax, values, axis: str = "x") -> None:
+    """Log scale (base 2) with a plain tick label at each measured value."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    values = sorted(set(values))
+    getattr(ax, f"set_{axis}scale")("log", base=2)
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(FixedLocator(values))
+    target.set_minor_locator(NullLocator())
+    getattr(ax, f"set_{axis}ticklabels")([f"{v:g}" for v in values])

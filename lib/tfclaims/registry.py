@@ -20,10 +20,17 @@ def load_file(path: Path) -> Experiment:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     found = [
-        v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Experiment) and v is not Experiment and v.claim_id == path.stem
+        v
+        for v in vars(module).values()
+        if isinstance(v, type)
+        and issubclass(v, Experiment)
+        and v is not Experiment
+        and v.claim_id == path.stem
     ]
     if len(found) != 1:
-        raise RuntimeError(f"{path} must define exactly one Experiment subclass with claim_id = {path.stem!r}")
+        raise RuntimeError(
+            f"{path} must define exactly one Experiment subclass with claim_id = {path.stem!r}"
+        )
     return found[0]()
 
 

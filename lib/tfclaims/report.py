@@ -46,7 +46,15 @@ def _blocks(results: list[dict], results_root: Path, report_root: Path) -> list[
     ]
     rows = [["Claim", "The notes say", "Verdict", "Key number (this project)", "Anchor (papers)"]]
     for r in results:
-        rows.append([f"[`{r['claim_id']}`](#{r['claim_id']})", r.get("notes_say", ""), f"**{r['verdict']}**", r.get("key_number", ""), r.get("anchor_number", "")])
+        rows.append(
+            [
+                f"[`{r['claim_id']}`](#{r['claim_id']})",
+                r.get("notes_say", ""),
+                f"**{r['verdict']}**",
+                r.get("key_number", ""),
+                r.get("anchor_number", ""),
+            ]
+        )
     B.append(("table", rows))
     fig_no = 0
     for i, r in enumerate(results, 1):
@@ -72,15 +80,33 @@ def _blocks(results: list[dict], results_root: Path, report_root: Path) -> list[
         B.append(("quote", r["rule"]))
         if r.get("sub_verdicts"):
             B.append(("h3", "Sub-verdicts"))
-            B.append(("table", [["Question", "Verdict", "Detail"]] + [[s["name"], f"**{s['verdict']}**", s["detail"]] for s in r["sub_verdicts"]]))
+            B.append(
+                (
+                    "table",
+                    [["Question", "Verdict", "Detail"]]
+                    + [[s["name"], f"**{s['verdict']}**", s["detail"]] for s in r["sub_verdicts"]],
+                )
+            )
         for t in r.get("tables", []):
             if t.get("markdown"):
                 B.append(("h3", t["title"]))
                 B.append(("mdtable", t["markdown"]))
-                B.append(("p", f"Data: [`results/{cid}/{t['csv']}`]({_rel(results_root, report_root, cid, t['csv'])})"))
+                B.append(
+                    (
+                        "p",
+                        f"Data: [`results/{cid}/{t['csv']}`]({_rel(results_root, report_root, cid, t['csv'])})",
+                    )
+                )
         for fig_id, f in r.get("figures", {}).items():
             fig_no += 1
-            B.append(("figure", _rel(results_root, report_root, cid, f["png"]), f"Figure {fig_no} (`{fig_id}`). {f['caption']}", _rel(results_root, report_root, cid, f["svg"])))
+            B.append(
+                (
+                    "figure",
+                    _rel(results_root, report_root, cid, f["png"]),
+                    f"Figure {fig_no} (`{fig_id}`). {f['caption']}",
+                    _rel(results_root, report_root, cid, f["svg"]),
+                )
+            )
         if r.get("caveats"):
             B.append(("h3", "Caveats"))
             B.append(("ul", r["caveats"]))
@@ -105,7 +131,10 @@ def _inline_html(text: str) -> str:
 
 def _md_table(rows) -> str:
     esc = [[str(c).replace("|", "\\|").replace("\n", " ") for c in row] for row in rows]
-    return "\n".join(["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in esc[0]) + "|"] + ["| " + " | ".join(r) + " |" for r in esc[1:]])
+    return "\n".join(
+        ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in esc[0]) + "|"]
+        + ["| " + " | ".join(r) + " |" for r in esc[1:]]
+    )
 
 
 def _parse_md_table(md: str) -> list[list[str]]:
@@ -153,12 +182,19 @@ def render_html(blocks) -> str:
         elif k in ("table", "mdtable"):
             rows = b[1] if k == "table" else _parse_md_table(b[1])
             head = "".join(f"<th>{_inline_html(c)}</th>" for c in rows[0])
-            trs = "".join("<tr>" + "".join(f"<td>{_inline_html(str(c))}</td>" for c in row) + "</tr>" for row in rows[1:])
+            trs = "".join(
+                "<tr>" + "".join(f"<td>{_inline_html(str(c))}</td>" for c in row) + "</tr>"
+                for row in rows[1:]
+            )
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>")
         elif k == "verdict":
-            body.append(f'<p><span class="badge" style="background:{BADGE.get(b[1], "#444")}">{b[1]}</span> {_inline_html(b[2])}</p>')
+            body.append(
+                f'<p><span class="badge" style="background:{BADGE.get(b[1], "#444")}">{b[1]}</span> {_inline_html(b[2])}</p>'
+            )
         elif k == "figure":
-            body.append(f'<figure><a href="{b[3]}"><img src="{b[1]}" alt="{html.escape(b[2])}"></a><figcaption>{_inline_html(b[2])}</figcaption></figure>')
+            body.append(
+                f'<figure><a href="{b[3]}"><img src="{b[1]}" alt="{html.escape(b[2])}"></a><figcaption>{_inline_html(b[2])}</figcaption></figure>'
+            )
     style = (
         "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;line-height:1.5;color:#222}"
         "table{border-collapse:collapse;margin:1em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}"
@@ -166,7 +202,11 @@ def render_html(blocks) -> str:
         "blockquote{border-left:4px solid #ccc;margin:1em 0;padding:.2em 1em;color:#333;background:#fafafa}"
         ".badge{color:#fff;border-radius:4px;padding:2px 8px;font-weight:600}code{background:#f2f2f2;padding:0 3px}"
     )
-    return f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Transformer claims, tested</title><style>{style}</style></head>\n<body>\n' + "\n".join(body) + "\n</body></html>\n"
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Transformer claims, tested</title><style>{style}</style></head>\n<body>\n'
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
 def render_bib(results: list[dict]) -> str:
@@ -185,7 +225,14 @@ def render_bib(results: list[dict]) -> str:
 
 def readme_table(results: list[dict]) -> str:
     rows = [["Claim", "Verdict", "Key number"]]
-    rows += [[f"[`{r['claim_id']}`](report/report.md#{r['claim_id']})", f"**{r['verdict']}**", r.get("key_number", "")] for r in results]
+    rows += [
+        [
+            f"[`{r['claim_id']}`](report/report.md#{r['claim_id']})",
+            f"**{r['verdict']}**",
+            r.get("key_number", ""),
+        ]
+        for r in results
+    ]
     return _md_table(rows)
 
 
@@ -196,7 +243,9 @@ def build_report(results_root: Path, report_root: Path, readme: Path | None = No
     atomic_write_text(report_root / "report.md", render_md(blocks))
     atomic_write_text(report_root / "index.html", render_html(blocks))
     atomic_write_text(report_root / "figures.bib", render_bib(results))
-    readme = readme or (REPO_ROOT / "README.md" if report_root.resolve() == (REPO_ROOT / "report").resolve() else None)
+    readme = readme or (
+        REPO_ROOT / "README.md" if report_root.resolve() == (REPO_ROOT / "report").resolve() else None
+    )
     if readme is not None and readme.exists():
         text = readme.read_text()
         if README_START in text and README_END in text:

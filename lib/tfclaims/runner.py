@@ -28,7 +28,19 @@ from .io import atomic_write_json
 PKG_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PKG_DIR.parents[1]
 # Modules that shape analysis, files or the CLI, never a run's numbers.
-ANALYSIS_ONLY = {"plotting", "stats", "report", "runner", "experiment", "cli", "registry", "io", "bench", "__init__", "__main__"}
+ANALYSIS_ONLY = {
+    "plotting",
+    "stats",
+    "report",
+    "runner",
+    "experiment",
+    "cli",
+    "registry",
+    "io",
+    "bench",
+    "__init__",
+    "__main__",
+}
 # Parts of an experiment file that do not change runs: analysis, figures and prose.
 _SKIP_FUNCS = ("analyse", "plot", "_plot", "describe")
 _TEXT_FIELDS = {"title", "order", "statement", "notes_say", "anchors", "anchor_number", "method", "rule"}
@@ -114,7 +126,9 @@ def resolve_profile(exp: Experiment, profile: str, seeds=None, overrides: dict |
     p = dict(exp.profiles[profile])
     for k, v in (overrides or {}).items():
         if k not in p:
-            raise BadInput(f"--set {k}: {exp.claim_id} profile {profile!r} has no parameter {k!r} (it has: {', '.join(sorted(p))})")
+            raise BadInput(
+                f"--set {k}: {exp.claim_id} profile {profile!r} has no parameter {k!r} (it has: {', '.join(sorted(p))})"
+            )
         p[k] = v
     if seeds is not None:
         if "seeds" not in p:
@@ -164,7 +178,15 @@ def run_experiment(
             records.append(rec)
             reused += 1
             continue
-        rec = {"run_id": run_id, "claim_id": exp.claim_id, "config": cfg, "config_hash": cfg_h, "code_hash": chash, "device": device.type, "started_at": now()}
+        rec = {
+            "run_id": run_id,
+            "claim_id": exp.claim_id,
+            "config": cfg,
+            "config_hash": cfg_h,
+            "code_hash": chash,
+            "device": device.type,
+            "started_at": now(),
+        }
         seed_all(int(cfg.get("seed", 0)))
         try:
             rec["metrics"] = exp.run_one(cfg, RunContext(device=device, progress=progress))
@@ -178,9 +200,13 @@ def run_experiment(
         rec["finished_at"] = now()
         atomic_write_json(path, rec)
         records.append(rec)
-    log(f"{exp.claim_id}: {len(configs)} runs ({reused} reused, {len(configs) - reused - failed} run, {failed} failed)")
+    log(
+        f"{exp.claim_id}: {len(configs)} runs ({reused} reused, {len(configs) - reused - failed} run, {failed} failed)"
+    )
     if failed:
-        log(f"{exp.claim_id}: analysis skipped because {failed} run(s) failed; result.json left as it was (records in {runs_dir})")
+        log(
+            f"{exp.claim_id}: analysis skipped because {failed} run(s) failed; result.json left as it was (records in {runs_dir})"
+        )
         return 1, None
 
     out = Output(claim_dir=claim_dir, claim_id=exp.claim_id)
@@ -247,8 +273,12 @@ def stale_results(experiments: dict[str, Experiment], results_root: Path) -> lis
         if res.get("profile") != "default":
             problems.append(f"{cid}: committed result is from profile {res.get('profile')!r}, not 'default'")
         if res.get("code_hash") != code_hash(exp):
-            problems.append(f"{cid}: stale (code changed since its results were produced; rerun `make experiment NAME={cid}`)")
-        missing = [r for r in res.get("run_ids", []) if not (results_root / cid / "runs" / f"{r}.json").exists()]
+            problems.append(
+                f"{cid}: stale (code changed since its results were produced; rerun `make experiment NAME={cid}`)"
+            )
+        missing = [
+            r for r in res.get("run_ids", []) if not (results_root / cid / "runs" / f"{r}.json").exists()
+        ]
         if missing:
             problems.append(f"{cid}: {len(missing)} run record(s) named in result.json are missing")
     return problems

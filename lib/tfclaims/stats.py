@@ -39,7 +39,10 @@ def cohens_d(a, b) -> float:
     if a.size < 2 or b.size < 2:
         return math.nan
     pooled = math.sqrt(((a.size - 1) * a.var(ddof=1) + (b.size - 1) * b.var(ddof=1)) / (a.size + b.size - 2))
-    return float((a.mean() - b.mean()) / pooled) if pooled > 0 else math.copysign(math.inf, a.mean() - b.mean()) if a.mean() != b.mean() else 0.0
+    diff = float(a.mean() - b.mean())
+    if pooled > 0:
+        return diff / pooled
+    return math.copysign(math.inf, diff) if diff else 0.0
 
 
 def welch(a, b) -> float:
@@ -66,4 +69,6 @@ def loglog_fit(x, y, conf: float = 0.95) -> LogLogFit:
     lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
     r = stats.linregress(lx, ly)
     h = float(stats.t.ppf((1 + conf) / 2, max(lx.size - 2, 1)) * r.stderr) if lx.size > 2 else math.nan
-    return LogLogFit(float(r.slope), float(r.intercept), float(r.slope - h), float(r.slope + h), float(r.rvalue**2))
+    return LogLogFit(
+        float(r.slope), float(r.intercept), float(r.slope - h), float(r.slope + h), float(r.rvalue**2)
+    )

@@ -45,16 +45,27 @@ def layer_grad_norms(model: nn.Module) -> list[float]:
     """L2 norm of the gradient of each block's parameters, in layer order."""
     out = []
     for block in model.blocks:
-        sq = sum(float(p.grad.detach().double().pow(2).sum()) for p in block.parameters() if p.grad is not None)
+        sq = sum(
+            float(p.grad.detach().double().pow(2).sum()) for p in block.parameters() if p.grad is not None
+        )
         out.append(math.sqrt(sq))
     return out
 
 
+def _forward_loss(model: nn.Module, batch, device, label_smoothing: float = 0.0) -> torch.Tensor:
+    """batch is (x, y) or (x, y, pad_mask); targets -1 are ignored."""
+    x, y, *rest = batch
+    pad = rest[0].to(device) if rest else None
+    logits = model(x.to(device), pad_mask=pad) if pad is not None else model(x.to(device))
+    return lm_loss(logits, y.to(device), label_smoothing)
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, batches, device) -> float:
+    """Mean loss over fixed batches in eval mode (BatchNorm uses running statistics)."""
     was_training = model.training
     model.eval()
-    losses = [float(lm_loss(model(x.to(device)), y.to(device))) for x, y in batches]
+    losses = [float(_forward_loss(model, b, device)) for b in batches]
     model.train(was_training)
     return sum(losses) / len(losses)
 
@@ -67,10 +78,13 @@ def train_lm(
     *,
     label_smoothing: float = 0.0,
     on_eval: Callable[[int, nn.Module], dict] | None = None,
+    sample: Callable[[torch.Generator], tuple] | None = None,
+    val_batches: list | None = None,
     progress: bool = True,
     desc: str = "train",
 ) -> dict:
-    """Train `model` on random windows of the training text; return curves and outcomes.
+    """Train `model` on random windows of the training text (or on `sample(gen)` batches, e.g. padded
+    lines: (x, y) or (x, y, pad_mask)); evaluate on `val_batches` (default: fixed validation windows).
 
     Returns a JSON-ready dict: train_loss per step, val_loss at eval steps, grad_norms (per layer) at
     step 0 and eval steps, `diverged_at` (first step whose loss or gradient is not finite, else None),
@@ -78,9 +92,23 @@ def train_lm(
     """
     model.to(device).train()
     gen = torch.Generator().manual_seed(t.seed)
-    val_batches = eval_windows(corpus.val, t.eval_batches, t.batch_size, t.seq_len)
+    if val_batches is None:
+        val_batches = eval_windows(corpus.val, t.eval_batches, t.batch_size, t.seq_len)
+    if sample is None:
+
+        def sample(g):
+            return random_windows(corpus.train, t.batch_size, t.seq_len, g)
+
     opt = make_optimizer(model, t)
-    out = {"train_loss": [], "eval_steps": [], "val_loss": [], "grad_steps": [], "grad_norms": [], "probes": [], "diverged_at": None}
+    out = {
+        "train_loss": [],
+        "eval_steps": [],
+        "val_loss": [],
+        "grad_steps": [],
+        "grad_norms": [],
+        "probes": [],
+        "diverged_at": None,
+    }
     grad_every = t.log_grad_every or t.eval_every
 
     def do_eval(step):
@@ -96,18 +124,20 @@ def train_lm(
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, t)
-        x, y = random_windows(corpus.train, t.batch_size, t.seq_len, gen)
-        loss = lm_loss(model(x.to(device)), y.to(device), label_smoothing)
+        batch = sample(gen)
+        loss = _forward_loss(model, batch, device, label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        lv = float(loss)
+        lv = float(loss.detach())
         if step == 0 or (step + 1) % grad_every == 0:
             out["grad_steps"].append(step)
             out["grad_norms"].append(layer_grad_norms(model))
         if t.grad_clip is not None:
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         else:
-            gnorm = torch.sqrt(sum(p.grad.detach().pow(2).sum() for p in model.parameters() if p.grad is not None))
+            gnorm = torch.sqrt(
+                sum(p.grad.detach().pow(2).sum() for p in model.parameters() if p.grad is not None)
+            )
         if not (math.isfinite(lv) and math.isfinite(float(gnorm))):
             out["diverged_at"] = step
             out["train_loss"].append(lv if math.isfinite(lv) else None)
@@ -128,5 +158,5 @@ def train_lm(
     out["final_val"] = out["val_loss"][-1] if out["diverged_at"] is None else None
     out["best_val"] = min(vals) if vals else None
     out["seconds"] = seconds
-    out["tokens_per_s"] = len(out["train_loss"]) * t.batch_size * t.seq_len / seconds
+    out["steps_per_s"] = len(out["train_loss"]) / seconds
     return out

