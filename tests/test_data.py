@@ -2,14 +2,16 @@
 
 import torch
 
-from tfclaims.data import PAD, VAL_WORKS, load_corpus, pad_batch, random_windows
+from tfclaims.data import PAD, VAL_WORKS, corpus_files, load_corpus, pad_batch, random_windows
 
 
 def test_split_by_whole_works_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("TFCLAIMS_CACHE", str(tmp_path))
     c = load_corpus()
     assert set(c.val_works) == set(VAL_WORKS) and not set(c.val_works) & set(c.train_works)
-    assert len(c.train_works) + len(c.val_works) == 41
+    assert (
+        len(c.train_works) + len(c.val_works) == len(corpus_files()) == 42
+    )  # every *_gut.txt work, none twice
     assert 0.08 < c.val.numel() / (c.train.numel() + c.val.numel()) < 0.15
     assert len(list(tmp_path.glob("shakespeare-*.pt"))) == 1
     c2 = load_corpus()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from .experiment import Experiment
@@ -18,6 +19,7 @@ def experiments_dir() -> Path:
 def load_file(path: Path) -> Experiment:
     spec = importlib.util.spec_from_file_location(f"tfclaims_experiments.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # so that inspect (the code hash) finds the source file
     spec.loader.exec_module(module)
     found = [
         v
