@@ -24,7 +24,7 @@ def reference_model(cfg: ModelConfig) -> tuple[nn.Module, str]:
 
         hf = transformers.GPT2Config(
             vocab_size=cfg.vocab_size, n_positions=cfg.max_seq_len, n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=cfg.norm_eps,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=cfg.norm_eps, bos_token_id=0, eos_token_id=0,
         )  # fmt: skip
         model = transformers.GPT2LMHeadModel(hf)
         model.config._attn_implementation = "sdpa"

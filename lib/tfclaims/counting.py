@@ -74,7 +74,11 @@ def matmul_flops(m: int, k: int, n: int) -> int:
 def attention_projection_flops(c: ModelConfig, T: int, batch: int = 1) -> int:
     """W_q, W_k, W_v, W_o applied to batch*T tokens."""
     q, kv = c.n_heads * c.dk, c.kv_heads * c.dk
-    return matmul_flops(batch * T, c.d_model, q) + 2 * matmul_flops(batch * T, c.d_model, kv) + matmul_flops(batch * T, q, c.d_model)
+    return (
+        matmul_flops(batch * T, c.d_model, q)
+        + 2 * matmul_flops(batch * T, c.d_model, kv)
+        + matmul_flops(batch * T, q, c.d_model)
+    )
 
 
 def attention_score_flops(c: ModelConfig, T: int, S: int | None = None, batch: int = 1) -> int:

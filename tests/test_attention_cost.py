@@ -1,0 +1,136 @@
+"""What attention costs: counted FLOPs = closed forms, saved-for-backward bytes = hand-derived counts, KV-cache size."""
+
+import importlib.util
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tfclaims.attention import Attention, KVCache
+from tfclaims.blocks import Block
+from tfclaims.config import ModelConfig
+from tfclaims.counting import (
+    attention_flops,
+    attention_projection_flops,
+    attention_score_flops,
+    block_flops,
+    ffn_flops,
+    kv_cache_bytes,
+    lm_forward_flops,
+    score_crossover_length,
+)
+from tfclaims.measure import count_flops, saved_bytes
+from tfclaims.models import LM
+from tfclaims.registry import REPO_ROOT
+
+
+def _experiment_module(name):
+    spec = importlib.util.spec_from_file_location(f"_test_{name}", REPO_ROOT / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(
+    "backend, causal, heads, kv",
+    list(itertools.product(["explicit", "sdpa"], [False, True], [1, 4], [None, 1])),
+)
+def test_counted_attention_and_block_flops_equal_closed_forms(backend, causal, heads, kv):
+    B, T, d = 2, 24, 32
+    c = ModelConfig(
+        d_model=d, n_heads=heads, n_kv_heads=kv, attn_backend=backend, causal=causal, max_seq_len=T
+    )
+    blk = Block(c)
+    x = torch.randn(B, T, d)
+    with torch.no_grad():
+        assert count_flops(lambda: blk.attn(x)) == attention_flops(c, T, batch=B)
+        assert count_flops(lambda: blk(x)) == block_flops(c, T, batch=B)
+    # by hand for MHA: 4 projections 2*B*T*d*d each, QK^T and PV 2*B*T*T*d each, FFN 2 * 2*B*T*d*4d
+    if kv is None:
+        assert attention_flops(c, T, batch=B) == 4 * 2 * B * T * d * d + 2 * 2 * B * T * T * d
+        assert block_flops(c, T, batch=B) == attention_flops(c, T, batch=B) + 2 * 2 * B * T * d * 4 * d
+
+
+def test_swiglu_lm_and_cached_step_flops_equal_closed_forms():
+    c = ModelConfig(
+        vocab_size=50,
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        n_layers=2,
+        ffn="swiglu",
+        d_ff=48,
+        max_seq_len=40,
+        pos="rope",
+    )
+    model = LM(c).eval()
+    idx = torch.randint(0, 50, (1, 40))
+    with torch.no_grad():
+        assert count_flops(lambda: model(idx)) == lm_forward_flops(c, 40)
+        cache = KVCache.for_model(c, 1, 40)
+        model(idx[:, :39], cache=cache)  # 39 positions cached
+        assert count_flops(lambda: model(idx[:, 39:], cache=cache)) == lm_forward_flops(c, 1, 40)
+    assert ffn_flops(c, 1) == 3 * 2 * 32 * 48
+
+
+def test_head_count_leaves_flops_unchanged_and_crossover_is_6d():
+    d, n = 64, 96
+    counts = set()
+    for h in (1, 2, 4, 8, 16):
+        c = ModelConfig(d_model=d, n_heads=h, causal=False, max_seq_len=n)
+        att = Attention(c)
+        with torch.no_grad():
+            counts.add(count_flops(lambda: att(torch.randn(1, n, d))))  # noqa: B023 (called at once)
+    assert len(counts) == 1
+    c = ModelConfig(d_model=d, n_heads=4, max_seq_len=n)
+    assert score_crossover_length(c) == 6 * d
+    # counted: at n = 6d (d = 16, n = 96) QK^T + PV cost exactly as much as the four projections and the FFN
+    c16 = ModelConfig(d_model=16, n_heads=2, causal=False, max_seq_len=96)
+    q, x = torch.randn(1, 2, 96, 8), torch.randn(1, 96, 16)
+    a, ffn = Block(c16).attn, Block(c16).ffn
+    with torch.no_grad():
+        scores = count_flops(lambda: F.scaled_dot_product_attention(q, q, q))
+        dense = count_flops(lambda: (a.wq(x), a.wk(x), a.wv(x), a.wo(x), ffn(x)))
+    assert (
+        scores
+        == attention_score_flops(c16, 96)
+        == dense
+        == attention_projection_flops(c16, 96) + ffn_flops(c16, 96)
+    )
+
+
+def test_saved_bytes_of_attention_on_a_case_computed_by_hand():
+    B, h, n, dk = 1, 2, 8, 4
+    q, k, v = (torch.randn(B, h, n, dk, requires_grad=True) for _ in range(3))
+    # explicit: QK^T keeps q and k (2 * 64 floats), softmax keeps P (2*8*8 = 128 floats), PV keeps P and v (64)
+    explicit = saved_bytes(lambda: ((q @ k.transpose(-2, -1)) * dk**-0.5).softmax(-1) @ v)
+    assert explicit == 4 * (64 + 64 + 128 + 64) == 1280
+    # fused CPU kernel: q, k, v, the output (4 * 64 floats) and one log-sum-exp per row (2 * 8 floats)
+    fused = saved_bytes(lambda: F.scaled_dot_product_attention(q, k, v))
+    assert fused == 4 * (4 * 64 + 16) == 1088
+
+
+@pytest.mark.parametrize("n", [64, 128])
+def test_fused_kernel_keeps_a_row_statistic_not_the_matrix_and_hand_formulas_hold(n):
+    fm = _experiment_module("flash_memory")
+    B, h, dk = 1, 2, 8
+    q, k, v = (torch.randn(B, h, n, dk, requires_grad=True) for _ in range(3))
+    inv = fm.saved_inventory(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    shapes = sorted(tuple(t["shape"]) for t in inv)
+    assert shapes == sorted([(B, h, n)] + [(B, h, n, dk)] * 4)  # lse + q, k, v, output; nothing n x n
+    assert saved_bytes(lambda: F.scaled_dot_product_attention(q, k, v)) == fm.hand_bytes("fused", B, h, n, dk)
+    core = Attention(ModelConfig(d_model=h * dk, n_heads=h, attn_backend="explicit"))
+    assert saved_bytes(lambda: core._explicit(q, k, v, None)) == fm.hand_bytes("explicit", B, h, n, dk)
+    mod = Attention(ModelConfig(d_model=h * dk, n_heads=h, max_seq_len=n))  # causal, SDPA backend
+    x = torch.randn(B, n, h * dk)
+    assert saved_bytes(lambda: mod(x), exclude=tuple(mod.parameters())) == fm.hand_bytes(
+        "module_sdpa", B, h, n, dk
+    )
+
+
+@pytest.mark.parametrize("kv", [None, 2, 1])
+def test_kv_cache_bytes_equal_closed_form(kv):
+    c = ModelConfig(d_model=64, n_heads=8, n_kv_heads=kv, n_layers=3, max_seq_len=100)
+    cache = KVCache.for_model(c, 5, 100)
+    assert cache.nbytes() == kv_cache_bytes(c, 100, batch=5) == 2 * 3 * 5 * c.kv_heads * 100 * 8 * 4

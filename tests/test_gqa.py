@@ -1,0 +1,131 @@
+"""MHA -> GQA/MQA conversion, cached decoding of converted models, and the KV-byte counts of gqa_throughput."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tfclaims.attention import KVCache
+from tfclaims.config import ModelConfig
+from tfclaims.convert import convert_kv_heads, pool_heads
+from tfclaims.models import LM, n_params
+from tfclaims.registry import REPO_ROOT, load_file
+
+EXP = type(load_file(REPO_ROOT / "experiments" / "gqa_throughput.py"))
+
+
+def mha(pos="learned", backend="sdpa", **kw):
+    cfg = ModelConfig(
+        vocab_size=40,
+        d_model=48,
+        n_layers=2,
+        n_heads=8,
+        head_dim=6,
+        max_seq_len=32,
+        pos=pos,
+        attn_backend=backend,
+        **kw,
+    )
+    return LM(cfg).eval()
+
+
+def test_pool_heads_by_hand():
+    # 4 heads of size 2 (rows), one input column: heads are [0,1], [2,3], [4,5], [6,7]
+    w = torch.arange(8.0).view(8, 1)
+    assert pool_heads(w, 4, 2, "mean").flatten().tolist() == [1.0, 2.0, 5.0, 6.0]
+    assert pool_heads(w, 4, 2, "first").flatten().tolist() == [0.0, 1.0, 4.0, 5.0]
+    assert pool_heads(w, 4, 1, "mean").flatten().tolist() == [3.0, 4.0]
+    assert torch.equal(pool_heads(w, 4, 4, "mean"), w)
+    with pytest.raises(ValueError, match="must divide"):
+        pool_heads(w, 4, 3, "mean")
+
+
+@pytest.mark.parametrize("method", ["mean", "first"])
+@pytest.mark.parametrize("kv", [4, 2, 1])
+def test_conversion_matches_grouped_attention_computed_by_hand(method, kv):
+    """Every K/V head of a converted model is the pool of its group: compare layer 0 with an independent
+    attention that pools the source's per-head keys and values (linear maps commute with pooling)."""
+    src = mha(pos="none")
+    dst = convert_kv_heads(src, kv, method)
+    assert dst.cfg.kv_heads == kv and dst.blocks[0].attn.wk.out_features == kv * 6
+    x = torch.randn(3, 10, 48)
+    a = src.blocks[0].attn
+    B, T, _ = x.shape
+    q = a.wq(x).view(B, T, 8, 6).transpose(1, 2)
+    k = a.wk(x).view(B, T, kv, 8 // kv, 6)  # source heads in groups of 8 // kv
+    v = a.wv(x).view(B, T, kv, 8 // kv, 6)
+    k, v = (k.mean(3), v.mean(3)) if method == "mean" else (k[:, :, :, 0], v[:, :, :, 0])
+    k = k.transpose(1, 2).repeat_interleave(8 // kv, dim=1)  # (B, 8, T, 6)
+    v = v.transpose(1, 2).repeat_interleave(8 // kv, dim=1)
+    y = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True).float()
+    ref = a.wo(y.transpose(1, 2).reshape(B, T, 48))
+    with torch.no_grad():
+        torch.testing.assert_close(dst.blocks[0].attn(x), ref, atol=1e-5, rtol=1e-4)
+    # everything but the K/V projections is copied unchanged
+    s, d = src.state_dict(), dst.state_dict()
+    assert all(torch.equal(s[n], d[n]) for n in s if ".wk." not in n and ".wv." not in n)
+    assert n_params(src) - n_params(dst) == 2 * 2 * (8 - kv) * 6 * (
+        48 + 1
+    )  # 2 layers, K and V, weights + biases
+
+
+@pytest.mark.parametrize("method", ["mean", "first"])
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_identical_heads_convert_exactly(method, pos):
+    """A model whose K/V heads are all equal gives the same outputs after conversion, for every target."""
+    src = mha(pos=pos)
+    with torch.no_grad():
+        for blk in src.blocks:
+            for lin in (blk.attn.wk, blk.attn.wv):
+                lin.weight.copy_(lin.weight[:6].repeat(8, 1))
+                lin.bias.copy_(lin.bias[:6].repeat(8))
+    idx = torch.randint(0, 40, (2, 17))
+    with torch.no_grad():
+        ref = src(idx)
+        for kv in (4, 2, 1):
+            torch.testing.assert_close(convert_kv_heads(src, kv, method)(idx), ref, atol=1e-5, rtol=1e-5)
+    # and with distinct heads the conversion does change the outputs (the test above can fail)
+    other = mha(pos=pos)
+    with torch.no_grad():
+        assert (convert_kv_heads(other, 1, method)(idx) - other(idx)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "explicit"])
+@pytest.mark.parametrize("kv", [8, 4, 2, 1])
+def test_converted_model_decodes_with_cache_like_full_forward(backend, kv):
+    model = convert_kv_heads(mha(pos="rope", backend=backend), kv, "mean")
+    idx = torch.randint(0, 40, (2, 20))
+    with torch.no_grad():
+        full = model(idx)
+        cache = KVCache.for_model(model.cfg, 2, 20)
+        parts = [model(idx[:, :7], cache=cache)] + [
+            model(idx[:, t : t + 1], cache=cache) for t in range(7, 20)
+        ]
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-4)
+    assert cache.k[0].shape == (2, kv, 20, 6)
+
+
+def test_conversion_keeps_dtype_device_and_mode():
+    src = mha().double().train()
+    dst = convert_kv_heads(src, 2)
+    assert dst.head.weight.dtype == torch.float64 and dst.training
+    assert dst.head.weight.data_ptr() == dst.stack.tok.weight.data_ptr()  # tied weights stay tied
+
+
+@pytest.mark.parametrize("kv", [8, 4, 2, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_cache_bytes_closed_form_matches_allocated_tensors(kv, dtype):
+    cfg = ModelConfig(d_model=64, n_layers=3, n_heads=8, n_kv_heads=kv)
+    cache = KVCache.for_model(cfg, batch=5, max_len=19, dtype=dtype)
+    allocated = sum(t.untyped_storage().nbytes() for t in cache.k + cache.v)
+    elt = torch.finfo(dtype).bits // 8
+    assert EXP.kv_cache_bytes(cfg, 5, 19, elt) == cache.nbytes() == allocated == 2 * 3 * 5 * kv * 19 * 8 * elt
+    # bytes read by one decoding step that attends to 19 keys: the whole filled cache
+    assert EXP.kv_read_bytes(cfg, 5, 19, elt) == allocated
+
+
+def test_weight_bytes_read_per_step_count_every_matrix_once():
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=64)
+    model = LM(cfg)
+    # all parameters (the tied embedding/head matrix once) except the positional table, of which only B rows are read
+    expect = 4 * (n_params(model) - 64 * 32 + 3 * 32)
+    assert EXP.weight_read_bytes(model, batch=3) == expect
