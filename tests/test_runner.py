@@ -110,13 +110,32 @@ def test_failed_run_is_recorded_others_kept_and_result_untouched(tmp_path):
     assert sorted(CALLS) == [(1, 0), (1, 1)]
 
 
-def test_corrupt_record_is_rerun_not_trusted(tmp_path):
+def test_corrupt_record_is_bad_input_and_left_alone_unless_forced(tmp_path):
     run(tmp_path)
     victim = sorted((tmp_path / "toy" / "runs").glob("*.json"))[0]
     victim.write_text('{"status": "ok", "metr')
     CALLS.clear()
-    assert run(tmp_path)[0] == 0 and len(CALLS) == 1
-    assert json.loads(victim.read_text())["status"] == "ok"
+    with pytest.raises(BadInput, match="corrupt run record"):
+        run(tmp_path)
+    assert CALLS == [] and victim.read_text() == '{"status": "ok", "metr'  # nothing ran, nothing overwritten
+    assert run(tmp_path, force=True)[0] == 0 and json.loads(victim.read_text())["status"] == "ok"
+
+
+def test_overridden_seeds_or_settings_make_a_result_stale(tmp_path):
+    run(tmp_path, profile="default")
+    assert stale_results({"toy": Toy()}, tmp_path) == []
+    run(tmp_path, profile="default", seeds=[0])
+    assert "default profile" in stale_results({"toy": Toy()}, tmp_path)[0]
+    run(tmp_path, profile="default", overrides={"n": 3})
+    assert "default profile" in stale_results({"toy": Toy()}, tmp_path)[0]
+
+
+def test_comments_docstrings_and_layout_do_not_enter_the_code_hash():
+    src = 'def run_one(x):\n    """Doc."""\n    return x + 1\n'
+    assert _strip_analysis(src) == _strip_analysis(
+        "# note\n\n\ndef run_one(x):  # why\n    return (x +\n 1)\n"
+    )
+    assert _strip_analysis(src) != _strip_analysis(src.replace("x + 1", "x + 2"))
 
 
 def test_bad_profile_and_overrides_are_bad_input(tmp_path):

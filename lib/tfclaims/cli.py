@@ -13,8 +13,9 @@ from pathlib import Path
 
 from .config import ConfigError
 from .data import CorpusError
-from .device import DeviceError, resolve_device
+from .device import DeviceError
 from .experiment import PROFILES, Experiment
+from .launch import LAUNCHERS, Launcher, LauncherError
 from .registry import REPO_ROOT
 from .runner import BadInput, run_experiment
 
@@ -81,10 +82,65 @@ def add_run_options(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--no-report", action="store_true", help="do not rebuild the report afterwards")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    g = ap.add_argument_group("where runs execute (see README: Running on a cluster)")
+    g.add_argument(
+        "--launcher",
+        default=os.environ.get("TFCLAIMS_LAUNCHER", "local"),
+        help=f"one of {', '.join(LAUNCHERS)} (default: local, or $TFCLAIMS_LAUNCHER)",
+    )
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local-parallel: worker processes (default: one per GPU, else cores/2)",
+    )
+    g.add_argument("--slurm-partition", default=None, help="SLURM partition ($TFCLAIMS_SLURM_PARTITION)")
+    g.add_argument("--slurm-account", default=None, help="SLURM account ($TFCLAIMS_SLURM_ACCOUNT)")
+    g.add_argument("--slurm-qos", default=None, help="SLURM QOS ($TFCLAIMS_SLURM_QOS)")
+    g.add_argument(
+        "--slurm-time", type=int, default=None, help="minutes per job (default 120; $TFCLAIMS_SLURM_TIME_MIN)"
+    )
+    g.add_argument(
+        "--slurm-gpus", type=int, default=None, help="GPUs per job (default 1; $TFCLAIMS_SLURM_GPUS)"
+    )
+    g.add_argument(
+        "--slurm-cpus", type=int, default=None, help="CPUs per job (default 4; $TFCLAIMS_SLURM_CPUS)"
+    )
+    g.add_argument("--slurm-mem-gb", type=float, default=None, help="memory per job ($TFCLAIMS_SLURM_MEM_GB)")
+    g.add_argument(
+        "--slurm-array-parallelism",
+        type=int,
+        default=None,
+        help="jobs of one array at once (default 64; $TFCLAIMS_SLURM_ARRAY_PARALLELISM)",
+    )
+    g.add_argument(
+        "--submitit-cluster",
+        default=None,
+        help="submitit backend for --launcher slurm: slurm (default), or local to run the jobs on this machine",
+    )
+    g.add_argument("--log-dir", default=None, help="job logs (default: logs/)")
+
+
+def launcher_from(args) -> Launcher:
+    return Launcher.from_options(
+        args.launcher,
+        workers=args.workers,
+        partition=args.slurm_partition,
+        account=args.slurm_account,
+        qos=args.slurm_qos,
+        time_min=args.slurm_time,
+        gpus=args.slurm_gpus,
+        cpus=args.slurm_cpus,
+        mem_gb=args.slurm_mem_gb,
+        array_parallelism=args.slurm_array_parallelism,
+        cluster=args.submitit_cluster,
+        log_dir=args.log_dir,
+    )
 
 
 def _run(exps: list[Experiment], args) -> int:
-    device = resolve_device(args.device)
+    launcher = launcher_from(args)
+    device = launcher.device(args.device)
     root = results_root(args.results_dir)
     code = 0
     for exp in exps:
@@ -98,6 +154,7 @@ def _run(exps: list[Experiment], args) -> int:
             force=args.force,
             progress=not args.no_progress,
             log=lambda m: print(m, file=sys.stderr),
+            launcher=launcher,
         )
         code = max(code, rc)
     if not args.no_report:
@@ -111,7 +168,7 @@ def _guard(fn) -> int:
     """Turn user errors into one line on stderr and exit code 2."""
     try:
         return fn()
-    except (BadInput, ConfigError, DeviceError, CorpusError) as e:
+    except (BadInput, ConfigError, DeviceError, CorpusError, LauncherError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,23 +6,27 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import json
 import os
 import re
 from pathlib import Path
 
 from .io import atomic_write_text
 from .registry import REPO_ROOT, load_all
+from .runner import load_result, result_problems
 
 README_START, README_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
 BADGE = {"supported": "#2e7d32", "refuted": "#c62828", "mixed": "#ef6c00", "inconclusive": "#616161"}
 
 
 def load_results(results_root: Path) -> list[dict]:
-    order = list(load_all())
+    exps = load_all()
+    order = list(exps)
     found = {}
     for path in results_root.glob("*/result.json"):
-        res = json.loads(path.read_text())
+        res = load_result(path)
+        if res.get("claim_id") in exps:
+            problems = result_problems(exps[res["claim_id"]], res, results_root)
+            res["stale"] = [p.split(": ", 1)[1] for p in problems if "from profile" not in p]
         found[res["claim_id"]] = res
     return [found[c] for c in order if c in found] + [r for c, r in sorted(found.items()) if c not in order]
 
@@ -50,7 +54,7 @@ def _blocks(results: list[dict], results_root: Path, report_root: Path) -> list[
             [
                 f"[`{r['claim_id']}`](#{r['claim_id']})",
                 r.get("notes_say", ""),
-                f"**{r['verdict']}**",
+                _verdict_cell(r),
                 r.get("key_number", ""),
                 r.get("anchor_number", ""),
             ]
@@ -62,6 +66,13 @@ def _blocks(results: list[dict], results_root: Path, report_root: Path) -> list[
         B.append(("h2", f"{i}. `{cid}` — {r.get('title', '')}", cid))
         B.append(("p", f"**Claim.** {r['statement']}"))
         B.append(("verdict", r["verdict"], r.get("summary", "")))
+        if r.get("stale"):
+            B.append(
+                (
+                    "p",
+                    "**Out of date.** This result no longer matches the code: " + "; ".join(r["stale"]) + ".",
+                )
+            )
         if r.get("anchors"):
             B.append(("h3", "Anchors"))
             B.append(("ul", r["anchors"]))
@@ -223,12 +234,16 @@ def render_bib(results: list[dict]) -> str:
     return "\n\n".join(entries) + "\n"
 
 
+def _verdict_cell(r: dict) -> str:
+    return f"**{r['verdict']}**" + (" (out of date)" if r.get("stale") else "")
+
+
 def readme_table(results: list[dict]) -> str:
     rows = [["Claim", "Verdict", "Key number"]]
     rows += [
         [
             f"[`{r['claim_id']}`](report/report.md#{r['claim_id']})",
-            f"**{r['verdict']}**",
+            _verdict_cell(r),
             r.get("key_number", ""),
         ]
         for r in results

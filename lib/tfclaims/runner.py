@@ -14,16 +14,22 @@ import datetime as dt
 import hashlib
 import inspect
 import json
+import os
+import socket
 import traceback
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from .config import ConfigError
+from .data import CorpusError, corpus_files
 from .device import environment, git_commit, seed_all
 from .experiment import PROFILES, Experiment, Output, RunContext, Verdict
 from .io import atomic_write_json
+from .launch import Launcher
+from .registry import load_file
 
 PKG_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PKG_DIR.parents[1]
@@ -43,7 +49,19 @@ ANALYSIS_ONLY = {
 }
 # Parts of an experiment file that do not change runs: analysis, figures and prose.
 _SKIP_FUNCS = ("analyse", "plot", "_plot", "describe")
-_TEXT_FIELDS = {"title", "order", "statement", "notes_say", "anchors", "anchor_number", "method", "rule"}
+# `profiles` too: a run's settings enter its config hash, and the default profile is checked against
+# result.json by result_problems, so resizing `full` or `quick` does not invalidate default results.
+_TEXT_FIELDS = {
+    "title",
+    "order",
+    "statement",
+    "notes_say",
+    "anchors",
+    "anchor_number",
+    "method",
+    "rule",
+    "profiles",
+}
 
 
 class BadInput(Exception):
@@ -79,32 +97,45 @@ def _lib_imports(tree: ast.AST) -> set[str]:
     return {m for m in mods if (PKG_DIR / f"{m}.py").exists()}
 
 
+def _is_docstring(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def _normalise(tree: ast.AST) -> str:
+    """Source regenerated from the syntax tree less docstrings: comments, blank lines and layout drop out."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [c for c in body if not _is_docstring(c)] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
 def _strip_analysis(source: str) -> str:
-    """The experiment source without analysis functions and prose fields (they do not change runs)."""
+    """The experiment source without analysis functions, prose fields, docstrings and comments (none change runs)."""
     tree = ast.parse(source)
-    drop = []
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue
+        keep = []
         for child in body:
             if isinstance(child, ast.FunctionDef) and child.name.startswith(_SKIP_FUNCS):
-                drop.append((child.lineno - len(child.decorator_list), child.end_lineno))
-            elif isinstance(node, ast.ClassDef) and isinstance(child, (ast.Assign, ast.AnnAssign)):
+                continue
+            if isinstance(node, ast.ClassDef) and isinstance(child, (ast.Assign, ast.AnnAssign)):
                 targets = child.targets if isinstance(child, ast.Assign) else [child.target]
                 if any(isinstance(t, ast.Name) and t.id in _TEXT_FIELDS for t in targets):
-                    drop.append((child.lineno, child.end_lineno))
-    lines = source.splitlines()
-    keep = [True] * len(lines)
-    for a, b in drop:
-        for i in range(a - 1, b):
-            keep[i] = False
-    return "\n".join(line for line, k in zip(lines, keep) if k)
+                    continue
+            keep.append(child)
+        node.body = keep
+    return _normalise(tree)
 
 
-def code_hash(exp: Experiment) -> str:
-    src_file = Path(inspect.getsourcefile(type(exp)))
-    source = src_file.read_text()
+def _lib_modules(source: str) -> list[str]:
+    """Library modules an experiment source imports, transitively, that can change a run's numbers."""
     todo, seen = list(_lib_imports(ast.parse(source))), set()
     while todo:
         m = todo.pop()
@@ -112,12 +143,84 @@ def code_hash(exp: Experiment) -> str:
             continue
         seen.add(m)
         todo.extend(_lib_imports(ast.parse((PKG_DIR / f"{m}.py").read_text())))
-    parts = [_strip_analysis(source)] + [f"{m}\n{(PKG_DIR / f'{m}.py').read_text()}" for m in sorted(seen)]
+    return sorted(seen)
+
+
+def code_hash(exp: Experiment) -> str:
+    source = Path(inspect.getsourcefile(type(exp))).read_text()
+    parts = [_strip_analysis(source)]
+    parts += [
+        f"{m}\n{_normalise(ast.parse((PKG_DIR / f'{m}.py').read_text()))}" for m in _lib_modules(source)
+    ]
     return _sha("\n\0".join(parts))
 
 
 def config_hash(claim_id: str, cfg: dict, device: torch.device) -> str:
     return _sha(json.dumps({"claim": claim_id, "config": cfg, "device": device.type}, sort_keys=True))
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One pending (config, seed) run: everything a worker on any machine needs to run it and file it."""
+
+    experiment_file: str
+    claim_id: str
+    config: dict
+    config_hash: str
+    code_hash: str
+    run_id: str
+    device: str  # device type; it is part of config_hash
+    path: str  # where the record goes
+    progress: bool = False
+    launcher: str = "local"
+
+    def record(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "claim_id": self.claim_id,
+            "config": self.config,
+            "config_hash": self.config_hash,
+            "code_hash": self.code_hash,
+            "device": self.device,
+            "launcher": self.launcher,
+            "host": socket.gethostname(),
+            "job_id": os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID")),
+            "started_at": now(),
+        }
+
+
+_LOADED: dict[str, Experiment] = {}
+
+
+def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
+    """Run one task and write its record atomically; returns the status. Runs in the caller or a worker.
+
+    An exception in the run is recorded as a failed run (the sweep goes on); a worker whose copy of the
+    code no longer matches the sweep's code hash refuses to run rather than file a mislabelled result.
+    """
+    rec = task.record()
+    try:
+        if exp is None:
+            if task.experiment_file not in _LOADED:
+                _LOADED[task.experiment_file] = load_file(Path(task.experiment_file))
+            exp = _LOADED[task.experiment_file]
+            if code_hash(exp) != task.code_hash:
+                raise RuntimeError(
+                    f"the code on {rec['host']} differs from the code the sweep was launched with"
+                )
+        if task.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"no CUDA GPU in this worker on {rec['host']}")
+        seed_all(int(task.config.get("seed", 0)))
+        device = torch.device(task.device)
+        rec["metrics"] = exp.run_one(task.config, RunContext(device=device, progress=task.progress))
+        rec["status"] = "ok"
+    except Exception as e:  # a failing run is logged and kept; the others go on
+        rec["status"] = "failed"
+        rec["error"] = f"{type(e).__name__}: {e}"
+        rec["traceback"] = traceback.format_exc()
+    rec["finished_at"] = now()
+    atomic_write_json(Path(task.path), rec)
+    return rec["status"]
 
 
 def resolve_profile(exp: Experiment, profile: str, seeds=None, overrides: dict | None = None) -> dict:
@@ -148,6 +251,7 @@ def run_experiment(
     force: bool = False,
     progress: bool = True,
     log=print,
+    launcher: Launcher | None = None,
 ) -> tuple[int, dict | None]:
     """Run (or reuse) every run of the grid and analyse. Returns (exit code, result dict or None)."""
     p = resolve_profile(exp, profile, seeds, overrides)
@@ -167,41 +271,51 @@ def run_experiment(
 
     started = now()
     chash = code_hash(exp)
-    records, failed, reused = [], 0, 0
-    bar = tqdm(configs, desc=f"{exp.claim_id} [{profile}]", disable=not progress, unit="run")
-    for cfg in bar:
+    _check_corpus(exp)
+    launcher = launcher or Launcher()
+    tasks, n_reused = [], 0
+    for cfg in configs:
         cfg_h = config_hash(exp.claim_id, cfg, device)
         run_id = _sha(cfg_h + chash)
         path = runs_dir / f"{run_id}.json"
-        rec = _load_record(path)
+        rec = _load_record(path, force)
         if rec is not None and rec.get("status") == "ok" and not force:
-            records.append(rec)
-            reused += 1
+            n_reused += 1
             continue
-        rec = {
-            "run_id": run_id,
-            "claim_id": exp.claim_id,
-            "config": cfg,
-            "config_hash": cfg_h,
-            "code_hash": chash,
-            "device": device.type,
-            "started_at": now(),
-        }
-        seed_all(int(cfg.get("seed", 0)))
-        try:
-            rec["metrics"] = exp.run_one(cfg, RunContext(device=device, progress=progress))
-            rec["status"] = "ok"
-        except Exception as e:  # a failing run is logged and kept; the others go on
-            rec["status"] = "failed"
-            rec["error"] = f"{type(e).__name__}: {e}"
-            rec["traceback"] = traceback.format_exc()
+        tasks.append(
+            RunTask(
+                str(inspect.getsourcefile(type(exp))),
+                exp.claim_id,
+                cfg,
+                cfg_h,
+                chash,
+                run_id,
+                device.type,
+                str(path),
+                progress and launcher.in_process,
+                launcher.name,
+            )
+        )
+    fn = partial(execute_run, exp=exp) if launcher.in_process else execute_run
+    for task, lost in launcher.map(
+        fn, tasks, desc=f"{exp.claim_id} [{profile}]", claim_id=exp.claim_id, progress=progress
+    ):
+        if lost is not None and _ok(_load_record(Path(task.path), True)) is None:
+            rec = task.record()
+            rec.update(
+                status="failed", error=lost.error, log=lost.log, log_tail=lost.log_tail, finished_at=now()
+            )
+            atomic_write_json(Path(task.path), rec)
+    records, failed = [], 0
+    for cfg in configs:
+        run_id = _sha(config_hash(exp.claim_id, cfg, device) + chash)
+        rec = _load_record(runs_dir / f"{run_id}.json", True) or {"status": "failed", "error": "no record"}
+        if rec.get("status") != "ok":
             failed += 1
-            log(f"run {run_id} of {exp.claim_id} failed: {rec['error']}")
-        rec["finished_at"] = now()
-        atomic_write_json(path, rec)
+            log(f"run {run_id} of {exp.claim_id} failed: {rec.get('error')}")
         records.append(rec)
     log(
-        f"{exp.claim_id}: {len(configs)} runs ({reused} reused, {len(configs) - reused - failed} run, {failed} failed)"
+        f"{exp.claim_id}: {len(configs)} runs ({n_reused} reused, {len(configs) - n_reused - failed} run, {failed} failed)"
     )
     if failed:
         log(
@@ -251,34 +365,83 @@ def run_experiment(
     return 0, result
 
 
-def _load_record(path: Path) -> dict | None:
-    """A finished record, or None when absent or unreadable (a corrupt file is rerun, not trusted)."""
+def _load_record(path: Path, force: bool = False) -> dict | None:
+    """A record, or None when absent. An unreadable one is bad input (nothing overwrites it) unless forced."""
     if not path.exists():
         return None
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as e:
+        if force:
+            return None
+        raise BadInput(
+            f"corrupt run record {path} ({type(e).__name__}); delete it (or pass --force) to rerun that run"
+        ) from None
+
+
+def _ok(rec: dict | None) -> dict | None:
+    return rec if rec is not None and rec.get("status") == "ok" else None
+
+
+def _check_corpus(exp: Experiment) -> None:
+    """Fail before any run, in one line, when the experiment reads the corpus and its package is missing."""
+    if "data" in _lib_modules(Path(inspect.getsourcefile(type(exp))).read_text()):
+        try:
+            corpus_files()
+        except CorpusError as e:
+            raise BadInput(str(e)) from None
+
+
+def load_result(path: Path) -> dict:
+    """A claim's result.json; a corrupt one is bad input (one line), never silently skipped."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(
+            f"corrupt result file {path} ({type(e).__name__}); rerun that claim to regenerate it"
+        ) from None
+
+
+def result_problems(exp: Experiment, res: dict, results_root: Path) -> list[str]:
+    """Why a result no longer stands for the code: wrong profile, changed code or config, missing records."""
+    cid, problems = exp.claim_id, []
+    if res.get("profile") != "default":
+        problems.append(f"{cid}: committed result is from profile {res.get('profile')!r}, not 'default'")
+    chash = code_hash(exp)
+    if res.get("code_hash") != chash:
+        problems.append(
+            f"{cid}: stale (code changed since its results were produced; rerun `make experiment NAME={cid}`)"
+        )
+    elif res.get("params") != json.loads(json.dumps(resolve_profile(exp, "default"))):
+        problems.append(
+            f"{cid}: stale (its parameters are not the default profile's: a --set or --seeds run, or the profile "
+            f"changed; rerun `make experiment NAME={cid}`)"
+        )
+    else:
+        try:
+            configs = exp.grid(resolve_profile(exp, "default"))
+            device = torch.device(res.get("device", "cpu"))
+            expected = sorted(_sha(config_hash(cid, c, device) + chash) for c in configs)
+        except (ConfigError, BadInput) as e:
+            expected = [f"invalid: {e}"]
+        if expected != sorted(res.get("run_ids", [])):
+            problems.append(
+                f"{cid}: stale (its runs are not the default profile's grid: seeds or settings were overridden, or "
+                f"the grid changed; rerun `make experiment NAME={cid}`)"
+            )
+    missing = [r for r in res.get("run_ids", []) if not (results_root / cid / "runs" / f"{r}.json").exists()]
+    if missing:
+        problems.append(f"{cid}: {len(missing)} run record(s) named in result.json are missing")
+    return problems
 
 
 def stale_results(experiments: dict[str, Experiment], results_root: Path) -> list[str]:
-    """Claims whose committed result.json was produced by code that no longer matches."""
+    """Claims whose committed result.json is missing or was produced by code or settings that no longer match."""
     problems = []
     for cid, exp in experiments.items():
         path = results_root / cid / "result.json"
         if not path.exists():
             problems.append(f"{cid}: no result.json")
             continue
-        res = json.loads(path.read_text())
-        if res.get("profile") != "default":
-            problems.append(f"{cid}: committed result is from profile {res.get('profile')!r}, not 'default'")
-        if res.get("code_hash") != code_hash(exp):
-            problems.append(
-                f"{cid}: stale (code changed since its results were produced; rerun `make experiment NAME={cid}`)"
-            )
-        missing = [
-            r for r in res.get("run_ids", []) if not (results_root / cid / "runs" / f"{r}.json").exists()
-        ]
-        if missing:
-            problems.append(f"{cid}: {len(missing)} run record(s) named in result.json are missing")
+        problems += result_problems(exp, load_result(path), results_root)
     return problems

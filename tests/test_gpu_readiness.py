@@ -1,0 +1,100 @@
+"""CUDA-only paths, checked without a GPU: synchronised timing, peak memory, the recorded TF32 flags (all
+with torch.cuda mocked), and the `full` profiles (sized for one GPU) validated and costed on the CPU."""
+
+import pytest
+import torch
+
+from tfclaims import device as device_mod
+from tfclaims.device import environment
+from tfclaims.measure import time_call
+from tfclaims.registry import load_all
+
+EXPS = load_all()
+GPU_BYTES = 80 * 2**30  # the `full` profiles are sized for one 80 GB GPU (A100/H100)
+
+
+def test_timing_synchronises_before_and_after_every_repeat_on_cuda(monkeypatch):
+    events = []
+    monkeypatch.setattr(device_mod.torch.cuda, "synchronize", lambda dev=None: events.append("sync"))
+    time_call(lambda: events.append("call"), device=torch.device("cuda"), warmup=1, repeats=3)
+    # warm-up unsynchronised, then every timed call bracketed: the clock covers the queued kernels
+    assert events == ["call"] + ["sync", "call", "sync"] * 3
+    events.clear()
+    time_call(lambda: events.append("call"), device="cpu", warmup=0, repeats=2)
+    assert events == ["call", "call"]  # nothing to wait for on the CPU
+
+
+def test_environment_records_cuda_and_tf32(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "Fake GPU 80GB")
+    env = environment(torch.device("cuda"))
+    assert env["device_name"] == "Fake GPU 80GB"
+    assert env["tf32_matmul"] == torch.backends.cuda.matmul.allow_tf32
+    assert env["tf32_cudnn"] == torch.backends.cudnn.allow_tf32 and "cuda" in env
+    assert "tf32_matmul" not in environment(torch.device("cpu"))
+
+
+def test_cuda_peak_memory_is_peak_minus_resident(monkeypatch):
+    import importlib.util
+
+    from tfclaims.registry import experiments_dir
+
+    spec = importlib.util.spec_from_file_location("_fm", experiments_dir() / "flash_memory.py")
+    fm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fm)
+    calls = []
+    for name in ("synchronize", "reset_peak_memory_stats"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name: calls.append(_n))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 1000)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 5096)
+    x = torch.randn(4, requires_grad=True)
+    assert fm.cuda_peak(lambda: x * 2) == 4096 and x.grad is not None
+    assert calls[:2] == ["synchronize", "reset_peak_memory_stats"] and calls[-1] == "synchronize"
+
+
+def _training_bytes(p: dict) -> int | None:
+    """AdamW training memory of the largest model a profile trains, fp32: weights, grads, two moments
+    (16 bytes a parameter) and activations (Korthikanti et al. 2022, per layer s·b·d·(34 + 5·h·s/d)
+    bytes in 16-bit, doubled for fp32)."""
+    d = p.get("d_model")
+    depth = p.get("n_layers") or max(p.get("depths") or [0])
+    if not (d and depth and p.get("batch") and p.get("seq_len")):
+        return None
+    h, s, b = p.get("n_heads", 8), p["seq_len"], p["batch"]
+    params = 12 * depth * d * d + 2 * 256 * d + s * d
+    acts = 2 * depth * s * b * d * (34 + 5 * h * s / d)
+    return int(16 * params + acts)
+
+
+@pytest.mark.parametrize("claim", list(EXPS))
+def test_full_profile_is_valid_and_fits_one_gpu(claim):
+    exp = EXPS[claim]
+    p = exp.profiles["full"]
+    configs = exp.grid(dict(p))  # raises on an invalid configuration
+    assert configs and set(exp.profiles["full"]) == set(exp.profiles["default"])
+    for dk, hk in (("d_model", "n_heads"), ("lm_d_model", "lm_heads")):
+        if dk in p and hk in p:
+            assert p[dk] % p[hk] == 0
+    for what, need in _estimates(claim, exp, p).items():
+        assert need < GPU_BYTES, f"{claim} {what}: needs ~{need / 2**30:.1f} GiB"
+
+
+def _estimates(claim, exp, p) -> dict:
+    if claim != "gqa_throughput":
+        need = _training_bytes(p)
+        return {} if need is None else {"training": need}
+    lm = {"d_model": p["lm_d_model"], "n_layers": p["lm_layers"], "n_heads": p["lm_heads"]}
+    n_kv = len(exp.grid(dict(p))[0]["kvs"])
+    c = exp.decode_config(p, p["n_heads"], max(p["contexts"]) + p["decode_steps"])
+    params = 12 * c.n_layers * c.d_model**2  # MHA: an upper bound for every variant
+    caches = sum(
+        exp.kv_cache_bytes(c.replace(n_kv_heads=kv), max(p["batches"]), c.max_seq_len, 2)
+        for kv in exp.grid(dict(p))[0]["kvs"]
+    )
+    # phases: every variant resident at once (bf16 for prefill, fp32 weights + AdamW moments for the training
+    # step), gradients and activations of one step at a time (fused attention: no s^2 term)
+    acts = 2 * p["train_len"] * p["train_batch"] * c.d_model * c.n_layers * 34
+    return {
+        "lm training": _training_bytes({**p, **lm}),
+        "decoding (bf16 weights + every variant's cache)": n_kv * 2 * params + caches,
+        "phases": n_kv * (2 + 12) * params + 4 * params + acts,
+    }

@@ -1,0 +1,224 @@
+"""Launchers: local, local-parallel and slurm (submitit's local executor, the same job path as a cluster)
+fill one cache with identical records; lost jobs are recorded with their log and retried; a sweep split
+across launchers finishes anywhere; killing a sweep (SIGINT, SIGKILL) at random points loses nothing."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tfclaims.launch import Launcher, LauncherError
+from tfclaims.registry import load_file
+from tfclaims.runner import RunTask, code_hash, execute_run, run_experiment
+
+# A toy claim in its own file, as workers in other processes load it by path. Each execution appends a
+# line to $TOY_CALLS; $TOY_SLEEP slows runs down; the run i=1, seed 0 kills its own process once when
+# $TOY_DIE_ONCE names a file that does not exist yet (a pre-empted or OOM-killed job).
+TOY = """
+import os, signal, time
+import torch
+from tfclaims.experiment import Experiment, Verdict
+
+
+class Toy(Experiment):
+    claim_id = "toy"
+    title = "toy"
+    statement = "toy claim"
+    rule = "supported if the mean is positive"
+    profiles = {"quick": {"n": 3, "seeds": [0, 1]}, "default": {"n": 12, "seeds": [0, 1, 2]},
+                "full": {"n": 12, "seeds": [0, 1, 2]}}
+
+    def grid(self, p):
+        return self.with_seeds([{"i": i} for i in range(p["n"])], p["seeds"])
+
+    def run_one(self, cfg, ctx):
+        with open(os.environ["TOY_CALLS"], "a") as f:
+            f.write(f"{cfg['i']},{cfg['seed']}\\n")
+        die = os.environ.get("TOY_DIE_ONCE")
+        if die and (cfg["i"], cfg["seed"]) == (1, 0) and not os.path.exists(die):
+            open(die, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(float(os.environ.get("TOY_SLEEP", "0")))
+        return {"value": cfg["i"] + float(torch.rand(())), "pid": os.getpid()}
+
+    def analyse(self, runs, p, out):
+        mean = sum(r["metrics"]["value"] for r in runs) / len(runs)
+        return Verdict("supported" if mean > 0 else "refuted", "toy", f"mean {mean:.3f}", {"mean": mean})
+"""
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    d = tmp_path / "experiments"
+    d.mkdir()
+    (d / "toy.py").write_text(textwrap.dedent(TOY))
+    monkeypatch.setenv("TOY_CALLS", str(tmp_path / "calls.txt"))
+    monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(d))
+    return load_file(d / "toy.py")
+
+
+def calls(tmp_path) -> list[tuple[int, int]]:
+    p = tmp_path / "calls.txt"
+    return [tuple(map(int, line.split(","))) for line in p.read_text().split()] if p.exists() else []
+
+
+def sweep(exp, root, launcher=None, **kw):
+    kw.setdefault("profile", "quick")
+    return run_experiment(
+        exp,
+        device=torch.device("cpu"),
+        results_root=root,
+        progress=False,
+        log=lambda m: None,
+        launcher=launcher,
+        **kw,
+    )
+
+
+def metrics(root) -> dict:
+    recs = [json.loads(p.read_text()) for p in (root / "toy" / "runs").glob("*.json")]
+    return {r["run_id"]: {k: v for k, v in r["metrics"].items() if k != "pid"} for r in recs}
+
+
+def test_every_launcher_writes_the_same_records(toy, tmp_path):
+    rc, local = sweep(toy, tmp_path / "a")
+    assert rc == 0
+    rc, par = sweep(toy, tmp_path / "b", Launcher("local-parallel", workers=2))
+    assert rc == 0
+    rc, slurm = sweep(
+        toy, tmp_path / "c", Launcher("slurm", cluster="local", log_dir=tmp_path / "logs", gpus=0)
+    )
+    assert rc == 0
+    assert local["run_ids"] == par["run_ids"] == slurm["run_ids"]
+    assert metrics(tmp_path / "a") == metrics(tmp_path / "b") == metrics(tmp_path / "c")  # seeded: identical
+    pids = {
+        json.loads(p.read_text())["metrics"]["pid"] for p in (tmp_path / "b" / "toy" / "runs").glob("*.json")
+    }
+    assert os.getpid() not in pids  # the parallel runs really ran in workers
+    launchers = {
+        json.loads(p.read_text())["launcher"] for p in (tmp_path / "c" / "toy" / "runs").glob("*.json")
+    }
+    assert launchers == {"slurm"}
+    assert local["verdict"] == par["verdict"] == slurm["verdict"]
+
+
+def test_a_sweep_split_across_launchers_finishes_anywhere(toy, tmp_path):
+    sweep(toy, tmp_path, seeds=[0])  # part of the grid here
+    sweep(toy, tmp_path, Launcher("local-parallel", workers=2), seeds=[1])  # part elsewhere
+    before = len(calls(tmp_path))
+    rc, res = sweep(toy, tmp_path)  # the whole grid: nothing left to run
+    assert rc == 0 and len(calls(tmp_path)) == before == 6 and res["n_runs"] == 6
+
+
+def test_lost_job_is_recorded_with_its_log_and_retried(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
+    launcher = Launcher("slurm", cluster="local", log_dir=tmp_path / "logs", gpus=0)
+    rc, res = sweep(toy, tmp_path, launcher, seeds=[0])
+    assert rc == 1 and res is None and not (tmp_path / "toy" / "result.json").exists()
+    recs = [json.loads(p.read_text()) for p in (tmp_path / "toy" / "runs").glob("*.json")]
+    failed = [r for r in recs if r["status"] == "failed"]
+    assert len(recs) == 3 and len(failed) == 1 and failed[0]["config"] == {"i": 1, "seed": 0}
+    assert "ended without a record" in failed[0]["error"] and Path(failed[0]["log"]).exists()
+    n = len(calls(tmp_path))
+    rc, res = sweep(toy, tmp_path, launcher, seeds=[0])  # the next invocation retries only the lost run
+    assert rc == 0 and calls(tmp_path)[n:] == [(1, 0)] and res["n_runs"] == 3
+
+
+def test_dead_parallel_worker_is_recorded_and_retried(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
+    rc, _ = sweep(toy, tmp_path, Launcher("local-parallel", workers=2))
+    assert rc == 1
+    recs = [json.loads(p.read_text()) for p in (tmp_path / "toy" / "runs").glob("*.json")]
+    assert {r["status"] for r in recs} == {"ok", "failed"} and len(recs) == 6
+    assert all("worker process died" in r["error"] for r in recs if r["status"] == "failed")
+    assert sweep(toy, tmp_path, Launcher("local-parallel", workers=2))[0] == 0
+
+
+def test_a_worker_with_different_code_refuses_to_run(toy, tmp_path):
+    """A job that starts after the code changed must not file its numbers under the old code hash."""
+    src = str(Path(os.environ["TFCLAIMS_EXPERIMENTS"]) / "toy.py")
+    cfg = {"i": 0, "seed": 0}
+    task = RunTask(src, "toy", cfg, "c" * 16, "not-the-hash", "r" * 16, "cpu", str(tmp_path / "rec.json"))
+    assert execute_run(task) == "failed"
+    rec = json.loads((tmp_path / "rec.json").read_text())
+    assert "differs from the code the sweep was launched with" in rec["error"] and calls(tmp_path) == []
+    ok = RunTask(src, "toy", cfg, "c" * 16, code_hash(toy), "r" * 16, "cpu", str(tmp_path / "rec.json"))
+    assert execute_run(ok) == "ok" and calls(tmp_path) == [(0, 0)]
+
+
+def test_launcher_options_from_environment_and_validation():
+    env = {"TFCLAIMS_SLURM_PARTITION": "gpu", "TFCLAIMS_SLURM_GPUS": "2", "TFCLAIMS_SLURM_MEM_GB": "64"}
+    launcher = Launcher.from_options("slurm", env=env, gpus=4)
+    assert (launcher.partition, launcher.gpus, launcher.mem_gb) == ("gpu", 4, 64.0)  # options beat env
+    assert launcher.device("auto").type == "cuda"  # jobs with GPUs: the login node need not have one
+    assert Launcher.from_options("slurm", env={}, gpus=0).device("auto").type == "cpu"
+    for bad, match in [
+        (dict(name="cloud"), "unknown launcher"),
+        (dict(name="slurm", cluster="k8s"), "unknown submitit cluster"),
+        (dict(workers=-1), "workers must be >= 0"),
+        (dict(time_min=0), "time_min must be >= 1"),
+    ]:
+        with pytest.raises(LauncherError, match=match):
+            Launcher(**bad)
+    with pytest.raises(LauncherError, match="not a number"):
+        Launcher.from_options("slurm", env={"TFCLAIMS_SLURM_GPUS": "two"})
+
+
+def _wait_for_runs(runs: Path, n: int, timeout: float) -> None:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if runs.exists() and len(list(runs.glob("*.json"))) >= n:
+            return
+        time.sleep(0.05)
+
+
+def test_killing_a_sweep_at_random_points_loses_nothing(toy, tmp_path, monkeypatch):
+    """SIGINT and SIGKILL, eight times, at random moments; each finished run survives and is never rerun."""
+    monkeypatch.setenv("TOY_SLEEP", "0.15")
+    root, runs = tmp_path / "results", tmp_path / "results" / "toy" / "runs"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfclaims",
+        "run",
+        "toy",
+        "--no-progress",
+        "--no-report",
+        "--results-dir",
+        str(root),
+    ]
+    rng, finished = random.Random(0), {}
+    for k in range(8):
+        if len(finished) > 30:
+            break
+        sig = signal.SIGINT if k % 2 == 0 else signal.SIGKILL
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for_runs(runs, len(finished) + 1, 60)  # startup done, the sweep is under way
+        time.sleep(rng.uniform(0.0, 0.4))
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        if sig == signal.SIGINT and proc.returncode != 0:
+            assert proc.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted:"), err
+        now = {}
+        for p in runs.glob("*.json"):  # every visible record is whole and finished
+            rec = json.loads(p.read_text())
+            assert rec["status"] == "ok" and p.stem == rec["run_id"]
+            now[p.stem] = (rec["config"]["i"], rec["config"]["seed"])
+        assert finished.items() <= now.items()
+        finished = now
+    n = len(calls(tmp_path))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rerun = calls(tmp_path)[n:]
+    everything = {(i, s) for i in range(12) for s in range(3)}
+    # the rerun completed exactly what was missing, once each, and no finished run again
+    assert sorted(rerun) == sorted(everything - set(finished.values()))
+    assert len(list(runs.glob("*.json"))) == 36

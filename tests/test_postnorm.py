@@ -1,0 +1,319 @@
+"""Post-LN, Pre-LN and DeepNorm: DeepNorm's constants and init, the warmup schedule as trained, divergence
+as an outcome, and the init-time probes of the postnorm_warmup experiment (identity share, amplification)."""
+
+import importlib.util
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfclaims.blocks import Block, deepnorm_constants
+from tfclaims.config import ModelConfig
+from tfclaims.data import load_corpus
+from tfclaims.models import LM
+from tfclaims.registry import REPO_ROOT
+from tfclaims.train import lr_at, train_lm
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location(
+        "_test_postnorm_warmup", REPO_ROOT / "experiments" / "postnorm_warmup.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+M = _module()
+EXP = M.PostnormWarmup()
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus()
+
+
+# ---------------------------------------------------------------- DeepNorm
+@pytest.mark.parametrize(
+    "N, alpha, beta",
+    [(1, 1.189207, 0.594604), (6, 1.861210, 0.379918), (18, 2.449490, 0.288675), (100, 3.760603, 0.188030)],
+)
+def test_deepnorm_constants_decoder_only(N, alpha, beta):
+    """Wang et al. 2022, decoder-only: alpha = (2N)^(1/4), beta = (8N)^(-1/4) (values computed by hand)."""
+    a, b = deepnorm_constants(N)
+    assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(beta, rel=1e-5)
+
+
+def test_deepnorm_block_is_layernorm_of_alpha_x_plus_branch():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_layers=6, n_heads=4, max_seq_len=16, placement="deepnorm", init="xavier")
+    blk = Block(cfg).eval()
+    x = torch.randn(2, 16, 32)
+    alpha = (2 * 6) ** 0.25
+    assert blk.alpha == pytest.approx(alpha)
+    with torch.no_grad():
+        s = F.layer_norm(alpha * x + blk.attn(x), (32,), blk.norm1.weight, blk.norm1.bias, 1e-5)
+        want = F.layer_norm(alpha * s + blk.ffn(s), (32,), blk.norm2.weight, blk.norm2.bias, 1e-5)
+        assert torch.allclose(blk(x), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "deepnorm"])
+def test_sublayers_reproduce_the_block(placement):
+    torch.manual_seed(1)
+    blk = Block(ModelConfig(d_model=32, n_layers=3, n_heads=4, max_seq_len=12, placement=placement)).eval()
+    x = torch.randn(3, 12, 32)
+    with torch.no_grad():
+        (s0, f1, s1), (s1b, f2, s2) = M.sublayers(blk, x)
+        assert s0 is x and s1b is s1
+        assert torch.allclose(s2, blk(x), atol=1e-6)
+
+
+def test_deepnorm_init_scales_value_output_and_ffn_by_beta():
+    """Xavier-normal std is gain*sqrt(2/(fan_in+fan_out)); DeepNorm uses gain beta for v, o, FFN and 1 for q, k."""
+    torch.manual_seed(0)
+    d, N = 128, 8
+    beta = (8 * N) ** -0.25
+
+    def stds(placement):
+        m = LM(
+            ModelConfig(
+                vocab_size=50,
+                d_model=d,
+                n_layers=N,
+                n_heads=4,
+                max_seq_len=8,
+                placement=placement,
+                init="xavier",
+            )
+        )
+        w = {
+            k: torch.cat([getattr(b.attn, k).weight.flatten() for b in m.blocks]).std().item()
+            for k in ("wq", "wk", "wv", "wo")
+        }
+        w["w1"] = torch.cat([b.ffn.w1.weight.flatten() for b in m.blocks]).std().item()
+        w["w2"] = torch.cat([b.ffn.w2.weight.flatten() for b in m.blocks]).std().item()
+        return w
+
+    xav_sq, xav_ff = math.sqrt(2 / (2 * d)), math.sqrt(2 / (5 * d))
+    dn, post = stds("deepnorm"), stds("post")
+    for k in ("wq", "wk"):
+        assert dn[k] == pytest.approx(xav_sq, rel=0.03)
+    for k in ("wv", "wo"):
+        assert dn[k] == pytest.approx(beta * xav_sq, rel=0.03)
+    for k in ("w1", "w2"):
+        assert dn[k] == pytest.approx(beta * xav_ff, rel=0.03)
+        assert post[k] == pytest.approx(xav_ff, rel=0.03)  # no scaling outside DeepNorm
+    assert post["wv"] == pytest.approx(xav_sq, rel=0.03)
+
+
+def test_deepnorm_stack_has_no_final_norm_and_pre_has_one():
+    assert ModelConfig(placement="deepnorm").use_final_norm is False
+    assert ModelConfig(placement="post").use_final_norm is False
+    assert ModelConfig(placement="pre").use_final_norm is True
+
+
+# ---------------------------------------------------------------- warmup as trained
+def _first_step_size(corpus, warmup, lr=0.01):
+    """Largest |change| of a weight matrix after the first optimiser step. Adam's first step is lr_t * g/|g|."""
+    torch.manual_seed(0)
+    p = {**EXP.profiles["quick"], "weight_decay": 0.0}
+    cfg = {
+        "d_model": p["d_model"],
+        "n_heads": p["n_heads"],
+        "seq_len": p["seq_len"],
+        "emb_scale": True,
+        "batch": 4,
+        "steps": 4,
+        "warmup": warmup,
+        "lr": lr,
+        "betas": [0.9, 0.98],
+        "weight_decay": 0.0,
+        "eval_every": 1,
+        "eval_batches": 1,
+        "seed": 0,
+    }
+    t = EXP.train_config(cfg)
+    model = LM(EXP.model_config(cfg, "post", 2, "xavier", corpus.vocab_size))
+    before = model.blocks[0].ffn.w1.weight.detach().clone()
+    seen = {}
+
+    def snap(step, m):
+        if step == 1:
+            seen["after"] = m.blocks[0].ffn.w1.weight.detach().clone()
+        return {}
+
+    train_lm(model, t, corpus, "cpu", on_eval=snap, progress=False)
+    return float((seen["after"] - before).abs().max()), t
+
+
+def test_warmup_schedule_is_what_the_optimiser_uses(corpus):
+    step0, t = _first_step_size(corpus, warmup=4)
+    assert t.warmup == 4 and lr_at(0, t) == pytest.approx(0.01 / 4) and lr_at(3, t) == pytest.approx(0.01)
+    assert step0 == pytest.approx(0.01 / 4, rel=1e-3)
+    step0, t = _first_step_size(corpus, warmup=0)
+    assert t.warmup == 0 and lr_at(0, t) == pytest.approx(0.01)
+    assert step0 == pytest.approx(0.01, rel=1e-3)
+
+
+def test_grid_crosses_placement_warmup_depth_lr_and_seeds():
+    p = EXP.profiles["default"]
+    train = [c for c in EXP.grid(p) if c["kind"] == "train"]
+    assert len(p["depths"]) >= 3 and len(p["lrs"]) >= 2 and len(p["seeds"]) >= 3
+    assert len(train) == 3 * 2 * len(p["depths"]) * len(p["lrs"]) * len(p["seeds"])
+    assert {c["warmup"] for c in train} == {0, p["warmup"]} and {c["placement"] for c in train} == {
+        "pre",
+        "post",
+        "deepnorm",
+    }
+    assert p["init_seeds"] >= 10
+
+
+# ---------------------------------------------------------------- divergence and failure
+def test_divergence_is_recorded_and_counts_as_failure(corpus):
+    torch.manual_seed(0)
+    model = LM(
+        ModelConfig(
+            vocab_size=corpus.vocab_size, d_model=16, n_layers=2, n_heads=2, max_seq_len=16, placement="post"
+        )
+    )
+    with torch.no_grad():
+        model.blocks[0].ffn.w1.weight.mul_(1e30)
+    t = EXP.train_config(
+        {
+            "steps": 10,
+            "batch": 2,
+            "seq_len": 16,
+            "lr": 1e3,
+            "warmup": 0,
+            "betas": [0.9, 0.98],
+            "weight_decay": 0.1,
+            "eval_every": 5,
+            "eval_batches": 1,
+            "seed": 0,
+        }
+    )
+    res = train_lm(model, t, corpus, "cpu", progress=False)
+    assert res["diverged_at"] is not None and res["final_val"] is None
+    assert M.describe_failed(res, threshold=3.2)
+    assert M.describe_score(res, corpus.vocab_size) == pytest.approx(math.log(corpus.vocab_size))
+    stalled = {"diverged_at": None, "final_val": 3.31}
+    learned = {"diverged_at": None, "final_val": 2.5}
+    assert (
+        M.describe_failed(stalled, 3.2)
+        and not M.describe_failed(learned, 3.2)
+        and M.describe_score(learned, 85) == 2.5
+    )
+
+
+def test_unigram_cross_entropy_is_below_uniform(corpus):
+    U = M.unigram_xent(corpus)
+    assert 2.5 < U < math.log(corpus.vocab_size)
+
+
+def test_warmup_needed_rule_on_synthetic_cells():
+    rows = []
+    for pl in ("post", "pre", "deepnorm"):
+        for w in (0, 24):
+            for s in range(3):
+                bad = pl == "post" and w == 0
+                score = (math.log(85) if s == 0 else 3.35) if bad else 2.50 + 0.01 * s
+                rows.append(
+                    {
+                        "placement": pl,
+                        "warmup": w,
+                        "depth": 16,
+                        "lr": 1e-3,
+                        "seed": s,
+                        "final_val": None if (bad and s == 0) else score,
+                        "best_val": score,
+                        "diverged_at": 5 if (bad and s == 0) else None,
+                        "failed": bad,
+                        "score": score,
+                        "seconds": 1.0,
+                    }
+                )
+    cells = EXP.describe_cells(pd.DataFrame(rows))
+    wu = EXP.describe_warmup(cells).set_index("placement")
+    assert bool(wu.loc["post", "warmup needed"]) and not bool(wu.loc["pre", "warmup needed"])
+    assert wu.loc["post", "Δ"] == pytest.approx((math.log(85) + 2 * 3.35) / 3 - 2.51, rel=1e-6)
+    post0 = cells[(cells.placement == "post") & (cells.warmup == 0)].iloc[0]
+    assert post0["cell failed"] and post0["diverged"] == "1/3"
+    assert (
+        M.describe_spread([2.5, 2.6], [2.5, 2.5]) == pytest.approx(0.1)
+        and M.describe_spread([1.0], [1.0]) == M.MIN_SPREAD
+    )
+
+
+# ---------------------------------------------------------------- init-time probes
+class _Noise(nn.Module):
+    """A branch independent of its input: fresh Gaussian noise with the input's per-token RMS (so r = 1)."""
+
+    def forward(self, x, **kw):
+        return torch.randn_like(x) * x.pow(2).mean(-1, keepdim=True).sqrt()
+
+
+def test_identity_share_follows_two_to_minus_half_n_for_independent_unit_branches():
+    """Under note 002's own assumption, LN(x + F) with independent equal-variance x and F keeps x/sqrt(2) per
+    sublayer: the share is 2^(-n/2), not 2^-n; the probe and its independence prediction both find that."""
+    torch.manual_seed(0)
+    d, L = 512, 4
+    model = LM(
+        ModelConfig(
+            vocab_size=50, d_model=d, n_layers=L, n_heads=4, max_seq_len=32, placement="post", init="xavier"
+        )
+    )
+    for b in model.blocks:
+        b.attn, b.ffn = _Noise(), _Noise()
+    tr = M.identity_trace(model, torch.randint(1, 50, (8, 32)))
+    n = np.arange(1, 2 * L + 1)
+    assert np.allclose(tr["ratio"], 1.0, atol=0.05)
+    assert np.allclose(tr["share"], 2.0 ** (-n / 2), atol=0.02)
+    assert np.allclose(tr["predicted"], 2.0 ** (-n / 2), rtol=0.05)
+    assert M.PostnormWarmup.describe_share_factor(tr["share"]) == pytest.approx(2**-0.5, abs=0.02)
+
+
+def test_share_factor_fits_geometric_decay_above_the_floor():
+    n = np.arange(1, 21)
+    assert M.PostnormWarmup.describe_share_factor(0.5**n) == pytest.approx(0.5)
+    assert M.PostnormWarmup.describe_share_factor(0.8**n) == pytest.approx(0.8)
+    assert math.isnan(M.PostnormWarmup.describe_share_factor(np.full(5, 0.01)))
+
+
+def test_output_change_is_quadratic_in_eps_and_restores_weights():
+    torch.manual_seed(0)
+    model = LM(
+        ModelConfig(
+            vocab_size=50, d_model=32, n_layers=3, n_heads=4, max_seq_len=16, placement="post", init="xavier"
+        )
+    ).eval()
+    x = torch.randint(1, 50, (4, 16))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    small = M.output_change(model, x, 1e-4, torch.Generator().manual_seed(3))
+    double = M.output_change(model, x, 2e-4, torch.Generator().manual_seed(3))
+    assert small > 0 and double / small == pytest.approx(4.0, rel=0.02)
+    assert M.output_change(model, x, 0.0, torch.Generator().manual_seed(3)) == 0.0
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+
+
+def test_ffn_gradient_norms_match_autograd(corpus):
+    torch.manual_seed(0)
+    model = LM(
+        ModelConfig(
+            vocab_size=corpus.vocab_size,
+            d_model=16,
+            n_layers=3,
+            n_heads=2,
+            max_seq_len=16,
+            placement="pre",
+            init="xavier",
+        )
+    )
+    x = torch.randint(1, corpus.vocab_size, (2, 16))
+    loss = model(x).logsumexp(-1).mean()
+    g = torch.autograd.grad(loss, [b.ffn.w2.weight for b in model.blocks], retain_graph=True)
+    loss.backward()
+    assert M.ffn_out_grad_norms(model) == pytest.approx([float(t.norm()) for t in g], rel=1e-6)
