@@ -129,3 +129,45 @@ def test_weight_bytes_read_per_step_count_every_matrix_once():
     # all parameters (the tied embedding/head matrix once) except the positional table, of which only B rows are read
     expect = 4 * (n_params(model) - 64 * 32 + 3 * 32)
     assert EXP.weight_read_bytes(model, batch=3) == expect
+
+
+@pytest.mark.parametrize("kv", [4, 1])
+def test_explicit_gqa_never_materialises_repeated_keys_or_values(kv):
+    """A decoding step reads each K/V head in place: no tensor of the repeated (B, h, S, dk) size appears."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tfclaims.attention import Attention
+
+    class Sizes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    self.seen.append((str(func), t.numel()))
+            return out
+
+    cfg = ModelConfig(
+        d_model=64, n_heads=8, n_kv_heads=kv, head_dim=8, max_seq_len=32, attn_backend="explicit"
+    )
+    attn, B, S = Attention(cfg).eval(), 4, 24  # repeated K (6144 values) outsizes every weight (4096)
+    ref = Attention(cfg.replace(attn_backend="sdpa")).eval()
+    ref.load_state_dict(attn.state_dict())
+    cache, ref_cache = KVCache.for_model(cfg, B, 32), KVCache.for_model(cfg, B, 32)
+    with torch.no_grad():
+        attn(torch.randn(B, S - 1, 64), cache=cache)
+        cache.pos = S - 1
+        ref(torch.randn(B, S - 1, 64), cache=ref_cache)
+        step = torch.randn(B, 1, 64)
+        with Sizes() as rec:
+            y = attn(step, cache=cache)
+    repeated = B * 8 * S * 8
+    assert not [op for op, n in rec.seen if n >= repeated], rec.seen
+    ref_cache.k[0].copy_(cache.k[0])
+    ref_cache.v[0].copy_(cache.v[0])
+    ref_cache.pos = S - 1
+    with torch.no_grad():
+        torch.testing.assert_close(y, ref(step, cache=ref_cache), atol=1e-5, rtol=1e-4)

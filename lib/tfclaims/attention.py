@@ -128,15 +128,18 @@ class Attention(nn.Module):
         return self.wo(y.transpose(1, 2).reshape(B, T, self.h * self.dk))
 
     def _explicit(self, q, k, v, mask):
-        """Materialises the (T, S) score matrix; groups query heads instead of copying K/V for GQA."""
+        """Materialises the (T, S) score matrix. For GQA the g query heads that share a K/V head are
+        stacked as extra rows, (B, kv, g*T, dk) @ (B, kv, dk, S): K and V are read in place, never
+        repeated or broadcast into copies (which would give back the memory GQA saves)."""
         B, h, T, dk = q.shape
         g = h // self.kv
-        qg = q.view(B, self.kv, g, T, dk)
-        logits = (qg @ k.unsqueeze(2).transpose(-2, -1)) * self.scale  # (B, kv, g, T, S)
+        S = k.shape[2]
+        rows = q.reshape(B, self.kv, g * T, dk)  # head index = kv_index * g + j, as in SDPA's enable_gqa
+        logits = ((rows @ k.transpose(-2, -1)) * self.scale).view(B, self.kv, g, T, S)
         m = None if mask is None else mask.unsqueeze(1)  # (B|1, 1, 1, T, S)
         if m is not None:
             logits = logits.masked_fill(~m, float("-inf"))
         probs = logits.softmax(dim=-1)
         if self.score_hook is not None:
             self.score_hook(logits, probs, m)
-        return (probs @ v.unsqueeze(2)).reshape(B, h, T, dk)
+        return (probs.view(B, self.kv, g * T, S) @ v).view(B, h, T, dk)
