@@ -222,3 +222,31 @@ def test_killing_a_sweep_at_random_points_loses_nothing(toy, tmp_path, monkeypat
     # the rerun completed exactly what was missing, once each, and no finished run again
     assert sorted(rerun) == sorted(everything - set(finished.values()))
     assert len(list(runs.glob("*.json"))) == 36
+
+
+def _hammer(path: str, tag: int, n: int) -> None:
+    from tfclaims.io import atomic_write_json
+
+    for k in range(n):
+        atomic_write_json(Path(path), {"writer": tag, "k": k, "payload": [tag] * 20000})
+
+
+def test_concurrent_writers_of_one_record_never_expose_a_partial_file(tmp_path):
+    """Workers that finish the same run at once (a sweep split across machines): readers see whole files only."""
+    import multiprocessing as mp
+
+    path = tmp_path / "run.json"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_hammer, args=(str(path), tag, 60)) for tag in range(3)]
+    for p in procs:
+        p.start()
+    reads = 0
+    while any(p.is_alive() for p in procs):
+        if path.exists():
+            rec = json.loads(path.read_text())  # raises on a torn file
+            assert rec["payload"] == [rec["writer"]] * 20000
+            reads += 1
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    assert reads > 10 and not list(tmp_path.glob(".*.tmp"))
