@@ -172,3 +172,23 @@ def test_report_marks_results_that_no_longer_match_the_code(tmp_path, monkeypatc
     assert main(["report", "--results-dir", str(root), "--report-dir", str(report)]) == 0
     md = (report / "report.md").read_text()
     assert "(out of date)" in md and "**Out of date.** This result no longer matches the code: stale" in md
+
+
+def test_slurm_launcher_without_slurm(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    line = one_line_error(
+        capsys,
+        [
+            "run",
+            "ffn_share",
+            "--profile",
+            "quick",
+            "--launcher",
+            "slurm",
+            "--slurm-gpus",
+            "0",
+            "--results-dir",
+            str(tmp_path),
+        ],
+    )
+    assert "needs SLURM's sbatch" in line and not list(tmp_path.glob("*/runs/*.json"))

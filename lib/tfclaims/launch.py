@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -167,6 +168,11 @@ class Launcher:
         pool.shutdown()
 
     def _submitit(self, fn, tasks, desc, claim_id, progress):
+        if self.cluster == "slurm" and shutil.which("sbatch") is None:
+            raise LauncherError(
+                "--launcher slurm needs SLURM's sbatch on PATH and found none "
+                "(run from a login node, or use --submitit-cluster local to run the jobs on this machine)"
+            )
         folder = self.log_dir / claim_id / "%j"
         ex = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
         extra = {k: v for k, v in (("account", self.account), ("qos", self.qos)) if v}
