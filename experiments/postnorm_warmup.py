@@ -425,8 +425,19 @@ class PostnormWarmup(Experiment):
                 )
         return pd.DataFrame(rows, columns=["depth", "lr", "post", "pre", "post − pre", "spread", "outcome"])
 
+    @staticmethod
+    def describe_depth_fits(df, y: str, name: str):
+        """Log-log slope of column y in depth, with its 95% CI, per (init, placement)."""
+        fits = []
+        for (init, pl), g in df.groupby(["init", "placement"]):
+            f = loglog_fit(g["depth"], g[y])
+            fits.append(
+                {"placement": pl, "init": init, name: f.slope, "lo": f.slope_lo, "hi": f.slope_hi, "R²": f.r2}
+            )
+        return pd.DataFrame(fits)
+
     def describe_grads(self, probes):
-        rows, fits = [], []
+        rows = []
         for r in probes:
             c, m = r["config"], r["metrics"]
             w2 = np.array(m["w2_grad"])  # (seeds, L)
@@ -443,22 +454,10 @@ class PostnormWarmup(Experiment):
                 }
             )  # fmt: skip
         df = pd.DataFrame(rows).sort_values(["init", "placement", "depth"])
-        for (init, pl), g in df.groupby(["init", "placement"]):
-            f = loglog_fit(g["depth"], g["last W² grad"])
-            fits.append(
-                {
-                    "placement": pl,
-                    "init": init,
-                    "exponent": f.slope,
-                    "lo": f.slope_lo,
-                    "hi": f.slope_hi,
-                    "R²": f.r2,
-                }
-            )
-        return df, pd.DataFrame(fits)
+        return df, self.describe_depth_fits(df, "last W² grad", "exponent")
 
     def describe_amplification(self, probes):
-        rows, fits = [], []
+        rows = []
         for r in probes:
             c = r["config"]
             ci = mean_ci(r["metrics"]["amplification"])
@@ -472,19 +471,7 @@ class PostnormWarmup(Experiment):
                 }
             )
         df = pd.DataFrame(rows).sort_values(["init", "placement", "depth"])
-        for (init, pl), g in df.groupby(["init", "placement"]):
-            f = loglog_fit(g["depth"], g["output change"])
-            fits.append(
-                {
-                    "placement": pl,
-                    "init": init,
-                    "slope": f.slope,
-                    "lo": f.slope_lo,
-                    "hi": f.slope_hi,
-                    "R²": f.r2,
-                }
-            )
-        return df, pd.DataFrame(fits)
+        return df, self.describe_depth_fits(df, "output change", "slope")
 
     @staticmethod
     def describe_share_factor(share) -> float:

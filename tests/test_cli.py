@@ -84,6 +84,7 @@ def test_quick_profile_end_to_end(claim, tmp_path):
     html = (report / "index.html").read_text()
     for src in __import__("re").findall(r'<img src="([^"]+)"', html):
         assert (report / src).resolve().exists(), src  # the HTML opens from disk with every image
+    assert "(out of date)" not in (report / "report.md").read_text()  # current code, its own profile
     assert (
         claim in (report / "report.md").read_text()
         and f"fig-{claim}-" in (report / "figures.bib").read_text()

@@ -1,6 +1,8 @@
 """CUDA-only paths, checked without a GPU: synchronised timing, peak memory, the recorded TF32 flags (all
 with torch.cuda mocked), and the `full` profiles (sized for one GPU) validated and costed on the CPU."""
 
+import sys
+
 import pytest
 import torch
 
@@ -34,13 +36,7 @@ def test_environment_records_cuda_and_tf32(monkeypatch):
 
 
 def test_cuda_peak_memory_is_peak_minus_resident(monkeypatch):
-    import importlib.util
-
-    from tfclaims.registry import experiments_dir
-
-    spec = importlib.util.spec_from_file_location("_fm", experiments_dir() / "flash_memory.py")
-    fm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fm)
+    fm = sys.modules[type(EXPS["flash_memory"]).__module__]  # the module the registry loaded
     calls = []
     for name in ("synchronize", "reset_peak_memory_stats"):
         monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name: calls.append(_n))

@@ -83,8 +83,12 @@ def sweep(exp, root, launcher=None, **kw):
     )
 
 
+def records(root) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (root / "toy" / "runs").glob("*.json")]
+
+
 def metrics(root) -> dict:
-    recs = [json.loads(p.read_text()) for p in (root / "toy" / "runs").glob("*.json")]
+    recs = records(root)
     return {r["run_id"]: {k: v for k, v in r["metrics"].items() if k != "pid"} for r in recs}
 
 
@@ -99,13 +103,9 @@ def test_every_launcher_writes_the_same_records(toy, tmp_path):
     assert rc == 0
     assert local["run_ids"] == par["run_ids"] == slurm["run_ids"]
     assert metrics(tmp_path / "a") == metrics(tmp_path / "b") == metrics(tmp_path / "c")  # seeded: identical
-    pids = {
-        json.loads(p.read_text())["metrics"]["pid"] for p in (tmp_path / "b" / "toy" / "runs").glob("*.json")
-    }
+    pids = {r["metrics"]["pid"] for r in records(tmp_path / "b")}
     assert os.getpid() not in pids  # the parallel runs really ran in workers
-    launchers = {
-        json.loads(p.read_text())["launcher"] for p in (tmp_path / "c" / "toy" / "runs").glob("*.json")
-    }
+    launchers = {r["launcher"] for r in records(tmp_path / "c")}
     assert launchers == {"slurm"}
     assert local["verdict"] == par["verdict"] == slurm["verdict"]
 
@@ -123,7 +123,7 @@ def test_lost_job_is_recorded_with_its_log_and_retried(toy, tmp_path, monkeypatc
     launcher = Launcher("slurm", cluster="local", log_dir=tmp_path / "logs", gpus=0)
     rc, res = sweep(toy, tmp_path, launcher, seeds=[0])
     assert rc == 1 and res is None and not (tmp_path / "toy" / "result.json").exists()
-    recs = [json.loads(p.read_text()) for p in (tmp_path / "toy" / "runs").glob("*.json")]
+    recs = records(tmp_path)
     failed = [r for r in recs if r["status"] == "failed"]
     assert len(recs) == 3 and len(failed) == 1 and failed[0]["config"] == {"i": 1, "seed": 0}
     assert "ended without a record" in failed[0]["error"] and Path(failed[0]["log"]).exists()
@@ -136,7 +136,7 @@ def test_dead_parallel_worker_is_recorded_and_retried(toy, tmp_path, monkeypatch
     monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
     rc, _ = sweep(toy, tmp_path, Launcher("local-parallel", workers=2))
     assert rc == 1
-    recs = [json.loads(p.read_text()) for p in (tmp_path / "toy" / "runs").glob("*.json")]
+    recs = records(tmp_path)
     assert {r["status"] for r in recs} == {"ok", "failed"} and len(recs) == 6
     assert all("worker process died" in r["error"] for r in recs if r["status"] == "failed")
     assert sweep(toy, tmp_path, Launcher("local-parallel", workers=2))[0] == 0

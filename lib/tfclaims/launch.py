@@ -26,11 +26,11 @@ import submitit
 import torch
 from tqdm.auto import tqdm
 
-from .device import DeviceError, resolve_device
+from .device import DEVICES, DeviceError, resolve_device
+from .registry import REPO_ROOT
 
 LAUNCHERS = ("local", "local-parallel", "slurm")
 SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 _ENV = "TFCLAIMS_SLURM_"
 
 
@@ -106,7 +106,7 @@ class Launcher:
         """
         if self.name != "slurm":
             return resolve_device(spec)
-        if spec not in ("auto", "cpu", "cuda"):
+        if spec not in DEVICES:
             return resolve_device(spec)  # raises the standard message
         if spec == "cuda" and self.gpus == 0:
             raise DeviceError("--device cuda with --slurm-gpus 0: the jobs would have no GPU")

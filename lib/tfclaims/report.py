@@ -25,8 +25,7 @@ def load_results(results_root: Path) -> list[dict]:
     for path in results_root.glob("*/result.json"):
         res = load_result(path)
         if res.get("claim_id") in exps:
-            problems = result_problems(exps[res["claim_id"]], res, results_root)
-            res["stale"] = [p.split(": ", 1)[1] for p in problems if "from profile" not in p]
+            res["stale"] = result_problems(exps[res["claim_id"]], res, results_root)
         found[res["claim_id"]] = res
     return [found[c] for c in order if c in found] + [r for c, r in sorted(found.items()) if c not in order]
 

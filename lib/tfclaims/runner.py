@@ -146,8 +146,12 @@ def _lib_modules(source: str) -> list[str]:
     return sorted(seen)
 
 
+def _source_file(exp: Experiment) -> Path:
+    return Path(inspect.getsourcefile(type(exp)))
+
+
 def code_hash(exp: Experiment) -> str:
-    source = Path(inspect.getsourcefile(type(exp))).read_text()
+    source = _source_file(exp).read_text()
     parts = [_strip_analysis(source)]
     parts += [
         f"{m}\n{_normalise(ast.parse((PKG_DIR / f'{m}.py').read_text()))}" for m in _lib_modules(source)
@@ -157,6 +161,11 @@ def code_hash(exp: Experiment) -> str:
 
 def config_hash(claim_id: str, cfg: dict, device: torch.device) -> str:
     return _sha(json.dumps({"claim": claim_id, "config": cfg, "device": device.type}, sort_keys=True))
+
+
+def run_id(cfg_hash: str, chash: str) -> str:
+    """A run's record name: its config (with the device type) and the code that ran it."""
+    return _sha(cfg_hash + chash)
 
 
 @dataclass(frozen=True)
@@ -273,26 +282,29 @@ def run_experiment(
     chash = code_hash(exp)
     _check_corpus(exp)
     launcher = launcher or Launcher()
-    tasks, n_reused = [], 0
+    src = str(_source_file(exp))
+    tasks, paths, n_reused = [], [], 0
     for cfg in configs:
         cfg_h = config_hash(exp.claim_id, cfg, device)
-        run_id = _sha(cfg_h + chash)
-        path = runs_dir / f"{run_id}.json"
+        rid = run_id(cfg_h, chash)
+        path = runs_dir / f"{rid}.json"
+        paths.append(path)
         rec = _load_record(path, force)
         if rec is not None and rec.get("status") == "ok" and not force:
             n_reused += 1
             continue
+        progress_inside = progress and launcher.in_process
         tasks.append(
             RunTask(
-                str(inspect.getsourcefile(type(exp))),
+                src,
                 exp.claim_id,
                 cfg,
                 cfg_h,
                 chash,
-                run_id,
+                rid,
                 device.type,
                 str(path),
-                progress and launcher.in_process,
+                progress_inside,
                 launcher.name,
             )
         )
@@ -307,12 +319,11 @@ def run_experiment(
             )
             atomic_write_json(Path(task.path), rec)
     records, failed = [], 0
-    for cfg in configs:
-        run_id = _sha(config_hash(exp.claim_id, cfg, device) + chash)
-        rec = _load_record(runs_dir / f"{run_id}.json", True) or {"status": "failed", "error": "no record"}
+    for path in paths:
+        rec = _load_record(path, True) or {"status": "failed", "error": "no record"}
         if rec.get("status") != "ok":
             failed += 1
-            log(f"run {run_id} of {exp.claim_id} failed: {rec.get('error')}")
+            log(f"run {path.stem} of {exp.claim_id} failed: {rec.get('error')}")
         records.append(rec)
     log(
         f"{exp.claim_id}: {len(configs)} runs ({n_reused} reused, {len(configs) - n_reused - failed} run, {failed} failed)"
@@ -385,7 +396,7 @@ def _ok(rec: dict | None) -> dict | None:
 
 def _check_corpus(exp: Experiment) -> None:
     """Fail before any run, in one line, when the experiment reads the corpus and its package is missing."""
-    if "data" in _lib_modules(Path(inspect.getsourcefile(type(exp))).read_text()):
+    if "data" in _lib_modules(_source_file(exp).read_text()):
         try:
             corpus_files()
         except CorpusError as e:
@@ -403,35 +414,30 @@ def load_result(path: Path) -> dict:
 
 
 def result_problems(exp: Experiment, res: dict, results_root: Path) -> list[str]:
-    """Why a result no longer stands for the code: wrong profile, changed code or config, missing records."""
-    cid, problems = exp.claim_id, []
-    if res.get("profile") != "default":
-        problems.append(f"{cid}: committed result is from profile {res.get('profile')!r}, not 'default'")
+    """Why a result no longer stands for the code under its own profile: changed code, parameters that are
+    not the profile's (a --set or --seeds run, or an edited profile), missing run records."""
+    cid, profile, problems = exp.claim_id, res.get("profile", "default"), []
+    rerun = f"rerun `make experiment NAME={cid}" + ("`" if profile == "default" else f" PROFILE={profile}`")
     chash = code_hash(exp)
+    p = resolve_profile(exp, profile)
     if res.get("code_hash") != chash:
+        problems.append(f"stale (code changed since its results were produced; {rerun})")
+    elif res.get("params") != json.loads(json.dumps(p)):  # as stored in result.json
         problems.append(
-            f"{cid}: stale (code changed since its results were produced; rerun `make experiment NAME={cid}`)"
-        )
-    elif res.get("params") != json.loads(json.dumps(resolve_profile(exp, "default"))):
-        problems.append(
-            f"{cid}: stale (its parameters are not the default profile's: a --set or --seeds run, or the profile "
-            f"changed; rerun `make experiment NAME={cid}`)"
+            f"stale (its parameters are not the {profile} profile's: a --set or --seeds run, or the profile "
+            f"changed; {rerun})"
         )
     else:
         try:
-            configs = exp.grid(resolve_profile(exp, "default"))
             device = torch.device(res.get("device", "cpu"))
-            expected = sorted(_sha(config_hash(cid, c, device) + chash) for c in configs)
-        except (ConfigError, BadInput) as e:
+            expected = sorted(run_id(config_hash(cid, c, device), chash) for c in exp.grid(p))
+        except ConfigError as e:
             expected = [f"invalid: {e}"]
         if expected != sorted(res.get("run_ids", [])):
-            problems.append(
-                f"{cid}: stale (its runs are not the default profile's grid: seeds or settings were overridden, or "
-                f"the grid changed; rerun `make experiment NAME={cid}`)"
-            )
+            problems.append(f"stale (its runs are not the {profile} profile's grid; {rerun})")
     missing = [r for r in res.get("run_ids", []) if not (results_root / cid / "runs" / f"{r}.json").exists()]
     if missing:
-        problems.append(f"{cid}: {len(missing)} run record(s) named in result.json are missing")
+        problems.append(f"{len(missing)} run record(s) named in result.json are missing")
     return problems
 
 
@@ -443,5 +449,8 @@ def stale_results(experiments: dict[str, Experiment], results_root: Path) -> lis
         if not path.exists():
             problems.append(f"{cid}: no result.json")
             continue
-        problems += result_problems(exp, load_result(path), results_root)
+        res = load_result(path)
+        if res.get("profile") != "default":
+            problems.append(f"{cid}: committed result is from profile {res.get('profile')!r}, not 'default'")
+        problems += [f"{cid}: {m}" for m in result_problems(exp, res, results_root)]
     return problems
