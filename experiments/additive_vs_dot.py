@@ -7,12 +7,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from tfclaims.abtiming import time_interleaved
 from tfclaims.additive import KINDS, AdditiveAttention, make_attention
 from tfclaims.comparison import by_seed, compare
 from tfclaims.experiment import Experiment, Output, SubVerdict, Verdict
 from tfclaims.stats import loglog_fit, mean_ci
 from tfclaims.threads import intra_op_threads
+from tfclaims.timing import time_interleaved
 
 FLAT = 0.1  # |log-log slope| of score variance vs d below this: "does not grow with d"
 LABELS = {
@@ -434,4 +434,6 @@ class AdditiveVsDot(Experiment):
 
 
 if __name__ == "__main__":
-    AdditiveVsDot.main()
+    from tfclaims.cli import script_main
+
+    script_main(AdditiveVsDot)

@@ -9,7 +9,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from tfclaims.abtiming import time_interleaved
 from tfclaims.blocks import Block
 from tfclaims.config import PRESETS, ModelConfig
 from tfclaims.counting import (
@@ -26,6 +25,7 @@ from tfclaims.measure import count_flops
 from tfclaims.models import LM
 from tfclaims.stats import loglog_fit
 from tfclaims.threads import intra_op_threads
+from tfclaims.timing import time_interleaved
 
 # Pre-registered tolerances (fixed before any timing was looked at).
 N_EXP, D_EXP, EXP_TOL = 2.0, 1.0, 0.2  # fitted exponent in n within 2 ± 0.2, in d within 1 ± 0.2
@@ -143,7 +143,7 @@ class AttentionComplexity(Experiment):
         "meta device (same dispatched operations, no memory), for a grid of n, d and h, and GPT-2 small's whole forward; "
         "each count is compared with the closed forms in `tfclaims.counting`. Convention: a multiply-add is 2 FLOPs, only "
         "matmuls count (norms, softmax, GELU and biases are not), causal masking is not discounted (the MATH and explicit "
-        "paths compute the full n×n scores). Time: `abtiming.time_interleaved`: all sizes and units of a sweep are timed round by round (so a change in "
+        "paths compute the full n×n scores). Time: `timing.time_interleaved`: all sizes and units of a sweep are timed round by round (so a change in "
         "background load lands on every size alike), after warm-up, each sample repeating fast calls to last at least 2 ms; "
         "medians and quartiles over rounds; batch 1, "
         "no autograd, non-causal attention, on one CPU thread (so that thread-pool effects do not bend the exponents). Per point we time the attention module (explicit, "
@@ -864,4 +864,6 @@ def _asymptotic_start(g, unit: str, min_slope: float = 1.6) -> float | None:
 
 
 if __name__ == "__main__":
-    AttentionComplexity.main()
+    from tfclaims.cli import script_main
+
+    script_main(AttentionComplexity)

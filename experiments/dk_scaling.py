@@ -494,4 +494,6 @@ class DkScaling(Experiment):
 
 
 if __name__ == "__main__":
-    DkScaling.main()
+    from tfclaims.cli import script_main
+
+    script_main(DkScaling)

@@ -313,4 +313,6 @@ class EmbeddingScale(Experiment):
 
 
 if __name__ == "__main__":
-    EmbeddingScale.main()
+    from tfclaims.cli import script_main
+
+    script_main(EmbeddingScale)

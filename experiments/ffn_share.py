@@ -275,4 +275,6 @@ class FFNShare(Experiment):
 
 
 if __name__ == "__main__":
-    FFNShare.main()
+    from tfclaims.cli import script_main
+
+    script_main(FFNShare)

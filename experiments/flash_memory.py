@@ -483,4 +483,6 @@ def cuda_peak(fn) -> int:
 
 
 if __name__ == "__main__":
-    FlashMemory.main()
+    from tfclaims.cli import script_main
+
+    script_main(FlashMemory)

@@ -16,9 +16,10 @@ from tfclaims.convert import METHODS, convert_kv_heads
 from tfclaims.counting import attention_params
 from tfclaims.data import eval_windows, load_corpus
 from tfclaims.experiment import Experiment, Output, SubVerdict, Verdict
-from tfclaims.measure import copy_bandwidth, time_call
+from tfclaims.measure import copy_bandwidth
 from tfclaims.models import LM, lm_loss, n_params
 from tfclaims.stats import mean_ci, welch
+from tfclaims.timing import time_interleaved
 from tfclaims.train import make_optimizer, train_lm
 
 BAND = (1.30, 1.40)  # "30–40%" as a speed-up of tokens/s over MHA
@@ -193,14 +194,8 @@ class GQAThroughput(Experiment):
     @staticmethod
     def _interleaved(fns: dict, cfg: dict, device) -> dict:
         """Warm every variant up, then time one call of each per repeat, rotating the order (drift hits all alike)."""
-        for fn in fns.values():
-            for _ in range(cfg["warmup"]):
-                fn()
-        keys, times = list(fns), {k: [] for k in fns}
-        for r in range(cfg["repeats"]):
-            for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
-                times[k].append(time_call(fns[k], device=device, warmup=0, repeats=1)["median"])
-        return times
+        t = time_interleaved(fns, device=device, repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)
+        return {k: v["times"] for k, v in t.items()}
 
     def _decoder(self, cfg: dict, kv: int, backend: str, dev, dtype):
         """A model with its cache filled to the context, a timed call of `decode_steps` greedy steps, its byte counts."""
@@ -939,4 +934,6 @@ class GQAThroughput(Experiment):
 
 
 if __name__ == "__main__":
-    GQAThroughput.main()
+    from tfclaims.cli import script_main
+
+    script_main(GQAThroughput)

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tfclaims.abtiming import time_interleaved
 from tfclaims.attention import KVCache
 from tfclaims.config import PRESETS, ModelConfig
 from tfclaims.counting import kv_cache_bytes, lm_forward_flops, model_params
@@ -17,6 +16,7 @@ from tfclaims.measure import count_flops
 from tfclaims.models import LM
 from tfclaims.stats import loglog_fit
 from tfclaims.threads import intra_op_threads
+from tfclaims.timing import time_interleaved
 
 # Pre-registered (fixed before any timing was looked at).
 FIT_FROM = 16  # fit per-step time over contexts n >= 16 d
@@ -63,7 +63,7 @@ class KVCacheClaim(Experiment):
         "no autograd, one CPU thread. Per-step cost at context n: the cached step is one token through the model with "
         "n − 1 positions already in a `KVCache` (the cache position is reset before each repeat so every repeat does the "
         "same work); the uncached step is the forward over all n tokens, as `LM.generate(use_cache=False)` does each "
-        "step. All lengths, cached and uncached, are timed round by round with `abtiming.time_interleaved` (after "
+        "step. All lengths, cached and uncached, are timed round by round with `timing.time_interleaved` (after "
         "warm-up; a change in background load lands on every length alike), medians and quartiles over rounds, and the "
         "two steps' logits are compared. FLOPs per step are counted with torch's counter (SDPA on the MATH kernel) on the meta device and "
         "compared with `counting.lm_forward_flops`. Total generation time of N tokens from a short prompt is timed the same way with "
@@ -476,4 +476,6 @@ class KVCacheClaim(Experiment):
 
 
 if __name__ == "__main__":
-    KVCacheClaim.main()
+    from tfclaims.cli import script_main
+
+    script_main(KVCacheClaim)

@@ -318,4 +318,6 @@ class LabelSmoothing(Experiment):
 
 
 if __name__ == "__main__":
-    LabelSmoothing.main()
+    from tfclaims.cli import script_main
+
+    script_main(LabelSmoothing)

@@ -474,4 +474,6 @@ class LayerNormVariants(Experiment):
 
 
 if __name__ == "__main__":
-    LayerNormVariants.main()
+    from tfclaims.cli import script_main
+
+    script_main(LayerNormVariants)

@@ -1130,4 +1130,6 @@ class NormPadding(Experiment):
 
 
 if __name__ == "__main__":
-    NormPadding.main()
+    from tfclaims.cli import script_main
+
+    script_main(NormPadding)

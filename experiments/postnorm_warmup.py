@@ -1037,4 +1037,6 @@ class PostnormWarmup(Experiment):
 
 
 if __name__ == "__main__":
-    PostnormWarmup.main()
+    from tfclaims.cli import script_main
+
+    script_main(PostnormWarmup)

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tfclaims.abtiming import grad_call, kernels, time_interleaved
 from tfclaims.comparison import by_seed, compare, plot_curves
 from tfclaims.data import load_corpus, random_windows
 from tfclaims.experiment import Experiment, Output, SubVerdict, Verdict
@@ -17,6 +16,7 @@ from tfclaims.norm_variants import VARIANTS, make_variant, swap_norms
 from tfclaims.small_lm import model_config, run_fields, train_config, train_profile, train_small
 from tfclaims.stats import mean_ci
 from tfclaims.threads import intra_op_threads
+from tfclaims.timing import grad_call, kernels, time_interleaved
 from tfclaims.train import make_optimizer
 
 IMPLS = (
@@ -407,4 +407,6 @@ class RMSNormSpeed(Experiment):
 
 
 if __name__ == "__main__":
-    RMSNormSpeed.main()
+    from tfclaims.cli import script_main
+
+    script_main(RMSNormSpeed)

@@ -330,4 +330,6 @@ class SinusoidalRelative(Experiment):
 
 
 if __name__ == "__main__":
-    SinusoidalRelative.main()
+    from tfclaims.cli import script_main
+
+    script_main(SinusoidalRelative)

@@ -254,4 +254,6 @@ class WeightTying(Experiment):
 
 
 if __name__ == "__main__":
-    WeightTying.main()
+    from tfclaims.cli import script_main
+
+    script_main(WeightTying)

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.abtiming import grad_call, kernels, time_interleaved
 from tfclaims.additive import AdditiveAttention, DotAttention, make_attention
 from tfclaims.calibration import ece, reliability, top1
 from tfclaims.comparison import compare
@@ -25,6 +24,7 @@ from tfclaims.norm_variants import (
 from tfclaims.norms import LayerNorm, RMSNorm
 from tfclaims.positions import sinusoidal_table
 from tfclaims.relative_pe import offset_dot, shift_fit_residual, shift_matrix, toeplitz_r2
+from tfclaims.timing import grad_call, kernels, time_interleaved
 
 
 # ---------------------------------------------------------------- sinusoidal shift identity

@@ -8,8 +8,8 @@ import torch
 
 from tfclaims import device as device_mod
 from tfclaims.device import environment
-from tfclaims.measure import time_call
 from tfclaims.registry import load_all
+from tfclaims.timing import time_call
 
 EXPS = load_all()
 GPU_BYTES = 80 * 2**30  # the `full` profiles are sized for one 80 GB GPU (A100/H100)

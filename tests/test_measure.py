@@ -5,7 +5,8 @@ import torch
 from tfclaims.attention import Attention
 from tfclaims.config import ModelConfig
 from tfclaims.counting import matmul_flops
-from tfclaims.measure import copy_bandwidth, count_flops, saved_bytes, time_call
+from tfclaims.measure import copy_bandwidth, count_flops, saved_bytes
+from tfclaims.timing import time_call
 
 
 def test_saved_bytes_on_a_hand_computed_case():

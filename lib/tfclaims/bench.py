@@ -4,16 +4,14 @@ alternating the two implementations so that machine noise hits both alike."""
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 from torch import nn
 
 from .config import ModelConfig, TrainConfig
 from .data import load_corpus, random_windows
-from .device import resolve_device, synchronize
+from .device import resolve_device
 from .models import LM, lm_loss
+from .timing import time_interleaved
 from .train import make_optimizer
 
 
@@ -79,19 +77,9 @@ def _step_fn(model, opt, x, y):
 
 
 def _alternating(fns: dict, device, rounds: int) -> dict:
-    """Median seconds per call of each fn, calling them in turn so both see the same machine state."""
-    times = {k: [] for k in fns}
-    for f in fns.values():
-        f()
-        f()
-    for _ in range(rounds):
-        for k, f in fns.items():
-            synchronize(device)
-            t0 = time.perf_counter()
-            f()
-            synchronize(device)
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    """Median seconds per call of each fn, timed in interleaved rounds so all see the same machine state."""
+    t = time_interleaved(fns, device=device, repeats=rounds, warmup=2, min_sample=0)
+    return {k: v["median"] for k, v in t.items()}
 
 
 def main(rounds: int = 15) -> int:

@@ -185,6 +185,11 @@ def experiment_main(exp: Experiment, argv=None) -> int:
     return _guard(lambda: _run([exp], args))
 
 
+def script_main(cls: type[Experiment], argv=None) -> None:
+    """Entry point of `python experiments/<claim_id>.py`."""
+    sys.exit(experiment_main(cls(), argv))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="tfclaims", description="Test claims about Transformers, claim by claim."
@@ -226,7 +231,7 @@ def main(argv=None) -> int:
         if args.cmd == "check-results":
             from .runner import stale_results
 
-            problems = stale_results(exps, results_root(args.results_dir))
+            problems = stale_results(exps, results_root(args.results_dir), reanalyse=True)
             for line in problems:
                 print(line, file=sys.stderr)
             print(

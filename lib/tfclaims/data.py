@@ -148,3 +148,12 @@ def pad_batch(lines: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, to
         x[i, :n] = line[:-1]
         y[i, :n] = line[1:]
     return x, y, x != PAD
+
+
+def unigram_xent(corpus: Corpus) -> float:
+    """Validation cross-entropy (nats/token) of the training text's add-one unigram distribution: the loss of
+    a model that learned token frequencies and nothing else. The learned-at-all guard is measured from it."""
+    V = corpus.vocab_size
+    p = torch.bincount(corpus.train.long(), minlength=V).double() + 1
+    q = torch.bincount(corpus.val.long(), minlength=V).double()
+    return float(-(q / q.sum() * (p / p.sum()).log()).sum())

@@ -2,15 +2,18 @@
 
 An experiment file subclasses `Experiment` and declares:
   claim_id, title, statement (the claim in our words), notes_say, anchors, method, rule (the
-  pre-registered verdict rule, fixed before running), profiles {quick, default, full},
-  grid(p) -> list of run configs (plain JSON dicts, each with its own 'seed' where seeds matter),
-  run_one(cfg, ctx) -> metrics (a JSON dict), and analyse(runs, p, out) -> Verdict.
-The runner does the rest: caching, atomic records, progress, result.json, figures, report.
+  pre-registered verdict rule with its margins, fixed before running), profiles {quick, default, full},
+  parts: the kinds of run it makes, each a `Part(name, grid, run)`: grid(p) -> run configs (plain JSON
+  dicts, each with its own 'seed' where seeds matter) and run(cfg, ctx) -> metrics, a recipe that lives
+  in the library or as a module-level function of the experiment file;
+  and analyse(runs, p, out) -> Verdict, whose comparisons come from `tfclaims.evidence`.
+The runner does the rest: caching (keyed by the code each part's recipe reaches), atomic records,
+progress, staged publication of result.json with its tables and figures, the report.
 """
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,11 +32,28 @@ class RunContext:
     progress: bool = True
 
 
+@dataclass(frozen=True)
+class Part:
+    """One kind of run: `grid(p)` gives its configs, `run(cfg, ctx)` turns one config into metrics.
+
+    `run` must be a module-level function (of a library module, or of the experiment file): the run cache is
+    keyed by the code it reaches, so editing an analysis or another part's recipe reruns nothing here."""
+
+    name: str
+    grid: Callable[[dict], list[dict]]
+    run: Callable[[dict, RunContext], dict]
+
+    def __post_init__(self):
+        if "." in getattr(self.run, "__qualname__", ".") or "<" in self.run.__qualname__:
+            raise TypeError(f"part {self.name!r}: run must be a module-level function, got {self.run!r}")
+
+
 @dataclass
 class SubVerdict:
     name: str
     verdict: str
     detail: str
+    comparisons: list[str] = field(default_factory=list)  # ids of the comparisons it aggregates
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -48,6 +68,8 @@ class Verdict:
     evidence: dict = field(default_factory=dict)  # the numbers the rule used
     sub_verdicts: list[SubVerdict] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)
+    comparisons: list = field(default_factory=list)  # evidence.Comparison: every decision the rule used
+    noise_floor: list = field(default_factory=list)  # evidence.Comparison: null pairs (training claims)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -114,23 +136,29 @@ class Experiment:
     method: str = ""
     rule: str = ""
     profiles: dict[str, dict] = {}
+    parts: tuple[Part, ...] = ()
 
     def grid(self, p: dict) -> list[dict]:
-        raise NotImplementedError
+        """Every part's configs, each tagged with its part's name."""
+        return [{"part": part.name, **c} for part in self.parts for c in part.grid(p)]
+
+    def part(self, name: str) -> Part:
+        for part in self.parts:
+            if part.name == name:
+                return part
+        raise KeyError(f"{self.claim_id} has no part {name!r}")
 
     def run_one(self, cfg: dict, ctx: RunContext) -> dict:
-        raise NotImplementedError
+        return self.part(cfg["part"]).run(cfg, ctx)
 
     def analyse(self, runs: list[dict], p: dict, out: Output) -> Verdict:
         raise NotImplementedError
 
     @staticmethod
+    def runs_of(runs: list[dict], part: str) -> list[dict]:
+        """The records of one part."""
+        return [r for r in runs if r["config"].get("part") == part]
+
+    @staticmethod
     def with_seeds(configs: list[dict], seeds) -> list[dict]:
         return [{**c, "seed": s} for c in configs for s in seeds]
-
-    @classmethod
-    def main(cls, argv=None) -> None:
-        """Entry point of `python experiments/<claim_id>.py`."""
-        from .cli import experiment_main
-
-        sys.exit(experiment_main(cls(), argv))

@@ -1,31 +1,14 @@
-"""Measurement: wall time with warm-up and repeats, counted FLOPs, bytes saved for backward, copy bandwidth."""
+"""Measurement: counted FLOPs, bytes saved for backward, copy bandwidth (wall time lives in `timing`)."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from .device import synchronize
-
-
-def time_call(fn: Callable[[], object], *, device="cpu", warmup: int = 2, repeats: int = 5) -> dict:
-    """Median and quartiles of fn's wall time in seconds; synchronised before and after on CUDA."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
-    return {"median": statistics.median(times), "q25": q[0], "q75": q[2], "times": times}
+from .timing import time_call
 
 
 def count_flops(fn: Callable[[], object]) -> int:

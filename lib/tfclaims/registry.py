@@ -40,3 +40,11 @@ def load_all() -> dict[str, Experiment]:
     """Every registered claim, in report order."""
     exps = [load_file(p) for p in sorted(experiments_dir().glob("*.py")) if not p.name.startswith("_")]
     return {e.claim_id: e for e in sorted(exps, key=lambda e: (e.order, e.claim_id))}
+
+
+def load(claim_id: str) -> Experiment:
+    """One registered claim by id (what tests use; they never import experiment files by path)."""
+    path = experiments_dir() / f"{claim_id}.py"
+    if not path.exists():
+        raise KeyError(f"unknown claim {claim_id!r}")
+    return load_file(path)

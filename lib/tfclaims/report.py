@@ -11,8 +11,9 @@ import re
 from pathlib import Path
 
 from .io import atomic_write_text
+from .provenance import result_problems
 from .registry import REPO_ROOT, load_all
-from .runner import load_result, result_problems
+from .runner import load_result, resolve_profile
 
 README_START, README_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
 BADGE = {"supported": "#2e7d32", "refuted": "#c62828", "mixed": "#ef6c00", "inconclusive": "#616161"}
@@ -25,7 +26,7 @@ def load_results(results_root: Path) -> list[dict]:
     for path in results_root.glob("*/result.json"):
         res = load_result(path)
         if res.get("claim_id") in exps:
-            res["stale"] = result_problems(exps[res["claim_id"]], res, results_root)
+            res["stale"] = result_problems(exps[res["claim_id"]], res, results_root, resolve_profile)
         found[res["claim_id"]] = res
     return [found[c] for c in order if c in found] + [r for c, r in sorted(found.items()) if c not in order]
 

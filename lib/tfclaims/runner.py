@@ -1,21 +1,20 @@
-"""Expand an experiment's grid, reuse cached runs, run the rest, write records atomically, analyse.
+"""Expand an experiment's grid, reuse cached runs, run the rest, write records atomically, analyse, publish.
 
-A run record lives at results/<claim>/runs/<run_id>.json, run_id = hash(config hash, code hash).
-The config hash covers the run config and the device type; the code hash covers the experiment
-file (less its analysis and text fields) and every library module it imports, transitively, that
-can change a run's numbers (analysis-only modules are left out). A rerun skips records that exist
-with status 'ok'; failed runs are retried; `force` reruns everything.
+Run ids and code hashes come from `provenance`. A rerun skips records that exist with status 'ok'; failed
+runs are retried; `force` reruns everything. The analysis writes its tables and figures into a staging
+folder; they are published beside result.json only when it completed, so a failing analysis changes
+nothing that was committed.
 """
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
-import hashlib
 import inspect
 import json
 import os
+import shutil
 import socket
+import tempfile
 import traceback
 from dataclasses import dataclass
 from functools import partial
@@ -29,39 +28,17 @@ from .device import environment, git_commit, seed_all
 from .experiment import PROFILES, Experiment, Output, RunContext, Verdict
 from .io import atomic_write_json
 from .launch import Launcher
+from .provenance import (
+    code_hash,
+    config_hash,
+    differences,
+    reached_modules,
+    result_problems,
+    run_code_hash,
+    run_id,
+    sha,
+)
 from .registry import load_file
-
-PKG_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PKG_DIR.parents[1]
-# Modules that shape analysis, files or the CLI, never a run's numbers.
-ANALYSIS_ONLY = {
-    "plotting",
-    "stats",
-    "report",
-    "runner",
-    "experiment",
-    "cli",
-    "registry",
-    "io",
-    "bench",
-    "__init__",
-    "__main__",
-}
-# Parts of an experiment file that do not change runs: analysis, figures and prose.
-_SKIP_FUNCS = ("analyse", "plot", "_plot", "describe")
-# `profiles` too: a run's settings enter its config hash, and the default profile is checked against
-# result.json by result_problems, so resizing `full` or `quick` does not invalidate default results.
-_TEXT_FIELDS = {
-    "title",
-    "order",
-    "statement",
-    "notes_say",
-    "anchors",
-    "anchor_number",
-    "method",
-    "rule",
-    "profiles",
-}
 
 
 class BadInput(Exception):
@@ -70,102 +47,6 @@ class BadInput(Exception):
 
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _sha(data: bytes | str, n: int = 16) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:n]
-
-
-def _lib_imports(tree: ast.AST) -> set[str]:
-    mods = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
-                mods.add(node.module.split(".")[0])
-            elif node.level == 1:
-                mods.update(a.name for a in node.names)
-            elif node.module and node.module.startswith("tfclaims"):
-                parts = node.module.split(".")
-                if len(parts) > 1:
-                    mods.add(parts[1])
-                else:
-                    mods.update(a.name for a in node.names)
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.startswith("tfclaims."):
-                    mods.add(a.name.split(".")[1])
-    return {m for m in mods if (PKG_DIR / f"{m}.py").exists()}
-
-
-def _is_docstring(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    )
-
-
-def _normalise(tree: ast.AST) -> str:
-    """Source regenerated from the syntax tree less docstrings: comments, blank lines and layout drop out."""
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list):
-            node.body = [c for c in body if not _is_docstring(c)] or [ast.Pass()]
-    return ast.unparse(tree)
-
-
-def _strip_analysis(source: str) -> str:
-    """The experiment source without analysis functions, prose fields, docstrings and comments (none change runs)."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if not isinstance(body, list):
-            continue
-        keep = []
-        for child in body:
-            if isinstance(child, ast.FunctionDef) and child.name.startswith(_SKIP_FUNCS):
-                continue
-            if isinstance(node, ast.ClassDef) and isinstance(child, (ast.Assign, ast.AnnAssign)):
-                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
-                if any(isinstance(t, ast.Name) and t.id in _TEXT_FIELDS for t in targets):
-                    continue
-            keep.append(child)
-        node.body = keep
-    return _normalise(tree)
-
-
-def _lib_modules(source: str) -> list[str]:
-    """Library modules an experiment source imports, transitively, that can change a run's numbers."""
-    todo, seen = list(_lib_imports(ast.parse(source))), set()
-    while todo:
-        m = todo.pop()
-        if m in seen or m in ANALYSIS_ONLY:
-            continue
-        seen.add(m)
-        todo.extend(_lib_imports(ast.parse((PKG_DIR / f"{m}.py").read_text())))
-    return sorted(seen)
-
-
-def _source_file(exp: Experiment) -> Path:
-    return Path(inspect.getsourcefile(type(exp)))
-
-
-def code_hash(exp: Experiment) -> str:
-    source = _source_file(exp).read_text()
-    parts = [_strip_analysis(source)]
-    parts += [
-        f"{m}\n{_normalise(ast.parse((PKG_DIR / f'{m}.py').read_text()))}" for m in _lib_modules(source)
-    ]
-    return _sha("\n\0".join(parts))
-
-
-def config_hash(claim_id: str, cfg: dict, device: torch.device) -> str:
-    return _sha(json.dumps({"claim": claim_id, "config": cfg, "device": device.type}, sort_keys=True))
-
-
-def run_id(cfg_hash: str, chash: str) -> str:
-    """A run's record name: its config (with the device type) and the code that ran it."""
-    return _sha(cfg_hash + chash)
 
 
 @dataclass(frozen=True)
@@ -213,7 +94,7 @@ def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
             if task.experiment_file not in _LOADED:
                 _LOADED[task.experiment_file] = load_file(Path(task.experiment_file))
             exp = _LOADED[task.experiment_file]
-            if code_hash(exp) != task.code_hash:
+            if run_code_hash(exp, task.config) != task.code_hash:
                 raise RuntimeError(
                     f"the code on {rec['host']} differs from the code the sweep was launched with"
                 )
@@ -280,13 +161,17 @@ def run_experiment(
 
     started = now()
     chash = code_hash(exp)
+    part_hash: dict[str, str] = {}
     _check_corpus(exp)
     launcher = launcher or Launcher()
-    src = str(_source_file(exp))
+    src = inspect.getsourcefile(type(exp))
     tasks, paths, n_reused = [], [], 0
     for cfg in configs:
         cfg_h = config_hash(exp.claim_id, cfg, device)
-        rid = run_id(cfg_h, chash)
+        key = cfg.get("part", "") if exp.parts else ""
+        if key not in part_hash:
+            part_hash[key] = run_code_hash(exp, cfg)
+        rid = run_id(cfg_h, part_hash[key])
         path = runs_dir / f"{rid}.json"
         paths.append(path)
         rec = _load_record(path, force)
@@ -300,7 +185,7 @@ def run_experiment(
                 exp.claim_id,
                 cfg,
                 cfg_h,
-                chash,
+                part_hash[key],
                 rid,
                 device.type,
                 str(path),
@@ -334,11 +219,38 @@ def run_experiment(
         )
         return 1, None
 
-    out = Output(claim_dir=claim_dir, claim_id=exp.claim_id)
+    seeds_used = sorted({c["seed"] for c in configs if "seed" in c})
+    meta = {
+        "profile": profile,
+        "params": p,
+        "device": device.type,
+        "seeds": seeds_used,
+        "code_hash": chash,
+        "config_hash": _sha_join(r["config_hash"] for r in records),
+        "run_ids": sorted(r["run_id"] for r in records),
+        "started_at": started,
+    }
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=claim_dir))
+    try:
+        result = analyse_records(exp, records, p, staging, meta, device)
+        _publish(staging, claim_dir, result)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log(f"{exp.claim_id}: verdict {result['verdict']} — {result['key_number']}")
+    return 0, result
+
+
+def _sha_join(hashes) -> str:
+    return sha("".join(sorted(hashes)))
+
+
+def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path, meta: dict, device) -> dict:
+    """Run the experiment's analysis over run records, writing tables and figures under `out_dir`;
+    returns the result dict (what result.json holds)."""
+    out = Output(claim_dir=out_dir, claim_id=exp.claim_id)
     verdict: Verdict = exp.analyse(records, p, out)
     env = environment(device)
-    seeds_used = sorted({c["seed"] for c in configs if "seed" in c})
-    result = {
+    return {
         "claim_id": exp.claim_id,
         "title": exp.title,
         "statement": exp.statement,
@@ -349,31 +261,40 @@ def run_experiment(
         "rule": exp.rule,
         "evidence": verdict.evidence,
         "sub_verdicts": [vars(s) for s in verdict.sub_verdicts],
+        "comparisons": [c.as_dict() for c in verdict.comparisons],
+        "noise_floor": [c.as_dict() for c in verdict.noise_floor],
         "anchors": exp.anchors,
         "anchor_number": exp.anchor_number,
         "method": exp.method,
         "caveats": verdict.caveats,
-        "profile": profile,
-        "params": p,
-        "device": device.type,
+        "profile": meta["profile"],
+        "params": meta["params"],
+        "device": meta["device"],
         "device_name": env["device_name"],
-        "seeds": seeds_used,
+        "seeds": meta["seeds"],
         "n_runs": len(records),
         "n_diverged": sum(1 for r in records if (r.get("metrics") or {}).get("diverged_at") is not None),
         "versions": env["versions"],
         "environment": env,
         "git_commit": git_commit(),
-        "config_hash": _sha("".join(sorted(r["config_hash"] for r in records))),
-        "code_hash": chash,
-        "run_ids": sorted(r["run_id"] for r in records),
-        "started_at": started,
+        "config_hash": meta["config_hash"],
+        "code_hash": meta["code_hash"],
+        "run_ids": meta["run_ids"],
+        "started_at": meta["started_at"],
         "finished_at": now(),
         "figures": out.figures,
         "tables": out.tables,
     }
+
+
+def _publish(staging: Path, claim_dir: Path, result: dict) -> None:
+    """Move the staged tables and figures into place, then result.json last (each move atomic)."""
+    for src in sorted(staging.rglob("*")):
+        if src.is_file():
+            dst = claim_dir / src.relative_to(staging)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
     atomic_write_json(claim_dir / "result.json", result)
-    log(f"{exp.claim_id}: verdict {verdict.verdict} — {verdict.key_number}")
-    return 0, result
 
 
 def _load_record(path: Path, force: bool = False) -> dict | None:
@@ -396,7 +317,7 @@ def _ok(rec: dict | None) -> dict | None:
 
 def _check_corpus(exp: Experiment) -> None:
     """Fail before any run, in one line, when the experiment reads the corpus and its package is missing."""
-    if "data" in _lib_modules(_source_file(exp).read_text()):
+    if "data" in reached_modules(exp):
         try:
             corpus_files()
         except CorpusError as e:
@@ -413,35 +334,36 @@ def load_result(path: Path) -> dict:
         ) from None
 
 
-def result_problems(exp: Experiment, res: dict, results_root: Path) -> list[str]:
-    """Why a result no longer stands for the code under its own profile: changed code, parameters that are
-    not the profile's (a --set or --seeds run, or an edited profile), missing run records."""
-    cid, profile, problems = exp.claim_id, res.get("profile", "default"), []
-    rerun = f"rerun `make experiment NAME={cid}" + ("`" if profile == "default" else f" PROFILE={profile}`")
-    chash = code_hash(exp)
-    p = resolve_profile(exp, profile)
-    if res.get("code_hash") != chash:
-        problems.append(f"stale (code changed since its results were produced; {rerun})")
-    elif res.get("params") != json.loads(json.dumps(p)):  # as stored in result.json
-        problems.append(
-            f"stale (its parameters are not the {profile} profile's: a --set or --seeds run, or the profile "
-            f"changed; {rerun})"
-        )
-    else:
+def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[str]:
+    """Re-run the analysis on the committed records; a verdict or evidence that would change is a problem."""
+    runs_dir = results_root / exp.claim_id / "runs"
+    records = []
+    for rid in res.get("run_ids", []):
+        rec = _load_record(runs_dir / f"{rid}.json")
+        if rec is None:
+            return []  # reported by result_problems
+        records.append(rec)
+    with tempfile.TemporaryDirectory() as tmp:
         try:
-            device = torch.device(res.get("device", "cpu"))
-            expected = sorted(run_id(config_hash(cid, c, device), chash) for c in exp.grid(p))
-        except ConfigError as e:
-            expected = [f"invalid: {e}"]
-        if expected != sorted(res.get("run_ids", [])):
-            problems.append(f"stale (its runs are not the {profile} profile's grid; {rerun})")
-    missing = [r for r in res.get("run_ids", []) if not (results_root / cid / "runs" / f"{r}.json").exists()]
-    if missing:
-        problems.append(f"{len(missing)} run record(s) named in result.json are missing")
-    return problems
+            fresh = analyse_records(
+                exp, records, res.get("params", {}), Path(tmp), {**res, "device": res.get("device", "cpu")},
+                torch.device("cpu"),
+            )  # fmt: skip
+        except Exception as e:  # an analysis that no longer runs on its own records is stale too
+            return [f"re-analysis of the committed runs fails: {type(e).__name__}: {e}"]
+    diff = differences(res, fresh)
+    if not diff:
+        return []
+    was, now_ = res.get("verdict"), fresh.get("verdict")
+    change = f" (verdict {was} → {now_})" if was != now_ else ""
+    return [
+        f"re-analysis of the committed runs changes {', '.join(diff)}{change}; rerun `make experiment NAME={exp.claim_id}`"
+    ]
 
 
-def stale_results(experiments: dict[str, Experiment], results_root: Path) -> list[str]:
+def stale_results(
+    experiments: dict[str, Experiment], results_root: Path, reanalyse: bool = False
+) -> list[str]:
     """Claims whose committed result.json is missing or was produced by code or settings that no longer match."""
     problems = []
     for cid, exp in experiments.items():
@@ -452,5 +374,8 @@ def stale_results(experiments: dict[str, Experiment], results_root: Path) -> lis
         res = load_result(path)
         if res.get("profile") != "default":
             problems.append(f"{cid}: committed result is from profile {res.get('profile')!r}, not 'default'")
-        problems += [f"{cid}: {m}" for m in result_problems(exp, res, results_root)]
+        found = result_problems(exp, res, results_root, resolve_profile)
+        if not found and reanalyse:
+            found = reanalysis_problems(exp, res, results_root)
+        problems += [f"{cid}: {m}" for m in found]
     return problems

@@ -12,7 +12,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .config import TrainConfig
-from .data import Corpus, eval_windows, random_windows
+from .data import Corpus, eval_windows, random_windows, unigram_xent
 from .device import synchronize
 from .models import lm_loss
 
@@ -88,7 +88,8 @@ def train_lm(
 
     Returns a JSON-ready dict: train_loss per step, val_loss at eval steps, grad_norms (per layer) at
     step 0 and eval steps, `diverged_at` (first step whose loss or gradient is not finite, else None),
-    final/best validation loss, tokens/s. `on_eval(step, model)` may add probe results to each eval.
+    final/best validation loss, tokens/s, the unigram cross-entropy of the corpus (`unigram_xent`) and
+    the intra-op thread count. `on_eval(step, model)` may add probe results to each eval.
     """
     model.to(device).train()
     gen = torch.Generator().manual_seed(t.seed)
@@ -159,4 +160,6 @@ def train_lm(
     out["best_val"] = min(vals) if vals else None
     out["seconds"] = seconds
     out["steps_per_s"] = len(out["train_loss"]) / seconds
+    out["unigram_xent"] = unigram_xent(corpus)  # the learned-at-all guard's baseline
+    out["threads"] = torch.get_num_threads()
     return out

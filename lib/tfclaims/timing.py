@@ -1,8 +1,11 @@
-"""Timing alternatives against each other: interleaved rounds, and which aten kernels a call runs.
+"""The one timer: alternatives timed against each other in interleaved rounds, and which aten kernels a
+call runs.
 
 Timing A then B lets a change in background load land on one of them; interleaving them round by round
-(A, B, C, A, B, C, ...) spreads it over all, and the per-round ratios are paired. Each sample times
-`inner` back-to-back calls (chosen so a sample lasts at least `min_sample` seconds) and divides.
+(A, B, C, then B, C, A, ...: the order rotates) spreads it over all, and the per-round ratios are paired.
+Each sample times `inner` back-to-back calls (chosen so a sample lasts at least `min_sample` seconds; 0
+times single calls) and divides. CUDA is synchronised before and after every sample. The machine's load
+average is recorded beside the numbers, so a measurement taken under load can be flagged.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ def time_interleaved(
     warmup: int = 2,
     min_sample: float = 2e-3,
 ) -> dict:
-    """Per name: median, q25, q75 of the seconds per call, and the per-round `times` (paired across names)."""
+    """Per name: median, q25, q75 of the seconds per call, the per-round `times` (paired across names), the
+    calls per sample `inner`, and `load` (1-minute load average before and after)."""
+    load0 = _load()
     inner = {}
     for name, fn in fns.items():
         for _ in range(warmup):
@@ -47,9 +52,11 @@ def time_interleaved(
         fn()
         synchronize(device)
         inner[name] = max(1, int(min_sample / max(time.perf_counter() - t0, 1e-9)))
+    names = list(fns)
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
             synchronize(device)
             t0 = time.perf_counter()
             for _ in range(inner[name]):
@@ -65,8 +72,21 @@ def time_interleaved(
             "q75": q[2],
             "times": ts,
             "inner": inner[name],
+            "load": [load0, _load()],
         }
     return out
+
+
+def time_call(fn: Callable[[], object], *, device="cpu", warmup: int = 2, repeats: int = 5) -> dict:
+    """One function alone: median and quartiles of single calls' wall time in seconds."""
+    return time_interleaved({"fn": fn}, device=device, repeats=repeats, warmup=warmup, min_sample=0)["fn"]
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
