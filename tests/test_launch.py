@@ -17,7 +17,8 @@ import torch
 
 from tfclaims.launch import Launcher, LauncherError
 from tfclaims.registry import load_file
-from tfclaims.runner import RunTask, code_hash, execute_run, run_experiment
+from tfclaims.provenance import code_hash
+from tfclaims.runner import RunTask, execute_run, run_experiment
 
 # A toy claim in its own file, as workers in other processes load it by path. Each execution appends a
 # line to $TOY_CALLS; $TOY_SLEEP slows runs down; the run i=1, seed 0 kills its own process once when

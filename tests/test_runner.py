@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tfclaims.experiment import Experiment, SubVerdict, Verdict
-from tfclaims.runner import BadInput, _strip_analysis, run_experiment, stale_results
+from tfclaims.provenance import reached_source
+from tfclaims.runner import BadInput, run_experiment, stale_results
 
 CALLS = []
 
@@ -131,11 +132,11 @@ def test_overridden_seeds_or_settings_make_a_result_stale(tmp_path):
 
 
 def test_comments_docstrings_and_layout_do_not_enter_the_code_hash():
-    src = 'def run_one(x):\n    """Doc."""\n    return x + 1\n'
-    assert _strip_analysis(src) == _strip_analysis(
-        "# note\n\n\ndef run_one(x):  # why\n    return (x +\n 1)\n"
+    src = 'def run(x):\n    """Doc."""\n    return x + 1\n'
+    assert reached_source(src, "run") == reached_source(
+        "# note\n\n\ndef run(x):  # why\n    return (x +\n 1)\n", "run"
     )
-    assert _strip_analysis(src) != _strip_analysis(src.replace("x + 1", "x + 2"))
+    assert reached_source(src, "run") != reached_source(src.replace("x + 1", "x + 2"), "run")
 
 
 def test_bad_profile_and_overrides_are_bad_input(tmp_path):
@@ -174,29 +175,92 @@ def test_result_json_fields(tmp_path):
 def test_stale_detection(tmp_path, monkeypatch):
     run(tmp_path, profile="default")
     assert stale_results({"toy": Toy()}, tmp_path) == []
-    monkeypatch.setattr("tfclaims.runner.code_hash", lambda exp: "changed")
+    monkeypatch.setattr("tfclaims.provenance.code_hash", lambda exp: "changed")
     assert "stale" in stale_results({"toy": Toy()}, tmp_path)[0]
 
 
-def test_analysis_and_prose_do_not_enter_the_code_hash():
-    src = """
+RECIPES = """
+from tfclaims.models import LM
+from tfclaims import counting
+
+SCALE = 2
+PROSE = "x"
+
+def helper(x):
+    return x * SCALE
+
+def run_train(cfg, ctx):
+    return {"v": helper(cfg["i"])}
+
+def run_counts(cfg, ctx):
+    return {"n": counting.model_params(cfg)}
+
 class E:
     rule = "a"
-    statement = (
-        "b"
-    )
-    def run_one(self):
-        return 1
-    def analyse(self):
-        return 2
-    def plot_x(self):
-        return 3
+    def analyse(self, runs):
+        return PROSE
 """
-    changed = (
-        src.replace('"a"', '"z"')
-        .replace("return 2", "return 20")
-        .replace("return 3", "return 30")
-        .replace('"b"', '"y"')
-    )
-    assert _strip_analysis(src) == _strip_analysis(changed)
-    assert _strip_analysis(src) != _strip_analysis(src.replace("return 1", "return 10"))
+
+
+def test_a_recipe_is_hashed_with_what_it_reaches_and_nothing_else():
+    text, mods = reached_source(RECIPES, "run_train")
+    assert "def helper" in text and "SCALE = 2" in text and mods == []
+    # analysis, prose and the other part's recipe are not reached
+    for edit in (("return PROSE", "return 1"), ('PROSE = "x"', 'PROSE = "y"'), ("model_params(cfg)", "x")):
+        assert reached_source(RECIPES.replace(*edit), "run_train")[0] == text
+    # what it reaches is: the helper it calls and the constant the helper reads
+    assert reached_source(RECIPES.replace("x * SCALE", "x + SCALE"), "run_train")[0] != text
+    assert reached_source(RECIPES.replace("SCALE = 2", "SCALE = 3"), "run_train")[0] != text
+    assert reached_source(RECIPES, "run_counts")[1] == ["counting"]
+
+
+def test_a_failing_analysis_changes_nothing_that_was_published(tmp_path):
+    run(tmp_path)
+    claim = tmp_path / "toy"
+    before = {p: p.read_bytes() for p in claim.rglob("*") if p.is_file()}
+
+    class Broken(Toy):
+        def analyse(self, runs, p, out):
+            import pandas as pd
+
+            out.table("partial", pd.DataFrame({"a": [1]}), "written before the failure")
+            raise ValueError("analysis broke")
+
+    with pytest.raises(ValueError, match="analysis broke"):
+        run(tmp_path, Broken())
+    after = {p: p.read_bytes() for p in claim.rglob("*") if p.is_file()}
+    assert after == before  # no partial table, no staging folder left behind
+    assert not list(claim.glob(".staging-*"))
+
+
+def test_check_results_reanalyses_and_notices_a_changed_verdict(tmp_path):
+    run(tmp_path, profile="default")
+    assert stale_results({"toy": Toy()}, tmp_path, reanalyse=True) == []
+
+    class Flipped(Toy):
+        def analyse(self, runs, p, out):
+            v = super().analyse(runs, p, out)
+            v.verdict = "refuted"
+            return v
+
+    problems = stale_results({"toy": Flipped()}, tmp_path, reanalyse=True)
+    assert len(problems) == 1 and "supported → refuted" in problems[0]
+
+
+def test_comparisons_and_noise_floor_reach_result_json(tmp_path):
+    from tfclaims import evidence as ev
+
+    class WithEvidence(Toy):
+        def analyse(self, runs, p, out):
+            v = super().analyse(runs, p, out)
+            a = {r["config"]["seed"]: r["metrics"]["value"] for r in runs if r["config"]["i"] == 0}
+            b = {r["config"]["seed"]: r["metrics"]["value"] for r in runs if r["config"]["i"] == 1}
+            v.comparisons = [ev.paired("i1-vs-i0", a, b, metric="value", better="higher")]
+            v.noise_floor = [ev.paired("null", a, a, metric="value")]
+            return v
+
+    _, res = run(tmp_path, WithEvidence())
+    saved = json.loads((tmp_path / "toy" / "result.json").read_text())
+    (c,) = saved["comparisons"]
+    assert c["id"] == "i1-vs-i0" and c["diff"] == 1.0 and c["paired"] and c["decision"] == "b_better"
+    assert saved["noise_floor"][0]["diff"] == 0.0

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .config import ConfigError
@@ -17,15 +19,38 @@ from .device import DeviceError
 from .experiment import PROFILES, Experiment
 from .launch import LAUNCHERS, Launcher, LauncherError
 from .registry import REPO_ROOT
-from .runner import BadInput, run_experiment
+from .runner import MAX_SEEDS, BadInput, run_experiment
 
 
 def results_root(arg: str | None) -> Path:
+    if arg is not None and not arg.strip():
+        raise BadInput("--results-dir is empty; give a folder (default: results/)")
     return Path(arg or os.environ.get("TFCLAIMS_RESULTS") or REPO_ROOT / "results")
 
 
-def report_root(arg: str | None) -> Path:
-    return Path(arg or os.environ.get("TFCLAIMS_REPORT") or REPO_ROOT / "report")
+def report_root(arg: str | None, results: Path) -> Path:
+    """The report follows the results it is built from: the repository's report/ for its results/, else a
+    folder beside the results folder (<results>-report), never the committed report for other results."""
+    if arg is not None:
+        if not arg.strip():
+            raise BadInput("--report-dir is empty; give a folder")
+        return Path(arg)
+    if os.environ.get("TFCLAIMS_REPORT"):
+        return Path(os.environ["TFCLAIMS_REPORT"])
+    if results.resolve() == (REPO_ROOT / "results").resolve():
+        return REPO_ROOT / "report"
+    return results.parent / f"{results.name}-report"
+
+
+def check_writable(folder: Path, what: str) -> None:
+    """Fail before any run when a folder cannot be written (created if missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise BadInput(f"cannot write {what} under {folder}: {e.strerror or e}") from None
 
 
 def _seeds(text: str) -> list[int]:
@@ -40,16 +65,30 @@ def _seeds(text: str) -> list[int]:
         ) from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"--seeds count must be >= 1, got {n}")
+    if n > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"--seeds count must be <= {MAX_SEEDS}, got {n}")
     return list(range(n))
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage in one line (and exit code 2), like every other user error here."""
+
+    def error(self, message):
+        self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
+
+
 def _override(text: str) -> tuple[str, object]:
+    """'k=v' with v read as a Python literal; 'nan' and 'inf' as floats (checked against the profile later)."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"--set takes key=value, got {text!r}")
     k, v = text.split("=", 1)
     try:
         return k.strip(), ast.literal_eval(v)
     except (ValueError, SyntaxError):
+        pass
+    try:
+        return k.strip(), float(v)
+    except ValueError:
         return k.strip(), v
 
 
@@ -142,6 +181,9 @@ def _run(exps: list[Experiment], args) -> int:
     launcher = launcher_from(args)
     device = launcher.device(args.device)
     root = results_root(args.results_dir)
+    report = None if args.no_report else report_root(args.report_dir, root)
+    if report is not None:
+        check_writable(report, "the report")
     code = 0
     for exp in exps:
         rc, _ = run_experiment(
@@ -157,15 +199,21 @@ def _run(exps: list[Experiment], args) -> int:
             launcher=launcher,
         )
         code = max(code, rc)
-    if not args.no_report:
+    if report is not None and any(root.glob("*/result.json")):
         from .report import build_report
 
-        build_report(root, report_root(args.report_dir))
+        build_report(root, report)
     return code
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _guard(fn) -> int:
-    """Turn user errors into one line on stderr and exit code 2."""
+    """Turn user errors into one line on stderr and exit code 2; SIGTERM is handled like Ctrl-C."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return fn()
     except (BadInput, ConfigError, DeviceError, CorpusError, LauncherError) as e:
@@ -174,12 +222,14 @@ def _guard(fn) -> int:
     except KeyboardInterrupt:
         print("interrupted: finished runs are kept; rerun the same command to resume", file=sys.stderr)
         return 130
+    except OSError as e:  # disk full, a folder that vanished or turned read-only mid-sweep
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}; finished runs are kept", file=sys.stderr)
+        return 2
 
 
 def experiment_main(exp: Experiment, argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog=f"experiments/{exp.claim_id}.py", description=f"{exp.title}. {exp.statement}"
-    )
+    ap = Parser(prog=f"experiments/{exp.claim_id}.py", description=f"{exp.title}. {exp.statement}")
     add_run_options(ap)
     args = ap.parse_args(argv)
     return _guard(lambda: _run([exp], args))
@@ -191,10 +241,8 @@ def script_main(cls: type[Experiment], argv=None) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="tfclaims", description="Test claims about Transformers, claim by claim."
-    )
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = Parser(prog="tfclaims", description="Test claims about Transformers, claim by claim.")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
     p_run = sub.add_parser("run", help="run one claim's experiment and refresh the report")
     p_run.add_argument("name", help="claim id (see `list`)")
     add_run_options(p_run)
@@ -212,21 +260,30 @@ def main(argv=None) -> int:
     from .registry import load_all
 
     def go() -> int:
-        exps = load_all()
+        broken: list[tuple[str, str]] = []
+        exps = load_all(broken)
+        if args.cmd != "run":  # `run x` speaks only of x
+            for cid, why in broken:
+                print(f"error: experiments/{cid}.py cannot be loaded ({why}); skipped", file=sys.stderr)
         if args.cmd == "list":
             for cid, e in exps.items():
                 print(f"{cid:22s} {e.title}")
-            return 0
+            return 1 if broken else 0
         if args.cmd == "run":
+            if args.name in dict(broken):
+                raise BadInput(f"claim {args.name!r} cannot be loaded: {dict(broken)[args.name]}")
             if args.name not in exps:
                 raise BadInput(f"unknown claim {args.name!r}; registered claims: {', '.join(exps)}")
             return _run([exps[args.name]], args)
         if args.cmd == "reproduce":
-            return _run(list(exps.values()), args)
+            if not exps:
+                raise BadInput("no claims found under experiments/: nothing to reproduce")
+            return max(_run(list(exps.values()), args), 1 if broken else 0)
         if args.cmd == "report":
             from .report import build_report
 
-            build_report(results_root(args.results_dir), report_root(args.report_dir))
+            root = results_root(args.results_dir)
+            build_report(root, report_root(args.report_dir, root))
             return 0
         if args.cmd == "check-results":
             from .runner import stale_results

@@ -16,6 +16,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import shutil
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -160,8 +162,11 @@ class Launcher:
                                 "a worker process died (killed, or out of memory) while this run was pending"
                             ),
                         )
-        except BaseException:
+        except BaseException:  # Ctrl-C, SIGTERM: stop now rather than finish the queue
+            procs = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
             pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:
+                proc.terminate()  # a run cut short leaves no record (records are written atomically)
             raise
         finally:
             bar.close()
@@ -220,6 +225,14 @@ class _Requeueable(submitit.helpers.Checkpointable):
 
 
 def _init_worker(gpu_ids, threads: int) -> None:
+    parent = os.getppid()
+
+    def watch():  # a worker whose parent died (killed, even with SIGKILL) exits instead of lingering
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
     gpu = gpu_ids.get()
     if gpu is not None:
         torch.cuda.set_device(gpu)

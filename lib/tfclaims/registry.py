@@ -36,9 +36,21 @@ def load_file(path: Path) -> Experiment:
     return found[0]()
 
 
-def load_all() -> dict[str, Experiment]:
-    """Every registered claim, in report order."""
-    exps = [load_file(p) for p in sorted(experiments_dir().glob("*.py")) if not p.name.startswith("_")]
+def load_all(broken: list | None = None) -> dict[str, Experiment]:
+    """Every registered claim, in report order. With `broken` (a list), a claim file that fails to load
+    (a syntax error, a bad import) is appended to it as (claim id, one-line reason) and skipped, so one
+    broken file stops neither `list` nor the other claims; without it, the error propagates."""
+    exps = []
+    for p in sorted(experiments_dir().glob("*.py")):
+        if p.name.startswith("_"):
+            continue
+        try:
+            exps.append(load_file(p))
+        except Exception as e:
+            if broken is None:
+                raise
+            first = str(e).splitlines()[0] if str(e) else ""
+            broken.append((p.stem, f"{type(e).__name__}: {first}"))
     return {e.claim_id: e for e in sorted(exps, key=lambda e: (e.order, e.claim_id))}
 
 

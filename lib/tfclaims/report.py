@@ -13,14 +13,14 @@ from pathlib import Path
 from .io import atomic_write_text
 from .provenance import result_problems
 from .registry import REPO_ROOT, load_all
-from .runner import load_result, resolve_profile
+from .runner import BadInput, load_result, resolve_profile
 
 README_START, README_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
 BADGE = {"supported": "#2e7d32", "refuted": "#c62828", "mixed": "#ef6c00", "inconclusive": "#616161"}
 
 
 def load_results(results_root: Path) -> list[dict]:
-    exps = load_all()
+    exps = load_all(broken=[])
     order = list(exps)
     found = {}
     for path in results_root.glob("*/result.json"):
@@ -60,6 +60,28 @@ def _blocks(results: list[dict], results_root: Path, report_root: Path) -> list[
             ]
         )
     B.append(("table", rows))
+    B.append(("h3", "How to read a verdict"))
+    B.append(
+        (
+            "ul",
+            [
+                "**supported**: the claimed effect is significant in the claimed direction (95% CI excludes 0; "
+                "p ≤ 0.05 after Holm's correction across the cells of one sub-verdict) where the claim says it applies.",
+                "**refuted**: the opposite effect is significant, or the two arms are equivalent within a margin "
+                "declared before running (two one-sided tests) *and* a positive control in the same setup detected "
+                "an effect of the margin's size.",
+                "**mixed**: supported in part of the measured range and refuted in another (named in the detail).",
+                "**inconclusive**: anything else — including a null that this scale cannot resolve; the detail gives "
+                "the smallest effect it could have detected.",
+                "Each **comparison** is arm b − arm a over seeds (paired where the arms share seeds), with its 95% CI, "
+                "p (Holm-adjusted), the declared margin and its decision: `a_better`, `b_better`, `equivalent`, "
+                "`undecided` or `excluded`. **excluded**: neither arm learned (its loss stayed within the declared "
+                "distance of the unigram level) — two failures compared say nothing, so the cell counts neither way.",
+                "The **noise floor** is a null pair: the baseline arm run again with seeds offset; an effect inside "
+                "its interval is what chance alone gives at this scale.",
+            ],
+        )
+    )
     fig_no = 0
     for i, r in enumerate(results, 1):
         cid = r["claim_id"]
@@ -98,6 +120,12 @@ def _blocks(results: list[dict], results_root: Path, report_root: Path) -> list[
                     + [[s["name"], f"**{s['verdict']}**", s["detail"]] for s in r["sub_verdicts"]],
                 )
             )
+        if r.get("comparisons"):
+            B.append(("h3", "Comparisons"))
+            B.append(("table", comparison_rows(r["comparisons"])))
+        if r.get("noise_floor"):
+            B.append(("h3", "Noise floor (null pairs)"))
+            B.append(("table", comparison_rows(r["noise_floor"])))
         for t in r.get("tables", []):
             if t.get("markdown"):
                 B.append(("h3", t["title"]))
@@ -130,6 +158,52 @@ def _blocks(results: list[dict], results_root: Path, report_root: Path) -> list[
         )
     )
     return B
+
+
+def _num(v, fmt: str = ".3g") -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def comparison_rows(cmps: list[dict]) -> list[list[str]]:
+    """One row per comparison of result.json: what was compared, the effect with its CI, and the decision."""
+    rows = [
+        [
+            "Comparison",
+            "Metric",
+            "b − a",
+            "95% CI",
+            "p",
+            "n",
+            "Margin",
+            "Noise floor",
+            "Learned (a, b)",
+            "Decision",
+        ]
+    ]
+    for c in cmps:
+        learned = (
+            f"{c['learned_a']}/{c.get('n_a')}, {c['learned_b']}/{c.get('n_b')}"
+            if c.get("learned_a") is not None
+            else "—"
+        )
+        ci = f"[{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else "—"
+        rows.append(
+            [
+                f"`{c['id']}`: {c.get('arm_b', 'b')} vs {c.get('arm_a', 'a')}",
+                f"{c.get('metric', '')} ({c.get('better', '')} is better)"
+                if c.get("better")
+                else c.get("metric", ""),
+                _num(c.get("diff"), "+.3g"),
+                ci,
+                _num(c.get("p"), ".2g"),
+                str(c.get("n", "—")),
+                _num(c.get("margin"), "g"),
+                _num(c.get("noise"), ".2g"),
+                learned,
+                f"**{c['decision']}**" + (f" ({c['note']})" if c.get("note") else ""),
+            ]
+        )
+    return rows
 
 
 def _inline_html(text: str) -> str:
@@ -252,15 +326,27 @@ def readme_table(results: list[dict]) -> str:
 
 
 def build_report(results_root: Path, report_root: Path, readme: Path | None = None) -> None:
+    """report.md, index.html and figures.bib from one results folder; the README's table only when that folder
+    is the repository's own results/ and the report goes to its report/. A missing or empty results folder is
+    an error: it never empties a report."""
+    if not results_root.is_dir():
+        raise BadInput(f"no results folder at {results_root}")
     results = load_results(results_root)
-    report_root.mkdir(parents=True, exist_ok=True)
+    if not results:
+        raise BadInput(f"no result.json under {results_root}: nothing to report (run a claim first)")
+    try:
+        report_root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"cannot write the report under {report_root}: {e.strerror or e}") from None
     blocks = _blocks(results, results_root, report_root)
     atomic_write_text(report_root / "report.md", render_md(blocks))
     atomic_write_text(report_root / "index.html", render_html(blocks))
     atomic_write_text(report_root / "figures.bib", render_bib(results))
-    readme = readme or (
-        REPO_ROOT / "README.md" if report_root.resolve() == (REPO_ROOT / "report").resolve() else None
+    own = (
+        report_root.resolve() == (REPO_ROOT / "report").resolve()
+        and results_root.resolve() == (REPO_ROOT / "results").resolve()
     )
+    readme = readme or (REPO_ROOT / "README.md" if own else None)
     if readme is not None and readme.exists():
         text = readme.read_text()
         if README_START in text and README_END in text:

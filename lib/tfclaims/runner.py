@@ -8,12 +8,14 @@ nothing that was committed.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import inspect
 import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -109,25 +111,114 @@ def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
         rec["error"] = f"{type(e).__name__}: {e}"
         rec["traceback"] = traceback.format_exc()
     rec["finished_at"] = now()
+    rec["threads"] = torch.get_num_threads()  # recorded, not keyed: see README (Runs and threads)
+    if rec["status"] == "failed" and _ok(_load_record(Path(task.path), True)) is not None:
+        # a forced rerun that failed never replaces a good record
+        print(
+            f"run {task.run_id} of {task.claim_id} failed ({rec['error']}); its earlier record is kept",
+            file=sys.stderr,
+        )
+        return rec["status"]
     atomic_write_json(Path(task.path), rec)
     return rec["status"]
 
 
+MAX_SEED = 2**31 - 1
+MAX_SEEDS = 10_000
+
+
+def check_seeds(seeds) -> list[int]:
+    """Seeds are distinct integers in [0, 2^31): a seed counted twice would deflate every p-value."""
+    seeds = list(seeds)
+    if not seeds:
+        raise BadInput("--seeds: give at least one seed")
+    if len(seeds) > MAX_SEEDS:
+        raise BadInput(f"--seeds: {len(seeds)} seeds is more than {MAX_SEEDS}")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
+            raise BadInput(f"--seeds: {s!r} is not an integer in [0, {MAX_SEED}]")
+    dup = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dup:
+        raise BadInput(f"--seeds: seed(s) {dup} given twice; each seed must be one independent run")
+    return seeds
+
+
+def _check_value(key: str, value, default) -> None:
+    """A --set value must have its profile default's type (int for int; int or float for float; a non-empty
+    list of like elements for a list), be finite where a NaN could slip in, and not be negative."""
+    where = f"--set {key}={value!r}"
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise BadInput(f"{where}: expected true/false (True or False)")
+        return
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BadInput(f"{where}: expected an integer")
+        if value < 0:
+            raise BadInput(f"{where}: must not be negative")
+        return
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadInput(f"{where}: expected a number")
+        if value != value:
+            raise BadInput(f"{where}: NaN is not a setting")
+        if value < 0:
+            raise BadInput(f"{where}: must not be negative")
+        return  # +inf is allowed: a run that diverges is an outcome, recorded as such
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)):
+            raise BadInput(f"{where}: expected a list like {list(default)!r}")
+        if not value:
+            raise BadInput(f"{where}: the list must not be empty (the grid would have nothing to run)")
+        if default:
+            for v in value:
+                _check_value(key, v, default[0])
+        return
+    if isinstance(default, str) and not isinstance(value, str):
+        raise BadInput(f"{where}: expected text")
+
+
 def resolve_profile(exp: Experiment, profile: str, seeds=None, overrides: dict | None = None) -> dict:
+    """The profile's parameters with --set overrides (typed and range-checked) and --seeds applied."""
     if profile not in PROFILES:
         raise BadInput(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     p = dict(exp.profiles[profile])
     for k, v in (overrides or {}).items():
+        if k == "seeds" and "seeds" in p:
+            raise BadInput("--set seeds=...: use --seeds (e.g. --seeds 5 or --seeds 0,3,7)")
         if k not in p:
             raise BadInput(
                 f"--set {k}: {exp.claim_id} profile {profile!r} has no parameter {k!r} (it has: {', '.join(sorted(p))})"
             )
+        _check_value(k, v, p[k])
         p[k] = v
     if seeds is not None:
         if "seeds" not in p:
             raise BadInput(f"{exp.claim_id} takes no seeds (its runs are deterministic)")
-        p["seeds"] = list(seeds)
+        p["seeds"] = check_seeds(seeds)
     return p
+
+
+def check_grid(exp: Experiment, configs: list[dict]) -> None:
+    """Before any run: the grid is not empty, its seeds are distinct per config, and every model it implies
+    can be built (the fields a config shares with ModelConfig are validated together)."""
+    from .config import ModelConfig
+
+    if not configs:
+        raise BadInput(f"{exp.claim_id}: the grid is empty; nothing would run")
+    keys = [json.dumps(c, sort_keys=True) for c in configs]
+    if len(set(keys)) != len(keys):
+        raise BadInput(f"{exp.claim_id}: the grid repeats a run (a seed or setting given twice)")
+    shape = ("d_model", "n_heads", "n_layers", "n_kv_heads", "head_dim", "d_ff", "vocab_size")
+    for cfg in configs:
+        shared = {k: v for k, v in cfg.items() if k in shape}
+        if "d_model" in shared or "n_heads" in shared:
+            try:
+                ModelConfig(**shared)
+            except ConfigError as e:
+                raise BadInput(f"{exp.claim_id}: invalid configuration: {e}") from None
+            except TypeError:
+                continue  # a field of the same name with another meaning in this claim
 
 
 def run_experiment(
@@ -149,6 +240,7 @@ def run_experiment(
         configs = exp.grid(p)
     except ConfigError as e:
         raise BadInput(f"{exp.claim_id}: invalid configuration: {e}") from None
+    check_grid(exp, configs)
     claim_dir = results_root / exp.claim_id
     runs_dir = claim_dir / "runs"
     try:
@@ -158,11 +250,38 @@ def run_experiment(
         probe.unlink()
     except OSError as e:
         raise BadInput(f"cannot write results under {claim_dir}: {e.strerror or e}") from None
+    _check_corpus(exp)
+    with claim_lock(claim_dir, exp.claim_id):
+        return _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher)
 
+
+@contextlib.contextmanager
+def claim_lock(claim_dir: Path, claim_id: str):
+    """One sweep at a time per claim folder: a second one says which process holds it and stops (exit 2), so
+    two sweeps can never interleave their publications of one claim's tables and result.json."""
+    from filelock import FileLock, Timeout
+
+    lock, owner = FileLock(str(claim_dir / ".lock")), claim_dir / ".lock.owner"
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        who = owner.read_text().strip() if owner.exists() else "another process"
+        raise BadInput(
+            f"{claim_id}: another sweep holds {claim_dir} ({who}); wait for it to finish, then rerun"
+        ) from None
+    try:
+        owner.write_text(f"pid {os.getpid()} on {socket.gethostname()} since {now()}")
+        yield
+    finally:
+        owner.unlink(missing_ok=True)
+        lock.release()
+
+
+def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher):
+    runs_dir = claim_dir / "runs"
     started = now()
     chash = code_hash(exp)
     part_hash: dict[str, str] = {}
-    _check_corpus(exp)
     launcher = launcher or Launcher()
     src = inspect.getsourcefile(type(exp))
     tasks, paths, n_reused = [], [], 0
@@ -298,17 +417,34 @@ def _publish(staging: Path, claim_dir: Path, result: dict) -> None:
 
 
 def _load_record(path: Path, force: bool = False) -> dict | None:
-    """A record, or None when absent. An unreadable one is bad input (nothing overwrites it) unless forced."""
+    """A record, or None when absent. An unreadable or malformed one is bad input (nothing overwrites it)
+    unless forced."""
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        rec = json.loads(path.read_text())
+        problem = _record_problem(rec)
     except (OSError, ValueError) as e:
-        if force:
-            return None
-        raise BadInput(
-            f"corrupt run record {path} ({type(e).__name__}); delete it (or pass --force) to rerun that run"
-        ) from None
+        problem = type(e).__name__
+    if problem is None:
+        return rec
+    if force:
+        return None
+    raise BadInput(
+        f"corrupt run record {path} ({problem}); delete it (or pass --force) to rerun that run"
+    ) from None
+
+
+def _record_problem(rec) -> str | None:
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    if rec.get("status") not in ("ok", "failed"):
+        return "no status"
+    if rec["status"] == "ok" and not (
+        isinstance(rec.get("metrics"), dict) and isinstance(rec.get("config"), dict)
+    ):
+        return "an ok record without metrics or config"
+    return None
 
 
 def _ok(rec: dict | None) -> dict | None:
@@ -325,13 +461,16 @@ def _check_corpus(exp: Experiment) -> None:
 
 
 def load_result(path: Path) -> dict:
-    """A claim's result.json; a corrupt one is bad input (one line), never silently skipped."""
+    """A claim's result.json; a corrupt or malformed one is bad input (one line), never silently skipped."""
     try:
-        return json.loads(Path(path).read_text())
+        res = json.loads(Path(path).read_text())
+        ok = isinstance(res, dict) and all(k in res for k in ("claim_id", "verdict", "profile"))
+        problem = None if ok else "not a result: it lacks claim_id, verdict or profile"
     except (OSError, ValueError) as e:
-        raise BadInput(
-            f"corrupt result file {path} ({type(e).__name__}); rerun that claim to regenerate it"
-        ) from None
+        problem = type(e).__name__
+    if problem:
+        raise BadInput(f"corrupt result file {path} ({problem}); rerun that claim to regenerate it") from None
+    return res
 
 
 def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[str]:

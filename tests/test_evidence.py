@@ -1,0 +1,164 @@
+"""The evidence layer against independent computations (scipy by hand, closed forms) and the verdict ladder."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tfclaims import evidence as ev
+
+RNG = np.random.default_rng(7)
+A = {s: 3.0 + RNG.normal(0, 0.05) for s in range(8)}
+B = {s: A[s] - 0.2 + RNG.normal(0, 0.05) for s in range(8)}
+
+
+def test_paired_matches_a_one_sample_t_on_the_differences():
+    c = ev.paired("x", A, B, metric="loss")
+    d = np.array([B[s] - A[s] for s in range(8)])
+    t = stats.ttest_1samp(d, 0.0)
+    h = stats.t.ppf(0.975, 7) * d.std(ddof=1) / math.sqrt(8)
+    assert c.n == 8 and c.paired and c.test == "paired t"
+    assert c.diff == pytest.approx(d.mean()) and c.p == pytest.approx(t.pvalue)
+    assert (c.ci_low, c.ci_high) == pytest.approx((d.mean() - h, d.mean() + h))
+    assert c.decision == "b_better"  # lower loss in arm b
+    assert ev.paired("x", A, B, metric="acc", better="higher").decision == "a_better"
+
+
+def test_tost_is_the_larger_of_two_one_sided_tests():
+    close = {s: A[s] + RNG.normal(0, 0.01) for s in A}
+    c = ev.paired("x", A, close, metric="loss", margin=0.05)
+    d = np.array([close[s] - A[s] for s in A])
+    lower = stats.ttest_1samp(d, -0.05, alternative="greater").pvalue
+    upper = stats.ttest_1samp(d, 0.05, alternative="less").pvalue
+    assert c.p_equiv == pytest.approx(max(lower, upper))
+    assert c.decision in ("equivalent", "a_better", "b_better")
+    wide = ev.paired("x", A, close, metric="loss", margin=1e-4)
+    assert wide.decision != "equivalent"
+
+
+def test_unpaired_is_welch():
+    a, b = [1.0, 2.0, 3.0, 2.5], [4.0, 5.0, 6.5]
+    c = ev.unpaired("u", a, b, metric="loss")
+    assert c.p == pytest.approx(stats.ttest_ind(b, a, equal_var=False).pvalue)
+    assert c.diff == pytest.approx(np.mean(b) - np.mean(a)) and not c.paired and c.decision == "a_better"
+
+
+def test_duplicate_seeds_are_rejected():
+    with pytest.raises(ev.EvidenceError, match="duplicate seeds"):
+        ev.paired("x", [(0, 1.0), (0, 1.1), (1, 1.2)], {0: 1.0, 1: 1.0}, metric="loss")
+    runs = [{"config": {"seed": 0, "arm": "a"}, "metrics": {"v": 1.0}}] * 2
+    with pytest.raises(ev.EvidenceError, match="twice"):
+        ev.seed_values(runs, lambda c: True, lambda m: m["v"])
+
+
+def test_non_finite_values_drop_out_and_are_noted():
+    b = dict(B)
+    b[3] = math.nan
+    c = ev.paired("x", A, b, metric="loss")
+    assert c.n == 7 and "3" in c.note
+
+
+def test_both_arms_failed_to_learn_is_excluded_whatever_the_numbers():
+    fail = {s: False for s in A}
+    c = ev.paired("x", A, B, metric="loss", learned_a=fail, learned_b=fail)
+    assert c.decision == "excluded" and c.p is None and c.learned_a == 0 and c.learned_b == 0
+    one = {**fail, 0: True}
+    assert ev.paired("x", A, B, metric="loss", learned_a=one, learned_b=fail).decision == "b_better"
+
+
+def test_learned_guard():
+    assert ev.learned(3.0, 3.3, 0.1) and not ev.learned(3.25, 3.3, 0.1)
+    assert not ev.learned(None, 3.3, 0.1) and not ev.learned(math.nan, 3.3, 0.1)
+
+
+def test_fisher_on_learned_counts():
+    c = ev.binary("f", [True] * 6, [False] * 5 + [True], metric="learned")
+    assert c.p == pytest.approx(stats.fisher_exact([[1, 5], [6, 0]]).pvalue)
+    assert c.diff == pytest.approx(1 / 6 - 1) and c.ci_low < c.diff < c.ci_high and c.decision == "a_better"
+
+
+def test_escape_step_and_time_to_event():
+    steps = list(range(10))
+    assert ev.escape_step(steps, [3.3] * 4 + [2.0] * 6, threshold=2.5, window=3) == 5  # mean of 3.3, 2, 2
+    assert ev.escape_step(steps, [3.3] * 10, threshold=3.0) is None
+    fast = ev.time_to_event("t", [10, 12, 11, 9, 10, 13], [None] * 6, horizon=100)
+    assert fast.decision == "a_better" and fast.learned_a == 6 and fast.learned_b == 0
+    same = ev.time_to_event("t", [10, 20, 30], [11, 19, 31], horizon=100)
+    assert same.decision == "undecided"
+    assert ev.time_to_event("t", [None] * 3, [None] * 3, horizon=100).decision == "excluded"
+
+
+def test_holm_matches_the_step_down_formula_and_redecides():
+    ps = [0.01, 0.04, 0.03]
+    cs = [
+        ev.Comparison(id=str(i), sub_claim="", metric="m", arm_a="a", arm_b="b", better="lower", test="t", n=5,
+                      paired=True, mean_a=1.0, mean_b=0.9, diff=-0.1, ci_low=None, ci_high=None, p=p, p_raw=p)
+        for i, p in enumerate(ps)
+    ]  # fmt: skip
+    out = ev.holm([ev._finish(c) for c in cs])
+    assert [c.p for c in out] == pytest.approx([0.03, 0.06, 0.06])
+    assert [c.decision for c in out] == ["b_better", "undecided", "undecided"]
+    assert [c.p_raw for c in out] == ps
+
+
+def test_minimum_detectable_effect_has_80_percent_power():
+    c = ev.paired("x", A, B, metric="loss")
+    sd = np.std([B[s] - A[s] for s in A], ddof=1)
+    nc = c.mde / sd * math.sqrt(8)
+    crit = stats.t.ppf(0.975, 7)
+    power = 1 - stats.nct.cdf(crit, 7, nc) + stats.nct.cdf(-crit, 7, nc)
+    assert power == pytest.approx(0.8, abs=1e-3)
+
+
+def test_noise_floor_pairs_seed_s_with_s_plus_offset():
+    off = {s + 1000: v + 0.01 for s, v in A.items()}
+    f = ev.noise_floor("nf", A, off, seed_offset=1000, metric="loss")
+    assert f.n == 8 and f.diff == pytest.approx(0.01)
+    c = ev.with_noise([ev.paired("x", A, B, metric="loss")], [f])[0]
+    assert c.noise == pytest.approx(ev.noise_bound(f))
+
+
+def _cmp(id, decision):
+    return ev.Comparison(id=id, sub_claim="", metric="m", arm_a="a", arm_b="b", better="lower", test="t", n=5,
+                         paired=True, mean_a=None, mean_b=None, diff=None, ci_low=None, ci_high=None, p=None,
+                         p_raw=None, mde=0.1, decision=decision)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "decisions, control, require, verdict",
+    [
+        (["b_better", "b_better"], None, "any", "supported"),
+        (["b_better", "undecided"], None, "any", "supported"),
+        (["b_better", "undecided"], None, "all", "inconclusive"),
+        (["a_better", "undecided"], None, "any", "refuted"),
+        (["b_better", "a_better"], None, "any", "mixed"),
+        (["equivalent", "equivalent"], None, "any", "inconclusive"),  # no positive control: never refuted
+        (["equivalent", "equivalent"], True, "any", "refuted"),
+        (["undecided", "undecided"], None, "any", "inconclusive"),
+        (["excluded", "excluded"], None, "any", "inconclusive"),
+        (["excluded", "b_better"], None, "all", "supported"),  # excluded cells count neither way
+    ],
+)
+def test_the_verdict_ladder(decisions, control, require, verdict):
+    cs = [_cmp(f"c{i}", d) for i, d in enumerate(decisions)]
+    lad = ev.ladder(cs, "b_better", positive_control=control, require=require)
+    assert lad.verdict == verdict
+    if "excluded" in decisions:
+        assert "excluded" in lad.detail
+    if verdict == "inconclusive" and "undecided" in decisions:
+        assert "detectable" in lad.detail
+
+
+def test_combine():
+    assert ev.combine(["supported", "supported"]) == "supported"
+    assert ev.combine(["refuted"]) == "refuted"
+    assert ev.combine(["supported", "refuted"]) == "mixed"
+    assert ev.combine(["supported", "inconclusive"]) == "inconclusive"
+    assert ev.combine([]) == "inconclusive"
+
+
+def test_comparisons_serialise_without_nan():
+    c = ev.paired("x", {0: 1.0}, {0: 2.0}, metric="loss")
+    d = c.as_dict()
+    assert d["decision"] == "undecided" and d["p"] is None and set(d) >= {"id", "ci_low", "ci_high", "n"}

@@ -1,0 +1,40 @@
+"""The package's shape: no import cycle among its modules (lazy imports inside functions included)."""
+
+import ast
+from pathlib import Path
+
+import tfclaims
+from tfclaims.provenance import _imported_lib_modules
+
+PKG = Path(tfclaims.__file__).parent
+
+
+def _graph() -> dict[str, set[str]]:
+    return {
+        p.stem: set(_imported_lib_modules(ast.parse(p.read_text())).values()) - {p.stem}
+        for p in PKG.glob("*.py")
+    }
+
+
+def test_the_package_has_no_import_cycle():
+    graph, state, cycles = _graph(), {}, []
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == "open":
+                cycles.append(path[path.index(n) :] + [n])
+            elif n not in state:
+                visit(n, path + [n])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []
+
+
+def test_the_graph_sees_imports():
+    g = _graph()
+    assert "provenance" in g["runner"] and "experiment" in g["registry"]
+    assert "cli" not in g["experiment"]

@@ -1,0 +1,270 @@
+"""Nothing committed is lost or rewritten by a failed or mistaken command: bad input, faults, signals, races."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tfclaims.cli import main
+from tfclaims.registry import REPO_ROOT
+
+TOY = textwrap.dedent(
+    """
+    import os
+    import time
+
+    from tfclaims import evidence as ev
+    from tfclaims.experiment import Experiment, Part, SubVerdict, Verdict
+
+
+    def grid(p):
+        return [{"d_model": p["d_model"], "n_heads": p["n_heads"], "steps": p["steps"], "lr": p["lr"],
+                 "sleep": p["sleep"], "seed": s} for s in p["seeds"]]
+
+
+    def run(cfg, ctx):
+        time.sleep(cfg["sleep"])
+        if os.environ.get("TOY_FAIL"):
+            raise RuntimeError("toy failure")
+        return {"value": cfg["seed"] * cfg["lr"], "pid": os.getpid()}
+
+
+    class Toy(Experiment):
+        claim_id = "toy"
+        title = "toy"
+        statement = "toy"
+        rule = "toy"
+        profiles = {name: {"d_model": 32, "n_heads": 4, "steps": 10, "lr": 1e-3, "sleep": 0.0, "widths": [1, 2],
+                           "seeds": [0, 1, 2]} for name in ("quick", "default", "full")}
+        parts = (Part("only", grid, run),)
+
+        def analyse(self, runs, p, out):
+            vals = {r["config"]["seed"]: r["metrics"]["value"] for r in runs}
+            c = ev.paired("self", vals, vals, metric="value")
+            return Verdict("inconclusive", "toy", "toy", {}, [SubVerdict("x", "inconclusive", "y")], comparisons=[c])
+    """
+)
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    exps = tmp_path / "experiments"
+    exps.mkdir()
+    (exps / "toy.py").write_text(TOY)
+    monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(exps))
+    return tmp_path
+
+
+def cli(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as e:  # argparse's own usage errors
+        code = e.code
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def one_line(capsys, *argv, code=2):
+    got, err = cli(capsys, *argv)
+    assert got == code and len(err) == 1 and err[0].startswith("error: "), (got, err)
+    return err[0]
+
+
+def records(root: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((root / "toy" / "runs").glob("*.json"))]
+
+
+def run_toy(root, *extra):
+    return ["run", "toy", "--profile", "quick", "--results-dir", str(root), "--no-progress", *extra]
+
+
+# 1 and 2: a failing analysis changes nothing (tests/test_runner.py); results folders never rewrite another
+def test_reliability_report_follows_its_results_folder(toy, capsys, monkeypatch):
+    monkeypatch.delenv("TFCLAIMS_REPORT")
+    committed = {p: p.read_bytes() for p in (REPO_ROOT / "report").glob("*")}
+    readme = (REPO_ROOT / "README.md").read_bytes()
+    assert cli(capsys, *run_toy(toy / "x"))[0] == 0
+    assert (toy / "x-report" / "report.md").exists()
+    assert {p: p.read_bytes() for p in (REPO_ROOT / "report").glob("*")} == committed
+    assert (REPO_ROOT / "README.md").read_bytes() == readme
+
+
+def test_reliability_missing_or_empty_results_folder_is_an_error(toy, capsys):
+    assert "no results folder" in one_line(capsys, "report", "--results-dir", str(toy / "typo"))
+    (toy / "empty").mkdir()
+    assert "nothing to report" in one_line(capsys, "report", "--results-dir", str(toy / "empty"))
+    assert "--results-dir is empty" in one_line(capsys, *run_toy(""))
+
+
+# 3: every input is validated before any run starts
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("steps=-5", "must not be negative"),
+        ("steps=abc", "expected an integer"),
+        ("steps=12.5", "expected an integer"),
+        ("lr=nan", "NaN"),
+        ("seeds=5", "use --seeds"),
+        ("widths=[]", "must not be empty"),
+    ],
+)
+def test_reliability_set_values_are_typed_and_range_checked(toy, capsys, setting, message):
+    assert message in one_line(capsys, *run_toy(toy / "r", "--set", setting))
+    assert not (toy / "r" / "toy" / "runs").exists() or not records(toy / "r")
+
+
+def test_reliability_model_configs_are_validated_for_the_whole_grid_first(toy, capsys):
+    line = one_line(capsys, *run_toy(toy / "r", "--set", "d_model=30", "--set", "n_heads=4"))
+    assert "divisible" in line and not (toy / "r" / "toy" / "runs").exists()
+
+
+@pytest.mark.parametrize("seeds", ["1,1", "0,-3", "10000000000000"])
+def test_reliability_seeds_are_distinct_integers_in_range(toy, capsys, seeds):
+    assert "--seeds" in one_line(capsys, *run_toy(toy / "r", "--seeds", seeds))
+    assert not (toy / "r" / "toy" / "runs").exists()
+
+
+def test_reliability_unwritable_report_folder_is_checked_before_the_sweep(toy, capsys):
+    blocker = toy / "file"
+    blocker.write_text("")
+    assert "cannot write the report" in one_line(
+        capsys, *run_toy(toy / "r", "--report-dir", str(blocker / "r"))
+    )
+    assert not (toy / "r" / "toy" / "runs").exists()
+
+
+# 4: one line, never a traceback
+@pytest.mark.parametrize("content", ["[1, 2]", "[]", '{"status": "ok"}', "{"])
+def test_reliability_malformed_run_record_is_one_line(toy, capsys, content):
+    assert cli(capsys, *run_toy(toy / "r"))[0] == 0
+    victim = sorted((toy / "r" / "toy" / "runs").glob("*.json"))[0]
+    victim.write_text(content)
+    assert "corrupt run record" in one_line(capsys, *run_toy(toy / "r"))
+    assert victim.read_text() == content
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "[]", '{"x": 1}'])
+def test_reliability_malformed_result_json_is_one_line(toy, capsys, content):
+    assert cli(capsys, *run_toy(toy / "r"))[0] == 0
+    (toy / "r" / "toy" / "result.json").write_text(content)
+    assert "corrupt result file" in one_line(capsys, "report", "--results-dir", str(toy / "r"))
+
+
+def test_reliability_disk_full_is_one_line_and_keeps_finished_runs(toy, capsys, monkeypatch):
+    import tfclaims.runner as runner
+
+    real, calls = runner.atomic_write_json, []
+
+    def full(path, obj):
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device", str(path))
+        real(path, obj)
+
+    monkeypatch.setattr(runner, "atomic_write_json", full)
+    assert "No space left on device" in one_line(capsys, *run_toy(toy / "r"))
+    assert len(records(toy / "r")) == 1  # the run finished before the disk filled is kept
+
+
+def test_reliability_broken_claim_file_is_named_and_does_not_stop_the_others(toy, capsys):
+    (toy / "experiments" / "broken.py").write_text("def oops(:\n")
+    code, err = cli(capsys, "list")
+    assert code == 1 and any("broken.py" in e and "SyntaxError" in e for e in err)
+    code, err = cli(
+        capsys, "reproduce", "--profile", "quick", "--results-dir", str(toy / "r"), "--no-progress"
+    )
+    assert code == 1 and (toy / "r" / "toy" / "result.json").exists()
+    assert "cannot be loaded" in one_line(capsys, "run", "broken")
+
+
+def test_reliability_reproduce_with_no_claims_fails(toy, capsys):
+    (toy / "experiments" / "toy.py").unlink()
+    assert "no claims found" in one_line(capsys, "reproduce", "--results-dir", str(toy / "r"))
+
+
+# 5: one sweep per claim folder at a time
+def test_reliability_second_sweep_of_a_claim_says_who_holds_it(toy, capsys):
+    from tfclaims.runner import claim_lock
+
+    (toy / "r" / "toy").mkdir(parents=True)
+    with claim_lock(toy / "r" / "toy", "toy"):
+        line = one_line(capsys, *run_toy(toy / "r"))
+    assert "another sweep holds" in line and f"pid {os.getpid()}" in line
+    assert cli(capsys, *run_toy(toy / "r"))[0] == 0  # released
+
+
+# 6: signals, workers, --force
+def _spawn(toy, *extra, env=None):
+    args = [sys.executable, "-m", "tfclaims", *run_toy(toy / "r", *extra)]
+    return subprocess.Popen(
+        args, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_reliability_sigterm_is_handled_like_ctrl_c(toy):
+    proc = _spawn(toy, "--set", "sleep=20.0")
+    time.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "rerun the same command to resume" in err and "Traceback" not in err
+
+
+def test_reliability_killing_a_parallel_sweep_leaves_no_orphans(toy):
+    proc = _spawn(toy, "--set", "sleep=30.0", "--launcher", "local-parallel", "--workers", "2")
+    deadline = time.time() + 30
+    while len(_children(proc.pid)) < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    kids = [k for k in _children(proc.pid)]
+    time.sleep(2)  # the workers have started their runs
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    time.sleep(3)
+    assert kids and not [k for k in kids if _alive(k)]
+
+
+def test_reliability_ctrl_c_stops_a_parallel_sweep_promptly(toy):
+    proc = _spawn(toy, "--set", "sleep=30.0", "--launcher", "local-parallel", "--workers", "2")
+    time.sleep(6)
+    t0 = time.time()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=25)
+    assert time.time() - t0 < 15 and proc.returncode == 130
+
+
+def test_reliability_force_does_not_replace_a_good_record_with_a_failed_one(toy, capsys, monkeypatch):
+    assert cli(capsys, *run_toy(toy / "r"))[0] == 0
+    good = {r["run_id"]: r for r in records(toy / "r")}
+    monkeypatch.setenv("TOY_FAIL", "1")
+    cli(capsys, *run_toy(toy / "r", "--force"))
+    assert {r["run_id"]: r["status"] for r in records(toy / "r")} == {k: "ok" for k in good}
+
+
+# 8: what a run's numbers depend on is recorded
+def test_reliability_thread_count_is_recorded_in_every_run(toy, capsys):
+    assert cli(capsys, *run_toy(toy / "r"))[0] == 0
+    assert all(isinstance(r["threads"], int) and r["threads"] >= 1 for r in records(toy / "r"))
