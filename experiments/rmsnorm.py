@@ -3,37 +3,121 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import torch
 
-from tfclaims.comparison import by_seed, compare, plot_curves
-from tfclaims.data import load_corpus, random_windows
-from tfclaims.experiment import Experiment, Output, SubVerdict, Verdict
-from tfclaims.models import LM, lm_loss
-from tfclaims.norm_variants import VARIANTS, make_variant, swap_norms
-from tfclaims.small_lm import model_config, run_fields, train_config, train_profile, train_small
-from tfclaims.stats import mean_ci
-from tfclaims.threads import intra_op_threads
-from tfclaims.timing import grad_call, kernels, time_interleaved
-from tfclaims.train import make_optimizer
+from tfclaims import evidence as ev
+from tfclaims.comparison import plot_curves
+from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.norm_timing import AA, IMPLS, norm_alone, step_timing
+from tfclaims.norm_variants import VARIANTS
+from tfclaims.small_lm import model_config, run_fields, train_profile, train_small
 
-IMPLS = (
-    "layer",
-    "rms",
-    "eager_layer",
-    "eager_rms",
-)  # built-in F.layer_norm / F.rms_norm, then the formulas in eager ops
+QUALITY_MARGIN = 0.05  # nats/char: |Δ final val loss| within this is "the same quality" (TOST)
+LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
+NULL_OFFSET = 1000  # the null pair: LayerNorm rerun at seed s + NULL_OFFSET
+FAMILIES = {"built-in": ("layer", "rms"), "eager": ("eager_layer", "eager_rms")}
+SUB = {
+    "alone built-in": "Norm alone, built-in functions: RMSNorm faster",
+    "alone eager": "Norm alone, eager formulas: RMSNorm faster",
+    "step built-in": "Whole training step faster with RMSNorm (built-in)",
+    "step eager": "Whole training step faster with RMSNorm (eager formulas)",
+    "quality": "Same validation loss",
+}
 
 
-def step_model(impl: str, cfg: dict, vocab: int) -> LM:
-    """The LM with every norm of kind `impl`: the library's layers (built-in functions), or eager formulas swapped in."""
-    base = {"layer": "layer", "rms": "rms", "eager_layer": "layer", "eager_rms": "rms"}[impl]
-    model = LM(model_config(cfg, vocab, norm=base))
-    if impl.startswith("eager"):
-        swap_norms(model, impl)
-    return model
+def norm_alone_grid(p: dict) -> list[dict]:
+    return [
+        {
+            "widths": p["widths"],
+            "tokens": p["tokens"],
+            "repeats": p["repeats"],
+            "threads": p["threads"],
+            "seed": 0,
+        }
+    ]
+
+
+def step_grid(p: dict) -> list[dict]:
+    cfgs = [
+        {"d_model": d, "n_layers": L, "n_heads": h, "seq_len": p["step_seq"], "batch": p["step_batch"],
+         "repeats": p["step_repeats"], "threads": p["threads"], "seed": 0}
+        for d, L, h in p["step_models"]
+    ]  # fmt: skip
+    for c in cfgs:
+        model_config(c, 96)  # validate sizes before anything runs
+    return cfgs
+
+
+def train_grid(p: dict) -> list[dict]:
+    arms = [{"norm": n, **run_fields(p), "seed": s} for n in ("layer", "rms") for s in p["seeds"]]
+    null = [{"norm": "layer", **run_fields(p), "seed": s + NULL_OFFSET} for s in p["seeds"]]
+    return arms + null
+
+
+def train_norm(cfg: dict, ctx) -> dict:
+    res, _ = train_small(cfg, ctx, model_kw={"norm": cfg["norm"]}, desc=f"{cfg['norm']} seed {cfg['seed']}")
+    return res
+
+
+def log_times(times) -> dict[int, float]:
+    """round -> log seconds per call: the rounds are interleaved, so round i of two arms is a pair."""
+    return {i: math.log(t) for i, t in enumerate(times)}
+
+
+def timing_pair(cid: str, t: dict, a: str, b: str, *, metric: str, sub_claim: str) -> ev.Comparison:
+    """log t_b − log t_a paired over rounds: diff = log(t_b / t_a), lower is faster."""
+    return ev.paired(
+        cid, log_times(t[a]["times"]), log_times(t[b]["times"]), metric=metric, better="lower",
+        sub_claim=sub_claim, arm_a=VARIANTS.get(a, (None, a))[1], arm_b=VARIANTS.get(b, (None, b))[1],
+    )  # fmt: skip
+
+
+def quality_verdict(q: ev.Comparison) -> tuple[str, str]:
+    """The equality sub-claim: TOST within ±QUALITY_MARGIN or RMSNorm significantly lower → supported;
+    LayerNorm significantly lower (and no equivalence) → refuted; otherwise inconclusive."""
+    t = q.text(" nats")
+    if q.excluded:
+        return "inconclusive", t
+    if q.p_equiv is not None and q.p_equiv <= q.alpha:
+        return "supported", f"{t} (equivalent within ±{QUALITY_MARGIN:g})"
+    if q.decision == "b_better":
+        return "supported", f"{t} (RMSNorm lower)"
+    if q.decision == "a_better":
+        return "refuted", f"{t} (LayerNorm lower)"
+    return "inconclusive", f"{t} (neither a difference nor equivalence within ±{QUALITY_MARGIN:g} shown)"
+
+
+def ratio_ci(c: ev.Comparison) -> tuple[float, float, float]:
+    """LN/RMS time ratio (exp of −diff) with its 95% CI."""
+    lo, hi = (math.exp(-v) if v is not None else math.nan for v in (c.ci_high, c.ci_low))
+    return math.exp(-c.diff), lo, hi
+
+
+def ratio_text(c: ev.Comparison) -> str:
+    if c.ci_low is None:
+        return f"{c.id}: {c.decision}"
+    r, lo, hi = ratio_ci(c)
+    return f"{c.id.split(':')[1]}: LN/RMS {r:.2f}× [{lo:.2f}, {hi:.2f}], p = {c.p:.2g}"
+
+
+def saving_text(c: ev.Comparison) -> str:
+    if c.ci_low is None:
+        return f"{c.id}: {c.decision}"
+    s, lo, hi = (1 - math.exp(v) for v in (c.diff, c.ci_high, c.ci_low))
+    return f"{c.id.split(':')[1]}: saving {s:+.1%} [{lo:+.1%}, {hi:+.1%}], p = {c.p:.2g}"
+
+
+def conjunction(verdicts: list[str]) -> str:
+    """'A and B': refuted if any part is refuted; else mixed if any is mixed; supported if all are."""
+    if "refuted" in verdicts:
+        return "refuted"
+    if "mixed" in verdicts:
+        return "mixed"
+    return "supported" if verdicts and all(v == "supported" for v in verdicts) else "inconclusive"
 
 
 class RMSNormSpeed(Experiment):
@@ -53,254 +137,132 @@ class RMSNormSpeed(Experiment):
     method = (
         "(1) Norm alone: forward+backward time (torch.autograd.grad, no accumulation) of LayerNorm vs RMSNorm over widths at "
         "a fixed number of tokens, for PyTorch's built-in functions `F.layer_norm` and `F.rms_norm` (what the library's layers, "
-        "`torch.nn.LayerNorm` and `torch.nn.RMSNorm` call) and for the standard formulas written in eager elementwise ops; "
-        "the four are timed interleaved round by round. The kernels each one runs (forward and backward apart) are read from "
-        "torch's profiler: the computing aten ops that call no other computing op, which shows whether one fused kernel ran "
-        "or a composite of elementwise ones. (2) Whole training step (forward, loss, backward, AdamW) of the character LM with each of the four "
-        "norms, interleaved; the saving 1 − t_RMS/t_LN with a 95% CI over rounds (paired per round), and the norms' share "
-        "of the step estimated as (2L+1) × the norm-alone time at the model's shape over the step time. (3) Validation loss "
-        "of the character LM (Shakespeare) trained with LayerNorm vs RMSNorm over seeds."
+        "`torch.nn.LayerNorm` and `torch.nn.RMSNorm`, call) and for the standard formulas written in eager elementwise ops; "
+        "the four, and the built-in LayerNorm a second time under another name (an A/A pair), are timed interleaved round by "
+        "round. The kernels each one runs (forward and backward apart) are read from torch's profiler: the computing aten ops "
+        "that call no other computing op, which shows whether one fused kernel ran or a composite of elementwise ones. "
+        "(2) Whole training step (forward, loss, backward, AdamW) of the character LM with each of the four norms (and the "
+        "built-in LayerNorm step again, A/A), interleaved; the norms' share of the step estimated as (2L+1) × the norm-alone "
+        "time at the model's shape over the step time. Timing comparisons are log t_RMS − log t_LN paired over rounds (the "
+        "log of the time ratio), reported as the ratio LN/RMS or the saving 1 − t_RMS/t_LN with 95% CIs. (3) Final validation "
+        "loss of the character LM (Shakespeare) trained with LayerNorm vs RMSNorm over seeds, paired by seed, with the "
+        "learned-at-all guard and a null pair (LayerNorm rerun at seeds s + 1000)."
     )
     rule = (
-        "Norm alone (PyTorch's built-in functions, which the library uses): RMSNorm faster if its median forward+backward "
-        "time is below LayerNorm's; supported if faster at every width, mixed if at some, refuted if at none (the eager "
-        "formulas get the same rule as a separate sub-verdict). Whole step: supported if the 95% CI of the built-in saving 1 − t_RMS/t_LN "
-        "lies above 0 at every model size, refuted if it lies below 0 at any size, otherwise inconclusive. Quality: final "
-        "validation loss RMS − LN compared over seeds by the shared rule (CI below/above 0, or |Δ| within the seed spread): "
-        "'equal' or 'lower' → supported, 'higher' → refuted, 'unclear' → inconclusive. Overall: supported if norm-alone, "
-        "whole-step and quality are all supported; refuted if the norm alone is faster at no width or quality is refuted; "
-        "otherwise mixed."
+        "Timing: each cell compares log t_RMS − log t_LN (the log of the time ratio), paired over interleaved rounds "
+        "(paired t-test), Holm-corrected across the cells (widths, or model sizes) of a sub-verdict, beside an A/A noise "
+        "floor (the built-in LayerNorm callable timed twice in the same interleaved call). Norm alone (built-in functions, "
+        "which the library uses; the eager formulas are a separate sub-verdict under the same rule): the verdict ladder with "
+        "'RMSNorm faster' claimed at every width: supported if RMSNorm is significantly faster at every width, refuted if "
+        "LayerNorm is significantly faster at every width, mixed if each holds at some width, otherwise inconclusive. Whole "
+        "step: the same ladder over model sizes (built-in; eager a separate sub-verdict). Quality: final validation loss "
+        f"RMS − LN paired over seeds, declared margin ±{QUALITY_MARGIN} nats/char; a run learned iff its final validation "
+        f"loss is at least {LEARN_MARGIN} nats below the unigram cross-entropy (a comparison where neither arm learned in "
+        "any seed is excluded); supported if TOST shows equivalence within the margin or RMSNorm is significantly lower, "
+        "refuted if LayerNorm is significantly lower without equivalence, otherwise inconclusive (minimum detectable effect "
+        "stated); the null pair (LayerNorm at seeds s + 1000) is shown beside it. Overall (the claim is a conjunction: "
+        "cheaper and as good): speed = built-in norm alone and whole step combined (both supported → supported, both "
+        "refuted → refuted, one of each or a mixed one → mixed, otherwise inconclusive); refuted if speed or quality is "
+        "refuted, else mixed if either is mixed, supported if both are supported, otherwise inconclusive."
     )
     profiles = {
         "quick": train_profile("quick", widths=[64, 128], tokens=256, repeats=2, step_models=[[32, 1, 2]], step_batch=4, step_seq=16, step_repeats=2, threads=1),
         "default": train_profile("default", widths=[64, 128, 256, 512, 1024, 2048], tokens=4096, repeats=15, step_models=[[64, 2, 4], [256, 4, 8]], step_batch=8, step_seq=64, step_repeats=10, threads=1),
         "full": train_profile("full", widths=[64, 256, 1024, 4096, 8192], tokens=16384, repeats=50, step_models=[[256, 4, 8], [1024, 12, 16]], step_batch=32, step_seq=256, step_repeats=30, threads=0),
     }  # fmt: skip
-
-    def grid(self, p):
-        timing = {"threads": p["threads"], "seed": 0}
-        micro = [
-            {"kind": "micro", "widths": p["widths"], "tokens": p["tokens"], "repeats": p["repeats"], **timing}
-        ]
-        step = [
-            {
-                "kind": "step",
-                "d_model": d,
-                "n_layers": L,
-                "n_heads": h,
-                "seq_len": p["step_seq"],
-                "batch": p["step_batch"],
-                "repeats": p["step_repeats"],
-                **timing,
-            }
-            for d, L, h in p["step_models"]
-        ]
-        for c in step:
-            model_config(c, 96)  # validate sizes before anything runs
-        train = [{"kind": "train", "norm": n, **run_fields(p)} for n in ("layer", "rms")]
-        return micro + step + self.with_seeds(train, p["seeds"])
-
-    def run_one(self, cfg, ctx):
-        return {"micro": self._micro, "step": self._step, "train": self._train}[cfg["kind"]](cfg, ctx)
-
-    def _micro(self, cfg, ctx):
-        with intra_op_threads(cfg["threads"]):
-            return self._micro_timed(cfg, ctx)
-
-    def _micro_timed(self, cfg, ctx):
-        dev = ctx.device
-        rows = []
-        for d in cfg["widths"]:
-            x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
-            gy = torch.randn(cfg["tokens"], d, device=dev)
-            fns = {k: grad_call(make_variant(k, d).to(dev), x, gy) for k in IMPLS}
-            t = time_interleaved(fns, device=dev, repeats=cfg["repeats"])
-            rows.append(
-                {
-                    "d": d,
-                    **{k: {"median": v["median"], "q25": v["q25"], "q75": v["q75"]} for k, v in t.items()},
-                }
-            )
-        # which kernels run: forward and backward profiled apart, at the middle width
-        d = cfg["widths"][len(cfg["widths"]) // 2]
-        x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
-        ops = {}
-        for k in IMPLS:
-            m = make_variant(k, d).to(dev)
-            m(x)  # warm-up
-            fwd = kernels(lambda m=m: m(x))
-            y = m(x)
-            bwd = kernels(lambda y=y, m=m: torch.autograd.grad(y, [x, *m.parameters()], torch.ones_like(y)))
-            ops[k] = {"forward": fwd, "backward": bwd}
-        return {"rows": rows, "kernels": ops, "kernel_width": d, "threads": torch.get_num_threads()}
-
-    def _step(self, cfg, ctx):
-        with intra_op_threads(cfg["threads"]):
-            return self._step_timed(cfg, ctx)
-
-    def _step_timed(self, cfg, ctx):
-        dev = ctx.device
-        corpus = load_corpus()
-        tc = train_config({**cfg, "steps": 100, "lr": 1e-3, "eval_every": 100, "eval_batches": 1})
-        gen = torch.Generator().manual_seed(0)
-        x, y = (t.to(dev) for t in random_windows(corpus.train, cfg["batch"], cfg["seq_len"], gen))
-        fns, norm_fns = {}, {}
-        for impl in IMPLS:
-            torch.manual_seed(0)
-            model = step_model(impl, cfg, corpus.vocab_size).to(dev).train()
-            opt = make_optimizer(model, tc)
-
-            def step(model=model, opt=opt):
-                loss = lm_loss(model(x), y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-
-            fns[impl] = step
-            h = torch.randn(cfg["batch"] * cfg["seq_len"], cfg["d_model"], device=dev, requires_grad=True)
-            norm_fns[impl] = grad_call(make_variant(impl, cfg["d_model"]).to(dev), h, torch.randn_like(h))
-        steps = time_interleaved(fns, device=dev, repeats=cfg["repeats"], warmup=3)
-        norms = time_interleaved(norm_fns, device=dev, repeats=cfg["repeats"] * 2)
-        return {
-            "step": {k: {"median": v["median"], "times": v["times"]} for k, v in steps.items()},
-            "norm": {k: {"median": v["median"]} for k, v in norms.items()},
-            "n_norms": 2 * cfg["n_layers"] + 1,
-            "threads": torch.get_num_threads(),
-        }
-
-    def _train(self, cfg, ctx):
-        res, _ = train_small(
-            cfg, ctx, model_kw={"norm": cfg["norm"]}, desc=f"{cfg['norm']} seed {cfg['seed']}"
-        )
-        return res
+    parts = (
+        Part("norm_alone", norm_alone_grid, norm_alone),
+        Part("step", step_grid, step_timing),
+        Part("train", train_grid, train_norm),
+    )
 
     # ---------------------------------------------------------------- analysis
     def analyse(self, runs, p, out: Output):
-        micro = next(r for r in runs if r["config"]["kind"] == "micro")["metrics"]
-        mdf = pd.DataFrame(
-            [
-                {
-                    "width d": r["d"], "tokens": p["tokens"],
-                    **{f"{k} (µs)": r[k]["median"] * 1e6 for k in IMPLS},
-                    "LN/RMS built-in": r["layer"]["median"] / r["rms"]["median"],
-                    "LN/RMS eager": r["eager_layer"]["median"] / r["eager_rms"]["median"],
-                    "eager/built-in LN": r["eager_layer"]["median"] / r["layer"]["median"],
-                    "eager/built-in RMS": r["eager_rms"]["median"] / r["rms"]["median"],
-                }
-                for r in micro["rows"]
-            ]
-        )  # fmt: skip
-        out.table(
-            "norm_alone",
-            mdf,
-            f"Norm alone: median forward+backward time over {p['repeats']} interleaved rounds ({micro['threads']} intra-op thread(s))",
+        micro = self.runs_of(runs, "norm_alone")[0]["metrics"]
+        steps = sorted(
+            self.runs_of(runs, "step"), key=lambda r: (r["config"]["d_model"], r["config"]["n_layers"])
         )
-        kdf = self.describe_kernels(micro)
-        out.table(
-            "kernels",
-            kdf,
-            f"Which aten kernels run (torch profiler, width {micro['kernel_width']}): computing ops that call no other computing op; allocation, view and copy ops left out",
-        )
+        train = self.runs_of(runs, "train")
 
-        srows = []
-        for r in runs:
-            if r["config"]["kind"] != "step":
-                continue
-            c, m = r["config"], r["metrics"]
-            row = {"d_model": c["d_model"], "layers": c["n_layers"], "tokens/step": c["batch"] * c["seq_len"]}
-            for fam, (ln, rms) in {
-                "built-in": ("layer", "rms"),
-                "eager": ("eager_layer", "eager_rms"),
-            }.items():
-                lr = np.log(np.array(m["step"][ln]["times"]) / np.array(m["step"][rms]["times"]))
-                ci = mean_ci(lr)
-                row[f"{fam} LN step (ms)"] = m["step"][ln]["median"] * 1e3
-                row[f"{fam} RMS step (ms)"] = m["step"][rms]["median"] * 1e3
-                row[f"{fam} saving"] = 1 - math.exp(-ci.mean)
-                row[f"{fam} saving lo"] = 1 - math.exp(-ci.lo)
-                row[f"{fam} saving hi"] = 1 - math.exp(-ci.hi)
-                row[f"{fam} LN share of step"] = (
-                    m["n_norms"] * m["norm"][ln]["median"] / m["step"][ln]["median"]
-                )
-            srows.append(row)
-        sdf = pd.DataFrame(srows)
-        out.table(
-            "step",
-            sdf,
-            "Whole training step: median time, saving 1 − t_RMS/t_LN with 95% CI over interleaved rounds, and the norms' estimated share of the LN step",
-        )
-
-        train = [r for r in runs if r["config"]["kind"] == "train"]
-        q = compare(
-            by_seed(train, lambda c: c["norm"] == "layer", lambda m: m["final_val"]),
-            by_seed(train, lambda c: c["norm"] == "rms", lambda m: m["final_val"]),
-        )
-        tdf = pd.DataFrame(
-            [
-                {
-                    "norm": r["config"]["norm"],
-                    "seed": r["config"]["seed"],
-                    "final val": r["metrics"]["final_val"],
-                    "best val": r["metrics"]["best_val"],
-                    "steps/s": r["metrics"]["steps_per_s"],
-                }
-                for r in train
-            ]
-        ).sort_values(["norm", "seed"])
-        out.table("training", tdf, "Training runs: final validation loss (nats/char)")
-
-        self.plot_micro(mdf, out)
-        self.plot_step_and_training(sdf, train, out)
-
-        def speed_verdict(ratio):
-            n = int((ratio > 1).sum())
-            return "supported" if n == len(ratio) else "mixed" if n else "refuted", n
-
-        builtin_v, n_builtin = speed_verdict(mdf["LN/RMS built-in"])
-        eager_v, n_eager = speed_verdict(mdf["LN/RMS eager"])
-        if (sdf["built-in saving lo"] > 0).all():
-            step_v = "supported"
-        elif (sdf["built-in saving hi"] < 0).any():
-            step_v = "refuted"
-        else:
-            step_v = "inconclusive"
-        qual_v = {"equal": "supported", "lower": "supported", "higher": "refuted", "unclear": "inconclusive"}[
-            q.outcome
+        # timing: one family per (place, implementation family), Holm across its cells; A/A beside each cell
+        fam_cmps: dict[str, list[ev.Comparison]] = {}
+        floors: list[ev.Comparison] = []
+        cells = [("alone", f"d{r['d']}", r) for r in micro["rows"]]
+        cells += [
+            ("step", f"d{r['config']['d_model']}-L{r['config']['n_layers']}", r["metrics"]["step"])
+            for r in steps
         ]
-        if builtin_v == step_v == qual_v == "supported":
-            verdict = "supported"
-        elif builtin_v == "refuted" or qual_v == "refuted":
-            verdict = "refuted"
-        else:
-            verdict = "mixed"
+        for place, cell, t in cells:
+            aa = timing_pair(f"aa:{place}-{cell}", t, "layer", AA, metric=f"log time, {place} (A/A)",
+                             sub_claim="noise floor (A/A timing)")  # fmt: skip
+            floors.append(aa)
+            for fam, (ln, rms) in FAMILIES.items():
+                key = f"{place} {fam}"
+                c = timing_pair(
+                    f"{place}-{fam}:{cell}",
+                    t,
+                    ln,
+                    rms,
+                    metric=f"log time, {place} ({fam})",
+                    sub_claim=SUB[key],
+                )
+                fam_cmps.setdefault(key, []).append(replace(c, noise=ev.noise_bound(aa)))
+        fam_cmps = {k: ev.holm(v) for k, v in fam_cmps.items()}
+        lads = {k: ev.ladder(v, "b_better", require="all") for k, v in fam_cmps.items()}
+
+        # quality: final val loss, paired by seed, learned guard, null pair
+        seeds = set(p["seeds"])
+        val = lambda m: m["final_val"]  # noqa: E731
+        learn = lambda m: ev.learned(m["final_val"], m["unigram_xent"], LEARN_MARGIN)  # noqa: E731
+        arm = lambda n: lambda c: c["norm"] == n and c["seed"] in seeds  # noqa: E731
+        null = lambda c: c["norm"] == "layer" and c["seed"] - NULL_OFFSET in seeds  # noqa: E731
+        metric = "final validation loss (nats/char)"
+        floor = ev.noise_floor("null:layernorm-seed-offset", ev.seed_values(train, arm("layer"), val),
+                               ev.seed_values(train, null, val), seed_offset=NULL_OFFSET, metric=metric,
+                               arm="LayerNorm", margin=QUALITY_MARGIN)  # fmt: skip
+        q = ev.paired(
+            "quality:rms-vs-ln", ev.seed_values(train, arm("layer"), val), ev.seed_values(train, arm("rms"), val),
+            metric=metric, better="lower", sub_claim=SUB["quality"], arm_a="LayerNorm", arm_b="RMSNorm",
+            margin=QUALITY_MARGIN, learned_a=ev.seed_values(train, arm("layer"), learn),
+            learned_b=ev.seed_values(train, arm("rms"), learn),
+        )  # fmt: skip
+        (q,) = ev.with_noise([q], [floor])
+        qual_v, qual_detail = quality_verdict(q)
+
+        mdf, sdf = self.timing_tables(micro, steps, fam_cmps, p, out)
+        kdf = self.describe_kernels(micro)
+        out.table("kernels", kdf, f"Which aten kernels run (torch profiler, width {micro['kernel_width']}): computing ops that call no other computing op; allocation, view and copy ops left out")  # fmt: skip
+        tdf = pd.DataFrame(
+            [{"norm": r["config"]["norm"], "seed": r["config"]["seed"], "null pair": r["config"]["seed"] not in seeds,
+              "final val": r["metrics"]["final_val"], "unigram": r["metrics"]["unigram_xent"],
+              "learned": bool(learn(r["metrics"])), "steps/s": r["metrics"]["steps_per_s"]} for r in train]
+        ).sort_values(["null pair", "norm", "seed"])  # fmt: skip
+        out.table("training", tdf, f"Training runs: final validation loss (nats/char); learned = at least {LEARN_MARGIN} below the unigram cross-entropy; null pair = LayerNorm at seed + {NULL_OFFSET}")  # fmt: skip
+        self.plot_micro(mdf, out)
+        self.plot_step_and_training(sdf, [r for r in train if r["config"]["seed"] in seeds], out)
+
+        speed_v = ev.combine([lads["alone built-in"].verdict, lads["step built-in"].verdict])
+        verdict = conjunction([speed_v, qual_v])
+
+        def detail(key, unit_fn):
+            cs = fam_cmps[key]
+            return lads[key].detail + ". " + "; ".join(unit_fn(c) for c in cs)
+
+        subs = [
+            SubVerdict(SUB[k], lads[k].verdict, detail(k, ratio_text if k.startswith("alone") else saving_text), [c.id for c in fam_cmps[k]])
+            for k in ("alone built-in", "alone eager", "step built-in", "step eager")
+        ]  # fmt: skip
+        subs.append(SubVerdict(SUB["quality"], qual_v, "RMS − LN final val: " + qual_detail, [q.id]))
+        all_cmps = [c for k in fam_cmps for c in fam_cmps[k]] + [q]
+        rng = lambda s: f"{s.min():.2f}–{s.max():.2f}×"  # noqa: E731
         step_txt = "; ".join(
             f"d={int(r['d_model'])}, {int(r['layers'])} layers: {r['built-in saving']:+.1%} [{r['built-in saving lo']:+.1%}, {r['built-in saving hi']:+.1%}] (norms ≈{r['built-in LN share of step']:.0%} of the step)"
             for _, r in sdf.iterrows()
-        )
-        eager_step = "; ".join(f"d={int(r['d_model'])}: {r['eager saving']:+.1%}" for _, r in sdf.iterrows())
-        rng = lambda s: f"{s.min():.2f}–{s.max():.2f}×"  # noqa: E731
+        )  # fmt: skip
         kern_txt = "; ".join(
             f"{r['implementation'].split(',')[0]}: forward {r['forward: kernels run']}, backward {r['backward: kernels run']} kernels"
             for _, r in kdf.head(2).iterrows()
-        )
-        subs = [
-            SubVerdict(
-                "Norm alone, built-in functions: RMSNorm faster",
-                builtin_v,
-                f"LN/RMS time {rng(mdf['LN/RMS built-in'])} over widths {mdf['width d'].min()}–{mdf['width d'].max()} ({n_builtin}/{len(mdf)} widths faster)",
-            ),
-            SubVerdict(
-                "Norm alone, eager formulas: RMSNorm faster",
-                eager_v,
-                f"LN/RMS time {rng(mdf['LN/RMS eager'])} ({n_eager}/{len(mdf)} widths faster); eager LN takes {rng(mdf['eager/built-in LN'])} the built-in LN time",
-            ),
-            SubVerdict(
-                "Whole training step faster with RMSNorm (built-in)",
-                step_v,
-                step_txt + f"; eager formulas: {eager_step}",
-            ),
-            SubVerdict("Same validation loss", qual_v, "RMS − LN final val: " + q.text(" nats")),
-        ]
+        )  # fmt: skip
         return Verdict(
             verdict=verdict,
             summary=(
@@ -308,23 +270,70 @@ class RMSNormSpeed(Experiment):
                 f"RMSNorm takes {rng(1 / mdf['LN/RMS eager'])} of LayerNorm's. In a whole training step the saving is {step_txt}. "
                 f"Validation loss: {q.text(' nats')}."
             ),
-            key_number=f"step saving {', '.join(f'{s:+.1%}' for s in sdf['built-in saving'])} (d={', '.join(str(d) for d in sdf['d_model'])}); norm alone LN/RMS {rng(mdf['LN/RMS built-in'])}; val Δ {q.diff:+.3f}",
+            key_number=f"step saving {', '.join(f'{s:+.1%}' for s in sdf['built-in saving'])} (d={', '.join(str(d) for d in sdf['d_model'])}); norm alone LN/RMS {rng(mdf['LN/RMS built-in'])}"
+            + (f"; val Δ {q.diff:+.3f}" if q.diff is not None else ""),
             evidence={
-                "norm_alone_builtin": builtin_v,
-                "norm_alone_eager": eager_v,
-                "step": step_v,
-                "quality": q.as_dict(),
+                "norm_alone_builtin": lads["alone built-in"].verdict,
+                "norm_alone_eager": lads["alone eager"].verdict,
+                "step": lads["step built-in"].verdict,
+                "step_eager": lads["step eager"].verdict,
+                "speed": speed_v,
+                "quality": qual_v,
+                "quality_margin": QUALITY_MARGIN,
+                "learn_margin": LEARN_MARGIN,
                 "step_savings": sdf[
                     ["d_model", "built-in saving", "built-in saving lo", "built-in saving hi"]
                 ].to_dict("records"),
-            },
+            },  # fmt: skip
             sub_verdicts=subs,
             caveats=[
                 f"CPU timings (torch {torch.__version__}, {micro['threads']} intra-op thread(s) for timing, to keep a busy neighbouring process from stalling a thread barrier). Which kernels run depends on the PyTorch version and device (see the kernel table): this compares these implementations, not the two algorithms' lower bounds; on a GPU both norms are memory-bound and the share of a step spent in them differs.",
-                f"Small models (d_model {p['d_model']}, {p['n_layers']} layers, {p['steps']} steps) for the quality comparison; the anchors trained to convergence.",
+                "Timing comparisons pair the rounds of one interleaved call and treat rounds as independent; rounds taken seconds apart share slow drifts of the machine's load, which the A/A pair beside each cell measures.",
+                f"Small models (d_model {p['d_model']}, {p['n_layers']} layers, {p['steps']} steps, {len(p['seeds'])} seeds) for the quality comparison; the anchors trained to convergence. Equivalence within ±{QUALITY_MARGIN} nats is what this setup can show; no positive control checks that it would detect a quality difference of that size.",
                 "Timings were taken interleaved to spread background load over all variants; absolute times vary with the machine's load, the ratios less.",
             ],
+            comparisons=all_cmps,
+            noise_floor=floors + [floor],
         )
+
+    def timing_tables(self, micro, steps, fam_cmps, p, out):
+        by_id = {c.id: c for cs in fam_cmps.values() for c in cs}
+        rows = []
+        for r in micro["rows"]:
+            row = {
+                "width d": r["d"],
+                "tokens": p["tokens"],
+                **{f"{k} (µs)": r[k]["median"] * 1e6 for k in IMPLS},
+            }
+            for fam in FAMILIES:
+                row[f"LN/RMS {fam}"], row[f"LN/RMS {fam} lo"], row[f"LN/RMS {fam} hi"] = ratio_ci(
+                    by_id[f"alone-{fam}:d{r['d']}"]
+                )
+            row["eager/built-in LN"] = r["eager_layer"]["median"] / r["layer"]["median"]
+            row["eager/built-in RMS"] = r["eager_rms"]["median"] / r["rms"]["median"]
+            row["A/A LN/LN"] = r["layer"]["median"] / r[AA]["median"]
+            rows.append(row)
+        mdf = pd.DataFrame(rows)
+        out.table("norm_alone", mdf, f"Norm alone: median forward+backward time over {p['repeats']} interleaved rounds ({micro['threads']} intra-op thread(s)); LN/RMS = exp of the mean paired log ratio over rounds, with 95% CI; A/A: the built-in LayerNorm timed twice")  # fmt: skip
+        srows = []
+        for r in steps:
+            c, m = r["config"], r["metrics"]
+            cell = f"d{c['d_model']}-L{c['n_layers']}"
+            row = {"d_model": c["d_model"], "layers": c["n_layers"], "tokens/step": c["batch"] * c["seq_len"]}
+            for fam, (ln, rms) in FAMILIES.items():
+                cmp = by_id[f"step-{fam}:{cell}"]
+                row[f"{fam} LN step (ms)"] = m["step"][ln]["median"] * 1e3
+                row[f"{fam} RMS step (ms)"] = m["step"][rms]["median"] * 1e3
+                row[f"{fam} saving"] = 1 - math.exp(cmp.diff)
+                row[f"{fam} saving lo"] = 1 - math.exp(cmp.ci_high) if cmp.ci_high is not None else math.nan
+                row[f"{fam} saving hi"] = 1 - math.exp(cmp.ci_low) if cmp.ci_low is not None else math.nan
+                row[f"{fam} LN share of step"] = (
+                    m["n_norms"] * m["norm"][ln]["median"] / m["step"][ln]["median"]
+                )
+            srows.append(row)
+        sdf = pd.DataFrame(srows)
+        out.table("step", sdf, "Whole training step: median time, saving 1 − t_RMS/t_LN (from the mean paired log ratio over interleaved rounds) with 95% CI, and the norms' estimated share of the LN step")  # fmt: skip
+        return mdf, sdf
 
     def describe_kernels(self, micro):
         rows = []

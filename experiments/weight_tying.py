@@ -5,21 +5,49 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tfclaims.comparison import by_seed, compare, plot_curves
-from tfclaims.config import PRESETS
-from tfclaims.counting import model_params
-from tfclaims.data import load_corpus
-from tfclaims.experiment import Experiment, Output, SubVerdict, Verdict
-from tfclaims.models import LM, n_params
-from tfclaims.small_lm import model_config, run_fields, train_profile, train_small
+from tfclaims import evidence as ev
+from tfclaims.comparison import plot_curves
+from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.lm_recipes import tying_counts, tying_train
+from tfclaims.small_lm import run_fields, train_profile
 
 COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
+MARGIN = 0.02  # nats: |tied − untied| inside this is "no difference" (TOST), for the AUC and the final loss
+LEARN_MARGIN = 0.10  # nats below the unigram cross-entropy: the run learned
+NULL_OFFSET = 1000
 
 
 def auc(m: dict) -> float | None:
     """Mean validation loss over the evaluations after step 0: lower = converged faster (area under the curve)."""
     v = m["val_loss"][1:]
-    return None if m.get("diverged_at") is not None or not v else float(np.mean(v))
+    return None if m.get("diverged_at") is not None or not v or None in v else float(np.mean(v))
+
+
+def final(m: dict) -> float | None:
+    return m.get("final_val")
+
+
+def did_learn(m: dict) -> bool:
+    return ev.learned(m.get("final_val"), m["unigram_xent"], LEARN_MARGIN)
+
+
+def grid_counts(p):
+    return [{**run_fields(p), "presets": list(COUNT_PRESETS)}]
+
+
+def grid_train(p):
+    return [{"tie": t, **run_fields(p), "seed": s} for t in (True, False) for s in p["seeds"]]
+
+
+def grid_null(p):
+    """The null pair: the untied arm (the baseline) rerun at seeds s + NULL_OFFSET."""
+    return [{"tie": False, **run_fields(p), "seed": s + NULL_OFFSET} for s in p["seeds"]]
+
+
+def comparison_table(cmps) -> pd.DataFrame:
+    cols = ("id", "metric", "arm_a", "arm_b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p", "p_equiv",
+            "mde", "noise", "learned_a", "learned_b", "decision")  # fmt: skip
+    return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps])
 
 
 class WeightTying(Experiment):
@@ -40,85 +68,70 @@ class WeightTying(Experiment):
     method = (
         "(1) Parameter counts tied vs untied, closed form (`tfclaims.counting`) against the instantiated character LM, and "
         "the share V·d represents for published configurations. (2) Training: the character LM (Shakespeare, vocabulary "
-        "of characters) tied and untied over seeds, same init scale for the separate head; convergence speed measured as "
-        "the mean validation loss over the evaluations after step 0 (area under the curve), and the final loss."
+        "of characters) tied and untied on the same seeds (same init seed and data order), same init scale for the "
+        "separate head; convergence speed measured as the mean validation loss over the evaluations after step 0 (area "
+        "under the curve, AUC), and the final loss. A null pair (the untied arm rerun at seeds s + "
+        f"{NULL_OFFSET}) gives the noise floor of both measures."
     )
     rule = (
-        "Parameters: supported if untied − tied equals V·d exactly, in closed form and in the instantiated model. "
-        "Convergence: the area under the validation curve, tied − untied, compared over seeds by the shared rule: 'lower' "
-        "→ supported (tying converges faster), 'equal' or 'higher' → refuted, 'unclear' → inconclusive. Overall: supported "
-        "if both are supported; mixed if the parameters are cut but convergence is refuted; inconclusive if convergence is "
-        "inconclusive; refuted if the count fails."
+        "Parameters (exact checks): supported if untied − tied equals V·d exactly for every configuration, in closed "
+        "form, and the instantiated character LM matches its closed form; else refuted. Convergence: the AUC, tied vs "
+        f"untied, paired by seed (paired t-test; TOST against ±{MARGIN} nats); a run learned if its final validation "
+        f"loss is at least {LEARN_MARGIN} nats below the unigram cross-entropy, and if neither arm learned in any seed "
+        "the comparison is excluded. Sub-verdict by the evidence ladder: supported if tied is significantly lower, "
+        "refuted if untied is significantly lower, otherwise inconclusive (no positive control, so equivalence within "
+        "the margin does not refute). Final validation loss: the same test, reported as its own sub-verdict. Overall: "
+        "parameters and convergence combined: both supported → supported; one supported, the other refuted → mixed; "
+        "both refuted → refuted; otherwise inconclusive."
     )
     profiles = {
         "quick": train_profile("quick"),
-        "default": train_profile("default"),
+        "default": train_profile("default", seeds=[0, 1, 2, 3, 4]),
         "full": train_profile("full"),
     }
-
-    def grid(self, p):
-        counts = [{"kind": "counts", **run_fields(p), "presets": list(COUNT_PRESETS), "seed": 0}]
-        train = [{"kind": "train", "tie": t, **run_fields(p)} for t in (True, False)]
-        return counts + self.with_seeds(train, p["seeds"])
-
-    def run_one(self, cfg, ctx):
-        return self._counts(cfg, ctx) if cfg["kind"] == "counts" else self._train(cfg, ctx)
-
-    def _counts(self, cfg, ctx):
-        corpus = load_corpus()
-        rows = []
-        for tie in (True, False):
-            mc = model_config(cfg, corpus.vocab_size, tie_weights=tie)
-            rows.append(
-                {
-                    "model": f"char LM (this project), d = {mc.d_model}",
-                    "tie": tie,
-                    "V": mc.vocab_size,
-                    "d": mc.d_model,
-                    "closed_form": model_params(mc),
-                    "instantiated": n_params(LM(mc)),
-                }
-            )
-        for name in cfg["presets"]:
-            for tie in (True, False):
-                mc = PRESETS[name].replace(tie_weights=tie)
-                rows.append(
-                    {
-                        "model": name,
-                        "tie": tie,
-                        "V": mc.vocab_size,
-                        "d": mc.d_model,
-                        "closed_form": model_params(mc),
-                        "instantiated": None,
-                    }
-                )
-        return {"rows": rows}
-
-    def _train(self, cfg, ctx):
-        res, _ = train_small(
-            cfg,
-            ctx,
-            model_kw={"tie_weights": cfg["tie"]},
-            desc=f"{'tied' if cfg['tie'] else 'untied'} seed {cfg['seed']}",
-        )
-        return res
+    parts = (
+        Part("counts", grid_counts, tying_counts),
+        Part("train", grid_train, tying_train),
+        Part("null", grid_null, tying_train),
+    )
 
     # ---------------------------------------------------------------- analysis
     def analyse(self, runs, p, out: Output):
-        cdf = pd.DataFrame(next(r for r in runs if r["config"]["kind"] == "counts")["metrics"]["rows"])
-        rows = []
+        cdf = pd.DataFrame(self.runs_of(runs, "counts")[0]["metrics"]["rows"])
+        rows, checks = [], []
         for model, g in cdf.groupby("model", sort=False):
             t, u = g[g["tie"]].iloc[0], g[~g["tie"]].iloc[0]
-            saved = u["closed_form"] - t["closed_form"]
-            inst_ok = (
-                None
-                if pd.isna(t["instantiated"])
-                else bool(
-                    u["instantiated"] - t["instantiated"] == saved
+            saved, vd = int(u["closed_form"] - t["closed_form"]), int(t["V"] * t["d"])
+            slug = "char-lm" if model.startswith("char LM") else model
+            checks.append(
+                ev.exact_check(
+                    f"params:{slug}",
+                    saved == vd,
+                    sub_claim="parameters",
+                    metric="untied − tied parameters",
+                    observed=saved,
+                    expected=vd,
+                    note="closed form",
+                )  # fmt: skip
+            )
+            if not pd.isna(t["instantiated"]):
+                inst = int(u["instantiated"] - t["instantiated"])
+                ok = (
+                    inst == saved
                     and t["instantiated"] == t["closed_form"]
                     and u["instantiated"] == u["closed_form"]
                 )
-            )
+                checks.append(
+                    ev.exact_check(
+                        f"params:{slug}-instantiated",
+                        bool(ok),
+                        sub_claim="parameters",
+                        metric="untied − tied parameters, instantiated",
+                        observed=inst,
+                        expected=saved,
+                        note="instantiated model against its closed form",
+                    )  # fmt: skip
+                )
             rows.append(
                 {
                     "model": model,
@@ -126,95 +139,108 @@ class WeightTying(Experiment):
                     "d": int(t["d"]),
                     "tied params": int(t["closed_form"]),
                     "untied params": int(u["closed_form"]),
-                    "saved": int(saved),
-                    "V·d": int(t["V"] * t["d"]),
+                    "saved": saved,
+                    "V·d": vd,
                     "saved / untied": saved / u["closed_form"],
-                    "instantiated agrees": "—" if inst_ok is None else str(inst_ok),
-                }
+                    "instantiated agrees": "—"
+                    if pd.isna(t["instantiated"])
+                    else str(checks[-1].decision == "equivalent"),
+                }  # fmt: skip
             )
         pdf = pd.DataFrame(rows)
         out.table(
             "parameters", pdf, "Parameters tied vs untied (closed form; the character LM also instantiated)"
         )
-        train = [r for r in runs if r["config"]["kind"] == "train"]
-        tied = lambda c: c["tie"]  # noqa: E731
-        untied = lambda c: not c["tie"]  # noqa: E731
-        conv = compare(by_seed(train, untied, auc), by_seed(train, tied, auc))
-        fin = compare(
-            by_seed(train, untied, lambda m: m["final_val"]), by_seed(train, tied, lambda m: m["final_val"])
+        count_ok = all(c.decision == "equivalent" for c in checks)
+
+        train, null = self.runs_of(runs, "train"), self.runs_of(runs, "null")
+
+        def tied(c):
+            return c["tie"]
+
+        def untied(c):
+            return not c["tie"]
+
+        learned = dict(
+            learned_a=ev.seed_values(train, untied, did_learn),
+            learned_b=ev.seed_values(train, tied, did_learn),
         )
-        tdf = pd.DataFrame(
-            [
-                {
-                    "measure": name,
-                    "untied": c.a_mean,
-                    "tied": c.b_mean,
-                    "tied − untied": c.diff,
-                    "CI lo": c.lo,
-                    "CI hi": c.hi,
-                    "seed spread": c.spread,
-                    "outcome": c.outcome,
-                }
-                for name, c in (("mean val loss over training (AUC)", conv), ("final val loss", fin))
-            ]
-        )
+        common = dict(better="lower", arm_a="untied", arm_b="tied", margin=MARGIN, **learned)
+        conv = ev.paired("auc:tied-vs-untied", ev.seed_values(train, untied, auc), ev.seed_values(train, tied, auc),
+                         metric="val loss AUC", sub_claim="convergence", **common)  # fmt: skip
+        fin = ev.paired("final:tied-vs-untied", ev.seed_values(train, untied, final), ev.seed_values(train, tied, final),
+                        metric="final val loss", sub_claim="final loss", **common)  # fmt: skip
+        floors = [
+            ev.noise_floor(
+                f"null:{name}",
+                ev.seed_values(train, untied, fn),
+                ev.seed_values(null, untied, fn),
+                seed_offset=NULL_OFFSET,
+                metric=metric,
+                arm="untied",
+                margin=MARGIN,
+            )  # fmt: skip
+            for name, fn, metric in (("auc", auc, "val loss AUC"), ("final", final, "final val loss"))
+        ]
+        conv, fin = ev.with_noise([conv, fin], floors)
         out.table(
-            "training", tdf, f"Validation loss (nats/char), tied vs untied, {len(p['seeds'])} seeds paired"
+            "training",
+            comparison_table([conv, fin, *floors]),
+            f"Validation loss (nats/char), tied (b) − untied (a), paired by seed ({len(p['seeds'])} seeds); the null "
+            "pairs last",
         )
 
         self.plot_training(train, pdf, p, out)
 
-        count_ok = bool((pdf["saved"] == pdf["V·d"]).all() and (pdf["instantiated agrees"] != "False").all())
-        conv_v = {"lower": "supported", "equal": "refuted", "higher": "refuted", "unclear": "inconclusive"}[
-            conv.outcome
-        ]
-        if not count_ok:
-            verdict = "refuted"
-        elif conv_v == "supported":
-            verdict = "supported"
-        elif conv_v == "refuted":
-            verdict = "mixed"
-        else:
-            verdict = "inconclusive"
+        conv_l = ev.ladder([conv], "b_better", positive_control=False)
+        fin_l = ev.ladder([fin], "b_better", positive_control=False)
+        count_v = "supported" if count_ok else "refuted"
+        verdict = ev.combine([count_v, conv_l.verdict])
         own = pdf.iloc[0]
         g2 = pdf.set_index("model").loc["gpt2-small"] if "gpt2-small" in set(pdf["model"]) else None
         subs = [
             SubVerdict(
                 "Tying removes exactly V·d parameters",
-                "supported" if count_ok else "refuted",
+                count_v,
                 f"{own['model']}: {own['saved']:,} of {own['untied params']:,} ({own['saved / untied']:.1%})"
                 + (
                     f"; GPT-2 small: {g2['saved']:,} ({g2['saved / untied']:.0%} of the untied model)"
                     if g2 is not None
                     else ""
                 ),
+                [c.id for c in checks],
             ),
             SubVerdict(
-                "Faster convergence (AUC of validation loss)", conv_v, "tied − untied " + conv.text(" nats")
+                "Faster convergence (AUC of validation loss)", conv_l.verdict, conv.text(" nats"), [conv.id]
             ),
-            SubVerdict(
-                "Lower final validation loss (reported)",
-                {"lower": "supported", "equal": "refuted", "higher": "refuted", "unclear": "inconclusive"}[
-                    fin.outcome
-                ],
-                "tied − untied " + fin.text(" nats"),
-            ),
+            SubVerdict("Lower final validation loss (reported)", fin_l.verdict, fin.text(" nats"), [fin.id]),
         ]
+        g2_txt = f"{g2['saved / untied']:.0%} of an untied GPT-2 small. " if g2 is not None else ""
+        dtxt = "—" if conv.diff is None else f"{conv.diff:+.3f}"
         return Verdict(
             verdict=verdict,
             summary=(
                 f"Tying removes V·d parameters exactly: {own['saved / untied']:.1%} of this character model (V = {own['V']}), "
-                + (f"{g2['saved / untied']:.0%} of an untied GPT-2 small. " if g2 is not None else "")
-                + f"Convergence (mean validation loss over training), tied − untied: {conv.text(' nats')}; final: {fin.text(' nats')}."
+                + g2_txt
+                + f"Convergence (mean validation loss over training), {conv.text(' nats')}; final: {fin.text(' nats')}."
             ),
-            key_number=f"saves {own['saved / untied']:.1%} here (GPT-2 small: {g2['saved / untied']:.0%}); AUC Δ {conv.diff:+.3f} nats ({conv.outcome})"
-            if g2 is not None
-            else f"AUC Δ {conv.diff:+.3f}",
-            evidence={"counts_ok": count_ok, "convergence": conv.as_dict(), "final": fin.as_dict()},
+            key_number=f"saves {own['saved / untied']:.1%} here"
+            + (f" (GPT-2 small: {g2['saved / untied']:.0%})" if g2 is not None else "")
+            + f"; AUC tied − untied {dtxt} nats ({conv.decision})",
+            evidence={
+                "counts_ok": count_ok,
+                "margin": MARGIN,
+                "learn_margin": LEARN_MARGIN,
+                "convergence": conv_l.verdict,
+                "final": fin_l.verdict,
+            },  # fmt: skip
             sub_verdicts=subs,
+            comparisons=[*checks, conv, fin],
+            noise_floor=floors,
             caveats=[
                 f"A character vocabulary (V = {own['V']}) makes the embedding a small part of the model; the anchors used word vocabularies (10k–50k), where the embedding dominates and tying acts as a strong regulariser.",
                 f"Short training ({p['steps']} steps, d = {p['d_model']}); the anchors' gains are in final perplexity after many epochs, with dropout.",
+                "The parameter counts are exact checks (no noise floor); the null pair is the training noise floor.",
             ],
         )
 

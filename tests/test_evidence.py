@@ -102,6 +102,15 @@ def test_holm_matches_the_step_down_formula_and_redecides():
     assert [c.p_raw for c in out] == ps
 
 
+def test_holm_agrees_with_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    for _ in range(20):
+        p = RNG.uniform(0, 0.2, size=int(RNG.integers(2, 9)))
+        p[RNG.integers(0, p.size)] = p[0]  # ties
+        assert ev.holm_adjust(p) == pytest.approx(multipletests(p, method="holm")[1])
+
+
 def test_minimum_detectable_effect_has_80_percent_power():
     c = ev.paired("x", A, B, metric="loss")
     sd = np.std([B[s] - A[s] for s in A], ddof=1)
@@ -148,6 +157,20 @@ def test_the_verdict_ladder(decisions, control, require, verdict):
         assert "excluded" in lad.detail
     if verdict == "inconclusive" and "undecided" in decisions:
         assert "detectable" in lad.detail
+
+
+@pytest.mark.parametrize(
+    "decisions, verdict",
+    [
+        (["equivalent", "equivalent"], "supported"),
+        (["equivalent", "a_better"], "mixed"),
+        (["b_better", "undecided"], "refuted"),
+        (["undecided", "excluded"], "inconclusive"),
+    ],
+)
+def test_the_ladder_for_a_claimed_equivalence(decisions, verdict):
+    cs = [_cmp(f"c{i}", d) for i, d in enumerate(decisions)]
+    assert ev.ladder(cs, "equivalent").verdict == verdict
 
 
 def test_combine():

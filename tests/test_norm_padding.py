@@ -1,19 +1,17 @@
 """norm_padding: whole-model padding invariance of LayerNorm, masked BatchNorm ignoring pads, the future leak of
 BatchNorm in train mode, PowerNorm against its formulas, and the experiment's probes."""
 
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+from tfclaims import batch_stats as NP
 from tfclaims.data import PAD, pad_batch
 from tfclaims.norms import TokenBatchNorm
 from tfclaims.powernorm import PowerNorm, group_scaling
-from tfclaims.registry import REPO_ROOT, load_file
+from tfclaims.registry import load
 
-EXP = load_file(REPO_ROOT / "experiments" / "norm_padding.py")
-NP = sys.modules[type(EXP).__module__]
+EXP = load("norm_padding")
 V = 20
 
 
@@ -256,8 +254,12 @@ def test_powernorm_approximate_backward_matches_its_formula():
 def test_grid_validates_and_quick_profile_grid_is_complete():
     p = EXP.profiles["quick"]
     g = EXP.grid(p)
-    lm_lines = [c for c in g if c["kind"] == "lm" and c["data"] == "lines"]
+    lm_lines = [c for c in g if c["part"] == "lines"]
     assert len(lm_lines) == len(p["norms"]) * len(p["batches"]) * len(p["seeds"]) * len(p["placements"])
+    null = [c for c in g if c["part"] == "null"]
+    assert {c["norm"] for c in null} == {"layer"} and len(null) == len(p["batches"]) * len(p["seeds"])
+    assert {c["seed"] for c in null} == {s + 1000 for s in p["seeds"]}
+    assert not any("kind" in c for c in g)
     from tfclaims.config import ConfigError
 
     with pytest.raises(ConfigError):

@@ -36,3 +36,31 @@ def ece(conf: torch.Tensor, correct: torch.Tensor, n_bins: int = 15) -> float:
     r = reliability(conf, correct, n_bins)
     n = sum(r["count"])
     return sum(c / n * abs(a - f) for c, a, f in zip(r["count"], r["accuracy"], r["confidence"]) if c > 0)
+
+
+def calibration_probe(sets: dict, device, n_bins: int = 15):
+    """An on_eval probe for `train_lm`: on each named set of fixed (x, y) batches, the unsmoothed loss
+    (`<name>_nll`), top-1 accuracy, ECE and mean confidence. Returns (probe, last): `last[name]` holds the
+    reliability diagram of the latest evaluation."""
+    from .models import lm_loss
+
+    last: dict = {}
+
+    @torch.no_grad()
+    def probe(step, model):
+        was = model.training
+        model.eval()
+        out = {}
+        for name, batches in sets.items():
+            logits = [model(x.to(device)) for x, _ in batches]
+            ys = [y.to(device) for _, y in batches]
+            conf, correct = top1(torch.cat(logits), torch.cat(ys))
+            out[f"{name}_nll"] = sum(float(lm_loss(lg, y)) for lg, y in zip(logits, ys)) / len(ys)
+            out[f"{name}_acc"] = float(correct.mean())
+            out[f"{name}_ece"] = ece(conf, correct, n_bins)
+            out[f"{name}_conf"] = float(conf.mean())
+            last[name] = reliability(conf, correct, n_bins)
+        model.train(was)
+        return out
+
+    return probe, last

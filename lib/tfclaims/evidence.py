@@ -20,7 +20,8 @@ it applies; `refuted` = the opposite is significant, or equivalence within the m
 positive control in the same setup detected an effect of the margin's size; `mixed` = both, in different
 cells (they are named); otherwise `inconclusive`. An underpowered null is never `refuted`.
 
-Tests come from `scipy.stats` and `statsmodels` (TOST, Holm, Newcombe intervals, log-rank, power).
+Tests come from `scipy.stats` and `statsmodels` (TOST, Newcombe intervals, log-rank, power); Holm's
+adjustment is its closed form, checked against statsmodels in the tests.
 """
 
 from __future__ import annotations
@@ -406,17 +407,27 @@ def time_to_event(
 
 
 # ------------------------------------------------------------------ families and the noise floor
+def holm_adjust(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values: the k-th smallest p times (m − k + 1), made monotone, capped at 1.
+    (The same numbers as statsmodels' multipletests(method='holm'), which the tests check; that function
+    also runs a full garbage collection per call, seconds in a process holding torch.)"""
+    p = np.asarray(pvalues, float)
+    order = np.argsort(p, kind="stable")
+    adj = np.minimum(np.maximum.accumulate(p[order] * (p.size - np.arange(p.size))), 1.0)
+    out = np.empty_like(adj)
+    out[order] = adj
+    return out
+
+
 def holm(comparisons: list[Comparison], alpha: float = ALPHA) -> list[Comparison]:
     """Holm's correction across the cells one sub-verdict aggregates (excluded cells take no part); both the
     difference p-values and the TOST p-values are adjusted, then the decisions are re-applied."""
-    from statsmodels.stats.multitest import multipletests
-
     out = list(comparisons)
     for raw, adj in (("p_raw", "p"), ("p_equiv_raw", "p_equiv")):
         idx = [i for i, c in enumerate(out) if not c.excluded and getattr(c, raw) is not None]
         if len(idx) < 2:
             continue
-        padj = multipletests([getattr(out[i], raw) for i in idx], alpha=alpha, method="holm")[1]
+        padj = holm_adjust([getattr(out[i], raw) for i in idx])
         for i, q in zip(idx, padj):
             out[i] = replace(out[i], **{adj: float(q)})
     return [_finish(c) for c in out]
@@ -478,17 +489,19 @@ def ladder(
 ) -> Ladder:
     """A sub-verdict from the (already Holm-corrected) comparisons of its cells.
 
-    claimed: the decision the claim predicts ('a_better' or 'b_better').
+    claimed: the decision the claim predicts: 'a_better' or 'b_better' for a claimed effect, 'equivalent'
+      for a claimed absence of one ("interchangeable"): then equivalence within the declared margin
+      supports it and a significant difference either way refutes it.
     positive_control: True when a positive control in the same setup detected an effect of the margin's
       size; only then does equivalence refute (otherwise an equivalent cell is an undecided one).
     require: 'any' — supported if some cell supports and none refutes; 'all' — supported only if every
       non-excluded cell supports (the claim says it holds throughout the range).
     """
-    if claimed not in ("a_better", "b_better"):
-        raise EvidenceError(f"claimed must be 'a_better' or 'b_better', got {claimed!r}")
+    if claimed not in ("a_better", "b_better", "equivalent"):
+        raise EvidenceError(f"claimed must be 'a_better', 'b_better' or 'equivalent', got {claimed!r}")
     if require not in ("any", "all"):
         raise EvidenceError(f"require must be 'any' or 'all', got {require!r}")
-    opposite = "b_better" if claimed == "a_better" else "a_better"
+    opposite = {"a_better": ("b_better",), "b_better": ("a_better",), "equivalent": ("a_better", "b_better")}
     name = label or (lambda c: c.id)
     sup, ref, und, exc = [], [], [], []
     for c in comparisons:
@@ -496,7 +509,7 @@ def ladder(
             exc.append(c)
         elif c.decision == claimed:
             sup.append(c)
-        elif c.decision == opposite or (c.decision == "equivalent" and positive_control):
+        elif c.decision in opposite[claimed] or (c.decision == "equivalent" and positive_control):
             ref.append(c)
         else:
             und.append(c)
@@ -517,7 +530,7 @@ def ladder(
         parts.append("fails in " + ", ".join(map(name, ref)))
     if und:
         mdes = [c.mde for c in und if c.mde is not None]
-        eq = [c for c in und if c.decision == "equivalent"]
+        eq = [c for c in und if c.decision == "equivalent" and claimed != "equivalent"]
         s = "undecided in " + ", ".join(map(name, und))
         if mdes:
             s += f" (smallest detectable effect there: {min(mdes):.3g}–{max(mdes):.3g})"

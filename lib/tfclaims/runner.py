@@ -112,6 +112,7 @@ def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
         rec["traceback"] = traceback.format_exc()
     rec["finished_at"] = now()
     rec["threads"] = torch.get_num_threads()  # recorded, not keyed: see README (Runs and threads)
+    rec["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
     if rec["status"] == "failed" and _ok(_load_record(Path(task.path), True)) is not None:
         # a forced rerun that failed never replaces a good record
         print(
