@@ -3,97 +3,71 @@
 from __future__ import annotations
 
 import pandas as pd
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from tfclaims.attention import Attention, build_mask
+from tfclaims import evidence as ev
+from tfclaims.attention_cost import ITEMSIZE, VARIANTS, classify, cuda_peak, run_saved_bytes  # noqa: F401
 from tfclaims.config import ModelConfig
-from tfclaims.experiment import Experiment, Output, SubVerdict, Verdict
-from tfclaims.measure import saved_bytes
+from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.stats import loglog_fit
 
 # Pre-registered (fixed before running).
 FIT_FROM = 16  # fit saved bytes in n over n >= 16 * head size
-FUSED_EXP, FUSED_TOL = 1.0, 0.05
-NAIVE_EXP, NAIVE_TOL = 2.0, 0.2
-
-# The attention core on leaf q, k, v of shape (B, h, n, dk), and the whole module on x of shape (B, n, d).
-_ITEMSIZE = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float64": 8,
-    "bool": 1,
-    "int64": 8,
-    "int32": 4,
-    "uint8": 1,
-}
-VARIANTS = {
-    "explicit": "library explicit path: softmax(QKᵀ·s)·V, no mask",
-    "explicit_causal": "library explicit path with the boolean causal mask",
-    "math": "SDPA forced onto the MATH kernel, no mask",
-    "fused": "SDPA, default kernel choice, no mask",
-    "fused_causal": "SDPA, default kernel choice, is_causal=True",
-    "fused_mask": "SDPA, default kernel choice, boolean causal mask passed as a tensor",
-    "module_explicit": "causal Attention module, explicit backend (parameters excluded)",
-    "module_sdpa": "causal Attention module, SDPA backend (parameters excluded)",
-}
+NO_NXN_FROM = 4  # an n×n tensor is told from q, k, v only once n >= 4 * head size
+FUSED_EXP, FUSED_MARGIN = 1.0, 0.05  # the fused paths' exponent "is 1" within ±0.05
+NAIVE_EXP, NAIVE_MARGIN = 2.0, 0.2  # the explicit path's exponent "is 2" within ±0.2
+RATIO_AT = (2048, 4096)  # where FlashAttention reports its savings (checked where the grid has them)
 
 
-def hand_bytes(variant: str, B: int, h: int, n: int, dk: int) -> int:
-    """Bytes autograd keeps, derived by hand from what each operation saves (float32 = 4 bytes, bool = 1).
-
-    explicit: QKᵀ saves q and k, softmax its output P (B,h,n,n), PV saves P (same storage) and v.
-    fused:    q, k, v, the output (B,h,n,dk) and the log-sum-exp of every score row (B,h,n).
-    masks:    masked_fill keeps the boolean mask (n×n); the fused kernel keeps the mask converted to float (4·n²).
-    module:   also the input x (saved by W_q, W_k, W_v: one storage) and the input of W_o (B,n,d); the CPU fused
-              kernel returns its output laid out as (B,n,h,dk), so W_o's input is a view of the kept output.
-    """
-    d = h * dk
-    naive = 4 * B * h * (3 * n * dk + n * n)
-    fused = 4 * B * h * (4 * n * dk + n)
-    return {
-        "explicit": naive,
-        "math": naive,
-        "explicit_causal": naive + n * n,
-        "fused": fused,
-        "fused_causal": fused,
-        "fused_mask": fused + 4 * n * n,
-        "module_explicit": 4 * B * (5 * n * d + h * n * n) + n * n,
-        "module_sdpa": 4 * B * (5 * n * d + h * n),
-    }[variant]
+def saved_grid(p):
+    ModelConfig(d_model=p["heads"] * p["head_dim"], n_heads=p["heads"])  # validates sizes
+    return [
+        {"n": n, "heads": p["heads"], "head_dim": p["head_dim"], "inventory": n == p["inventory_n"],
+         "grad_check": n <= p["grad_check_max_n"]}
+        for n in p["ns"]
+    ]  # fmt: skip
 
 
-def saved_inventory(fn, exclude=()) -> list[dict]:
-    """Every distinct storage autograd saves while fn runs: shape, dtype, bytes (storages of `exclude` left out)."""
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
-    seen: dict[int, dict] = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in skip and s.data_ptr() not in seen:
-            seen[s.data_ptr()] = {
-                "shape": list(t.shape),
-                "dtype": str(t.dtype).replace("torch.", ""),
-                "bytes": s.nbytes(),
-            }
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return list(seen.values())
+def exponent_check(cid: str, sub_claim: str, n, nbytes, claimed: float, margin: float) -> ev.Comparison:
+    """Log-log exponent of exact byte counts in n against the claimed exponent: 'equivalent' when within ±margin,
+    'a_better' (grows faster than claimed) or 'b_better' (slower) when beyond it. The counts are deterministic, so
+    p is 0 or 1 and the CI is the point."""
+    slope = loglog_fit(n, nbytes).slope
+    diff = slope - claimed
+    p, p_eq = (0.0 if abs(diff) > margin else 1.0), (0.0 if abs(diff) < margin else 1.0)
+    return ev.holm([ev.Comparison(
+        id=cid, sub_claim=sub_claim, metric="saved-bytes exponent in n", arm_a=f"claimed exponent {claimed:g}",
+        arm_b="fitted exponent", better="lower", test="deterministic (exact byte counts)", n=len(n), paired=False,
+        mean_a=claimed, mean_b=slope, diff=diff, ci_low=diff, ci_high=diff, p=p, p_raw=p, margin=margin, p_equiv=p_eq,
+        p_equiv_raw=p_eq, note="exact counts, no sampling noise; p tests |diff| > margin",
+    )])[0]  # fmt: skip
 
 
-def classify(elems: int, B: int, h: int, n: int, dk: int) -> str:
-    """What a saved storage of `elems` elements is, by size (n > dk keeps the cases apart)."""
-    if elems == B * h * n:
-        return "per row (n)"
-    if elems == B * h * n * dk:
-        return "n×d"
-    if elems in (n * n, B * n * n, B * h * n * n):
-        return "n×n"
-    return "other"
+def equivalence_ladder(cmps: list) -> tuple[str, str]:
+    """A sub-verdict for a claim of equality: supported = every cell within its margin; refuted = some cell beyond
+    its margin and none within; mixed = both (named); otherwise inconclusive."""
+    sup = [c for c in cmps if c.decision == "equivalent"]
+    ref = [c for c in cmps if c.decision in ("a_better", "b_better")]
+    und = [c for c in cmps if c.decision == "undecided"]
+    verdict = (
+        "mixed"
+        if sup and ref
+        else "supported"
+        if sup and not und
+        else "refuted"
+        if ref and not sup
+        else "inconclusive"
+    )
+
+    def txt(c):
+        return f"{c.id} {c.mean_b:.3f} (claimed {c.mean_a:g} ± {c.margin:g})"
+
+    parts = [f"{what} in " + ", ".join(map(txt, cs)) for what, cs in
+             (("within the margin", sup), ("beyond the margin", ref), ("undecided", und)) if cs]  # fmt: skip
+    return verdict, "; ".join(parts) or "no comparison"
+
+
+def exact_family(checks: list) -> str:
+    return "supported" if checks and all(c.decision == "equivalent" for c in checks) else "refuted"
 
 
 class FlashMemory(Experiment):
@@ -113,292 +87,196 @@ class FlashMemory(Experiment):
     ]
     anchor_number = "FlashAttention: memory linear in n; 10× at 2K, 20× at 4K"
     method = (
-        "Device-independent: the bytes of the distinct storages autograd saves for backward (`measure.saved_bytes`, "
-        "saved-tensor hooks; parameters excluded), measured as the forward runs, for the attention core on leaf q, k, v "
-        "(batch 1) and for the library's causal Attention module, against n. Paths: the library's explicit backend "
-        "(materialises the n×n scores), SDPA forced onto the MATH kernel, and SDPA with PyTorch's default kernel choice "
-        "(on CPU: the fused flash kernel) without a mask, with is_causal, and with a boolean mask tensor. Every saved "
-        "tensor's shape and dtype is listed, and every byte count is compared with a formula derived by hand from what "
-        "each operation saves. Gradients of the fused and explicit paths are compared. On CUDA, the peak allocated "
-        "memory of forward + backward is also recorded (`torch.cuda.max_memory_allocated` after a reset)."
+        "One part, `saved`, one run per n. Device-independent: the bytes of the distinct storages autograd saves for "
+        "backward (`measure.saved_bytes`, saved-tensor hooks; parameters excluded), measured as the forward runs, for the "
+        "attention core on leaf q, k, v (batch 1) and for the library's causal Attention module, against n. Paths: the "
+        "library's explicit backend (materialises the n×n scores), SDPA forced onto the MATH kernel, and SDPA with "
+        "PyTorch's default kernel choice (on CPU: the fused flash kernel) without a mask, with is_causal, and with a "
+        "boolean mask tensor. Every saved tensor's shape and dtype is listed, and every byte count is compared with a "
+        "formula derived by hand from what each operation saves. Exponents are least-squares log-log fits over "
+        "n ≥ 16·head size. Gradients of the fused and explicit paths are compared. On CUDA, the peak allocated memory "
+        "of forward + backward is also recorded (`torch.cuda.max_memory_allocated` after a reset). The byte counts are "
+        "deterministic: every check is exact, with no seeds and no noise floor."
     )
     rule = (
-        "Supported if (1) the fused kernel without a mask argument (plain and is_causal) saves no tensor with B·h·n² "
-        "elements at any n ≥ 4·head size (below that an n×n tensor is no larger than q) and keeps a per-row (B, h, n) tensor besides q, k, v and the output; (2) over n ≥ 16·head "
-        "size, the log-log exponent of its saved bytes in n is 1 ± 0.05 while the explicit path's is 2 ± 0.2; and (3) "
-        "every measured byte count equals the hand-derived formula. Refuted if (1) or (2) fails; mixed if only (3) fails. "
-        "The path with a mask tensor is judged separately (a sub-verdict): the claim is about what the kernel derives, "
-        "and a mask the caller built is itself n×n."
+        "(1) Exact checks: the fused kernel without a mask argument (plain and is_causal) saves no storage with B·h·n² "
+        "elements at any n ≥ 4·head size (below that an n×n tensor is no larger than q) and exactly one per-row (B, h, n) "
+        "storage, and at the inventory size keeps q, k, v, the output and that per-row tensor. (2) Over n ≥ 16·head "
+        f"size, the log-log exponent of saved bytes in n is compared with the claim: fused and fused with is_causal "
+        f"{FUSED_EXP:g} within ±{FUSED_MARGIN}, explicit {NAIVE_EXP:g} within ±{NAIVE_MARGIN} (exact counts: a value is "
+        "within or beyond its margin, Holm across the three has nothing to correct); supported if all three are within, "
+        "refuted if some are beyond and none within, mixed if both. (3) Exact checks: every measured byte count equals "
+        "the hand-derived formula, the saved-tensor inventory sums to the same bytes, and the ratio explicit/fused equals "
+        "(3n·d_k + n²)/(4n·d_k + n) at n = 2048 and 4096 where measured (else at the largest n). Overall: inconclusive if "
+        "(2) has no fit; refuted if (1) fails or (2) is not supported; mixed if only (3) fails; supported otherwise. The "
+        f"path with a mask tensor is judged separately (a sub-verdict, exponent {FUSED_EXP:g} ± {FUSED_MARGIN}; not in the "
+        "overall verdict): the claim is about what the kernel derives, and a mask the caller built is itself n×n."
     )
     profiles = {
         "quick": {"heads": 2, "head_dim": 16, "ns": [16, 32, 64, 128, 256, 512], "inventory_n": 64, "grad_check_max_n": 128},
         "default": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096], "inventory_n": 1024, "grad_check_max_n": 1024},
         "full": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384], "inventory_n": 4096, "grad_check_max_n": 4096},
     }  # fmt: skip
-
-    def grid(self, p):
-        ModelConfig(d_model=p["heads"] * p["head_dim"], n_heads=p["heads"])  # validates sizes
-        return [
-            {
-                "n": n,
-                "heads": p["heads"],
-                "head_dim": p["head_dim"],
-                "inventory": n == p["inventory_n"],
-                "grad_check": n <= p["grad_check_max_n"],
-            }
-            for n in p["ns"]
-        ]
-
-    def run_one(self, cfg, ctx):
-        n, h, dk, dev = cfg["n"], cfg["heads"], cfg["head_dim"], ctx.device
-        B, d = 1, h * dk
-        c = ModelConfig(d_model=d, n_heads=h, max_seq_len=n, causal=True)
-        with torch.device(dev):
-            core = Attention(c.replace(attn_backend="explicit"))
-            mods = {
-                "explicit": Attention(c.replace(attn_backend="explicit")),
-                "sdpa": Attention(c.replace(attn_backend="sdpa")),
-            }
-            mods["sdpa"].load_state_dict(mods["explicit"].state_dict())
-            q, k, v = (torch.randn(B, h, n, dk, requires_grad=True) for _ in range(3))
-            x = torch.randn(B, n, d)
-            mask = build_mask(n, n, causal=True, device=dev)  # (1, 1, n, n) bool
-
-        def math_sdpa():
-            with sdpa_kernel(SDPBackend.MATH):
-                return F.scaled_dot_product_attention(q, k, v)
-
-        fns = {
-            "explicit": lambda: core._explicit(q, k, v, None),
-            "explicit_causal": lambda: core._explicit(q, k, v, mask),
-            "math": math_sdpa,
-            "fused": lambda: F.scaled_dot_product_attention(q, k, v),
-            "fused_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-            "fused_mask": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-            "module_explicit": lambda: mods["explicit"](x),
-            "module_sdpa": lambda: mods["sdpa"](x),
-        }
-        params = tuple(p for m in (core, *mods.values()) for p in m.parameters())
-        res = {}
-        for name, fn in fns.items():
-            inv = saved_inventory(fn, exclude=params)
-            elems = [t["bytes"] // _ITEMSIZE[t["dtype"]] for t in inv]
-            row = {
-                "bytes": saved_bytes(fn, exclude=params), "inventory_bytes": sum(t["bytes"] for t in inv), "hand": hand_bytes(name, B, h, n, dk),
-                "n2_storages": sum(e >= B * h * n * n for e in elems), "row_storages": sum(e == B * h * n for e in elems),
-            }  # fmt: skip
-            if cfg["inventory"]:
-                row["inventory"] = inv
-                node = type(fn().grad_fn).__name__
-                row["kernel"] = (
-                    node if "ScaledDotProduct" in node else ""
-                )  # the decomposed paths end in a view
-            if dev.type == "cuda" and torch.cuda.is_available():
-                row["cuda_peak_bytes"] = cuda_peak(fn)
-                for t in (q, k, v, *params):
-                    t.grad = None
-            res[name] = row
-        grads = None
-        if cfg["grad_check"]:
-            ge = torch.autograd.grad(fns["explicit_causal"]().square().sum(), (q, k, v))
-            gf = torch.autograd.grad(fns["fused_causal"]().square().sum(), (q, k, v))
-            grads = max(float((a - b).abs().max()) for a, b in zip(ge, gf))
-        return {"variants": res, "max_grad_diff_fused_vs_explicit": grads}
+    parts = (Part("saved", saved_grid, run_saved_bytes),)
 
     # -------------------------------------------------------------- analysis
     def analyse(self, runs, p, out: Output):
         h, dk = p["heads"], p["head_dim"]
-        rows = []
-        for r in sorted(runs, key=lambda r: r["config"]["n"]):
-            n = r["config"]["n"]
-            for name, m in r["metrics"]["variants"].items():
-                rows.append(
-                    {
-                        "n": n,
-                        "variant": name,
-                        "saved bytes": m["bytes"],
-                        "hand formula": m["hand"],
-                        "equal": m["bytes"] == m["hand"],
-                        "cuda peak bytes": m.get("cuda_peak_bytes"),
-                    }
-                )
+        runs = sorted(self.runs_of(runs, "saved"), key=lambda r: r["config"]["n"])
+        rows = [
+            {"n": r["config"]["n"], "variant": name, "saved bytes": m["bytes"], "hand formula": m["hand"],
+             "equal": m["bytes"] == m["hand"], "cuda peak bytes": m.get("cuda_peak_bytes")}
+            for r in runs for name, m in r["metrics"]["variants"].items()
+        ]  # fmt: skip
         df = pd.DataFrame(rows)
         wide = df.pivot(index="n", columns="variant", values="saved bytes").reset_index()
         wide["explicit / fused"] = wide["explicit"] / wide["fused"]
         wide["module explicit / sdpa"] = wide["module_explicit"] / wide["module_sdpa"]
+        all_equal = bool(df["equal"].all())
         out.table(
             "saved_bytes",
             wide[["n", *VARIANTS, "explicit / fused", "module explicit / sdpa"]],
-            f"Bytes saved for backward (batch 1, {h} heads of size {dk}, float32); every value equals its hand formula: {bool(df['equal'].all())}",
+            f"Bytes saved for backward (batch 1, {h} heads of size {dk}, float32); every value equals its hand formula: {all_equal}",
         )
         out.table("saved_bytes_long", df, "Saved bytes vs hand formula, every variant and n", in_report=False)
-        all_equal = bool(df["equal"].all())
 
-        # inventory: what each path keeps at one n
+        # (1) what the fused paths keep: no n×n storage and one per-row storage at every n >= 4 dk; the inventory
+        inv_cmps = []
+        for name in ("fused", "fused_causal"):
+            ms = [r["metrics"]["variants"][name] for r in runs if r["config"]["n"] >= NO_NXN_FROM * dk]
+            n2 = max((m["n2_storages"] for m in ms), default=0)
+            one_row = sum(m["row_storages"] == 1 for m in ms)
+            inv_cmps += [
+                ev.exact_check(f"inv:{name}-no-nxn", n2 == 0, sub_claim="what the fused kernel keeps", metric="n×n storages kept (most at any n)",
+                               observed=n2, expected=0, note=f"{len(ms)} sizes n ≥ {NO_NXN_FROM}·head size"),
+                ev.exact_check(f"inv:{name}-one-row-stat", one_row == len(ms), sub_claim="what the fused kernel keeps",
+                               metric="sizes keeping exactly one (B, h, n) storage", observed=one_row, expected=len(ms)),
+            ]  # fmt: skip
         inv_run = next((r for r in runs if r["config"]["inventory"]), None)
-        inv_rows, fused_ok_inv = [], True
+        lse, kernel = pd.DataFrame(), ""
         if inv_run:
-            n0 = inv_run["config"]["n"]
-            for name, m in inv_run["metrics"]["variants"].items():
-                for t in m.get("inventory", []):
-                    inv_rows.append(
-                        {
-                            "variant": name,
-                            "kernel (grad_fn)": m.get("kernel", ""),
-                            "shape": "×".join(map(str, t["shape"])),
-                            "dtype": t["dtype"],
-                            "bytes": t["bytes"],
-                            "kind": classify(t["bytes"] // _ITEMSIZE[t["dtype"]], 1, h, n0, dk),
-                        }
-                    )
-            inv = pd.DataFrame(inv_rows)
-            out.table(
-                "saved_tensors",
-                inv,
-                f"Every storage each path keeps for backward at n = {n0}",
-                in_report=False,
-            )
-            summ = []
-            for name, g in inv.groupby("variant", sort=False):
-                summ.append({
-                    "variant": name, "backward node": g["kernel (grad_fn)"].iloc[0] or "—",
-                    "n×n tensors": "; ".join(f"{r.shape} {r.dtype}" for r in g[g.kind == "n×n"].itertuples()) or "none",
-                    "n×d tensors": int((g.kind == "n×d").sum()), "per-row tensors": "; ".join(f"{r.shape} {r.dtype}" for r in g[g.kind == "per row (n)"].itertuples()) or "none",
-                    "other": int((g.kind == "other").sum()), "total bytes": int(g.bytes.sum()),
-                })  # fmt: skip
-            out.table(
-                "saved_tensors_summary",
-                pd.DataFrame(summ),
-                f"What each path keeps for backward at n = {n0} (distinct storages, parameters excluded; n×d = q, k, v, outputs, inputs)",
-            )
+            inv = self._inventory(inv_run, h, dk, out)
             for name in ("fused", "fused_causal"):
                 kinds = inv[inv.variant == name]["kind"].tolist()
-                fused_ok_inv &= ("n×n" not in kinds) and ("per row (n)" in kinds) and kinds.count("n×d") == 4
+                ok = "n×n" not in kinds and "per row (n)" in kinds and kinds.count("n×d") == 4
+                inv_cmps.append(ev.exact_check(
+                    f"inv:{name}-inventory", ok, sub_claim="what the fused kernel keeps", metric="n×d storages kept",
+                    observed=kinds.count("n×d"), expected=4, note=f"at n = {inv_run['config']['n']}: " + ", ".join(kinds),
+                ))  # fmt: skip
             lse = inv[(inv.variant == "fused") & (inv.kind == "per row (n)")]
-            kernel = (
-                inv[inv.variant == "fused"]["kernel (grad_fn)"].iloc[0]
-                if len(inv[inv.variant == "fused"])
-                else ""
-            )
-        else:
-            lse, kernel = pd.DataFrame(), ""
-            fused_ok_inv = True
-        # (1) at every n >= 4 dk (below, an n×n tensor is no larger than q): the fused paths keep no storage of
-        # B·h·n² elements and exactly one per-row (B, h, n) tensor
-        fused_rows = [
-            (r["config"]["n"], m)
-            for r in runs
-            for name, m in r["metrics"]["variants"].items()
-            if name in ("fused", "fused_causal")
-        ]
-        fused_ok = fused_ok_inv and all(
-            m["n2_storages"] == 0 and m["row_storages"] == 1 for n, m in fused_rows if n >= 4 * dk
+            fused_inv = inv[inv.variant == "fused"]
+            kernel = fused_inv["kernel (grad_fn)"].iloc[0] if len(fused_inv) else ""
+
+        # (3) exact counts: measured = hand formula, inventory = saved_bytes, the ratio = its closed form
+        hand_cmps = [
+            ev.exact_check(f"bytes:{name}", bool(g["equal"].all()), sub_claim="measured = hand formula", metric="saved bytes (sum over n)",
+                           observed=int(g["saved bytes"].sum()), expected=int(g["hand formula"].sum()), note=f"{int(g['equal'].sum())}/{len(g)} sizes equal")
+            for name, g in df.groupby("variant", sort=False)
+        ]  # fmt: skip
+        disagree = sum(
+            m["bytes"] != m["inventory_bytes"] for r in runs for m in r["metrics"]["variants"].values()
         )
-        hooks_agree = all(
-            m["bytes"] == m["inventory_bytes"] for r in runs for m in r["metrics"]["variants"].values()
-        )
-        # (2) exponents
-        fit_from = FIT_FROM * dk
-        fits = {}
-        for name in VARIANTS:
-            s = wide[wide.n >= fit_from]
-            if len(s) >= 2:
-                f = loglog_fit(s.n, s[name])
-                fits[name] = {"slope": f.slope, "range": f"{s.n.min()}–{s.n.max()}"}
-        fx = pd.DataFrame(
-            [
-                {
-                    "variant": k,
-                    "description": VARIANTS[k],
-                    "exponent in n": v["slope"],
-                    "fit range": v["range"],
-                }
-                for k, v in fits.items()
-            ]
-        )
-        out.table(
-            "exponents", fx, f"Log-log exponent of saved bytes in n (n ≥ {FIT_FROM}·head size = {fit_from})"
-        )
-        exp_ok = None
-        if "fused" in fits and "explicit" in fits:
-            exp_ok = (
-                all(abs(fits[v]["slope"] - FUSED_EXP) <= FUSED_TOL for v in ("fused", "fused_causal"))
-                and abs(fits["explicit"]["slope"] - NAIVE_EXP) <= NAIVE_TOL
-            )
+        hand_cmps.append(ev.exact_check("bytes:inventory-sums", disagree == 0, sub_claim="measured = hand formula",
+                                        metric="(variant, n) whose inventory sum differs from saved_bytes", observed=disagree, expected=0))  # fmt: skip
         ratio = wide.set_index("n")["explicit / fused"]
+        r_ns = [n for n in RATIO_AT if n in ratio.index] or [int(ratio.index[-1])]
+        for n in r_ns:
+            closed = (3 * n * dk + n * n) / (4 * n * dk + n)
+            hand_cmps.append(ev.exact_check(f"ratio:n{n}", abs(ratio[n] - closed) <= 1e-12 * closed, sub_claim="measured = hand formula",
+                                            metric="saved bytes explicit / fused", observed=float(ratio[n]), expected=closed,
+                                            note="(3n·d_k + n²)/(4n·d_k + n)"))  # fmt: skip
+
+        # (2) exponents (and the mask path, judged apart)
+        fit_from = FIT_FROM * dk
+        s = wide[wide.n >= fit_from]
+        fits = (
+            {
+                name: {"slope": loglog_fit(s.n, s[name]).slope, "range": f"{s.n.min()}–{s.n.max()}"}
+                for name in VARIANTS
+            }
+            if len(s) >= 2
+            else {}
+        )
+        claims = {
+            "explicit": (NAIVE_EXP, NAIVE_MARGIN),
+            "fused": (FUSED_EXP, FUSED_MARGIN),
+            "fused_causal": (FUSED_EXP, FUSED_MARGIN),
+        }
+        exp_cmps = (
+            ev.holm(
+                [
+                    exponent_check(f"exp:{k}", "saved-bytes exponent", s.n.tolist(), s[k].tolist(), *v)
+                    for k, v in claims.items()
+                ]
+            )
+            if fits
+            else []
+        )
+        mask_cmps = [exponent_check("exp:fused_mask", "mask tensor", s.n.tolist(), s["fused_mask"].tolist(), FUSED_EXP, FUSED_MARGIN)] if fits else []  # fmt: skip
+        out.table(
+            "exponents",
+            pd.DataFrame([{"variant": k, "description": VARIANTS[k], "exponent in n": v["slope"], "fit range": v["range"]} for k, v in fits.items()]),
+            f"Log-log exponent of saved bytes in n (n ≥ {FIT_FROM}·head size = {fit_from})",
+        )  # fmt: skip
 
         self.plot_bytes(wide, fits, p, out)
         cuda = df.dropna(subset=["cuda peak bytes"]) if "cuda peak bytes" in df else pd.DataFrame()
         if len(cuda):
             self.plot_cuda(cuda, out)
 
-        if exp_ok is None:
+        inv_v, hand_v = exact_family(inv_cmps), exact_family(hand_cmps)
+        exp_v, exp_detail = equivalence_ladder(exp_cmps)
+        mask_v, mask_detail = equivalence_ladder(mask_cmps)
+        if not exp_cmps:
             verdict = "inconclusive"
-        elif not fused_ok or not exp_ok:
+        elif inv_v != "supported" or exp_v != "supported":
             verdict = "refuted"
-        elif not all_equal:
-            verdict = "mixed"
         else:
-            verdict = "supported"
-        mask_slope = fits.get("fused_mask", {}).get("slope", float("nan"))
+            verdict = "mixed" if hand_v != "supported" else "supported"
         grads = [
             r["metrics"]["max_grad_diff_fused_vs_explicit"]
             for r in runs
             if r["metrics"]["max_grad_diff_fused_vs_explicit"] is not None
         ]
-        r_at = {int(n): float(ratio[n]) for n in ratio.index if n in (2048, 4096)}
-        r_txt = (
-            ", ".join(f"{v:.1f}× at n = {k}" for k, v in r_at.items())
-            or f"{ratio.iloc[-1]:.1f}× at n = {ratio.index[-1]}"
-        )
+        r_txt = ", ".join(f"{ratio[n]:.1f}× at n = {n}" for n in r_ns)
         lse_txt = f"{lse.iloc[0]['shape']} {lse.iloc[0]['dtype']}" if len(lse) else "none found"
+        slope = {k: fits.get(k, {}).get("slope", float("nan")) for k in VARIANTS}
+        n_ok = sum(c.decision == "equivalent" for c in hand_cmps)
         subs = [
-            SubVerdict(
-                "Fused kernel keeps no n×n tensor, and one value per row",
-                "supported" if fused_ok else "refuted",
-                f"kernel {kernel}; keeps q, k, v, the output and a per-row tensor ({lse_txt}, the log-sum-exp)",
-            ),
-            SubVerdict(
-                "Saved bytes grow as n (fused) vs n² (explicit)",
-                "inconclusive" if exp_ok is None else ("supported" if exp_ok else "refuted"),
-                ", ".join(
-                    f"{k} {v['slope']:.3f}"
-                    for k, v in fits.items()
-                    if k in ("explicit", "math", "fused", "fused_causal")
-                )
-                + f" (n ≥ {fit_from})",
-            ),
-            SubVerdict(
-                "Measured bytes = hand-derived formulas",
-                "supported" if all_equal else "refuted",
-                f"{int(df['equal'].sum())}/{len(df)} counts equal",
-            ),
-            SubVerdict(
-                "Fused kernel with a mask tensor stays linear",
-                "supported" if abs(mask_slope - 1) <= FUSED_TOL else "refuted",
-                f"exponent {mask_slope:.2f}: the boolean mask is kept as a float32 n×n copy (4·n² bytes)",
-            ),
-        ]
+            SubVerdict("Fused kernel keeps no n×n tensor, and one value per row", inv_v,
+                       f"kernel {kernel}; keeps q, k, v, the output and a per-row tensor ({lse_txt}, the log-sum-exp); "
+                       f"{sum(c.decision == 'equivalent' for c in inv_cmps)}/{len(inv_cmps)} exact checks pass", [c.id for c in inv_cmps]),
+            SubVerdict("Saved bytes grow as n (fused) vs n² (explicit)", exp_v, f"{exp_detail} (n ≥ {fit_from}); math path {slope['math']:.3f} (reported)",
+                       [c.id for c in exp_cmps]),
+            SubVerdict("Measured bytes = hand-derived formulas", hand_v,
+                       f"{n_ok}/{len(hand_cmps)} exact checks pass; {int(df['equal'].sum())}/{len(df)} counts equal; explicit/fused {r_txt}",
+                       [c.id for c in hand_cmps]),
+            SubVerdict("Fused kernel with a mask tensor stays linear", mask_v,
+                       f"{mask_detail}: the boolean mask is kept as a float32 n×n copy (4·n² bytes)", [c.id for c in mask_cmps]),
+        ]  # fmt: skip
         return Verdict(
             verdict=verdict,
             summary=(
-                f"Attention that materialises the n×n matrix keeps it for backward: its saved bytes grow with exponent {fits.get('explicit', {}).get('slope', float('nan')):.2f} in n, "
-                f"while PyTorch's fused kernel ({kernel}) keeps q, k, v, the output and one log-sum-exp per row ({lse_txt}) and grows with exponent {fits.get('fused', {}).get('slope', float('nan')):.2f}. "
+                f"Attention that materialises the n×n matrix keeps it for backward: its saved bytes grow with exponent {slope['explicit']:.2f} in n, "
+                f"while PyTorch's fused kernel ({kernel}) keeps q, k, v, the output and one log-sum-exp per row ({lse_txt}) and grows with exponent {slope['fused']:.2f}. "
                 f"The explicit path keeps {r_txt} the fused kernel's bytes (FlashAttention reports 10× at 2K and 20× at 4K). Passing a mask tensor brings n² back: the kernel keeps it as float32."
             ),
-            key_number=f"saved-bytes exponent {fits.get('explicit', {}).get('slope', float('nan')):.2f} explicit vs {fits.get('fused', {}).get('slope', float('nan')):.2f} fused; explicit/fused {r_txt}",
+            key_number=f"saved-bytes exponent {slope['explicit']:.2f} explicit vs {slope['fused']:.2f} fused; explicit/fused {r_txt}",
             evidence={
                 "fits": fits,
                 "ratio_explicit_over_fused": {int(k): float(v) for k, v in ratio.items()},
                 "all_equal_hand": all_equal,
-                "fused_inventory_ok": fused_ok,
-                "hooks_agree_with_saved_bytes": hooks_agree,
+                "fused_inventory_ok": inv_v == "supported",
+                "hooks_agree_with_saved_bytes": disagree == 0,
                 "max_grad_diff": max(grads) if grads else None,
                 "fit_from": fit_from,
-            },
+                "margins": {"fused": FUSED_MARGIN, "explicit": NAIVE_MARGIN},
+            },  # fmt: skip
             sub_verdicts=subs,
+            comparisons=inv_cmps + exp_cmps + hand_cmps + mask_cmps,
             caveats=[
                 "Saved-for-backward bytes count the tensors autograd keeps between forward and backward (activation memory), not temporary buffers during a kernel; peak memory on a GPU (recorded in the `full` profile) also includes workspaces and the gradients themselves.",
+                "Byte counts are deterministic (the same on every run and seed): every decision is an exact check or an exponent of exact counts against a declared margin, and there is no noise floor.",
                 "FlashAttention's 10×/20× were GPU memory footprints including dropout masks and their implementation's buffers; our ratio depends on the head size: (3·n·d_k + n²)/(4·n·d_k + n) per head.",
                 f"The fused and explicit paths give the same gradients up to {max(grads):.2g} (float32)."
                 if grads
@@ -407,6 +285,31 @@ class FlashMemory(Experiment):
                 "In the library, padding masks (and prefilling a KV cache in chunks) pass a mask tensor to SDPA; only the unpadded causal case uses is_causal. Training with padding therefore keeps an n×n float mask per batch element for backward.",
             ],
         )
+
+    def _inventory(self, inv_run, h, dk, out) -> pd.DataFrame:
+        n0 = inv_run["config"]["n"]
+        inv = pd.DataFrame([
+            {"variant": name, "kernel (grad_fn)": m.get("kernel", ""), "shape": "×".join(map(str, t["shape"])), "dtype": t["dtype"],
+             "bytes": t["bytes"], "kind": classify(t["bytes"] // ITEMSIZE[t["dtype"]], 1, h, n0, dk)}
+            for name, m in inv_run["metrics"]["variants"].items() for t in m.get("inventory", [])
+        ])  # fmt: skip
+        out.table(
+            "saved_tensors", inv, f"Every storage each path keeps for backward at n = {n0}", in_report=False
+        )
+        summ = [
+            {"variant": name, "backward node": g["kernel (grad_fn)"].iloc[0] or "—",
+             "n×n tensors": "; ".join(f"{r.shape} {r.dtype}" for r in g[g.kind == "n×n"].itertuples()) or "none",
+             "n×d tensors": int((g.kind == "n×d").sum()),
+             "per-row tensors": "; ".join(f"{r.shape} {r.dtype}" for r in g[g.kind == "per row (n)"].itertuples()) or "none",
+             "other": int((g.kind == "other").sum()), "total bytes": int(g.bytes.sum())}
+            for name, g in inv.groupby("variant", sort=False)
+        ]  # fmt: skip
+        out.table(
+            "saved_tensors_summary",
+            pd.DataFrame(summ),
+            f"What each path keeps for backward at n = {n0} (distinct storages, parameters excluded; n×d = q, k, v, outputs, inputs)",
+        )
+        return inv
 
     # ------------------------------------------------------------------ plots
     def plot_bytes(self, wide, fits, p, out):
@@ -470,16 +373,6 @@ class FlashMemory(Experiment):
             fig,
             "Peak CUDA memory allocated during forward and backward (torch.cuda.max_memory_allocated after a reset, inputs excluded), per path.",
         )
-
-
-def cuda_peak(fn) -> int:
-    """Peak CUDA bytes allocated by forward + backward of fn beyond what was allocated before it."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn().float().square().sum().backward()
-    torch.cuda.synchronize()
-    return int(torch.cuda.max_memory_allocated() - base)
 
 
 if __name__ == "__main__":

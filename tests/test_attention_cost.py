@@ -1,12 +1,12 @@
 """What attention costs: counted FLOPs = closed forms, saved-for-backward bytes = hand-derived counts, KV-cache size."""
 
-import importlib.util
 import itertools
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from tfclaims import attention_cost as fm
 from tfclaims.attention import Attention, KVCache
 from tfclaims.blocks import Block
 from tfclaims.config import ModelConfig
@@ -22,14 +22,6 @@ from tfclaims.counting import (
 )
 from tfclaims.measure import count_flops, saved_bytes
 from tfclaims.models import LM
-from tfclaims.registry import REPO_ROOT
-
-
-def _experiment_module(name):
-    spec = importlib.util.spec_from_file_location(f"_test_{name}", REPO_ROOT / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize(
@@ -113,7 +105,6 @@ def test_saved_bytes_of_attention_on_a_case_computed_by_hand():
 
 @pytest.mark.parametrize("n", [64, 128])
 def test_fused_kernel_keeps_a_row_statistic_not_the_matrix_and_hand_formulas_hold(n):
-    fm = _experiment_module("flash_memory")
     B, h, dk = 1, 2, 8
     q, k, v = (torch.randn(B, h, n, dk, requires_grad=True) for _ in range(3))
     inv = fm.saved_inventory(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
@@ -134,3 +125,20 @@ def test_kv_cache_bytes_equal_closed_form(kv):
     c = ModelConfig(d_model=64, n_heads=8, n_kv_heads=kv, n_layers=3, max_seq_len=100)
     cache = KVCache.for_model(c, 5, 100)
     assert cache.nbytes() == kv_cache_bytes(c, 100, batch=5) == 2 * 3 * 5 * c.kv_heads * 100 * 8 * 4
+
+
+def test_time_sweep_times_every_unit_and_an_a_a_pair_of_one_callable():
+    from tfclaims.attention_cost import run_time_sweep
+    from tfclaims.experiment import RunContext
+
+    cfg = {"points": [[16, 2, 8], [16, 2, 16]], "units": ["attention_sdpa", "dense"], "aa": ["dense", 16, 2, 16],
+           "warmup": 0, "repeats": 2, "threads": 1}  # fmt: skip
+    m = run_time_sweep(cfg, RunContext(device=torch.device("cpu")))
+    assert [(pt["n"], sorted(pt["times"])) for pt in m["points"]] == [(8, ["attention_sdpa", "dense"])] + [
+        (16, ["attention_sdpa", "dense"])
+    ]
+    aa = m["aa"]
+    assert (aa["unit"], aa["n"]) == ("dense", 16) and len(aa["a"]["times"]) == len(aa["b"]["times"]) == 2
+    assert (
+        aa["a"]["times"] == m["points"][1]["times"]["dense"]["times"]
+    )  # the A arm is the sweep's own timing

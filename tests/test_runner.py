@@ -96,19 +96,31 @@ def test_interrupted_sweep_keeps_finished_runs_and_resumes(tmp_path):
 
 
 def test_failed_run_is_recorded_others_kept_and_result_untouched(tmp_path):
-    rc, _ = run(tmp_path)
-    before = (tmp_path / "toy" / "result.json").read_text()
     exp = Toy()
     exp.fail_on = 1
-    rc, res = run(tmp_path, exp, force=True)
-    assert rc == 1 and res is None
-    assert (tmp_path / "toy" / "result.json").read_text() == before
+    rc, res = run(tmp_path, exp)
+    assert rc == 1 and res is None and not (tmp_path / "toy" / "result.json").exists()
     recs = [json.loads(p.read_text()) for p in (tmp_path / "toy" / "runs").glob("*.json")]
     failed = [r for r in recs if r["status"] == "failed"]
     assert len(failed) == 2 and "RuntimeError: boom" in failed[0]["error"]
+    assert len([r for r in recs if r["status"] == "ok"]) == 6  # the quick grid: 4 values × 2 seeds
     CALLS.clear()
     assert run(tmp_path)[0] == 0  # failed runs are retried on the next invocation
     assert sorted(CALLS) == [(1, 0), (1, 1)]
+
+
+def test_a_failed_forced_rerun_keeps_the_good_record_and_the_result(tmp_path):
+    rc, _ = run(tmp_path)
+    before = (tmp_path / "toy" / "result.json").read_text()
+    good = {p.name: p.read_text() for p in (tmp_path / "toy" / "runs").glob("*.json")}
+    exp = Toy()
+    exp.fail_on = 1
+    rc, res = run(tmp_path, exp, force=True)
+    assert rc == 1 and res is None  # the failure is reported...
+    assert (tmp_path / "toy" / "result.json").read_text() == before  # ...and nothing was replaced
+    now = {p.name: json.loads(p.read_text()) for p in (tmp_path / "toy" / "runs").glob("*.json")}
+    assert now.keys() == good.keys() and all(r["status"] == "ok" for r in now.values())
+    assert not list((tmp_path / "toy" / "runs").glob("*.failed"))
 
 
 def test_corrupt_record_is_bad_input_and_left_alone_unless_forced(tmp_path):

@@ -15,13 +15,13 @@ import json
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import traceback
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from .config import ConfigError
@@ -84,6 +84,9 @@ class RunTask:
 _LOADED: dict[str, Experiment] = {}
 
 
+FAILED_MARKER = ".failed"  # beside a kept record: <run_id>.json.failed holds the failed rerun's record
+
+
 def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
     """Run one task and write its record atomically; returns the status. Runs in the caller or a worker.
 
@@ -114,11 +117,8 @@ def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
     rec["threads"] = torch.get_num_threads()  # recorded, not keyed: see README (Runs and threads)
     rec["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
     if rec["status"] == "failed" and _ok(_load_record(Path(task.path), True)) is not None:
-        # a forced rerun that failed never replaces a good record
-        print(
-            f"run {task.run_id} of {task.claim_id} failed ({rec['error']}); its earlier record is kept",
-            file=sys.stderr,
-        )
+        # a forced rerun that failed never replaces a good record; the sweep learns of it from a marker
+        atomic_write_json(Path(task.path + FAILED_MARKER), rec)
         return rec["status"]
     atomic_write_json(Path(task.path), rec)
     return rec["status"]
@@ -324,6 +324,13 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
             )
             atomic_write_json(Path(task.path), rec)
     records, failed = [], 0
+    for task in tasks:
+        marker = Path(task.path + FAILED_MARKER)
+        if marker.exists():
+            failed += 1
+            err = (_load_record(marker, True) or {}).get("error")
+            log(f"run {task.run_id} of {exp.claim_id} failed ({err}); its earlier good record is kept")
+            marker.unlink()
     for path in paths:
         rec = _load_record(path, True) or {"status": "failed", "error": "no record"}
         if rec.get("status") != "ok":
@@ -369,6 +376,12 @@ def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path
     returns the result dict (what result.json holds)."""
     out = Output(claim_dir=out_dir, claim_id=exp.claim_id)
     verdict: Verdict = exp.analyse(records, p, out)
+    for name, cmps, title in (
+        ("comparisons", verdict.comparisons, "Every decision the rule used (one row per comparison)"),
+        ("noise_floor", verdict.noise_floor, "Null pairs: what chance alone gives at this scale"),
+    ):
+        if cmps:
+            out.table(name, pd.DataFrame([c.as_dict() for c in cmps]), title, in_report=False)
     env = environment(device)
     return {
         "claim_id": exp.claim_id,
