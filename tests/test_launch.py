@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from tfclaims.launch import Launcher, LauncherError
-from tfclaims.registry import load_file
 from tfclaims.provenance import code_hash
+from tfclaims.registry import load_file
 from tfclaims.runner import RunTask, execute_run, run_experiment
 
 # A toy claim in its own file, as workers in other processes load it by path. Each execution appends a
