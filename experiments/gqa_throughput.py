@@ -2,42 +2,107 @@
 
 from __future__ import annotations
 
-import copy
 import math
-import os
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-import torch
 
-from tfclaims.attention import KVCache
-from tfclaims.config import ModelConfig, TrainConfig
-from tfclaims.convert import METHODS, convert_kv_heads
-from tfclaims.counting import attention_params
-from tfclaims.data import eval_windows, load_corpus
-from tfclaims.experiment import Experiment, Output, SubVerdict, Verdict
-from tfclaims.measure import copy_bandwidth
-from tfclaims.models import LM, lm_loss, n_params
-from tfclaims.stats import mean_ci, welch
-from tfclaims.timing import time_interleaved
-from tfclaims.train import make_optimizer, train_lm
+from tfclaims import evidence as ev
+from tfclaims.convert import lm_config, run_quality
+from tfclaims.counting import kv_cache_bytes as _kv_cache_bytes
+from tfclaims.decode import decode_config, kv_list, run_backends, run_decode, run_phases
+from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.stats import mean_ci
 
 BAND = (1.30, 1.40)  # "30–40%" as a speed-up of tokens/s over MHA
-MATCH_SHARE = 0.75  # supported if at least this share of the batch x context cells lies in BAND
-QUALITY_REL = 0.02  # a "small" quality cost: validation loss at most 2% above MHA's (Shazeer: +1.1%)
+MATCH_SHARE = 0.75  # the band check is supported if it is shown to hold in at least this share of the cells
+QUALITY_MARGIN = (
+    0.05  # nats/char: a "small" quality cost (≈2% of MHA's loss at the default scale; Shazeer: +1.1%)
+)
+LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
+NULL_OFFSET = 1000  # the null pair: MHA rerun at seed s + NULL_OFFSET
 MEMBOUND = 0.5  # a cell is memory-bound when MHA decoding moves >= 50% of the measured copy bandwidth
-TRACK = (0.75, 1.25)  # measured / byte-predicted speed-up counted as "tracking" the byte reduction
-PHASE_TOL = 0.15  # prefill and training-step time "barely change": MQA/MHA time within 1 +- 0.15
+TRACK = (0.80, 1.25)  # measured / byte-predicted speed-up counted as "tracking" the byte reduction
+PHASE_TOL = 0.15  # prefill and training-step time "barely change": MQA/MHA time within 1 ± 0.15
+LOGT = "log time per decode call"
 
 
-def kv_list(h: int) -> list[int]:
-    """n_kv_heads in {h, h/2, h/4, ..., 1} (halving while it divides)."""
-    out = [h]
-    while out[-1] > 1 and out[-1] % 2 == 0:
-        out.append(out[-1] // 2)
-    if out[-1] != 1:
-        out.append(1)
-    return out
+def _cells(p):
+    return [(b, s) for b in p["batches"] for s in p["contexts"]]
+
+
+def decode_grid(p):
+    decode_config(p, 1, 8)  # validate the sizes before anything runs
+    dec = {k: p[k] for k in ("d_model", "n_layers", "n_heads", "decode_steps", "warmup", "repeats", "dtype", "bw_bytes", "threads")}  # fmt: skip
+    return [{"batch": b, "context": s, "kvs": kv_list(p["n_heads"]), **dec, "seed": 0} for b, s in _cells(p)]
+
+
+def backends_grid(p):
+    kvs, (b, s) = kv_list(p["n_heads"]), p["check_cell"]
+    dec = {k: p[k] for k in ("d_model", "n_layers", "n_heads", "decode_steps", "warmup", "repeats", "dtype", "bw_bytes", "threads")}  # fmt: skip
+    return [{"batch": b, "context": s, "kvs": [kvs[0], kvs[-1]], **dec, "seed": 0}]
+
+
+def phases_grid(p):
+    keys = ("d_model", "n_layers", "n_heads", "warmup", "repeats", "dtype", "threads", "prefill_batch", "prefill_len", "train_batch", "train_len")  # fmt: skip
+    return [{"kvs": kv_list(p["n_heads"]), **{k: p[k] for k in keys}, "seed": 0}]
+
+
+def quality_grid(p):
+    lm_config(p, 1, 96)
+    kvs = kv_list(p["lm_heads"])
+    lm = {k: p[k] for k in ("lm_d_model", "lm_layers", "lm_heads", "steps", "batch", "seq_len", "lr", "eval_every", "eval_batches", "uptrain_frac")}  # fmt: skip
+    mha = {"kv": kvs[0], "matched": False, "uptrain_control": True, "convert_to": kvs[1:], **lm}
+    arms = [mha] + [
+        {"kv": kv, "matched": False, "uptrain_control": False, "convert_to": [], **lm} for kv in kvs[1:]
+    ]
+    arms.append({"kv": 1, "matched": True, "uptrain_control": False, "convert_to": [], **lm})
+    null = [{**mha, "null_pair": True, "seed": s + NULL_OFFSET} for s in p["seeds"]]
+    return [{**c, "null_pair": False, "seed": s} for c in arms for s in p["seeds"]] + null
+
+
+def shifted(id, base_ts, var_ts, factor=1.0, **kw):
+    """Paired over timing rounds on log time: diff = log t_variant − log(t_base / factor) = log(factor / speed-up).
+    b_better: the speed-up is significantly above `factor`; a_better: significantly below."""
+    a = {r: math.log(t) - math.log(factor) for r, t in enumerate(base_ts)}
+    b = {r: math.log(t) for r, t in enumerate(var_ts)}
+    return ev.paired(id, a, b, better="lower", **kw)
+
+
+def interval(lo: ev.Comparison, hi: ev.Comparison) -> str:
+    """A declared-interval check from its two one-sided comparisons (intersection-union: both significant)."""
+    if lo.decision == "b_better" and hi.decision == "a_better":
+        return "inside"
+    if lo.decision == "a_better":
+        return "below"
+    if hi.decision == "b_better":
+        return "above"
+    return "undecided"
+
+
+def interval_verdict(status: dict, need: float) -> str:
+    """supported: shown inside in ≥ need of the cells; refuted: inside in none and shown outside in ≥ need;
+    mixed: shown inside somewhere and outside elsewhere; otherwise inconclusive."""
+    n = len(status)
+    ins = sum(v == "inside" for v in status.values())
+    out = sum(v in ("below", "above") for v in status.values())
+    if n == 0:
+        return "inconclusive"
+    if ins >= need * n:
+        return "supported"
+    if ins == 0 and out >= need * n:
+        return "refuted"
+    return "mixed" if ins and out else "inconclusive"
+
+
+def _status_text(status: dict, ratio: dict) -> str:
+    parts = []
+    for k in ("inside", "below", "above", "undecided"):
+        cs = [c for c, v in status.items() if v == k]
+        if cs:
+            parts.append(f"{k}: " + ", ".join(f"{c} ({ratio[c]:.3f})" for c in cs))
+    return "; ".join(parts) or "no cell"
 
 
 class GQAThroughput(Experiment):
@@ -59,37 +124,51 @@ class GQAThroughput(Experiment):
     anchor_number = "Shazeer: 46 → 3.8 µs/token (≈12×); Ainslie: 1.51 → 0.24 s/sample (6.3×)"
     method = (
         "(1) Decoding: whole decoder-only models (pre-LN, GELU FFN 4d, learned positions, char vocabulary) with "
-        "n_kv_heads ∈ {h, h/2, …, 1}, the library's `sdpa` backend (grouped K/V without copies) and a preallocated "
-        "KV cache. For each batch × context cell the cache is filled to the context length (random values: timing "
-        "does not depend on them) and a fixed number of greedy single-token steps is timed (writing at position = "
-        "context); the variants are timed in rotating interleaved order after warm-up, medians over repeats, on one "
-        "thread (profile parameter `threads`: on the shared 2-core machine a second OpenMP thread stalls whenever "
-        "another process holds a core). "
-        "(2) Bytes: KV-cache size; bytes read per decoding step = every weight once (the positional table only for "
-        "the rows used) + the whole filled K and V of every layer; achieved bandwidth = bytes / time, against the "
-        "copy bandwidth (read + write of 256 MB) measured in the same run. The byte-predicted speed-up is "
-        "bytes(MHA) / bytes(variant). (3) Prefill (a prompt through the cache) and one AdamW training step, timed "
+        "n_kv_heads ∈ {h, h/2, …, 1}, the library's `sdpa` backend and a preallocated KV cache. For each batch × "
+        "context cell the cache is filled to the context length (random values: timing does not depend on them) and "
+        "a fixed number of greedy single-token steps is timed (writing at position = context); all variants of a cell, "
+        "and MHA a second time under another name (the A/A pair), are timed in rotating interleaved rounds after "
+        "warm-up (`timing.time_interleaved`, load average recorded), on one thread (profile parameter `threads`). "
+        "(2) Bytes: KV-cache size (`counting.kv_cache_bytes`); bytes read per decoding step = every weight once (the "
+        "positional table only for the rows used) + the whole filled K and V of every layer; achieved bandwidth = "
+        "bytes / time, against the copy bandwidth (read + write) measured in the same run. The byte-predicted speed-up "
+        "is bytes(MHA) / bytes(variant). (3) Prefill (a prompt through the cache) and one AdamW training step, timed "
         "the same way. (4) Quality: character LMs on the Shakespeare texts trained with each n_kv_heads for the same "
-        "steps over several seeds, plus MQA with the FFN widened to match MHA's parameter count (as Shazeer did). "
-        "(5) Conversion: each seed's trained MHA model converted to every smaller n_kv_heads by mean-pooling the K/V "
-        "head projections (Ainslie et al.) or keeping each group's first head, evaluated at once and after "
-        "uptraining for 5% of the original steps (peak lr 0.3×, warm-up 10%, cosine); the MHA model uptrained the "
-        "same way is the control. (6) Backends: one cell is also timed with the library's `explicit` attention backend."
+        "steps over several seeds, plus MQA with the FFN widened to match MHA's parameter count (as Shazeer did), and "
+        f"the MHA arm rerun at seeds + {NULL_OFFSET} (the null pair). (5) Conversion: each seed's trained MHA model "
+        "converted to every smaller n_kv_heads by mean-pooling the K/V head projections (Ainslie et al.) or keeping each "
+        "group's first head, evaluated at once and after uptraining for 5% of the original steps (peak lr 0.3×, "
+        "warm-up 10%, cosine); the MHA model uptrained the same way is the control. (6) Backends: one cell is also "
+        "timed with the library's `explicit` attention backend."
     )
     rule = (
-        'Speed-up = median tokens/s of a variant / MHA in the same cell. The figure "30–40%" holds in a cell when '
-        f"the MQA speed-up lies in [{BAND[0]:.2f}, {BAND[1]:.2f}]. Quality cost of MQA = mean validation loss (MQA − "
-        f"MHA, trained from scratch, same steps, paired by seed): small if its 95% CI upper bound ≤ {QUALITY_REL:.0%} "
-        f"of MHA's loss, not small if its lower bound exceeds that, otherwise undecided; it is also compared with the "
-        f"seeds' spread (Welch p). Overall: supported if ≥ {MATCH_SHARE:.0%} of cells lie in the band and the quality "
-        "cost is small; refuted if the MQA speed-up is below 1.30 in every cell or the cost is not small; otherwise "
-        "mixed (the map says where the figure holds and what the speed-up is elsewhere). Sub-verdicts: throughput "
-        "rises where the cache dominates (MQA ≥ 1.30× in every cell whose MHA KV bytes exceed its weight bytes: "
-        "supported; in none: refuted; else mixed); tracking the bytes (in cells where MHA decoding reaches ≥ "
-        f"{MEMBOUND:.0%} of the copy bandwidth, measured / byte-predicted MQA speed-up within [{TRACK[0]}, {TRACK[1]}]: "
-        "all cells supported, none refuted, some mixed, no memory-bound cell inconclusive); prefill and training "
-        f"barely change (MQA/MHA time within 1 ± {PHASE_TOL}); conversion (mean-pooling beats first-head selection "
-        "for MQA right after conversion in every seed: supported; in none: refuted; else mixed)."
+        "Timing comparisons are paired over the interleaved rounds of one cell, on log time (paired t-test; the "
+        "difference is a log-ratio, speed-up = exp(−diff)); a speed-up is tested against a factor f by shifting MHA's "
+        "log time by −log f. Holm across the cells of each family. (a) Faster: every variant vs MHA in every cell; "
+        "supported if some variant is significantly faster and none significantly slower (ladder, any cell). "
+        f'(b) "30–40%": in each cell MQA\'s speed-up is tested against {BAND[0]:.2f} and against {BAND[1]:.2f}; the '
+        "cell is inside the band when both are significant in the inward direction (an interval check), below or above "
+        f"when one is significant outward. Supported if inside in ≥ {MATCH_SHARE:.0%} of the cells, refuted if inside "
+        f"in none and shown outside in ≥ {MATCH_SHARE:.0%}, mixed if inside somewhere and outside elsewhere, otherwise "
+        f"inconclusive. (c) Where MHA's KV bytes exceed its weight bytes, MQA's speed-up is significantly above "
+        f"{BAND[0]:.2f} in every such cell (ladder, all cells; the {BAND[0]:.2f} tests of (b)). (d) Tracking the bytes: "
+        f"in cells where MHA decoding reaches ≥ {MEMBOUND:.0%} of the copy bandwidth, measured / byte-predicted MQA "
+        f"speed-up inside [{TRACK[0]}, {TRACK[1]}] by the same interval check; supported if inside in every such cell, "
+        "refuted if outside in every one, mixed if inside in some and outside in others, otherwise (or with no such "
+        "cell) inconclusive. (e) Prefill and the training "
+        f"step barely change: MQA/MHA time inside [{1 - PHASE_TOL:.2f}, {1 + PHASE_TOL:.2f}] by the interval check "
+        "(both inside: supported; both outside: refuted; one each: mixed; otherwise inconclusive). (f) Small quality "
+        "cost: validation loss of "
+        "MQA (from scratch, same steps) and of MHA converted to MQA by mean-pooling and uptrained, each against MHA "
+        f"(trained or uptrained alike) plus the margin {QUALITY_MARGIN} nats/char, paired by seed (non-inferiority: "
+        f"MQA significantly below MHA + {QUALITY_MARGIN} supports, significantly above refutes); the plain gaps are "
+        f"reported with TOST against ±{QUALITY_MARGIN}. A run learned iff its final validation loss is at least "
+        f"{LEARN_MARGIN} nats below the unigram cross-entropy; a comparison whose arms both never learned is excluded. "
+        "Holm across the two, ladder (any). (g) Conversion: mean-pooling vs first-head selection right after "
+        "conversion, paired by seed, per target n_kv_heads (Holm, ladder any). Noise floors: the A/A timing of each "
+        f"cell (MHA vs MHA, same rounds) and the null pair (MHA vs MHA at seeds + {NULL_OFFSET}). Overall: `combine` "
+        "of (b) and (f): both supported → supported; both refuted → refuted; one supported and one refuted, or either "
+        "mixed → mixed; otherwise inconclusive."
     )
     profiles = {
         "quick": {
@@ -114,239 +193,18 @@ class GQAThroughput(Experiment):
             "eval_every": 500, "eval_batches": 32, "uptrain_frac": 0.05, "seeds": [0, 1, 2, 3, 4],
         },
     }  # fmt: skip
-
-    # ------------------------------------------------------------------ sizes and bytes
-    @staticmethod
-    def decode_config(cfg: dict, kv: int, max_len: int, backend: str = "sdpa") -> ModelConfig:
-        return ModelConfig(
-            vocab_size=96, d_model=cfg["d_model"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"], n_kv_heads=kv,
-            max_seq_len=max_len, attn_backend=backend,
-        )  # fmt: skip
-
-    @staticmethod
-    def kv_cache_bytes(c: ModelConfig, batch: int, max_len: int, elt: int = 4) -> int:
-        """K and V of every layer: 2 * L * B * kv * max_len * dk elements."""
-        return 2 * c.n_layers * batch * c.kv_heads * max_len * c.dk * elt
+    parts = (
+        Part("decode", decode_grid, run_decode),
+        Part("backends", backends_grid, run_backends),
+        Part("phases", phases_grid, run_phases),
+        Part("quality", quality_grid, run_quality),
+    )
+    decode_config = staticmethod(decode_config)
 
     @staticmethod
-    def kv_read_bytes(c: ModelConfig, batch: int, keys: int, elt: int = 4) -> int:
-        """What one decoding step reads from the cache when the new token attends to `keys` positions."""
-        return 2 * c.n_layers * batch * c.kv_heads * keys * c.dk * elt
-
-    @staticmethod
-    def weight_read_bytes(model: LM, batch: int) -> int:
-        """Every parameter once per step, except lookup tables (positions, an untied token embedding): B rows."""
-        lookups = [model.stack.pos] if model.stack.pos is not None else []
-        if model.head.weight is not model.stack.tok.weight:
-            lookups.append(model.stack.tok)
-        skip = {id(m.weight) for m in lookups}
-        total = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in skip)
-        return total + sum(batch * m.weight.shape[1] * m.weight.element_size() for m in lookups)
-
-    def lm_config(self, p: dict, kv: int, vocab: int, matched: bool = False) -> ModelConfig:
-        base = ModelConfig(vocab_size=vocab, d_model=p["lm_d_model"], n_layers=p["lm_layers"], n_heads=p["lm_heads"], max_seq_len=p["seq_len"])  # fmt: skip
-        c = base.replace(n_kv_heads=kv)
-        # matched: widen the FFN by the attention parameters saved (Shazeer 2019); one FFN unit costs 2d + 1
-        if matched:
-            saved = attention_params(base) - attention_params(c)
-            c = c.replace(d_ff=base.ff + round(saved / (2 * base.d_model + 1)))
-        return c
-
-    # ------------------------------------------------------------------ grid
-    DECODE_KEYS = ("d_model", "n_layers", "n_heads", "decode_steps", "warmup", "repeats", "dtype", "bw_bytes", "threads")  # fmt: skip
-    PHASE_KEYS = ("d_model", "n_layers", "n_heads", "warmup", "repeats", "dtype", "threads", "prefill_batch", "prefill_len", "train_batch", "train_len")  # fmt: skip
-    LM_KEYS = ("lm_d_model", "lm_layers", "lm_heads", "steps", "batch", "seq_len", "lr", "eval_every", "eval_batches", "uptrain_frac")  # fmt: skip
-
-    def grid(self, p):
-        self.decode_config(p, 1, 8)  # validate the sizes before anything runs
-        self.lm_config(p, 1, 96)
-        kvs, lm_kvs = kv_list(p["n_heads"]), kv_list(p["lm_heads"])
-        dec = {k: p[k] for k in self.DECODE_KEYS}
-        decode = [{"kind": "decode", "batch": b, "context": s, "kvs": kvs, **dec, "seed": 0} for b in p["batches"] for s in p["contexts"]]  # fmt: skip
-        b, s = p["check_cell"]
-        check = [{"kind": "backends", "batch": b, "context": s, "kvs": [kvs[0], kvs[-1]], **dec, "seed": 0}]
-        phases = [{"kind": "phases", "kvs": kvs, **{k: p[k] for k in self.PHASE_KEYS}, "seed": 0}]
-        lm = {k: p[k] for k in self.LM_KEYS}
-        quality = [{"kind": "quality", "kv": kv, "matched": False, "convert_to": lm_kvs[1:] if kv == lm_kvs[0] else [], **lm} for kv in lm_kvs]  # fmt: skip
-        quality.append({"kind": "quality", "kv": 1, "matched": True, "convert_to": [], **lm})
-        return decode + check + phases + self.with_seeds(quality, p["seeds"])
-
-    def run_one(self, cfg, ctx):
-        kinds = {
-            "decode": self._decode,
-            "backends": self._backends,
-            "phases": self._phases,
-            "quality": self._quality,
-        }
-        fn = kinds[cfg["kind"]]
-        if cfg["kind"] == "quality" or not cfg["threads"]:
-            return fn(cfg, ctx)
-        # Timing on a fixed number of threads: on a shared 2-core machine a second OpenMP thread stalls at every
-        # barrier whenever another process holds a core, which makes times jump tenfold; one thread degrades gracefully.
-        before = torch.get_num_threads()
-        torch.set_num_threads(cfg["threads"])
-        try:
-            return fn(cfg, ctx) | {"threads": torch.get_num_threads(), "loadavg_1min": os.getloadavg()[0]}
-        finally:
-            torch.set_num_threads(before)
-
-    # ------------------------------------------------------------------ (1, 2) decoding
-    @staticmethod
-    def _interleaved(fns: dict, cfg: dict, device) -> dict:
-        """Warm every variant up, then time one call of each per repeat, rotating the order (drift hits all alike)."""
-        t = time_interleaved(fns, device=device, repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)
-        return {k: v["times"] for k, v in t.items()}
-
-    def _decoder(self, cfg: dict, kv: int, backend: str, dev, dtype):
-        """A model with its cache filled to the context, a timed call of `decode_steps` greedy steps, its byte counts."""
-        B, S, n = cfg["batch"], cfg["context"], cfg["decode_steps"]
-        mc = self.decode_config(cfg, kv, S + n, backend)
-        model = LM(mc).to(dev, dtype).eval()
-        cache = KVCache.for_model(mc, B, S + n, dtype=dtype, device=dev)
-        cache.k[0].normal_()  # stands in for a prefilled prompt of S tokens (values do not change the timing)
-        cache.v[0].normal_()
-        for t in cache.k[1:] + cache.v[1:]:
-            t.copy_(cache.k[0])
-        tok = torch.randint(1, mc.vocab_size, (B, 1), device=dev)
-
-        @torch.no_grad()
-        def fn():
-            cache.pos = S  # the next token is written at position = context
-            x = tok
-            for _ in range(n):  # greedy: each step feeds the previous step's argmax
-                x = model(x, cache=cache)[:, -1].argmax(-1, keepdim=True)
-
-        elt = torch.finfo(dtype).bits // 8
-        weights = self.weight_read_bytes(model, B)
-        # step i attends to S + i + 1 keys
-        kv_read = sum(self.kv_read_bytes(mc, B, S + i + 1, elt) for i in range(n))
-        info = {
-            "n_kv_heads": kv, "backend": backend, "params": n_params(model), "kv_cache_bytes": cache.nbytes(),
-            "kv_cache_bytes_closed_form": self.kv_cache_bytes(mc, B, S + n, elt),
-            "weight_bytes_per_step": weights, "kv_bytes_per_step": kv_read / n, "bytes_per_call": n * weights + kv_read,
-        }  # fmt: skip
-        if dev.type == "cuda":  # working memory of one call beyond what is already resident
-            torch.cuda.synchronize(dev)
-            torch.cuda.reset_peak_memory_stats(dev)
-            base = torch.cuda.memory_allocated(dev)
-            fn()
-            info["peak_extra_bytes"] = torch.cuda.max_memory_allocated(dev) - base
-            info["resident_bytes"] = weights + cache.nbytes()
-        return fn, info
-
-    def _time_decoders(self, variants: list[tuple[int, str]], cfg, ctx) -> dict:
-        dev, dtype = ctx.device, getattr(torch, cfg["dtype"])
-        bw_before = copy_bandwidth(cfg["bw_bytes"], device=dev)
-        built = {v: self._decoder(cfg, *v, dev, dtype) for v in variants}
-        times = self._interleaved({v: fn for v, (fn, _) in built.items()}, cfg, dev)
-        bw_after = copy_bandwidth(cfg["bw_bytes"], device=dev)
-        rows = []
-        for v, (_, info) in built.items():
-            med = float(np.median(times[v]))
-            tps = cfg["batch"] * cfg["decode_steps"] / med
-            rows.append(
-                {
-                    **info,
-                    "times": times[v],
-                    "median_s": med,
-                    "tokens_per_s": tps,
-                    "achieved_bw": info["bytes_per_call"] / med,
-                }
-            )
-        return {"rows": rows, "copy_bw": [bw_before, bw_after]}
-
-    def _decode(self, cfg, ctx):
-        return self._time_decoders([(kv, "sdpa") for kv in cfg["kvs"]], cfg, ctx)
-
-    def _backends(self, cfg, ctx):
-        """The same cell with both attention backends: does grouping K/V avoid copying them?"""
-        return self._time_decoders([(kv, b) for b in ("sdpa", "explicit") for kv in cfg["kvs"]], cfg, ctx)
-
-    # ------------------------------------------------------------------ (1) prefill and training step
-    def _phases(self, cfg, ctx):
-        dev, dtype = ctx.device, getattr(torch, cfg["dtype"])
-        Bp, Tp, Bt, Tt = cfg["prefill_batch"], cfg["prefill_len"], cfg["train_batch"], cfg["train_len"]
-        pre, train, info = {}, {}, {}
-        for kv in cfg["kvs"]:
-            mc = self.decode_config(cfg, kv, max(Tp, Tt))
-            model = LM(mc).to(dev, dtype).eval()
-            cache = KVCache.for_model(mc, Bp, Tp, dtype=dtype, device=dev)
-            prompt = torch.randint(1, mc.vocab_size, (Bp, Tp), device=dev)
-
-            @torch.no_grad()
-            def prefill(model=model, cache=cache, prompt=prompt):
-                cache.pos = 0
-                model(prompt, cache=cache)
-
-            tm = LM(mc).to(dev).train()  # training stays in float32 (mixed precision is out of scope)
-            opt = make_optimizer(tm, TrainConfig(lr=1e-4))
-            x = torch.randint(1, mc.vocab_size, (Bt, Tt + 1), device=dev)
-
-            def step(tm=tm, opt=opt, x=x):
-                lm_loss(tm(x[:, :-1]), x[:, 1:]).backward()
-                opt.step()
-                opt.zero_grad(
-                    set_to_none=True
-                )  # free the gradients: every variant stays resident while timed
-
-            pre[kv], train[kv] = prefill, step
-            info[kv] = {"n_kv_heads": kv, "params": n_params(model)}
-        tp = self._interleaved(pre, cfg, dev)
-        tt = self._interleaved(train, cfg, dev)
-        rows = [
-            {
-                **info[kv],
-                "prefill_times": tp[kv],
-                "train_times": tt[kv],
-                "prefill_s": float(np.median(tp[kv])),
-                "train_step_s": float(np.median(tt[kv])),
-            }
-            for kv in cfg["kvs"]
-        ]
-        return {"rows": rows}
-
-    # ------------------------------------------------------------------ (3, 4) quality and conversion
-    def _quality(self, cfg, ctx):
-        corpus = load_corpus()
-        mc = self.lm_config(cfg, cfg["kv"], corpus.vocab_size, cfg["matched"])
-        model = LM(mc)
-        t = TrainConfig(
-            steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["steps"] // 10,
-            eval_every=cfg["eval_every"], eval_batches=cfg["eval_batches"], seed=cfg["seed"],
-        )  # fmt: skip
-        val = eval_windows(corpus.val, t.eval_batches, t.batch_size, t.seq_len)
-        name = f"kv={cfg['kv']}{' matched' if cfg['matched'] else ''}"
-        res = train_lm(model, t, corpus, ctx.device, val_batches=val, progress=ctx.progress, desc=name)
-        out = {k: res[k] for k in ("eval_steps", "val_loss", "final_val", "diverged_at", "seconds")}
-        out |= {
-            "params": n_params(model),
-            "d_ff": mc.ff,
-            "train_loss_last": float(np.mean(res["train_loss"][-20:])),
-        }
-        if cfg["convert_to"] and res["diverged_at"] is None:
-            up_steps = max(1, round(cfg["uptrain_frac"] * cfg["steps"]))
-            up = t.replace(
-                steps=up_steps,
-                lr=0.3 * cfg["lr"],
-                warmup=up_steps // 10,
-                eval_every=up_steps,
-                seed=cfg["seed"] + 1000,
-            )
-            conv = []
-
-            def uptrain(m, label):
-                r = train_lm(m, up, corpus, ctx.device, val_batches=val, progress=ctx.progress, desc=label)
-                return r["val_loss"][0], r["final_val"]
-
-            # the control: the MHA model itself, same extra steps, no conversion
-            before, after = uptrain(copy.deepcopy(model), "MHA uptrain")
-            conv.append({"target_kv": cfg["kv"], "method": "none (MHA)", "before": before, "after": after})
-            for kv in cfg["convert_to"]:
-                for method in METHODS:
-                    before, after = uptrain(convert_kv_heads(model, kv, method), f"→kv={kv} {method}")
-                    conv.append({"target_kv": kv, "method": method, "before": before, "after": after})
-            out |= {"conversion": conv, "uptrain_steps": up_steps}
-        return out
+    def kv_cache_bytes(c, batch: int, max_len: int, elt: int = 4) -> int:
+        """`counting.kv_cache_bytes` in this claim's argument order (batch, positions, bytes per value)."""
+        return _kv_cache_bytes(c, max_len, batch, elt)
 
     # ------------------------------------------------------------------ analysis
     def analyse(self, runs, p, out: Output):
@@ -354,20 +212,22 @@ class GQAThroughput(Experiment):
 
         h = p["n_heads"]
         kvs = kv_list(h)
-        drows, bws = [], []
-        for r in runs:
-            if r["config"]["kind"] != "decode":
-                continue
+        drows, bws, speed, floor, ceil, aa, track_cmps = [], [], [], {}, {}, {}, []
+        for r in sorted(
+            self.runs_of(runs, "decode"), key=lambda r: (r["config"]["batch"], r["config"]["context"])
+        ):
             c, m = r["config"], r["metrics"]
+            cell = f"{c['batch']}×{c['context']}"
             bw = float(np.median(m["copy_bw"]))
             bws.extend(m["copy_bw"])
             base = next(x for x in m["rows"] if x["n_kv_heads"] == h)
             for x in m["rows"]:
-                ratios = np.asarray(base["times"]) / np.asarray(x["times"])  # paired by repeat
+                ratios = np.asarray(base["times"]) / np.asarray(x["times"])  # paired by round
                 drows.append(
                     {
-                        "batch": c["batch"], "context": c["context"], "n_kv_heads": x["n_kv_heads"],
+                        "batch": c["batch"], "context": c["context"], "cell": cell, "n_kv_heads": x["n_kv_heads"],
                         "tokens/s": x["tokens_per_s"], "speed-up": base["median_s"] / x["median_s"],
+                        "paired speed-up": float(np.exp(np.mean(np.log(ratios)))),
                         "paired q25": float(np.quantile(ratios, 0.25)), "paired q75": float(np.quantile(ratios, 0.75)),
                         "byte-predicted": base["bytes_per_call"] / x["bytes_per_call"],
                         "KV cache MB": x["kv_cache_bytes"] / 1e6, "KV MB/step": x["kv_bytes_per_step"] / 1e6,
@@ -375,343 +235,325 @@ class GQAThroughput(Experiment):
                         "copy GB/s": bw / 1e9, "of copy bw": x["achieved_bw"] / bw,
                         "rel IQR": (np.quantile(x["times"], 0.75) - np.quantile(x["times"], 0.25)) / x["median_s"],
                         "cache bytes = closed form": x["kv_cache_bytes"] == x["kv_cache_bytes_closed_form"],
-                        "load (1 min)": m.get("loadavg_1min"),
+                        "load (1 min)": (m.get("load") or [None])[0],
                     }
                 )  # fmt: skip
+            aa[cell] = shifted(f"{cell}:aa", base["times"], m["aa"]["times"], sub_claim="noise floor", metric=LOGT,
+                               arm_a="MHA", arm_b="MHA (A/A)")  # fmt: skip
+            for x in m["rows"]:
+                kv = x["n_kv_heads"]
+                if kv == h:
+                    continue
+                name = "MQA" if kv == 1 else f"GQA-{kv}"
+                speed.append(shifted(f"{cell}:kv{kv}-vs-mha", base["times"], x["times"], sub_claim="faster",
+                                     metric=LOGT, arm_a="MHA", arm_b=name))  # fmt: skip
+            mq = next(x for x in m["rows"] if x["n_kv_heads"] == 1)
+            kw = dict(sub_claim="30–40%", metric=LOGT, arm_b="MQA")
+            floor[cell] = shifted(f"{cell}:mqa-vs-mha/{BAND[0]:.2f}", base["times"], mq["times"], BAND[0], arm_a=f"MHA / {BAND[0]:.2f}", **kw)  # fmt: skip
+            ceil[cell] = shifted(f"{cell}:mqa-vs-mha/{BAND[1]:.2f}", base["times"], mq["times"], BAND[1], arm_a=f"MHA / {BAND[1]:.2f}", **kw)  # fmt: skip
+            pred = base["bytes_per_call"] / mq["bytes_per_call"]
+            if base["achieved_bw"] / bw >= MEMBOUND:
+                lo = shifted(f"{cell}:track-lo", base["times"], mq["times"], TRACK[0] * pred, sub_claim="tracks bytes",
+                             metric=LOGT, arm_a=f"MHA / ({TRACK[0]}·predicted)", arm_b="MQA")  # fmt: skip
+                hi = shifted(f"{cell}:track-hi", base["times"], mq["times"], TRACK[1] * pred, sub_claim="tracks bytes",
+                             metric=LOGT, arm_a=f"MHA / ({TRACK[1]}·predicted)", arm_b="MQA")  # fmt: skip
+                track_cmps.append((cell, lo, hi))
         ddf = pd.DataFrame(drows).sort_values(
             ["n_kv_heads", "batch", "context"], ascending=[False, True, True]
         )
-        out.table(
-            "decode",
-            ddf,
-            "Decoding, every variant and cell (tokens/s, speed-ups, bytes, bandwidth, load)",
-            in_report=False,
-        )
-        mha_c = ddf[ddf.n_kv_heads == h].set_index(["batch", "context"])
-        compact = mha_c[["tokens/s", "KV cache MB", "weights MB/step", "GB/s", "of copy bw"]].rename(
-            columns={
-                "tokens/s": "MHA tokens/s",
-                "KV cache MB": "MHA KV cache MB",
-                "GB/s": "MHA GB/s",
-                "of copy bw": "MHA of copy bw",
-            }
-        )
-        for kv in kv_list(h)[1:]:
-            g = ddf[ddf.n_kv_heads == kv].set_index(["batch", "context"])
-            compact[f"speed-up kv={kv}"] = g["speed-up"]
-        mq = ddf[ddf.n_kv_heads == 1].set_index(["batch", "context"])
-        compact["MQA byte-predicted"] = mq["byte-predicted"]
-        compact["MQA GB/s"] = mq["GB/s"]
-        out.table(
-            "decode_summary",
-            compact.reset_index(),
-            f"Decoding per batch × context cell: MHA throughput and bandwidth, speed-up over MHA per number of K/V heads (of {h}), MQA's byte-predicted speed-up and bandwidth (full table: decode.csv)",
-            floatfmt=".3g",
-        )
-        mqa = ddf[ddf["n_kv_heads"] == 1].copy()
-        mha = ddf[ddf["n_kv_heads"] == h].set_index(["batch", "context"])
-        mqa["KV dominates"] = [
-            mha.loc[(b, s), "KV MB/step"] > mha.loc[(b, s), "weights MB/step"]
-            for b, s in zip(mqa["batch"], mqa["context"])
-        ]
-        mqa["memory-bound"] = [
-            mha.loc[(b, s), "of copy bw"] >= MEMBOUND for b, s in zip(mqa["batch"], mqa["context"])
-        ]
-        mqa["in band"] = mqa["speed-up"].between(*BAND)
-        mqa["measured/predicted"] = mqa["speed-up"] / mqa["byte-predicted"]
+        out.table("decode", ddf, "Decoding, every variant and cell (tokens/s, speed-ups, bytes, bandwidth, load)", in_report=False)  # fmt: skip
 
-        prow = next(r for r in runs if r["config"]["kind"] == "phases")["metrics"]["rows"]
-        pbase = next(x for x in prow if x["n_kv_heads"] == h)
-        pdf = pd.DataFrame(
-            [
-                {
-                    "n_kv_heads": x["n_kv_heads"], "params": x["params"], "prefill s": x["prefill_s"], "prefill / MHA": x["prefill_s"] / pbase["prefill_s"],
-                    "train step s": x["train_step_s"], "train step / MHA": x["train_step_s"] / pbase["train_step_s"],
-                }
-                for x in prow
+        def noisy(c, cell):
+            return replace(c, noise=ev.noise_bound(aa[cell])) if cell in aa else c
+
+        speed = [noisy(c, c.id.split(":")[0]) for c in ev.holm(speed)]
+        cells = list(floor)
+        fl = dict(zip(cells, [noisy(c, k) for c, k in zip(ev.holm([floor[k] for k in cells]), cells)]))
+        ce = dict(zip(cells, [noisy(c, k) for c, k in zip(ev.holm([ceil[k] for k in cells]), cells)]))
+        if track_cmps:
+            los = ev.holm([t[1] for t in track_cmps])
+            his = ev.holm([t[2] for t in track_cmps])
+            track_cmps = [
+                (cell, noisy(lo, cell), noisy(hi, cell)) for (cell, _, _), lo, hi in zip(track_cmps, los, his)
             ]
-        )  # fmt: skip
-        out.table(
-            "phases",
-            pdf,
-            f"Prefill ({p['prefill_batch']} × {p['prefill_len']} tokens) and one AdamW training step ({p['train_batch']} × {p['train_len']}), median seconds",
-        )
 
-        brun = next(r for r in runs if r["config"]["kind"] == "backends")
-        brows = []
+        mqa = ddf[ddf.n_kv_heads == 1].set_index("cell")
+        mha = ddf[ddf.n_kv_heads == h].set_index("cell")
+        band_status = {k: interval(fl[k], ce[k]) for k in cells}
+        compact = mha[["batch", "context", "tokens/s", "KV cache MB", "weights MB/step", "GB/s", "of copy bw"]].rename(
+            columns={"tokens/s": "MHA tokens/s", "KV cache MB": "MHA KV cache MB", "GB/s": "MHA GB/s", "of copy bw": "MHA of copy bw"}
+        )  # fmt: skip
+        for kv in kvs[1:]:
+            compact[f"speed-up kv={kv}"] = ddf[ddf.n_kv_heads == kv].set_index("cell")["paired speed-up"]
+        compact["MQA byte-predicted"] = mqa["byte-predicted"]
+        compact["MQA GB/s"] = mqa["GB/s"]
+        compact["MQA in 1.3–1.4×"] = pd.Series(band_status)
+        out.table(
+            "decode_summary", compact.reset_index(drop=True),
+            f"Decoding per batch × context cell: MHA throughput and bandwidth, speed-up over MHA per number of K/V heads (of {h}; geometric mean of the per-round ratios), MQA's byte-predicted speed-up and bandwidth, and where the band check put the cell (full table: decode.csv)",
+            floatfmt=".3g",
+        )  # fmt: skip
+
+        # ---- prefill and training step
+        prow = self.runs_of(runs, "phases")[0]["metrics"]["rows"]
+        pbase, pm = (
+            next(x for x in prow if x["n_kv_heads"] == h),
+            next(x for x in prow if x["n_kv_heads"] == 1),
+        )
+        pdf = pd.DataFrame([
+            {"n_kv_heads": x["n_kv_heads"], "params": x["params"], "prefill s": x["prefill_s"], "prefill / MHA": x["prefill_s"] / pbase["prefill_s"],
+             "train step s": x["train_step_s"], "train step / MHA": x["train_step_s"] / pbase["train_step_s"]}
+            for x in prow
+        ])  # fmt: skip
+        out.table("phases", pdf, f"Prefill ({p['prefill_batch']} × {p['prefill_len']} tokens) and one AdamW training step ({p['train_batch']} × {p['train_len']}), median seconds")  # fmt: skip
+        phase_lo, phase_hi, phase_ratio = [], [], {}
+        for phase, key in (("prefill", "prefill_times"), ("train step", "train_times")):
+            kw = dict(
+                sub_claim="prefill and training barely change", metric=f"log time per {phase}", arm_b="MQA"
+            )
+            # MQA/MHA time within 1 ± PHASE_TOL  <=>  speed-up within [1 / (1 + tol), 1 / (1 - tol)]
+            phase_lo.append(shifted(f"{phase}:mqa-vs-mha-lo", pbase[key], pm[key], 1 / (1 + PHASE_TOL), arm_a=f"MHA · {1 + PHASE_TOL:.2f}", **kw))  # fmt: skip
+            phase_hi.append(shifted(f"{phase}:mqa-vs-mha-hi", pbase[key], pm[key], 1 / (1 - PHASE_TOL), arm_a=f"MHA · {1 - PHASE_TOL:.2f}", **kw))  # fmt: skip
+            phase_ratio[phase] = float(np.exp(np.mean(np.log(pm[key]) - np.log(pbase[key]))))
+        phase_lo, phase_hi = ev.holm(phase_lo), ev.holm(phase_hi)
+        phase_cmps = [c for pair in zip(phase_lo, phase_hi) for c in pair]
+        phase_status = {ph: interval(lo, hi) for ph, lo, hi in zip(phase_ratio, phase_lo, phase_hi)}
+
+        # ---- backends (reported)
+        brun = self.runs_of(runs, "backends")[0]
+        bc, brows, back_cmps = brun["config"], [], []
         for x in brun["metrics"]["rows"]:
             base = next(
                 y for y in brun["metrics"]["rows"] if y["backend"] == x["backend"] and y["n_kv_heads"] == h
             )
-            brows.append(
-                {
-                    "backend": x["backend"],
-                    "n_kv_heads": x["n_kv_heads"],
-                    "tokens/s": x["tokens_per_s"],
-                    "speed-up over MHA (same backend)": base["median_s"] / x["median_s"],
-                    "GB/s (compulsory bytes)": x["achieved_bw"] / 1e9,
-                }
-            )
+            brows.append({"backend": x["backend"], "n_kv_heads": x["n_kv_heads"], "tokens/s": x["tokens_per_s"],
+                          "speed-up over MHA (same backend)": base["median_s"] / x["median_s"], "GB/s (compulsory bytes)": x["achieved_bw"] / 1e9})  # fmt: skip
+            if x["n_kv_heads"] != h:
+                back_cmps.append(shifted(f"backend-{x['backend']}:mqa-vs-mha", base["times"], x["times"], sub_claim="backends (reported)",
+                                         metric=LOGT, arm_a=f"MHA ({x['backend']})", arm_b=f"MQA ({x['backend']})"))  # fmt: skip
         bdf = pd.DataFrame(brows)
-        bc = brun["config"]
-        out.table(
-            "backends",
-            bdf,
-            f"Both attention backends at batch {bc['batch']} × context {bc['context']}: the explicit backend's broadcast matmul copies the shared K/V per query head",
-            floatfmt=".3g",
-        )
+        out.table("backends", bdf, f"Both attention backends at batch {bc['batch']} × context {bc['context']}", floatfmt=".3g")  # fmt: skip
         bsp = bdf.set_index(["backend", "n_kv_heads"])["speed-up over MHA (same backend)"]
 
-        qruns = [r for r in runs if r["config"]["kind"] == "quality"]
-        qrows = [
-            {"n_kv_heads": r["config"]["kv"], "matched": r["config"]["matched"], "seed": r["config"]["seed"], "params": r["metrics"]["params"], "d_ff": r["metrics"]["d_ff"], "final_val": r["metrics"]["final_val"], "diverged_at": r["metrics"]["diverged_at"]}
+        # ---- quality
+        qruns = self.runs_of(runs, "quality")
+        lm_h = kv_list(p["lm_heads"])[0]
+        qdf = pd.DataFrame([
+            {"n_kv_heads": r["config"]["kv"], "matched": r["config"]["matched"], "null pair": r["config"]["null_pair"], "seed": r["config"]["seed"],
+             "params": r["metrics"]["params"], "d_ff": r["metrics"]["d_ff"], "final_val": r["metrics"]["final_val"], "diverged_at": r["metrics"]["diverged_at"],
+             "learned": ev.learned(r["metrics"]["final_val"], r["metrics"]["unigram_xent"], LEARN_MARGIN)}
             for r in qruns
-        ]  # fmt: skip
-        qdf = pd.DataFrame(qrows)
+        ])  # fmt: skip
         out.table("quality_runs", qdf, "Quality runs", in_report=False)
-        lm_kvs = kv_list(p["lm_heads"])
-        lm_h = lm_kvs[0]
-        ref = qdf[(qdf.n_kv_heads == lm_h) & ~qdf.matched].set_index("seed")["final_val"]
+        uni = {r["config"]["seed"]: r["metrics"]["unigram_xent"] for r in qruns}
+
+        def arm(kv, matched=False, null=False):
+            return lambda c: c["kv"] == kv and c["matched"] == matched and c["null_pair"] == null
+
+        def lrn(vals):
+            return {s: ev.learned(v, uni[s], LEARN_MARGIN) for s, v in vals.items()}
+
+        fv = lambda m: m["final_val"]  # noqa: E731
+        mha_v, mqa_v = ev.seed_values(qruns, arm(lm_h), fv), ev.seed_values(qruns, arm(1), fv)
+        conv = [{"seed": r["config"]["seed"], "null pair": r["config"]["null_pair"], **c} for r in qruns for c in r["metrics"].get("conversion", [])]  # fmt: skip
+        cdf = pd.DataFrame(conv, columns=["seed", "null pair", "target_kv", "method", "before", "after"])
+        real = cdf[~cdf["null pair"].astype(bool)]
+
+        def conv_vals(df, kv, method, stage):
+            g = df[(df.target_kv == kv) & (df.method == method)]
+            return dict(zip(g.seed.astype(int), g[stage]))
+
+        up_mha, up_mqa = conv_vals(real, lm_h, "none (MHA)", "after"), conv_vals(real, 1, "mean", "after")
+        q_kw = dict(sub_claim="small quality cost", better="lower")
+        gaps = [
+            ev.paired("quality:scratch:mqa-vs-mha", mha_v, mqa_v, metric="val loss (from scratch)", arm_a="MHA", arm_b="MQA",
+                      margin=QUALITY_MARGIN, learned_a=lrn(mha_v), learned_b=lrn(mqa_v), **q_kw),
+            ev.paired("quality:uptrained:mqa-vs-mha", up_mha, up_mqa, metric="val loss after uptraining", arm_a="MHA uptrained",
+                      arm_b="MHA→MQA (mean-pool) uptrained", margin=QUALITY_MARGIN, learned_a=lrn(up_mha), learned_b=lrn(up_mqa), **q_kw),
+        ]  # fmt: skip
+        mat_v = ev.seed_values(qruns, arm(1, True), fv)
+        gaps.append(ev.paired("quality:matched-mqa-vs-mha", mha_v, mat_v, metric="val loss (from scratch)", arm_a="MHA",
+                              arm_b="MQA, FFN widened", margin=QUALITY_MARGIN, learned_a=lrn(mha_v), learned_b=lrn(mat_v), **q_kw))  # fmt: skip
+        plus = lambda d: {s: (v + QUALITY_MARGIN if v is not None else None) for s, v in d.items()}  # noqa: E731
+        nonin = ev.holm([
+            ev.paired("quality:scratch:mqa-vs-mha+margin", plus(mha_v), mqa_v, metric="val loss (from scratch)", arm_a=f"MHA + {QUALITY_MARGIN}",
+                      arm_b="MQA", learned_a=lrn(mha_v), learned_b=lrn(mqa_v), **q_kw),
+            ev.paired("quality:uptrained:mqa-vs-mha+margin", plus(up_mha), up_mqa, metric="val loss after uptraining",
+                      arm_a=f"MHA uptrained + {QUALITY_MARGIN}", arm_b="MHA→MQA (mean-pool) uptrained", learned_a=lrn(up_mha), learned_b=lrn(up_mqa), **q_kw),
+        ])  # fmt: skip
+        conv_cmps = ev.holm([
+            ev.paired(f"convert-kv{t}:mean-vs-first", conv_vals(real, t, "first", "before"), conv_vals(real, t, "mean", "before"),
+                      metric="val loss right after conversion", sub_claim="mean-pooling beats first-head", better="lower",
+                      arm_a=f"first-head → {t} K/V", arm_b=f"mean-pool → {t} K/V")
+            for t in sorted(set(real.target_kv) - {lm_h}, reverse=True)
+        ])  # fmt: skip
+        null_mha = ev.seed_values(qruns, arm(lm_h, null=True), fv)
+        nulls = cdf[cdf["null pair"].astype(bool)]
+        floors = [
+            ev.noise_floor("null:mha-final-val", mha_v, null_mha, seed_offset=NULL_OFFSET, metric="val loss (from scratch)", arm="MHA"),
+            ev.noise_floor("null:mha-uptrained", up_mha, conv_vals(nulls, lm_h, "none (MHA)", "after"), seed_offset=NULL_OFFSET,
+                           metric="val loss after uptraining", arm="MHA uptrained"),
+            ev.noise_floor("null:mqa-converted", conv_vals(real, 1, "mean", "before"), conv_vals(nulls, 1, "mean", "before"),
+                           seed_offset=NULL_OFFSET, metric="val loss right after conversion", arm="MHA→MQA (mean-pool)"),
+        ]  # fmt: skip
+        gaps, nonin, conv_cmps = (ev.with_noise(x, floors) for x in (gaps, nonin, conv_cmps))
+
         qsum = []
-        for (kv, matched), g in qdf.groupby(["n_kv_heads", "matched"]):
+        for (kv, matched), g in qdf[~qdf["null pair"]].groupby(["n_kv_heads", "matched"]):
             v = g.set_index("seed")["final_val"]
             ci = mean_ci(v)
-            common = v.index.intersection(ref.index)
-            gap = (
-                mean_ci((v[common] - ref[common]).to_numpy())
-                if kv != lm_h or matched
-                else mean_ci([0.0] * len(common))
-            )
-            qsum.append(
-                {
-                    "n_kv_heads": kv, "FFN matched": matched, "params": int(g["params"].iloc[0]), "d_ff": int(g["d_ff"].iloc[0]), "val loss": ci.mean, "± 95%": ci.half_width,
-                    "sd over seeds": float(v.std(ddof=1)) if len(v) > 1 else math.nan, "gap vs MHA": gap.mean, "gap CI lo": gap.lo, "gap CI hi": gap.hi,
-                    "Welch p": welch(v, ref) if kv != lm_h or matched else math.nan, "seeds": ci.n,
-                }
-            )  # fmt: skip
+            d = (v - pd.Series(mha_v)).dropna()
+            gap = mean_ci(d.to_numpy())
+            qsum.append({"n_kv_heads": kv, "FFN matched": matched, "params": int(g["params"].iloc[0]), "d_ff": int(g["d_ff"].iloc[0]),
+                         "val loss": ci.mean, "± 95%": ci.half_width, "gap vs MHA": gap.mean, "gap CI lo": gap.lo, "gap CI hi": gap.hi,
+                         "learned": f"{int(g['learned'].sum())}/{len(g)}", "seeds": ci.n})  # fmt: skip
         qs = pd.DataFrame(qsum).sort_values(["n_kv_heads", "FFN matched"], ascending=[False, True])
-        out.table(
-            "quality",
-            qs,
-            f"Validation loss (nats/char) after {p['steps']} steps, mean ± 95% CI over seeds; gap to MHA paired by seed",
-            floatfmt=".4g",
-        )
-
-        crows = []
-        for r in qruns:
-            for c in r["metrics"].get("conversion", []):
-                crows.append({"seed": r["config"]["seed"], **c})
-        cdf = pd.DataFrame(crows)
+        out.table("quality", qs, f"Validation loss (nats/char) after {p['steps']} steps, mean ± 95% CI over seeds; gap to MHA paired by seed", floatfmt=".4g")  # fmt: skip
         csum = []
-        if len(cdf):
-            for (kv, method), g in cdf.groupby(["target_kv", "method"], sort=False):
-                b, a = mean_ci(g["before"]), mean_ci(g["after"])
-                scratch = qs[(qs.n_kv_heads == kv) & ~qs["FFN matched"]]["val loss"]
-                csum.append(
-                    {
-                        "target n_kv_heads": kv,
-                        "method": method,
-                        "right after": b.mean,
-                        "±": b.half_width,
-                        "after uptraining": a.mean,
-                        "± ": a.half_width,
-                        "trained from scratch": float(scratch.iloc[0]) if len(scratch) else math.nan,
-                    }
-                )
-            out.table(
-                "conversion",
-                pd.DataFrame(csum),
-                f"Conversion of the trained MHA model: validation loss right after and after uptraining ({p['uptrain_frac']:.0%} of the steps), mean ± 95% CI over seeds",
-                floatfmt=".4g",
-            )
+        for (kv, method), g in real.groupby(["target_kv", "method"], sort=False):
+            b, a = mean_ci(g["before"]), mean_ci(g["after"])
+            scratch = qs[(qs.n_kv_heads == kv) & ~qs["FFN matched"]]["val loss"]
+            csum.append({"target n_kv_heads": kv, "method": method, "right after": b.mean, "±": b.half_width, "after uptraining": a.mean,
+                         "± ": a.half_width, "trained from scratch": float(scratch.iloc[0]) if len(scratch) else math.nan})  # fmt: skip
+        if csum:
+            out.table("conversion", pd.DataFrame(csum), f"Conversion of the trained MHA model: validation loss right after and after uptraining ({p['uptrain_frac']:.0%} of the steps), mean ± 95% CI over seeds", floatfmt=".4g")  # fmt: skip
 
-        self.plot_heatmaps(ddf, p, out)
+        self.plot_heatmaps(ddf, band_status, p, out)
         self.plot_tokens(ddf, p, out)
-        self.plot_bandwidth(ddf, mqa, p, out)
-        self.plot_quality(qdf, qs, p, out)
-        if len(cdf):
-            self.plot_conversion(cdf, qs, p, out)
+        self.plot_bandwidth(ddf, p, out)
+        self.plot_quality(qdf[~qdf["null pair"]], qs, p, out)
+        if len(real):
+            self.plot_conversion(real, qs, p, out)
 
-        # ---- the pre-registered rule
-        share = float(mqa["in band"].mean())
-        lo_cells, hi_cells = mqa[mqa["speed-up"] < BAND[0]], mqa[mqa["speed-up"] > BAND[1]]
-        band_cells = mqa[mqa["in band"]]
-
-        def cells(df, col=None):
-            fmt = (
-                (lambda r: f"{r.batch}×{r.context}")
-                if col is None
-                else (lambda r: f"{r.batch}×{r.context} ({r[col]:.3f})")
-            )
-            return ", ".join(fmt(r) for _, r in df.iterrows()) or "none"
-
-        mqa_q = qs[(qs.n_kv_heads == 1) & ~qs["FFN matched"]].iloc[0]
-        mha_loss = float(qs[(qs.n_kv_heads == lm_h) & ~qs["FFN matched"]]["val loss"].iloc[0])
-        limit = QUALITY_REL * mha_loss
-        if mqa_q["gap CI hi"] <= limit:
-            q_v = "supported"
-        elif mqa_q["gap CI lo"] > limit:
-            q_v = "refuted"
-        else:
-            q_v = "inconclusive"
-        if share >= MATCH_SHARE and q_v == "supported":
-            verdict = "supported"
-        elif (mqa["speed-up"] < BAND[0]).all() or q_v == "refuted":
-            verdict = "refuted"
-        else:
-            verdict = "mixed"
-
-        dom = mqa[mqa["KV dominates"]]
-        if len(dom) == 0:
-            rise_v = "inconclusive"
-        elif (dom["speed-up"] >= BAND[0]).all():
-            rise_v = "supported"
-        elif (dom["speed-up"] < BAND[0]).all():
-            rise_v = "refuted"
-        else:
-            rise_v = "mixed"
-        mb = mqa[mqa["memory-bound"]]
-        tracks = mb["measured/predicted"].between(*TRACK)
-        track_v = (
-            "inconclusive"
-            if len(mb) == 0
-            else "supported"
-            if tracks.all()
-            else "refuted"
-            if not tracks.any()
-            else "mixed"
-        )
-        pm = pdf[pdf.n_kv_heads == 1].iloc[0]
-        phase_ok = abs(pm["prefill / MHA"] - 1) <= PHASE_TOL and abs(pm["train step / MHA"] - 1) <= PHASE_TOL
-        conv_v, conv_txt = "inconclusive", "no conversion runs"
-        if len(cdf):
-            c1 = cdf[cdf.target_kv == 1].pivot(index="seed", columns="method", values="before")
-            wins = int((c1["mean"] < c1["first"]).sum())
-            conv_v = "supported" if wins == len(c1) else "refuted" if wins == 0 else "mixed"
-            cs = pd.DataFrame(csum).set_index(["target n_kv_heads", "method"])
-            conv_txt = (
-                f"MQA right after conversion: mean-pool {cs.loc[(1, 'mean'), 'right after']:.3f} vs first-head {cs.loc[(1, 'first'), 'right after']:.3f} nats "
-                f"(mean-pool lower in {wins}/{len(c1)} seeds); after uptraining {cs.loc[(1, 'mean'), 'after uptraining']:.3f} vs {cs.loc[(1, 'first'), 'after uptraining']:.3f}; "
-                f"MHA uptrained alike {cs.loc[(lm_h, 'none (MHA)'), 'after uptraining']:.3f}; MQA from scratch {cs.loc[(1, 'mean'), 'trained from scratch']:.3f}"
-            )
-        matched_q = qs[(qs.n_kv_heads == 1) & qs["FFN matched"]]
-        mx, mn = mqa.loc[mqa["speed-up"].idxmax()], mqa.loc[mqa["speed-up"].idxmin()]
+        # ---- the rule
+        sp_l = ev.ladder(speed, "b_better")
+        ratio = {k: float(mqa.loc[k, "paired speed-up"]) for k in cells}
+        band_v = interval_verdict(band_status, MATCH_SHARE)
+        dom = [k for k in cells if mha.loc[k, "KV MB/step"] > mha.loc[k, "weights MB/step"]]
+        rise_l = ev.ladder([fl[k] for k in dom], "b_better", require="all")
+        t_status = {cell: interval(lo, hi) for cell, lo, hi in track_cmps}
+        t_ratio = {k: ratio[k] / float(mqa.loc[k, "byte-predicted"]) for k in t_status}
+        track_v = interval_verdict(t_status, 1.0)
+        phase_v = interval_verdict(phase_status, 1.0)
+        q_l = ev.ladder(nonin, "b_better")
+        c_l = ev.ladder(conv_cmps, "b_better")
+        verdict = ev.combine([band_v, q_l.verdict])
         bw_med = float(np.median(bws))
-        mha_all = ddf[ddf.n_kv_heads == h]
-        gqa_kv = kvs[len(kvs) // 2] if len(kvs) > 2 else kvs[-1]
-        gq = ddf[ddf.n_kv_heads == gqa_kv]
+        lo_k, hi_k = min(ratio, key=ratio.get), max(ratio, key=ratio.get)
+        inside = [k for k, v in band_status.items() if v == "inside"]
         subs = [
             SubVerdict(
-                f'"30–40%" ({BAND[0]:.2f}–{BAND[1]:.2f}×) for MQA over batch × context',
-                "supported" if share >= MATCH_SHARE else "refuted" if share == 0 else "mixed",
-                f"batch×context (MQA speed-up) in band: {cells(band_cells, 'speed-up')} ({share:.0%} of cells); below: {cells(lo_cells, 'speed-up')}; above: {cells(hi_cells, 'speed-up')}; range {mn['speed-up']:.2f}× ({int(mn['batch'])}×{int(mn['context'])}) to {mx['speed-up']:.2f}× ({int(mx['batch'])}×{int(mx['context'])})",
+                "MQA and GQA decode faster than MHA", sp_l.verdict, sp_l.detail, [c.id for c in speed]
             ),
             SubVerdict(
-                "MQA raises throughput where the KV cache dominates the bytes",
-                rise_v,
-                f"cells where MHA's KV bytes exceed its weight bytes: {cells(dom)}; MQA speed-up there {dom['speed-up'].min():.2f}–{dom['speed-up'].max():.2f}×"
-                if len(dom)
-                else "no such cell",
-            ),
+                f'"30–40%" ({BAND[0]:.2f}–{BAND[1]:.2f}×) for MQA over batch × context',
+                band_v,
+                f"MQA speed-up per cell, band check: {_status_text(band_status, ratio)} ({len(inside)}/{len(cells)} inside)",
+                [c.id for k in cells for c in (fl[k], ce[k])],
+            ),  # fmt: skip
+            SubVerdict(
+                f"MQA speed-up ≥ {BAND[0]:.2f}× where the KV cache dominates the bytes",
+                rise_l.verdict,
+                f"cells where MHA's KV bytes exceed its weight bytes: {', '.join(dom) or 'none'}; {rise_l.detail}",
+                [fl[k].id for k in dom],
+            ),  # fmt: skip
             SubVerdict(
                 "The speed-up tracks the byte reduction where decoding is memory-bound",
                 track_v,
-                f"memory-bound cells (MHA ≥ {MEMBOUND:.0%} of the copy bandwidth, median {bw_med / 1e9:.1f} GB/s), MQA measured/byte-predicted speed-up: {cells(mb, 'measured/predicted')}; MQA itself moves only {mqa['GB/s'].min():.1f}–{mqa['GB/s'].max():.1f} GB/s"
-                if len(mb)
-                else f"no cell reaches {MEMBOUND:.0%} of the copy bandwidth ({bw_med / 1e9:.1f} GB/s); MHA's best {mha_all['of copy bw'].max():.0%}",
-            ),
+                f"memory-bound cells (MHA ≥ {MEMBOUND:.0%} of the copy bandwidth, median {bw_med / 1e9:.1f} GB/s), MQA measured/byte-predicted: {_status_text(t_status, t_ratio)}"
+                if t_status
+                else f"no cell reaches {MEMBOUND:.0%} of the copy bandwidth ({bw_med / 1e9:.1f} GB/s)",
+                [c.id for _, lo, hi in track_cmps for c in (lo, hi)],
+            ),  # fmt: skip
             SubVerdict(
                 "Prefill and training step barely change",
-                "supported" if phase_ok else "refuted",
-                f"MQA/MHA time: prefill {pm['prefill / MHA']:.2f}, training step {pm['train step / MHA']:.2f}; parameter ratio {pm['params'] / pdf[pdf.n_kv_heads == h]['params'].iloc[0]:.2f} (the K/V projections shrink {h}×; the FFN was not widened here)",
-            ),
+                phase_v,
+                f"MQA/MHA time: prefill {phase_ratio['prefill']:.3f} ({phase_status['prefill']}), training step {phase_ratio['train step']:.3f} "
+                f"({phase_status['train step']}) against [{1 - PHASE_TOL:.2f}, {1 + PHASE_TOL:.2f}]; parameter ratio {pm['params'] / pbase['params']:.2f} (the FFN was not widened here)",
+                [c.id for c in phase_cmps],
+            ),  # fmt: skip
             SubVerdict(
-                "Small quality cost (MQA vs MHA trained alike)",
-                q_v,
-                f"gap {mqa_q['gap vs MHA']:+.4f} nats [{mqa_q['gap CI lo']:+.4f}, {mqa_q['gap CI hi']:+.4f}] vs limit {limit:.3f} ({QUALITY_REL:.0%} of {mha_loss:.3f}); seeds' sd {mqa_q['sd over seeds']:.4f}; Welch p {mqa_q['Welch p']:.2g}"
-                + (
-                    f"; FFN-matched MQA gap {matched_q['gap vs MHA'].iloc[0]:+.4f} nats"
-                    if len(matched_q)
-                    else ""
-                ),
-            ),
-            SubVerdict("Mean-pooling beats first-head selection when converting MHA → MQA", conv_v, conv_txt),
+                "Small quality cost (MQA vs MHA, from scratch and converted + uptrained)",
+                q_l.verdict,
+                "; ".join(c.text(" nats") for c in gaps)
+                + f" — non-inferiority at +{QUALITY_MARGIN}: {q_l.detail}",
+                [c.id for c in gaps + nonin],
+            ),  # fmt: skip
+            SubVerdict(
+                "Mean-pooling beats first-head selection when converting MHA → fewer K/V heads",
+                c_l.verdict,
+                "; ".join(c.text(" nats") for c in conv_cmps) or "no conversion runs",
+                [c.id for c in conv_cmps],
+            ),  # fmt: skip
         ]
         kv_share = [
-            mha_c.loc[(b, c), "KV MB/step"]
-            / (mha_c.loc[(b, c), "KV MB/step"] + mha_c.loc[(b, c), "weights MB/step"])
-            for b, c in zip(mqa["batch"], mqa["context"])
+            mha.loc[k, "KV MB/step"] / (mha.loc[k, "KV MB/step"] + mha.loc[k, "weights MB/step"])
+            for k in cells
         ]
-        rho = float(spearmanr(kv_share, mqa["speed-up"]).statistic)
-        q_txt = {
-            "supported": f"within the {QUALITY_REL:.0%} allowance",
-            "refuted": f"beyond the {QUALITY_REL:.0%} allowance",
-            "inconclusive": f"its CI straddles the {QUALITY_REL:.0%} allowance at {len(p['seeds'])} seeds",
-        }[q_v]
-        conv_sum = {
-            "supported": "converting a trained MHA model to MQA by mean-pooling beat keeping the first head in every seed",
-            "refuted": "converting a trained MHA model to MQA by mean-pooling was worse than keeping the first head in every seed",
-            "mixed": "mean-pooling beat first-head selection for MHA → MQA in only some seeds",
-            "inconclusive": "no conversion was run",
-        }[conv_v]
-        still_falling = sum(
-            1
-            for r in qruns
-            if len(r["metrics"]["val_loss"]) > 1
-            and r["metrics"]["final_val"] is not None
-            and r["metrics"]["val_loss"][-1] < r["metrics"]["val_loss"][-2]
+        rho = (
+            float(spearmanr(kv_share, [ratio[k] for k in cells]).statistic)
+            if len(cells) > 2 and len(set(kv_share)) > 1 and len(set(ratio.values())) > 1
+            else math.nan
         )
-        mha_w = float(ddf[ddf.n_kv_heads == h]["weights MB/step"].median())
-        key = f"MQA {mn['speed-up']:.2f}–{mx['speed-up']:.2f}× (1.3–1.4× in {share:.0%} of cells); quality gap {mqa_q['gap vs MHA']:+.3f} nats"
+        sg = gaps[0]
+        aa_b = [ev.noise_bound(c) for c in aa.values() if ev.noise_bound(c) is not None]
+        comparisons = (
+            speed
+            + [c for k in cells for c in (fl[k], ce[k])]
+            + [c for _, lo, hi in track_cmps for c in (lo, hi)]
+        )
+        comparisons += phase_cmps + back_cmps + gaps + nonin + conv_cmps
         return Verdict(
             verdict=verdict,
             summary=(
-                f"Over batch {min(p['batches'])}–{max(p['batches'])} × context {min(p['contexts'])}–{max(p['contexts'])}, MQA decodes {mn['speed-up']:.2f}× to "
-                f"{mx['speed-up']:.2f}× as fast as MHA (GQA with {gqa_kv} K/V heads {gq['speed-up'].min():.2f}–{gq['speed-up'].max():.2f}×); the speed-up grows with "
-                f"the KV cache's share of the bytes MHA reads per step (Spearman ρ = {rho:.2f} over the cells), so 30–40% is one band of the map ({cells(band_cells)}), smaller "
-                f"at small batch and short context, larger beyond. MHA decoding is memory-bound (up to {mha_all['of copy bw'].max():.0%} of the copy bandwidth), "
-                f"but MQA falls short of its byte reduction (e.g. {mx['speed-up']:.2f}× measured vs {mx['byte-predicted']:.1f}× predicted at "
-                f"{int(mx['batch'])}×{int(mx['context'])}): once the cache shrinks, the step is no longer limited by memory. With the explicit backend, which copies "
-                f"the shared K/V per query head, MQA is slower than MHA ({bsp[('explicit', 1)]:.2f}×). MQA's validation loss is {mqa_q['gap vs MHA']:+.3f} nats from "
-                f"MHA's (seeds' sd {mqa_q['sd over seeds']:.3f}; {q_txt}); {conv_sum}."
-                if len(cdf)
-                else f"MQA decodes {mn['speed-up']:.2f}×–{mx['speed-up']:.2f}× as fast as MHA; 1.3–1.4× holds in {cells(band_cells)}."
-            ),
-            key_number=key,
+                f"Over batch {min(p['batches'])}–{max(p['batches'])} × context {min(p['contexts'])}–{max(p['contexts'])}, MQA decodes {ratio[lo_k]:.2f}× ({lo_k}) to "
+                f"{ratio[hi_k]:.2f}× ({hi_k}) as fast as MHA (geometric mean over paired rounds; rank correlation with the KV cache's share of the bytes MHA reads "
+                f"per step: Spearman ρ = {rho:.2f}), and the band check puts {len(inside)}/{len(cells)} cells inside 1.30–1.40× ({', '.join(inside) or 'none'}). "
+                f"Validation loss, from scratch: {sg.text(' nats')}; "
+                f"the quality sub-verdict at a {QUALITY_MARGIN}-nat margin is {q_l.verdict}."
+            ),  # fmt: skip
+            key_number=f"MQA {ratio[lo_k]:.2f}–{ratio[hi_k]:.2f}× (inside 1.3–1.4× in {len(inside)}/{len(cells)} cells); quality gap "
+            + ("—" if sg.diff is None else f"{sg.diff:+.3f} nats"),
             evidence={
                 "band": list(BAND),
-                "share_in_band": share,
-                "mqa_speedups": {
-                    f"{b}x{s}": round(float(v), 3)
-                    for b, s, v in zip(mqa["batch"], mqa["context"], mqa["speed-up"])
-                },
+                "cells_inside_band": inside,
+                "band_status": band_status,
+                "mqa_speedups": {k: round(v, 3) for k, v in ratio.items()},
                 "copy_bw_GBps": bw_med / 1e9,
-                "quality_gap_mqa": float(mqa_q["gap vs MHA"]),
-                "quality_gap_ci": [float(mqa_q["gap CI lo"]), float(mqa_q["gap CI hi"])],
-                "quality_limit": limit,
-                "prefill_ratio_mqa": float(pm["prefill / MHA"]),
-                "train_step_ratio_mqa": float(pm["train step / MHA"]),
+                "quality_margin": QUALITY_MARGIN,
+                "quality_gap_mqa": sg.diff,
+                "quality_gap_ci": [sg.ci_low, sg.ci_high],
+                "prefill_ratio_mqa": phase_ratio["prefill"],
+                "train_step_ratio_mqa": phase_ratio["train step"],
+                "aa_noise_bound_log": [min(aa_b), max(aa_b)] if aa_b else None,
             },  # fmt: skip
             sub_verdicts=subs,
             caveats=[
                 f"Decoding is timed on one CPU thread (the copy bandwidth too, {bw_med / 1e9:.1f} GB/s); the papers' 5–12× come from accelerators, where "
                 "the arithmetic that MQA leaves (every query head still scores every cached key) is cheap next to memory traffic. On a CPU core the "
-                f"skinny matrix-vector products of attention run slowly, so MQA's achieved bandwidth stays at {mqa['GB/s'].min():.1f}–{mqa['GB/s'].max():.1f} GB/s "
-                f"and its speed-up saturates well below the byte ratio. The byte model counts only compulsory reads; the weights (≈{mha_w:.0f} MB) may partly be "
-                "served from the last-level cache.",
-                "Timings share the machine with whatever else runs; variants are interleaved within each cell so that drift hits them alike, and the paired quartiles in decode.csv show the spread (load average recorded per cell).",
-                f"Backend matters: at batch {bc['batch']} × context {bc['context']} MQA decodes {bsp[('sdpa', 1)]:.2f}× as fast as MHA with the `sdpa` backend (a fused kernel that reads each shared K/V head in place) but {bsp[('explicit', 1)]:.2f}× with the library's `explicit` backend, whose broadcast `matmul` materialises the repeated keys and values (table 'backends'); every other decoding number uses `sdpa`.",
-                f"Prefill and the training step got faster by about the share of parameters MQA removes (time ratios {pm['prefill / MHA']:.2f} and "
-                f"{pm['train step / MHA']:.2f}, parameter ratio {pm['params'] / pdf[pdf.n_kv_heads == h]['params'].iloc[0]:.2f}): the time per parameter is unchanged. "
-                "Shazeer's MQA widened the FFN to keep the parameter count, which would keep these times level; the decoding models here were not widened.",
-                f"The quality models are small and short-trained (validation loss still falling at the last evaluation in {still_falling}/{len(qruns)} runs); the conversion is uptrained for only "
-                f"{max(1, round(p['uptrain_frac'] * p['steps']))} steps, so its before/after numbers describe this scale, not Ainslie et al.'s.",
-                f"Quality is measured on small character LMs ({p['lm_layers']} layers, d = {p['lm_d_model']}, {p['steps']} steps); the papers' gaps (≈1% relative) are at billions of parameters.",
+                "skinny matrix-vector products of attention run slowly, so MQA's speed-up saturates well below the byte ratio. The byte model counts only "
+                "compulsory reads; the weights may partly be served from the last-level cache.",
+                "Timings share the machine with whatever else runs; variants are interleaved within each cell so that drift hits them alike. Each "
+                "cell's A/A pair (MHA timed twice in the same rounds) is its timing noise floor"
+                + (
+                    f": its largest |CI bound| on log time is {min(aa_b):.3f}–{max(aa_b):.3f} over the cells"
+                    if aa_b
+                    else ""
+                )
+                + "; it is shown beside every timing comparison of the cell.",
+                f"Backends (reported, not judged): at batch {bc['batch']} × context {bc['context']} MQA decodes {bsp.get(('sdpa', 1), math.nan):.2f}× as fast as MHA "
+                f"with the `sdpa` backend and {bsp.get(('explicit', 1), math.nan):.2f}× with the `explicit` one (table 'backends'); every other decoding number uses `sdpa`.",
+                "Shazeer's MQA widened the FFN to keep the parameter count, which would keep prefill and training times level; the decoding models here "
+                "were not widened, so those phases lose MQA's share of the parameters.",
+                f"Quality is measured on small character LMs ({p['lm_layers']} layers, d = {p['lm_d_model']}, {p['steps']} steps, {len(p['seeds'])} seeds); "
+                f"the conversion is uptrained for only {max(1, round(p['uptrain_frac'] * p['steps']))} steps, so its numbers describe this scale, not Ainslie et al.'s.",
             ],
+            comparisons=comparisons,
+            noise_floor=list(aa.values()) + floors,
         )
 
     # ------------------------------------------------------------------ figures
-    def plot_heatmaps(self, ddf, p, out):
+    def plot_heatmaps(self, ddf, band_status, p, out):
         from matplotlib.patches import Rectangle
 
         from tfclaims.plotting import subplots
@@ -719,41 +561,25 @@ class GQAThroughput(Experiment):
         kvs = kv_list(p["n_heads"])[1:]
         fig, axes = subplots(len(kvs), width=3.9, height=3.4)
         bs, ss = sorted(ddf["batch"].unique()), sorted(ddf["context"].unique())
-        vmax = max(2.0, float(ddf["speed-up"].max()))
+        vmax = max(2.0, float(ddf["paired speed-up"].max()))
         for ax, kv in zip(axes, kvs):
-            g = ddf[ddf.n_kv_heads == kv].set_index(["batch", "context"])["speed-up"]
+            g = ddf[ddf.n_kv_heads == kv].set_index(["batch", "context"])["paired speed-up"]
             grid = np.array([[g.get((b, s), np.nan) for s in ss] for b in bs])
-            ax.imshow(
-                grid,
-                origin="lower",
-                cmap="viridis",
-                vmin=min(0.8, float(np.nanmin(grid))),
-                vmax=vmax,
-                aspect="auto",
-            )
-            for i in range(len(bs)):
-                for j in range(len(ss)):
+            ax.imshow(grid, origin="lower", cmap="viridis", vmin=min(0.8, float(np.nanmin(grid))), vmax=vmax, aspect="auto")  # fmt: skip
+            for i, b in enumerate(bs):
+                for j, s in enumerate(ss):
                     v = grid[i, j]
-                    ax.text(
-                        j,
-                        i,
-                        f"{v:.2f}×",
-                        ha="center",
-                        va="center",
-                        fontsize=8,
-                        color="w" if v < 0.6 * vmax else "k",
-                    )
-                    if BAND[0] <= v <= BAND[1]:
+                    ax.text(j, i, f"{v:.2f}×", ha="center", va="center", fontsize=8, color="w" if v < 0.6 * vmax else "k")  # fmt: skip
+                    if kv == 1 and band_status.get(f"{b}×{s}") == "inside":
                         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="red", lw=2.5))
             ax.set_xticks(range(len(ss)), ss)
             ax.set_yticks(range(len(bs)), bs)
             ax.grid(False)
-            ax.set_xlabel("context length (tokens)")
-            ax.set_ylabel("batch size")
+            ax.set(xlabel="context length (tokens)", ylabel="batch size")
             ax.set_title(f"{'MQA' if kv == 1 else f'GQA, {kv} K/V heads'} / MHA ({p['n_heads']} heads)")
         out.figure(
             "speedup-heatmap", fig,
-            f"Decode speed-up over MHA (tokens/s ratio, median of interleaved repeats) for each batch × context cell, per number of K/V heads; red boxes mark the cells where it lies in {BAND[0]:.2f}–{BAND[1]:.2f}× (\"30–40%\").",
+            f"Decode speed-up over MHA (geometric mean of the per-round ratios of interleaved timings) for each batch × context cell, per number of K/V heads; red boxes mark the MQA cells that the band check shows inside {BAND[0]:.2f}–{BAND[1]:.2f}× (\"30–40%\").",
         )  # fmt: skip
 
     def plot_tokens(self, ddf, p, out):
@@ -761,38 +587,30 @@ class GQAThroughput(Experiment):
 
         from tfclaims.plotting import subplots
 
-        bs = sorted(ddf["batch"].unique())
+        bs, ss = sorted(ddf["batch"].unique()), sorted(ddf["context"].unique())
         fig, axes = subplots(len(bs), width=3.5, height=3.2)
         for ax, b in zip(axes, bs):
             for kv in kv_list(p["n_heads"]):
                 g = ddf[(ddf.batch == b) & (ddf.n_kv_heads == kv)].sort_values("context")
-                tps = g["tokens/s"]
-                # error bars: tokens/s at the quartiles of the repeats' times (rel IQR around the median)
-                err = tps * g["rel IQR"] / 2
-                ax.errorbar(
-                    g["context"],
-                    tps,
-                    yerr=err,
-                    marker="o",
-                    ms=3.5,
-                    capsize=2,
-                    label=f"n_kv = {kv}" + (" (MHA)" if kv == p["n_heads"] else " (MQA)" if kv == 1 else ""),
-                )
+                tag = " (MHA)" if kv == p["n_heads"] else " (MQA)" if kv == 1 else ""
+                # bars: tokens/s at the quartiles of the rounds' times (relative IQR around the median)
+                ax.errorbar(g["context"], g["tokens/s"], yerr=g["tokens/s"] * g["rel IQR"] / 2, marker="o", ms=3.5, capsize=2, label=f"n_kv = {kv}{tag}")  # fmt: skip
             ax.set_xscale("log", base=2)
             ax.set_ylim(bottom=0)
-            ax.set_xticks(sorted(ddf["context"].unique()), [str(c) for c in sorted(ddf["context"].unique())])
+            ax.set_xticks(ss, [str(c) for c in ss])
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xlabel("context length (tokens)")
-            ax.set_ylabel("decode throughput (tokens/s)")
-            ax.set_title(f"batch {b}")
+            ax.set(
+                xlabel="context length (tokens)", ylabel="decode throughput (tokens/s)", title=f"batch {b}"
+            )
         axes[0].legend(fontsize=7)
         out.figure(
-            "tokens-per-s",
-            fig,
-            f"Decode throughput of the whole model ({p['n_layers']} layers, d = {p['d_model']}, {p['n_heads']} query heads) vs context length, per number of K/V heads and batch size; bars: interquartile range over repeats.",
-        )
+            "tokens-per-s", fig,
+            f"Decode throughput of the whole model ({p['n_layers']} layers, d = {p['d_model']}, {p['n_heads']} query heads) vs context length, per number of K/V heads and batch size; bars: interquartile range over rounds.",
+        )  # fmt: skip
 
-    def plot_bandwidth(self, ddf, mqa, p, out):
+    def plot_bandwidth(self, ddf, p, out):
+        from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
         from tfclaims.plotting import subplots
 
         fig, (a, b) = subplots(2, width=4.8, height=3.6)
@@ -803,134 +621,78 @@ class GQAThroughput(Experiment):
         a.axhline(bw.median(), color="k", ls="--", lw=1, label=f"copy bandwidth {bw.median():.1f} GB/s")
         a.axhspan(bw.min(), bw.max(), color="k", alpha=0.08, lw=0)
         a.set_xscale("log")
-        a.set_xlabel("bytes read per decoding step (MB, weights + KV)")
-        a.set_ylabel("achieved bandwidth (GB/s)")
-        a.set_title("Decode bandwidth vs the measured limit")
+        a.set(xlabel="bytes read per decoding step (MB, weights + KV)", ylabel="achieved bandwidth (GB/s)", title="Decode bandwidth vs the measured limit")  # fmt: skip
         a.legend(fontsize=7)
         for kv in kv_list(p["n_heads"])[1:]:
             g = ddf[ddf.n_kv_heads == kv]
-            b.errorbar(
-                g["byte-predicted"],
-                g["speed-up"],
-                yerr=[
-                    (g["speed-up"] - g["paired q25"]).clip(lower=0),
-                    (g["paired q75"] - g["speed-up"]).clip(lower=0),
-                ],
-                fmt="o",
-                ms=3.5,
-                capsize=2,
-                label=f"n_kv = {kv}",
-            )
-        lim = [0.8, max(float(ddf["byte-predicted"].max()), float(ddf["speed-up"].max())) * 1.1]
+            err = [(g["paired speed-up"] - g["paired q25"]).clip(lower=0), (g["paired q75"] - g["paired speed-up"]).clip(lower=0)]  # fmt: skip
+            b.errorbar(g["byte-predicted"], g["paired speed-up"], yerr=err, fmt="o", ms=3.5, capsize=2, label=f"n_kv = {kv}")  # fmt: skip
+        lim = [0.8, max(float(ddf["byte-predicted"].max()), float(ddf["paired speed-up"].max())) * 1.1]
         b.plot(lim, lim, "k--", lw=1, label="speed-up = byte reduction")
         b.axhspan(*BAND, color="red", alpha=0.15, lw=0, label="1.3–1.4×")
-        from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
-
         b.set_xscale("log")
         b.set_yscale("log")
         for axis in (b.xaxis, b.yaxis):
             axis.set_major_locator(FixedLocator([0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16]))
             axis.set_major_formatter(ScalarFormatter())
             axis.set_minor_locator(NullLocator())
-        b.set_xlabel("byte-predicted speed-up (bytes MHA / bytes variant)")
-        b.set_ylabel("measured speed-up")
-        b.set_title("Does the speed-up track the bytes?")
+        b.set(xlabel="byte-predicted speed-up (bytes MHA / bytes variant)", ylabel="measured speed-up", title="Does the speed-up track the bytes?")  # fmt: skip
         b.legend(fontsize=7)
         out.figure(
-            "bandwidth",
-            fig,
-            "Left: achieved bandwidth (compulsory bytes per step / time) per cell against the copy bandwidth measured in the same runs (dashed: median; band: range). Right: measured speed-up over MHA against the speed-up predicted by the bytes read; bars: paired quartiles over repeats.",
-        )
+            "bandwidth", fig,
+            "Left: achieved bandwidth (compulsory bytes per step / time) per cell against the copy bandwidth measured in the same runs (dashed: median; band: range). Right: measured speed-up over MHA (geometric mean of the per-round ratios) against the speed-up predicted by the bytes read; bars: quartiles of the per-round ratios.",
+        )  # fmt: skip
 
     def plot_quality(self, qdf, qs, p, out):
         from tfclaims.plotting import subplots
 
         fig, (ax,) = subplots(width=5.2, height=3.6)
         plain = qs[~qs["FFN matched"]].sort_values("n_kv_heads")
-        ax.errorbar(
-            plain["n_kv_heads"],
-            plain["val loss"],
-            yerr=plain["± 95%"],
-            marker="o",
-            capsize=3,
-            label="trained from scratch (mean ± 95% CI)",
-        )
+        ax.errorbar(plain["n_kv_heads"], plain["val loss"], yerr=plain["± 95%"], marker="o", capsize=3, label="trained from scratch (mean ± 95% CI)")  # fmt: skip
         seeds = qdf[~qdf.matched]
         ax.scatter(
             seeds["n_kv_heads"], seeds["final_val"], s=10, color="gray", alpha=0.6, label="individual seeds"
         )
         m = qs[qs["FFN matched"]]
         if len(m):
-            ax.errorbar(
-                m["n_kv_heads"] * 1.08,
-                m["val loss"],
-                yerr=m["± 95%"],
-                fmt="s",
-                color="C3",
-                capsize=3,
-                label="MQA, FFN widened to match parameters",
-            )
+            ax.errorbar(m["n_kv_heads"] * 1.08, m["val loss"], yerr=m["± 95%"], fmt="s", color="C3", capsize=3, label="MQA, FFN widened to match parameters")  # fmt: skip
         ax.set_xscale("log", base=2)
         lm_h = p["lm_heads"]
-        ax.set_xticks(
-            plain["n_kv_heads"],
-            [f"{k}" + (" (MHA)" if k == lm_h else " (MQA)" if k == 1 else "") for k in plain["n_kv_heads"]],
-        )
-        ax.set_xlabel("number of K/V heads (query heads fixed)")
-        ax.set_ylabel("validation loss (nats/char)")
-        ax.set_title(f"Quality vs K/V heads ({p['steps']} steps, {len(p['seeds'])} seeds)")
+        ax.set_xticks(plain["n_kv_heads"], [f"{k}" + (" (MHA)" if k == lm_h else " (MQA)" if k == 1 else "") for k in plain["n_kv_heads"]])  # fmt: skip
+        ax.set(xlabel="number of K/V heads (query heads fixed)", ylabel="validation loss (nats/char)", title=f"Quality vs K/V heads ({p['steps']} steps, {len(p['seeds'])} seeds)")  # fmt: skip
         ax.legend(fontsize=7)
         out.figure(
-            "quality",
-            fig,
+            "quality", fig,
             f"Validation loss of character LMs ({p['lm_layers']} layers, d = {p['lm_d_model']}, {p['lm_heads']} query heads) trained with each number of K/V heads for the same steps: mean ± 95% CI over seeds, seeds as dots; red: MQA with the FFN widened to MHA's parameter count.",
-        )
+        )  # fmt: skip
 
     def plot_conversion(self, cdf, qs, p, out):
         from tfclaims.plotting import subplots
 
         targets = sorted(cdf[cdf.method != "none (MHA)"]["target_kv"].unique(), reverse=True)
         fig, axes = subplots(len(targets), width=3.6, height=3.5, sharey=True)
-        styles = [
-            ("none (MHA)", "MHA, uptrained alike (control)", "gray"),
-            ("first", "first-head selection", "C0"),
-            ("mean", "mean-pooling", "C1"),
-        ]
+        styles = [("none (MHA)", "MHA, uptrained alike (control)", "gray"), ("first", "first-head selection", "C0"), ("mean", "mean-pooling", "C1")]  # fmt: skip
         for ax, t in zip(axes, targets):
             for method, label, color in styles:
                 g = cdf[(cdf.method == method) & ((cdf.target_kv == t) | (method == "none (MHA)"))]
                 cis = [mean_ci(g[stage]) for stage in ("before", "after")]
-                ax.errorbar(
-                    [0, 1],
-                    [c.mean for c in cis],
-                    yerr=[c.half_width for c in cis],
-                    marker="o",
-                    capsize=3,
-                    color=color,
-                    label=label,
-                    ls=":" if method == "none (MHA)" else "-",
-                )
+                ax.errorbar([0, 1], [c.mean for c in cis], yerr=[c.half_width for c in cis], marker="o", capsize=3, color=color, label=label, ls=":" if method == "none (MHA)" else "-")  # fmt: skip
             scratch = qs[(qs.n_kv_heads == t) & ~qs["FFN matched"]]
             if len(scratch):
-                ax.axhline(
-                    float(scratch["val loss"].iloc[0]),
-                    color="k",
-                    ls="--",
-                    lw=1,
-                    label=f"{t} K/V heads trained from scratch",
-                )
+                ax.axhline(float(scratch["val loss"].iloc[0]), color="k", ls="--", lw=1, label=f"{t} K/V heads trained from scratch")  # fmt: skip
             ax.set_xticks(
                 [0, 1], ["right after\nconversion", f"after uptraining\n({p['uptrain_frac']:.0%} of steps)"]
             )
             ax.set_xlim(-0.3, 1.3)
-            ax.set_ylabel("validation loss (nats/char)")
-            ax.set_title(f"MHA → {'MQA' if t == 1 else f'GQA, {t} K/V heads'}")
+            ax.set(
+                ylabel="validation loss (nats/char)",
+                title=f"MHA → {'MQA' if t == 1 else f'GQA, {t} K/V heads'}",
+            )
             ax.legend(fontsize=6.5)
         out.figure(
-            "conversion",
-            fig,
+            "conversion", fig,
             "Each seed's trained MHA model converted to fewer K/V heads by mean-pooling the K/V projections (Ainslie et al.) or keeping each group's first head: validation loss right after conversion and after uptraining, mean ± 95% CI over seeds; dotted gray: the MHA model uptrained the same way; dashed: the same K/V heads trained from scratch.",
-        )
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -169,8 +169,28 @@ def test_the_verdict_ladder(decisions, control, require, verdict):
     ],
 )
 def test_the_ladder_for_a_claimed_equivalence(decisions, verdict):
+    from dataclasses import replace
+
     cs = [_cmp(f"c{i}", d) for i, d in enumerate(decisions)]
+    cs = [replace(c, p_equiv=0.01) if c.decision == "equivalent" else c for c in cs]
     assert ev.ladder(cs, "equivalent").verdict == verdict
+
+
+def test_a_significant_difference_inside_the_margin_does_not_refute_a_claimed_equivalence():
+    base = {s: 1.0 + 0.001 * s for s in range(8)}
+    inside = ev.paired(
+        "in", base, {s: v + 0.01 + 0.001 * (s % 2) for s, v in base.items()}, metric="m", margin=0.05
+    )
+    assert inside.decision == "a_better" and inside.p_equiv < 0.05  # significant (lower is better), within ±0.05
+    assert ev.ladder([inside], "equivalent").verdict == "supported"
+    outside = ev.paired(
+        "out", base, {s: v + 0.2 + 0.001 * (s % 2) for s, v in base.items()}, metric="m", margin=0.05
+    )
+    assert ev.ladder([outside], "equivalent").verdict == "refuted"
+    edge = ev.paired(
+        "edge", base, {s: v + 0.05 + 0.03 * (2 * (s % 2) - 1) for s, v in base.items()}, metric="m", margin=0.05
+    )
+    assert edge.ci_low < 0.05 < edge.ci_high and ev.ladder([edge], "equivalent").verdict == "inconclusive"
 
 
 def test_combine():

@@ -1,4 +1,4 @@
-"""MHA -> GQA/MQA conversion, cached decoding of converted models, and the KV-byte counts of gqa_throughput."""
+"""MHA -> GQA/MQA conversion, cached decoding of converted models, and the KV-byte counts of the decoding recipes."""
 
 import pytest
 import torch
@@ -7,10 +7,9 @@ import torch.nn.functional as F
 from tfclaims.attention import KVCache
 from tfclaims.config import ModelConfig
 from tfclaims.convert import convert_kv_heads, pool_heads
+from tfclaims.counting import kv_cache_bytes
+from tfclaims.decode import filled_decoder, kv_list, weight_read_bytes
 from tfclaims.models import LM, n_params
-from tfclaims.registry import REPO_ROOT, load_file
-
-EXP = type(load_file(REPO_ROOT / "experiments" / "gqa_throughput.py"))
 
 
 def mha(pos="learned", backend="sdpa", **kw):
@@ -118,9 +117,7 @@ def test_kv_cache_bytes_closed_form_matches_allocated_tensors(kv, dtype):
     cache = KVCache.for_model(cfg, batch=5, max_len=19, dtype=dtype)
     allocated = sum(t.untyped_storage().nbytes() for t in cache.k + cache.v)
     elt = torch.finfo(dtype).bits // 8
-    assert EXP.kv_cache_bytes(cfg, 5, 19, elt) == cache.nbytes() == allocated == 2 * 3 * 5 * kv * 19 * 8 * elt
-    # bytes read by one decoding step that attends to 19 keys: the whole filled cache
-    assert EXP.kv_read_bytes(cfg, 5, 19, elt) == allocated
+    assert kv_cache_bytes(cfg, 19, 5, elt) == cache.nbytes() == allocated == 2 * 3 * 5 * kv * 19 * 8 * elt
 
 
 def test_weight_bytes_read_per_step_count_every_matrix_once():
@@ -128,7 +125,30 @@ def test_weight_bytes_read_per_step_count_every_matrix_once():
     model = LM(cfg)
     # all parameters (the tied embedding/head matrix once) except the positional table, of which only B rows are read
     expect = 4 * (n_params(model) - 64 * 32 + 3 * 32)
-    assert EXP.weight_read_bytes(model, batch=3) == expect
+    assert weight_read_bytes(model, batch=3) == expect
+
+
+def test_kv_list_halves_down_to_one():
+    assert (
+        kv_list(8) == [8, 4, 2, 1]
+        and kv_list(4) == [4, 2, 1]
+        and kv_list(6) == [6, 3, 1]
+        and kv_list(1) == [1]
+    )
+
+
+@pytest.mark.parametrize("kv", [4, 1])
+def test_filled_decoder_counts_the_bytes_one_call_reads(kv):
+    """The decoding recipe's byte counts: the allocated cache equals the closed form, and a call of n steps
+    reads the weights n times plus the cache filled to S + 1, ..., S + n positions."""
+    cfg = {"d_model": 32, "n_layers": 2, "n_heads": 4, "batch": 3, "context": 10, "decode_steps": 2}
+    fn, info = filled_decoder(cfg, kv, "sdpa", torch.device("cpu"), torch.float32)
+    fn()  # runs: the cache holds S + n positions
+    mc = ModelConfig(vocab_size=96, d_model=32, n_layers=2, n_heads=4, n_kv_heads=kv, max_seq_len=12)
+    assert info["kv_cache_bytes"] == info["kv_cache_bytes_closed_form"] == kv_cache_bytes(mc, 12, 3)
+    kv_read = kv_cache_bytes(mc, 11, 3) + kv_cache_bytes(mc, 12, 3)
+    assert info["bytes_per_call"] == 2 * info["weight_bytes_per_step"] + kv_read
+    assert info["kv_bytes_per_step"] == kv_read / 2
 
 
 @pytest.mark.parametrize("kv", [4, 1])

@@ -9,16 +9,24 @@ target head j' <- source heads j'*r .. j'*r + r - 1. Two ways to pool a group:
 
 Every other parameter is copied unchanged. Positions (learned or rotary) act after the projection and
 identically on every head, so pooling commutes with them.
+
+`run_quality` is the training recipe around it: a character LM trained with some number of K/V heads and,
+for MHA, the model uptrained a little further as it is (the control) and after conversion to fewer heads.
 """
 
 from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 from torch import nn
 
-from .models import LM
+from .config import ModelConfig, TrainConfig
+from .counting import attention_params
+from .data import eval_windows, load_corpus
+from .models import LM, n_params
+from .train import train_lm
 
 METHODS = ("mean", "first")
 
@@ -53,3 +61,65 @@ def convert_kv_heads(model: LM, n_kv_heads: int, method: str = "mean") -> LM:
     new.load_state_dict(state)
     new.train(model.training)
     return new
+
+
+def lm_config(p: dict, kv: int, vocab: int, matched: bool = False) -> ModelConfig:
+    """The quality model (lm_d_model, lm_layers, lm_heads, seq_len) with `kv` K/V heads; `matched`: the FFN
+    widened by the attention parameters saved (Shazeer 2019; one FFN unit costs 2d + 1)."""
+    base = ModelConfig(
+        vocab_size=vocab, d_model=p["lm_d_model"], n_layers=p["lm_layers"], n_heads=p["lm_heads"],
+        max_seq_len=p["seq_len"],
+    )  # fmt: skip
+    c = base.replace(n_kv_heads=kv)
+    if matched:
+        saved = attention_params(base) - attention_params(c)
+        c = c.replace(d_ff=base.ff + round(saved / (2 * base.d_model + 1)))
+    return c
+
+
+def run_quality(cfg: dict, ctx) -> dict:
+    """Train a character LM with cfg['kv'] K/V heads. With cfg['uptrain_control'] the trained model is uptrained
+    for uptrain_frac of the steps as it is (the control); each target in cfg['convert_to'] is converted by
+    every method and uptrained the same way (peak lr 0.3x, warm-up 10%, another data seed)."""
+    corpus = load_corpus()
+    mc = lm_config(cfg, cfg["kv"], corpus.vocab_size, cfg["matched"])
+    model = LM(mc)
+    t = TrainConfig(
+        steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["steps"] // 10,
+        eval_every=cfg["eval_every"], eval_batches=cfg["eval_batches"], seed=cfg["seed"],
+    )  # fmt: skip
+    val = eval_windows(corpus.val, t.eval_batches, t.batch_size, t.seq_len)
+    name = f"kv={cfg['kv']}{' matched' if cfg['matched'] else ''}"
+    res = train_lm(model, t, corpus, ctx.device, val_batches=val, progress=ctx.progress, desc=name)
+    out = {
+        k: res[k] for k in ("eval_steps", "val_loss", "final_val", "diverged_at", "seconds", "unigram_xent")
+    }
+    out |= {
+        "params": n_params(model),
+        "d_ff": mc.ff,
+        "train_loss_last": float(np.mean(res["train_loss"][-20:])),
+    }
+    if (cfg["uptrain_control"] or cfg["convert_to"]) and res["diverged_at"] is None:
+        up_steps = max(1, round(cfg["uptrain_frac"] * cfg["steps"]))
+        up = t.replace(
+            steps=up_steps,
+            lr=0.3 * cfg["lr"],
+            warmup=up_steps // 10,
+            eval_every=up_steps,
+            seed=cfg["seed"] + 1000,
+        )
+
+        def uptrain(m, label):
+            r = train_lm(m, up, corpus, ctx.device, val_batches=val, progress=ctx.progress, desc=label)
+            return r["val_loss"][0], r["final_val"]
+
+        conv = []
+        if cfg["uptrain_control"]:  # the MHA model itself, same extra steps, no conversion
+            before, after = uptrain(copy.deepcopy(model), "MHA uptrain")
+            conv.append({"target_kv": cfg["kv"], "method": "none (MHA)", "before": before, "after": after})
+        for kv in cfg["convert_to"]:
+            for method in METHODS:
+                before, after = uptrain(convert_kv_heads(model, kv, method), f"→kv={kv} {method}")
+                conv.append({"target_kv": kv, "method": method, "before": before, "after": after})
+        out |= {"conversion": conv, "uptrain_steps": up_steps}
+    return out

@@ -491,7 +491,7 @@ def ladder(
 
     claimed: the decision the claim predicts: 'a_better' or 'b_better' for a claimed effect, 'equivalent'
       for a claimed absence of one ("interchangeable"): then equivalence within the declared margin
-      supports it and a significant difference either way refutes it.
+      supports it and a difference significantly outside the margin (either way) refutes it.
     positive_control: True when a positive control in the same setup detected an effect of the margin's
       size; only then does equivalence refute (otherwise an equivalent cell is an undecided one).
     require: 'any' — supported if some cell supports and none refutes; 'all' — supported only if every
@@ -507,6 +507,15 @@ def ladder(
     for c in comparisons:
         if c.excluded:
             exc.append(c)
+        elif claimed == "equivalent":
+            # equivalence shown (TOST) supports, whether or not a difference inside the margin is also
+            # significant; only a difference significantly outside the margin refutes
+            if c.p_equiv is not None and c.p_equiv <= c.alpha:
+                sup.append(c)
+            elif c.decision in opposite[claimed] and _beyond_margin(c):
+                ref.append(c)
+            else:
+                und.append(c)
         elif c.decision == claimed:
             sup.append(c)
         elif c.decision in opposite[claimed] or (c.decision == "equivalent" and positive_control):
@@ -552,6 +561,15 @@ def ladder(
         tuple(c.id for c in und),
         tuple(c.id for c in exc),
     )
+
+
+def _beyond_margin(c: Comparison) -> bool:
+    """The whole CI lies outside ±margin (with no margin, a significant difference is enough)."""
+    if c.margin is None:
+        return True
+    if c.ci_low is None or c.ci_high is None:
+        return False
+    return c.ci_low > c.margin or c.ci_high < -c.margin
 
 
 def combine(verdicts: Iterable[str]) -> str:

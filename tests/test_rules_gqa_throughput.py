@@ -1,0 +1,211 @@
+"""The gqa_throughput rule on synthetic run records: each outcome it can give, and excluded quality cells."""
+
+import numpy as np
+import pytest
+
+from tfclaims.experiment import Output
+from tfclaims.registry import load
+
+EXP = load("gqa_throughput")
+P = EXP.profiles["quick"]
+UNIGRAM = 3.3
+ROUNDS = 8
+
+
+def _z(r, first):
+    """±1 by round, opposite for the first variant and the others."""
+    return (1 if r % 2 == 0 else -1) * (1 if first else -1)
+
+
+def records(
+    speedup=lambda cell: 1.35,
+    *,
+    noise=0.003,
+    gap=0.01,
+    up_gap=0.01,
+    q_noise=0.0005,
+    mha_loss=2.4,
+    learned=True,
+    membound=False,
+    phase_ratio=1.0,
+):
+    """Synthetic records for every config of the quick grid. speedup(cell) is MQA's true speed-up over MHA in
+    that cell (GQA gets its square root); on top of a drift shared by all variants of a round, MHA's log time
+    moves by +noise, −noise, ... over the rounds and every other variant's (and the A/A copy's) by the opposite,
+    so a paired difference has a known spread and no chance result. gap / up_gap: MQA's loss above MHA's (from
+    scratch / converted and uptrained), each non-MHA arm ± q_noise by seed parity; learned=False puts every loss
+    at the unigram level."""
+    rng = np.random.default_rng(0)
+    out = []
+    for i, cfg in enumerate(EXP.grid(P)):
+        part, m = cfg["part"], {}
+        if part in ("decode", "backends"):
+            cell = f"{cfg['batch']}×{cfg['context']}"
+            drift = rng.normal(0, 0.05, ROUNDS)
+            h = cfg["kvs"][0]
+            rows = []
+            for b in ("sdpa", "explicit") if part == "backends" else ("sdpa",):
+                for kv in cfg["kvs"]:
+                    s = speedup(cell) ** (np.log2(h / kv) / np.log2(h)) if kv != h else 1.0
+                    ts = [float(0.01 / s * np.exp(d + _z(r, kv == h) * noise)) for r, d in enumerate(drift)]
+                    kvb = 4e6 * kv / h  # MHA's KV bytes exceed its weight bytes (1e6) in every cell
+                    per_call = 2 * (1e6 + kvb)
+                    rows.append({
+                        "n_kv_heads": kv, "backend": b, "params": 1000 * kv, "kv_cache_bytes": kvb, "kv_cache_bytes_closed_form": kvb,
+                        "weight_bytes_per_step": 1e6, "kv_bytes_per_step": kvb, "bytes_per_call": per_call, "times": ts,
+                        "median_s": float(np.median(ts)), "tokens_per_s": 1 / float(np.median(ts)), "achieved_bw": per_call / float(np.median(ts)),
+                    })  # fmt: skip
+            bw = rows[0]["achieved_bw"] * (1.5 if membound else 100)
+            m = {"rows": rows, "copy_bw": [bw, bw], "threads": 1, "load": [0.5, 0.5]}
+            if part == "decode":
+                mha = rows[0]["times"]
+                m["aa"] = {
+                    "n_kv_heads": h,
+                    "backend": "sdpa",
+                    "times": [t * float(np.exp(-2 * _z(r, True) * noise)) for r, t in enumerate(mha)],
+                }
+        elif part == "phases":
+            drift = rng.normal(0, 0.05, ROUNDS)
+            rows = []
+            for kv in cfg["kvs"]:
+                r = phase_ratio if kv == 1 else 1.0
+                pt = [
+                    float(0.02 * r * np.exp(d + _z(k, kv == cfg["kvs"][0]) * noise))
+                    for k, d in enumerate(drift)
+                ]
+                tt = [
+                    float(0.05 * r * np.exp(d + _z(k, kv == cfg["kvs"][0]) * noise))
+                    for k, d in enumerate(drift)
+                ]
+                rows.append({"n_kv_heads": kv, "params": 1000 * kv, "prefill_times": pt, "train_times": tt,
+                             "prefill_s": float(np.median(pt)), "train_step_s": float(np.median(tt))})  # fmt: skip
+            m = {"rows": rows, "threads": 1}
+        else:  # quality
+            s = cfg["seed"] % 1000
+            base = mha_loss + 0.05 * s if learned else UNIGRAM
+            kv, h = cfg["kv"], cfg["lm_heads"]
+            jq = (1 if s % 2 == 0 else -1) * q_noise  # a non-MHA arm's seed-parity jitter
+
+            loss = (
+                base
+                + (0 if kv == h else gap * np.log2(h / kv) / np.log2(h))
+                + (0.0 if kv == h and not cfg["matched"] else jq)
+            )
+            if cfg["matched"]:
+                loss = base + gap / 2 + jq
+            if not learned:
+                loss = UNIGRAM + jq
+            m = {"final_val": loss, "unigram_xent": UNIGRAM, "params": 1000, "d_ff": 128, "diverged_at": None,
+                 "val_loss": [4.5, loss], "eval_steps": [0, P["steps"]]}  # fmt: skip
+            conv = []
+            if cfg["uptrain_control"]:
+                after = base - 0.02 if learned else UNIGRAM
+                conv.append({"target_kv": h, "method": "none (MHA)", "before": base, "after": after})
+            for t in cfg["convert_to"]:
+                for method in ("mean", "first"):
+                    before = base + 0.4 + (0.0 if method == "mean" else 0.1) + jq
+                    a = base - 0.02 + (up_gap if t == 1 else up_gap / 2) if learned else UNIGRAM
+                    conv.append({"target_kv": t, "method": method, "before": before, "after": a + jq})
+            if conv:
+                m |= {"conversion": conv, "uptrain_steps": 1}
+        out.append({"config": cfg, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+    return out
+
+
+def analyse(recs, tmp_path):
+    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="gqa_throughput"))
+
+
+def subs(v):
+    return {s.name.split(" ")[0] if s.name.startswith('"') else s.name: s.verdict for s in v.sub_verdicts}
+
+
+def sub(v, start):
+    return next(s for s in v.sub_verdicts if s.name.startswith(start))
+
+
+def cmp(v, cid):
+    return next(c for c in v.comparisons if c.id == cid)
+
+
+def test_gqa_throughput_rule_supported_when_speedups_sit_inside_the_band_and_quality_holds(tmp_path):
+    v = analyse(records(), tmp_path)
+    assert sub(v, '"30–40%"').verdict == "supported"
+    assert sub(v, "Small quality cost").verdict == "supported"
+    assert sub(v, "MQA and GQA decode faster").verdict == "supported"
+    assert sub(v, "MQA speed-up ≥ 1.30×").verdict == "supported"
+    assert v.verdict == "supported"
+    assert cmp(v, "4×64:mqa-vs-mha/1.30").decision == "b_better"  # faster than MHA / 1.30
+    assert cmp(v, "4×64:mqa-vs-mha/1.40").decision == "a_better"  # slower than MHA / 1.40
+    assert cmp(v, "quality:scratch:mqa-vs-mha+margin").decision == "b_better"
+    gap = cmp(
+        v, "quality:scratch:mqa-vs-mha"
+    )  # a real but small gap: significant, and within the margin (TOST)
+    assert gap.decision == "a_better" and gap.p_equiv <= 0.05
+    # every timing comparison carries its cell's A/A floor; the noise floor holds the A/A pairs and null pairs
+    assert cmp(v, "4×64:kv1-vs-mha").noise is not None
+    ids = {c.id for c in v.noise_floor}
+    assert {"4×64:aa", "null:mha-final-val", "null:mha-uptrained", "null:mqa-converted"} <= ids
+
+
+def test_gqa_throughput_rule_refuted_when_the_speedup_is_far_above_the_band_and_quality_drops(tmp_path):
+    v = analyse(records(lambda cell: 2.0, gap=0.3, up_gap=0.3), tmp_path)
+    assert sub(v, '"30–40%"').verdict == "refuted"
+    assert cmp(v, "1×16:mqa-vs-mha/1.40").decision == "b_better"  # significantly above 1.40
+    assert sub(v, "Small quality cost").verdict == "refuted"
+    assert cmp(v, "quality:scratch:mqa-vs-mha+margin").decision == "a_better"
+    assert v.verdict == "refuted"
+    # a faster MQA is still faster: the band fails because the figure understates it
+    assert sub(v, "MQA and GQA decode faster").verdict == "supported"
+
+
+def test_gqa_throughput_rule_mixed_when_the_band_holds_in_some_cells_only(tmp_path):
+    v = analyse(records(lambda cell: 1.35 if cell.startswith("1×") else 1.1), tmp_path)
+    band = sub(v, '"30–40%"')
+    assert band.verdict == "mixed"
+    assert "inside: 1×16" in band.detail and "below: 4×16" in band.detail
+    assert v.verdict == "mixed"
+    assert sub(v, "MQA speed-up ≥ 1.30×").verdict == "mixed"  # ≥ 1.30 in the batch-1 cells, below elsewhere
+
+
+def test_gqa_throughput_rule_inconclusive_when_timing_is_too_noisy(tmp_path):
+    # a naive rule on medians would put cells inside or outside the band; with this noise nothing is shown
+    v = analyse(records(lambda cell: 1.1, noise=0.5, q_noise=0.2, gap=0.0, up_gap=0.0), tmp_path)
+    assert sub(v, '"30–40%"').verdict == "inconclusive"
+    assert all(c.decision == "undecided" for c in v.comparisons if ":mqa-vs-mha/" in c.id)
+    assert sub(v, "Small quality cost").verdict == "inconclusive"
+    assert v.verdict == "inconclusive"
+
+
+def test_gqa_throughput_rule_excludes_quality_cells_where_nothing_learned(tmp_path):
+    v = analyse(records(learned=False, gap=0.3), tmp_path)
+    for cid in (
+        "quality:scratch:mqa-vs-mha+margin",
+        "quality:uptrained:mqa-vs-mha+margin",
+        "quality:scratch:mqa-vs-mha",
+    ):
+        assert cmp(v, cid).decision == "excluded"
+    q = sub(v, "Small quality cost")
+    assert q.verdict == "inconclusive" and "excluded" in q.detail
+    # the band alone supported, quality undecided: the conjunction is not supported
+    assert v.verdict == "inconclusive"
+
+
+def test_gqa_throughput_rule_slower_mqa_is_reported_not_hidden(tmp_path):
+    v = analyse(records(lambda cell: 0.8), tmp_path)
+    assert sub(v, "MQA and GQA decode faster").verdict == "refuted"
+    assert sub(v, '"30–40%"').verdict == "refuted"
+    assert sub(v, "MQA speed-up ≥ 1.30×").verdict == "refuted"
+
+
+@pytest.mark.parametrize("ratio,expect", [(1.0, "supported"), (1.5, "refuted")])
+def test_gqa_throughput_rule_phases_interval_check(tmp_path, ratio, expect):
+    v = analyse(records(phase_ratio=ratio), tmp_path)
+    assert sub(v, "Prefill and training step").verdict == expect
+
+
+@pytest.mark.parametrize("speedup,expect", [(2.5, "supported"), (1.35, "refuted")])
+def test_gqa_throughput_rule_tracking_where_memory_bound(tmp_path, speedup, expect):
+    # bytes: MHA reads 2·(1e6 + 4e6), MQA 2·(1e6 + 1e6): predicted 2.5×; 2.5 tracks it, 1.35 falls short
+    v = analyse(records(lambda cell: speedup, membound=True), tmp_path)
+    assert sub(v, "The speed-up tracks").verdict == expect
