@@ -10,7 +10,6 @@ import pandas as pd
 
 from tfclaims import evidence as ev
 from tfclaims.convert import lm_config, run_quality
-from tfclaims.counting import kv_cache_bytes as _kv_cache_bytes
 from tfclaims.decode import decode_config, kv_list, run_backends, run_decode, run_phases
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.stats import mean_ci
@@ -199,12 +198,6 @@ class GQAThroughput(Experiment):
         Part("phases", phases_grid, run_phases),
         Part("quality", quality_grid, run_quality),
     )
-    decode_config = staticmethod(decode_config)
-
-    @staticmethod
-    def kv_cache_bytes(c, batch: int, max_len: int, elt: int = 4) -> int:
-        """`counting.kv_cache_bytes` in this claim's argument order (batch, positions, bytes per value)."""
-        return _kv_cache_bytes(c, max_len, batch, elt)
 
     # ------------------------------------------------------------------ analysis
     def analyse(self, runs, p, out: Output):

@@ -1,12 +1,12 @@
 """CUDA-only paths, checked without a GPU: synchronised timing, peak memory, the recorded TF32 flags (all
 with torch.cuda mocked), and the `full` profiles (sized for one GPU) validated and costed on the CPU."""
 
-import sys
-
 import pytest
 import torch
 
 from tfclaims import device as device_mod
+from tfclaims.counting import kv_cache_bytes
+from tfclaims.decode import decode_config
 from tfclaims.device import environment
 from tfclaims.registry import load_all
 from tfclaims.timing import time_call
@@ -36,14 +36,15 @@ def test_environment_records_cuda_and_tf32(monkeypatch):
 
 
 def test_cuda_peak_memory_is_peak_minus_resident(monkeypatch):
-    fm = sys.modules[type(EXPS["flash_memory"]).__module__]  # the module the registry loaded
+    from tfclaims.attention_cost import cuda_peak
+
     calls = []
     for name in ("synchronize", "reset_peak_memory_stats"):
         monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name: calls.append(_n))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 1000)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 5096)
     x = torch.randn(4, requires_grad=True)
-    assert fm.cuda_peak(lambda: x * 2) == 4096 and x.grad is not None
+    assert cuda_peak(lambda: x * 2) == 4096 and x.grad is not None
     assert calls[:2] == ["synchronize", "reset_peak_memory_stats"] and calls[-1] == "synchronize"
 
 
@@ -80,10 +81,10 @@ def _estimates(claim, exp, p) -> dict:
         return {} if need is None else {"training": need}
     lm = {"d_model": p["lm_d_model"], "n_layers": p["lm_layers"], "n_heads": p["lm_heads"]}
     n_kv = len(exp.grid(dict(p))[0]["kvs"])
-    c = exp.decode_config(p, p["n_heads"], max(p["contexts"]) + p["decode_steps"])
+    c = decode_config(p, p["n_heads"], max(p["contexts"]) + p["decode_steps"])
     params = 12 * c.n_layers * c.d_model**2  # MHA: an upper bound for every variant
     caches = sum(
-        exp.kv_cache_bytes(c.replace(n_kv_heads=kv), max(p["batches"]), c.max_seq_len, 2)
+        kv_cache_bytes(c.replace(n_kv_heads=kv), c.max_seq_len, max(p["batches"]), 2)
         for kv in exp.grid(dict(p))[0]["kvs"]
     )
     # phases: every variant resident at once (bf16 for prefill, fp32 weights + AdamW moments for the training
