@@ -29,6 +29,8 @@ TOY = textwrap.dedent(
 
 
     def run(cfg, ctx):
+        if os.environ.get("TOY_STARTED"):  # tests wait for this before they signal
+            open(os.environ["TOY_STARTED"], "a").write(f"{os.getpid()}\\n")
         time.sleep(cfg["sleep"])
         if os.environ.get("TOY_FAIL"):
             raise RuntimeError("toy failure")
@@ -199,11 +201,19 @@ def test_reliability_second_sweep_of_a_claim_says_who_holds_it(toy, capsys):
 
 
 # 6: signals, workers, --force
-def _spawn(toy, *extra, env=None):
+def _spawn(toy, *extra, runs_started=1):
+    """Start a sweep in its own session and return once `runs_started` runs are under way."""
+    started = toy / "started"
     args = [sys.executable, "-m", "tfclaims", *run_toy(toy / "r", *extra)]
-    return subprocess.Popen(
-        args, env={**os.environ, **(env or {})}, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    env = {**os.environ, "TOY_STARTED": str(started)}
+    proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if started.exists() and len(started.read_text().split()) >= runs_started:
+            return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the sweep did not start its runs within 120 s")
 
 
 def _children(pid: int) -> list[int]:
@@ -228,28 +238,28 @@ def _alive(pid: int) -> bool:
 
 def test_reliability_sigterm_is_handled_like_ctrl_c(toy):
     proc = _spawn(toy, "--set", "sleep=20.0")
-    time.sleep(4)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "rerun the same command to resume" in err and "Traceback" not in err
 
 
 def test_reliability_killing_a_parallel_sweep_leaves_no_orphans(toy):
-    proc = _spawn(toy, "--set", "sleep=30.0", "--launcher", "local-parallel", "--workers", "2")
-    deadline = time.time() + 30
-    while len(_children(proc.pid)) < 2 and time.time() < deadline:
-        time.sleep(0.5)
-    kids = [k for k in _children(proc.pid)]
-    time.sleep(2)  # the workers have started their runs
+    proc = _spawn(
+        toy, "--set", "sleep=30.0", "--launcher", "local-parallel", "--workers", "2", runs_started=2
+    )
+    kids = _children(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    time.sleep(3)
+    deadline = time.time() + 20
+    while [k for k in kids if _alive(k)] and time.time() < deadline:
+        time.sleep(0.2)
     assert kids and not [k for k in kids if _alive(k)]
 
 
 def test_reliability_ctrl_c_stops_a_parallel_sweep_promptly(toy):
-    proc = _spawn(toy, "--set", "sleep=30.0", "--launcher", "local-parallel", "--workers", "2")
-    time.sleep(6)
+    proc = _spawn(
+        toy, "--set", "sleep=30.0", "--launcher", "local-parallel", "--workers", "2", runs_started=2
+    )
     t0 = time.time()
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=25)

@@ -22,8 +22,9 @@ def reliability(conf: torch.Tensor, correct: torch.Tensor, n_bins: int = 15) -> 
     """Per equal-width bin of confidence: count, mean confidence, accuracy (NaN where empty)."""
     b = (conf * n_bins).long().clamp_(0, n_bins - 1)
     count = torch.bincount(b, minlength=n_bins).double()
-    s_conf = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, b, conf.double())
-    s_acc = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, b, correct.double())
+    zeros = torch.zeros(n_bins, dtype=torch.float64, device=conf.device)
+    s_conf = zeros.clone().index_add_(0, b, conf.double())
+    s_acc = zeros.index_add_(0, b, correct.double())
     nan = torch.full_like(count, float("nan"))
     return {
         "count": count.tolist(),

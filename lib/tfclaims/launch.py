@@ -143,7 +143,9 @@ class Launcher:
         gpu_ids = ctx.Queue()
         for i in range(n):
             gpu_ids.put(i % n_gpu if n_gpu else None)
-        pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(gpu_ids, threads))
+        pool = ProcessPoolExecutor(
+            n, mp_context=ctx, initializer=_init_worker, initargs=(gpu_ids, threads, os.getpid())
+        )
         bar = tqdm(total=len(tasks), desc=f"{desc} ×{n}", disable=not progress, unit="run")
         try:
             pending = {pool.submit(fn, t): t for t in tasks}
@@ -224,9 +226,7 @@ class _Requeueable(submitit.helpers.Checkpointable):
         return self.fn(task)
 
 
-def _init_worker(gpu_ids, threads: int) -> None:
-    parent = os.getppid()
-
+def _init_worker(gpu_ids, threads: int, parent: int) -> None:
     def watch():  # a worker whose parent died (killed, even with SIGKILL) exits instead of lingering
         while os.getppid() == parent:
             time.sleep(0.5)

@@ -53,10 +53,11 @@ def toeplitz_r2(table: torch.Tensor) -> float:
     P = table.double()
     G = P @ P.T
     T = G.shape[0]
-    off = torch.arange(T)[None, :] - torch.arange(T)[:, None] + (T - 1)  # diagonal index 0..2T-2
+    idx = torch.arange(T, device=P.device)
+    off = idx[None, :] - idx[:, None] + (T - 1)  # diagonal index 0..2T-2
     keep = off != T - 1
     g, o = G[keep], off[keep]
-    sums = torch.zeros(2 * T - 1, dtype=torch.float64).index_add_(0, o, g)
+    sums = torch.zeros(2 * T - 1, dtype=torch.float64, device=P.device).index_add_(0, o, g)
     counts = torch.bincount(o, minlength=2 * T - 1).double()
     fitted = (sums / counts.clamp_min(1))[o]
     total = ((g - g.mean()) ** 2).sum()
