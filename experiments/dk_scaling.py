@@ -10,6 +10,7 @@ from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.lm_recipes import dk_init_probe, dk_monte_carlo, dk_overrides, dk_train
 from tfclaims.small_lm import model_config
 from tfclaims.stats import mean_ci
+from tfclaims.tables import COMPARISON_COLUMNS, comparison_table
 
 LAW_TOL = 0.10  # Monte Carlo Var(q.k)/d_k (and the scaled variance) must lie within 10% of 1
 SAT_MAX_P = 0.9  # unscaled mean max probability at the largest d_k must exceed this
@@ -20,6 +21,7 @@ TRAIN_MARGIN = 0.02  # nats: |unscaled − scaled| final validation loss inside 
 LEARN_MARGIN = 0.10  # nats below the unigram cross-entropy: the run learned
 NULL_OFFSET = 1000
 EVAL_BATCHES = 4
+TRAIN_COLUMNS = tuple(c for c in COMPARISON_COLUMNS if c != "metric")  # one metric: no column for it
 TRAIN_KEYS = ("d_model", "n_layers", "n_heads", "steps", "batch", "seq_len", "lr", "eval_every")
 
 
@@ -58,12 +60,6 @@ def grid_null(p):
     """The null pair: the scaled arm at the largest d_k, per init, rerun at seeds s + NULL_OFFSET."""
     dk = max(p["dks"])
     return [{**_train_cfg(p, dk, i, True), "seed": s + NULL_OFFSET} for i in p["inits"] for s in p["seeds"]]
-
-
-def comparison_table(cmps) -> pd.DataFrame:
-    cols = ("id", "arm_a", "arm_b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p", "p_equiv",
-            "mde", "noise", "learned_a", "learned_b", "decision")  # fmt: skip
-    return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps])
 
 
 class DkScaling(Experiment):
@@ -266,7 +262,7 @@ class DkScaling(Experiment):
             ]
         lad = ev.ladder(cells, "a_better", positive_control=False, require="any")
         out.table(
-            "training", comparison_table(cells + floors),
+            "training", comparison_table(cells + floors, TRAIN_COLUMNS),
             "Final validation loss (nats/char): unscaled (b) − scaled (a), paired by seed, p Holm-corrected across "
             "cells; the null pairs last",
         )  # fmt: skip

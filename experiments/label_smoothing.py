@@ -12,6 +12,7 @@ from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.lm_recipes import ECE_BINS as N_BINS
 from tfclaims.lm_recipes import smoothing_train
 from tfclaims.small_lm import run_fields, train_profile
+from tfclaims.tables import comparison_table
 
 REGIMES = {
     "full": "the whole training text (less than one pass: no over-fitting)",
@@ -63,12 +64,6 @@ def did_learn(m: dict) -> bool:
 
 def arm(regime, eps):
     return lambda c: c["regime"] == regime and c["eps"] == eps
-
-
-def comparison_table(cmps) -> pd.DataFrame:
-    cols = ("id", "metric", "arm_a", "arm_b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p", "p_equiv",
-            "mde", "noise", "learned_a", "learned_b", "decision")  # fmt: skip
-    return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps])
 
 
 class LabelSmoothing(Experiment):

@@ -13,6 +13,7 @@ from tfclaims.batch_stats import INV_KEYS, LM_KEYS, NORMS, bn_mlp, build_lm, pad
 from tfclaims.config import ConfigError
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.stats import mean_ci
+from tfclaims.tables import comparison_table
 
 LABEL = {"layer": "LN", "batch": "BN pads counted", "batch_masked": "BN pads masked", "power": "PowerNorm"}
 COLOR = {"layer": "C0", "batch": "C3", "batch_masked": "C1", "power": "C2"}
@@ -80,12 +81,6 @@ def late_multiple(m, steps: int, col: str) -> float | None:
     xs = [(md * math.sqrt(n) if col == "mean" else md * math.sqrt(n / 2))
           for d in m.get("stats", {}).values() for s, md, n in zip(d["step"], d[f"{col}_dev"], d["n"]) if s >= steps // 2]  # fmt: skip
     return math.log2(float(np.mean(xs))) if xs else None
-
-
-def cmp_table(cmps) -> pd.DataFrame:
-    cols = ("id", "metric", "arm_a", "arm_b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p", "p_equiv",
-            "mde", "noise", "learned_a", "learned_b", "decision")  # fmt: skip
-    return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps])
 
 
 class NormPadding(Experiment):
@@ -199,7 +194,7 @@ class NormPadding(Experiment):
             f: ev.ladder(cs, "b_better", positive_control=False, require="all") for f, cs in fl_fam.items()
         }
         all_cmps = [c for cs, _ in fam.values() for c in cs]
-        out.table("differences", cmp_table(all_cmps + floors + fl_cmps), "Paired comparisons of eval-mode validation "
+        out.table("differences", comparison_table(all_cmps + floors + fl_cmps), "Paired comparisons of eval-mode validation "
                   "loss (nats/char, b − a) per cell, Holm-corrected within each sub-verdict; the null pairs; the fluctuation "
                   "comparisons (log2 multiples of i.i.d. noise, unpaired)")  # fmt: skip
         plot_invariance(lines, p, out)

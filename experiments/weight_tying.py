@@ -10,6 +10,7 @@ from tfclaims.comparison import plot_curves
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.lm_recipes import tying_counts, tying_train
 from tfclaims.small_lm import run_fields, train_profile
+from tfclaims.tables import comparison_table
 
 COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
 MARGIN = 0.02  # nats: |tied − untied| inside this is "no difference" (TOST), for the AUC and the final loss
@@ -42,12 +43,6 @@ def grid_train(p):
 def grid_null(p):
     """The null pair: the untied arm (the baseline) rerun at seeds s + NULL_OFFSET."""
     return [{"tie": False, **run_fields(p), "seed": s + NULL_OFFSET} for s in p["seeds"]]
-
-
-def comparison_table(cmps) -> pd.DataFrame:
-    cols = ("id", "metric", "arm_a", "arm_b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p", "p_equiv",
-            "mde", "noise", "learned_a", "learned_b", "decision")  # fmt: skip
-    return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps])
 
 
 class WeightTying(Experiment):

@@ -10,14 +10,12 @@ import math
 import numpy as np
 
 from tfclaims.additive import AA, INITS, KINDS
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, record, sub_verdict, timed
 
 EXP = load("additive_vs_dot")
 P = {**EXP.profiles["quick"], "task_dims": [16, 64], "seeds": [0, 1, 2, 3]}
-ROUNDS = 8
-LOAD = np.array([0.00, 0.20, -0.10, 0.35, 0.05, -0.15, 0.25, 0.10])
-OWN = np.array([0.004, -0.003, 0.002, -0.001, 0.003, -0.004, 0.001, -0.002])
 WOBBLE = [1e-4, -2e-4, 1e-4, 0.0, -1e-4, 2e-4]
 JITTER = np.array([0.00, 0.02, -0.015, 0.01])
 CHANCE = 1 / P["n_values"]
@@ -31,12 +29,6 @@ def variance_rows(dims, slopes):
     cols.update(slopes)
     return [{"d": d, **{c: float(0.3 * d**s * math.exp(WOBBLE[j % 6])) for c, s in cols.items()}}
             for j, d in enumerate(dims)]  # fmt: skip
-
-
-def timed(base, log_ratio=0.0, k=0):
-    own = np.roll(OWN, k)
-    ts = [float(base * math.exp(LOAD[i] + own[i] + log_ratio)) for i in range(ROUNDS)]
-    return {"median": float(np.median(ts)), "q25": min(ts), "q75": max(ts), "times": ts}
 
 
 def task_metrics(auc, seed):
@@ -59,20 +51,8 @@ def records(*, slopes=None, speed=-1.5, acc):
         else:
             s = c["seed"] % 1000
             m = task_metrics(acc(c["attn"], c["d"], s), s)
-        recs.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        recs.append(record(c, m, f"r{i}"))
     return recs
-
-
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="additive_vs_dot"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def sub(v, prefix):
-    return next(s for s in v.sub_verdicts if s.name.startswith(prefix)).verdict
 
 
 def at_chance_at_16(table):
@@ -82,14 +62,20 @@ def at_chance_at_16(table):
 
 def test_additive_vs_dot_rule_supported_and_chance_width_excluded(tmp_path):
     v = analyse(
-        records(acc=at_chance_at_16({"additive": 0.9, "dot_scaled": 0.6, "dot_unscaled": 0.4})), tmp_path
+        EXP,
+        records(acc=at_chance_at_16({"additive": 0.9, "dot_scaled": 0.6, "dot_unscaled": 0.4})),
+        P,
+        tmp_path,
     )
     d = decisions(v)
     assert d["acc-d16:additive-vs-dot-scaled"] == d["acc-d16:additive-vs-dot-unscaled"] == "excluded"
     assert d["acc-d64:additive-vs-dot-scaled"] == d["acc-d64:additive-vs-dot-unscaled"] == "b_better"
     assert all(d[k] == "b_better" for k in d if k.startswith("time:"))  # b = dot product, lower time
     assert d["var:additive-torch"] == d["var:dot-unscaled-xavier"] == "equivalent"
-    assert sub(v, "Additive score variance") == "supported" and sub(v, "Dot product faster") == "supported"
+    assert (
+        sub_verdict(v, "Additive score variance") == "supported"
+        and sub_verdict(v, "Dot product faster") == "supported"
+    )
     assert v.verdict == "supported"
     c = next(c for c in v.comparisons if c.id == "acc-d64:additive-vs-dot-scaled")
     assert c.paired and c.n == 4 and c.learned_a == 4 and c.learned_b == 4 and c.noise is not None
@@ -99,24 +85,27 @@ def test_additive_vs_dot_rule_supported_and_chance_width_excluded(tmp_path):
 
 def test_additive_vs_dot_rule_refuted_when_every_part_goes_the_other_way(tmp_path):
     v = analyse(
-        records(slopes={"additive (torch)": 0.5, "additive (xavier)": 0.5}, speed=+1.0,
+        EXP, records(slopes={"additive (torch)": 0.5, "additive (xavier)": 0.5}, speed=+1.0,
                 acc=at_chance_at_16({"additive": 0.3, "dot_scaled": 0.9, "dot_unscaled": 0.8})),
-        tmp_path,
+        P, tmp_path,
     )  # fmt: skip
     d = decisions(v)
     assert all(d[k] == "a_better" for k in d if k.startswith("time:"))  # additive faster
     assert d["acc-d64:additive-vs-dot-scaled"] == d["acc-d64:additive-vs-dot-unscaled"] == "a_better"
-    assert sub(v, "Additive score variance") == "refuted"
+    assert sub_verdict(v, "Additive score variance") == "refuted"
     assert v.verdict == "refuted"
 
 
 def test_additive_vs_dot_rule_mixed_when_better_than_unscaled_only(tmp_path):
     # the committed shape: additive beats the unscaled dot product, loses to the scaled one
     v = analyse(
-        records(acc=at_chance_at_16({"additive": 0.7, "dot_scaled": 0.9, "dot_unscaled": 0.4})), tmp_path
+        EXP,
+        records(acc=at_chance_at_16({"additive": 0.7, "dot_scaled": 0.9, "dot_unscaled": 0.4})),
+        P,
+        tmp_path,
     )
-    assert sub(v, "Additive more accurate than the unscaled") == "supported"
-    assert sub(v, "Additive more accurate than the scaled") == "refuted"
+    assert sub_verdict(v, "Additive more accurate than the unscaled") == "supported"
+    assert sub_verdict(v, "Additive more accurate than the scaled") == "refuted"
     assert v.verdict == "mixed"
 
 
@@ -124,28 +113,28 @@ def test_additive_vs_dot_rule_underpowered_accuracy_is_inconclusive(tmp_path):
     # accuracy differences inside the seed noise: a naive "no difference, so additive is not better" would
     # refute; the ladder leaves the accuracy sub-verdicts inconclusive, and with them the whole claim
     noise = np.array([0.2, -0.25, 0.15, -0.1])
-    v = analyse(records(acc=lambda k, d, s: 0.6 + (noise[s] if k == "additive" else 0.0)), tmp_path)
+    v = analyse(EXP, records(acc=lambda k, d, s: 0.6 + (noise[s] if k == "additive" else 0.0)), P, tmp_path)
     d = decisions(v)
     assert d["acc-d64:additive-vs-dot-scaled"] == "undecided"
-    assert sub(v, "Additive more accurate than the scaled") == "inconclusive"
+    assert sub_verdict(v, "Additive more accurate than the scaled") == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
 def test_additive_vs_dot_rule_excludes_widths_where_every_arm_is_at_chance(tmp_path):
-    v = analyse(records(acc=lambda k, d, s: CHANCE), tmp_path)
+    v = analyse(EXP, records(acc=lambda k, d, s: CHANCE), P, tmp_path)
     acc = [c for c in v.comparisons if c.id.startswith("acc-")]
     assert acc and all(c.decision == "excluded" and c.learned_a == 0 and c.learned_b == 0 for c in acc)
-    assert sub(v, "Additive more accurate than the scaled") == "inconclusive"
+    assert sub_verdict(v, "Additive more accurate than the scaled") == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
 def test_additive_vs_dot_rule_variance_inconclusive_when_slope_ci_straddles_the_bound(tmp_path):
-    v = analyse(records(slopes={"additive (torch)": 0.1}, acc=lambda k, d, s: CHANCE), tmp_path)
+    v = analyse(EXP, records(slopes={"additive (torch)": 0.1}, acc=lambda k, d, s: CHANCE), P, tmp_path)
     assert decisions(v)["var:additive-torch"] == "undecided"
-    assert sub(v, "Additive score variance") == "inconclusive"
+    assert sub_verdict(v, "Additive score variance") == "inconclusive"
 
 
 def test_additive_vs_dot_rule_speed_requires_every_cell(tmp_path):
-    v = analyse(records(speed=0.0, acc=lambda k, d, s: CHANCE), tmp_path)
+    v = analyse(EXP, records(speed=0.0, acc=lambda k, d, s: CHANCE), P, tmp_path)
     assert all(c.decision == "undecided" for c in v.comparisons if c.id.startswith("time:"))
-    assert sub(v, "Dot product faster") == "inconclusive"
+    assert sub_verdict(v, "Dot product faster") == "inconclusive"

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tfclaims.attention_cost import unit_config, unit_flops
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, quartiles, record
 
 CLAIM = "attention_complexity"
 
@@ -22,12 +23,7 @@ def exp():
 @pytest.fixture(scope="module")
 def count_record(exp):
     cfg = next(c for c in exp.grid(exp.profiles["quick"]) if c["part"] == "count")
-    return {"config": cfg, "metrics": exp.part("count").run(cfg, None), "status": "ok", "run_id": "count"}
-
-
-def _times(ts):
-    q = np.quantile(ts, [0.25, 0.5, 0.75])
-    return {"median": float(q[1]), "q25": float(q[0]), "q75": float(q[2]), "times": [float(t) for t in ts]}
+    return record(cfg, exp.part("count").run(cfg, None), "count")
 
 
 def records(exp, count_record, seconds, noise=0.001, spread=None):
@@ -45,7 +41,7 @@ def records(exp, count_record, seconds, noise=0.001, spread=None):
                 spread * (1, -1, 0)[(r + k[0]) % 3] if spread else noise * rng.standard_normal()
                 for r in range(R)
             ]
-            return _times([seconds(unit, d, h, n) * math.exp(zr) for zr in z])
+            return quartiles([seconds(unit, d, h, n) * math.exp(zr) for zr in z])
 
         points = [
             {"d": d, "h": h, "n": n, "times": {u: timed(u, d, h, n) for u in cfg["units"]}}
@@ -53,14 +49,7 @@ def records(exp, count_record, seconds, noise=0.001, spread=None):
         ]
         unit, d, h, n = cfg["aa"]
         aa = {"unit": unit, "d": d, "h": h, "n": n, "a": timed(unit, d, h, n), "b": timed(unit, d, h, n)}
-        recs.append(
-            {
-                "config": cfg,
-                "metrics": {"points": points, "aa": aa, "threads": 1},
-                "status": "ok",
-                "run_id": f"t{i}",
-            }
-        )
+        recs.append(record(cfg, {"points": points, "aa": aa, "threads": 1}, f"t{i}"))
     return recs
 
 
@@ -69,20 +58,12 @@ def flops_time(unit, d, h, n):
     return 1e-10 * unit_flops(unit, unit_config(d, h, n), n)
 
 
-def analyse(exp, recs, tmp_path):
-    return exp.analyse(recs, exp.profiles["quick"], Output(claim_dir=tmp_path, claim_id=CLAIM))
-
-
 def subs(v):
     return [s.verdict for s in v.sub_verdicts]
 
 
-def decisions(v, prefix):
-    return {c.id: c.decision for c in v.comparisons if c.id.startswith(prefix)}
-
-
 def test_attention_complexity_rule_supported_when_time_follows_flops(exp, count_record, tmp_path):
-    v = analyse(exp, records(exp, count_record, flops_time), tmp_path)
+    v = analyse(exp, records(exp, count_record, flops_time), "quick", tmp_path)
     assert v.verdict == "supported"
     assert subs(v) == ["supported"] * 5
     n_cmps = [c for c in v.comparisons if c.id.startswith("n:")]
@@ -106,7 +87,7 @@ def test_attention_complexity_rule_refuted_when_every_timing_cell_differs(exp, c
     def linear(unit, d, h, n):  # time ∝ n·d²·h: exponent 1 in n, 2 in d, and more heads cost more
         return 1e-9 * n * d * d * h
 
-    v = analyse(exp, records(exp, count_record, linear), tmp_path)
+    v = analyse(exp, records(exp, count_record, linear), "quick", tmp_path)
     assert v.verdict == "refuted"
     assert subs(v) == ["supported", "refuted", "refuted", "refuted", "supported"]
     assert set(decisions(v, "n:").values()) == {"b_better"}  # grows slower than the FLOPs predict
@@ -118,7 +99,7 @@ def test_attention_complexity_rule_mixed_when_only_heads_differ(exp, count_recor
     def heads_cost(unit, d, h, n):
         return flops_time(unit, d, h, n) * (1 + 0.5 * (h >= 16))  # equal up to 4 heads, 1.5× at 16
 
-    v = analyse(exp, records(exp, count_record, heads_cost), tmp_path)
+    v = analyse(exp, records(exp, count_record, heads_cost), "quick", tmp_path)
     assert subs(v)[:4] == ["supported", "supported", "supported", "mixed"]
     assert v.verdict == "mixed"
     d = decisions(v, "heads:")
@@ -129,7 +110,7 @@ def test_attention_complexity_rule_noisy_misses_are_inconclusive_not_refuted(exp
     def off(unit, d, h, n):  # point estimates beyond every margin: n^0.3 more, 1.3× at more heads
         return flops_time(unit, d, h, n) * n**0.3 * (1.3 if h > 1 else 1)
 
-    v = analyse(exp, records(exp, count_record, off, spread=0.5), tmp_path)
+    v = analyse(exp, records(exp, count_record, off, spread=0.5), "quick", tmp_path)
     n_cmps = [c for c in v.comparisons if c.id.startswith("n:")]
     assert all(abs(c.diff) > 0.2 for c in n_cmps)  # a rule on the point estimate would refute
     assert all(c.decision == "undecided" for c in v.comparisons if c.id.startswith(("n:", "d:", "heads:")))
@@ -144,7 +125,7 @@ def test_attention_complexity_rule_broken_count_gates_the_verdict(exp, count_rec
     }
     broken["metrics"]["rows"][0]["counted"] += 2
     recs = records(exp, count_record, flops_time)
-    v = analyse(exp, [broken, *recs[1:]], tmp_path)
+    v = analyse(exp, [broken, *recs[1:]], "quick", tmp_path)
     assert v.sub_verdicts[0].verdict == "refuted" and v.verdict == "inconclusive"
     failed = {c.id for c in v.comparisons if c.test == "exact" and c.decision != "equivalent"}
     # the broken point, and the spread across head counts it makes

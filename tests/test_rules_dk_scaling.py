@@ -6,8 +6,9 @@ undecided, or fail to learn in both arms."""
 
 import numpy as np
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, record, sub_verdict
 
 EXP = load("dk_scaling")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -54,20 +55,8 @@ def records(cell_loss, *, law=1.0, sat=True):
         else:
             s = c["seed"] % 1000
             m = train_metrics(cell_loss(c["dk"], c["init"], c["scaled"], s), s)
-        recs.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        recs.append(record(c, m, f"r{i}"))
     return recs
-
-
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="dk_scaling"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def sub(v, prefix):
-    return next(s for s in v.sub_verdicts if s.name.startswith(prefix)).verdict
 
 
 def train_cells(v):
@@ -75,10 +64,10 @@ def train_cells(v):
 
 
 def test_dk_scaling_rule_supported_when_law_holds_softmax_saturates_and_unscaled_trains_worse(tmp_path):
-    v = analyse(records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9), tmp_path)
+    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9), P, tmp_path)
     assert v.verdict == "supported"
     assert set(train_cells(v).values()) == {"a_better"}  # a = scaled
-    assert sub(v, "Unscaled training") == "supported"
+    assert sub_verdict(v, "Unscaled training") == "supported"
     assert all(
         d == "equivalent" for k, d in decisions(v).items() if k.startswith(("law:", "sat:", "additive:"))
     )
@@ -88,21 +77,21 @@ def test_dk_scaling_rule_supported_when_law_holds_softmax_saturates_and_unscaled
 
 
 def test_dk_scaling_rule_training_refuted_when_unscaled_trains_significantly_better(tmp_path):
-    v = analyse(records(lambda dk, init, scaled, s: 2.9 if scaled else 2.6), tmp_path)
+    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.9 if scaled else 2.6), P, tmp_path)
     assert set(train_cells(v).values()) == {"b_better"}
-    assert sub(v, "Unscaled training") == "refuted"
+    assert sub_verdict(v, "Unscaled training") == "refuted"
     assert v.verdict == "mixed"  # law and saturation hold, training refutes
 
 
 def test_dk_scaling_rule_refuted_when_the_variance_law_fails(tmp_path):
-    v = analyse(records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9, law=1.5), tmp_path)
-    assert sub(v, "Var(q·k)") == "refuted"
+    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9, law=1.5), P, tmp_path)
+    assert sub_verdict(v, "Var(q·k)") == "refuted"
     assert v.verdict == "refuted"
 
 
 def test_dk_scaling_rule_saturation_check_failing_makes_it_mixed(tmp_path):
-    v = analyse(records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9, sat=False), tmp_path)
-    assert sub(v, "Unscaled softmax") == "refuted"
+    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9, sat=False), P, tmp_path)
+    assert sub_verdict(v, "Unscaled softmax") == "refuted"
     assert decisions(v)["sat:jacobian-ratio-dk64"] == "undecided"
     assert v.verdict == "mixed"
 
@@ -110,40 +99,44 @@ def test_dk_scaling_rule_saturation_check_failing_makes_it_mixed(tmp_path):
 def test_dk_scaling_rule_equivalent_training_without_positive_control_is_inconclusive(tmp_path):
     # |Δ| = 0.001 nats with small spread: TOST passes, yet with no positive control it must not refute
     wobble = {0: 0.003, 1: -0.002, 2: 0.001, 3: -0.003}
-    v = analyse(records(lambda dk, init, scaled, s: 2.6 + (0.001 + wobble[s] if scaled else 0.0)), tmp_path)
+    v = analyse(
+        EXP, records(lambda dk, init, scaled, s: 2.6 + (0.001 + wobble[s] if scaled else 0.0)), P, tmp_path
+    )
     assert set(train_cells(v).values()) == {"equivalent"}
-    assert sub(v, "Unscaled training") == "inconclusive"
+    assert sub_verdict(v, "Unscaled training") == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
 def test_dk_scaling_rule_underpowered_null_is_inconclusive(tmp_path):
     noise = {0: 0.3, 1: -0.25, 2: 0.1, 3: -0.2}
-    v = analyse(records(lambda dk, init, scaled, s: 2.6 + (0.0 if scaled else noise[s])), tmp_path)
+    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.6 + (0.0 if scaled else noise[s])), P, tmp_path)
     assert set(train_cells(v).values()) == {"undecided"}
-    assert sub(v, "Unscaled training") == "inconclusive"
+    assert sub_verdict(v, "Unscaled training") == "inconclusive"
     assert all(c.mde is not None for c in v.comparisons if ":unscaled-vs-scaled" in c.id)
 
 
 def test_dk_scaling_rule_mixed_when_cells_disagree(tmp_path):
-    v = analyse(records(lambda dk, init, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (2.9 if scaled else 2.6)), tmp_path)  # fmt: skip
+    v = analyse(EXP, records(lambda dk, init, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (2.9 if scaled else 2.6)), P, tmp_path)  # fmt: skip
     cells = train_cells(v)
     assert cells["dk32-normal:unscaled-vs-scaled"] == "a_better"
     assert cells["dk8-normal:unscaled-vs-scaled"] == "b_better"
-    assert sub(v, "Unscaled training") == "mixed"
+    assert sub_verdict(v, "Unscaled training") == "mixed"
     assert v.verdict == "mixed"
 
 
 def test_dk_scaling_rule_cell_where_neither_arm_learned_is_excluded_not_counted(tmp_path):
     # d_k = 8: both arms stay at the unigram level (one of them far above): excluded, not a win for scaling
     v = analyse(
+        EXP,
         records(
             lambda dk, init, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (UNIGRAM if scaled else 4.0)
         ),
+        P,
         tmp_path,
     )
     cells = train_cells(v)
     assert cells["dk8-normal:unscaled-vs-scaled"] == "excluded"
     assert cells["dk32-normal:unscaled-vs-scaled"] == "a_better"
-    assert sub(v, "Unscaled training") == "supported"
+    assert sub_verdict(v, "Unscaled training") == "supported"
     ex = next(c for c in v.comparisons if c.id == "dk8-normal:unscaled-vs-scaled")
     assert ex.learned_a == 0 and ex.learned_b == 0 and ex.p is None

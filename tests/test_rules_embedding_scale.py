@@ -5,8 +5,9 @@ unit-variance checks, the training arms to make the factor help, hurt, stay unde
 
 import numpy as np
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, record, sub_verdict
 
 EXP = load("embedding_scale")
 P = {**EXP.profiles["quick"], "inits": ["normal", "xavier"], "seeds": [0, 1, 2, 3]}
@@ -41,20 +42,8 @@ def records(loss, *, xavier_var=1.0):
             )
             m = {"final_val": v, "val_loss": [4.4, v + 0.3, v], "eval_steps": [0, 6, 12], "diverged_at": None,
                  "unigram_xent": UNIGRAM}  # fmt: skip
-        recs.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        recs.append(record(c, m, f"r{i}"))
     return recs
-
-
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="embedding_scale"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def sub(v, prefix):
-    return next(s for s in v.sub_verdicts if s.name.startswith(prefix)).verdict
 
 
 def training(v, init):
@@ -64,13 +53,13 @@ def training(v, init):
 
 
 def test_embedding_scale_rule_supported_when_unit_variance_holds_and_the_factor_helps(tmp_path):
-    v = analyse(records(lambda init, scaled, s: 2.5 if scaled else 2.7), tmp_path)
+    v = analyse(EXP, records(lambda init, scaled, s: 2.5 if scaled else 2.7), P, tmp_path)
     d = decisions(v)
     assert v.verdict == "supported"
     assert d["xavier:with-vs-without-factor"] == d["normal:with-vs-without-factor"] == "b_better"
-    assert sub(v, "N(0, 1/d) embeddings") == "supported"
-    assert sub(v, "Unit variance also") == "refuted"  # 0.0004·d: reported, not judged
-    assert sub(v, "The factor puts tokens") == "supported"
+    assert sub_verdict(v, "N(0, 1/d) embeddings") == "supported"
+    assert sub_verdict(v, "Unit variance also") == "refuted"  # 0.0004·d: reported, not judged
+    assert sub_verdict(v, "The factor puts tokens") == "supported"
     cell = next(c for c in v.comparisons if c.id == "xavier:with-vs-without-factor")
     assert cell.paired and cell.n == 4 and cell.margin == 0.02 and cell.noise is not None
     assert cell.learned_a == cell.learned_b == 4
@@ -78,27 +67,29 @@ def test_embedding_scale_rule_supported_when_unit_variance_holds_and_the_factor_
 
 
 def test_embedding_scale_rule_mixed_when_the_factor_hurts_training(tmp_path):
-    v = analyse(records(lambda init, scaled, s: 2.8 if scaled else 2.6), tmp_path)
+    v = analyse(EXP, records(lambda init, scaled, s: 2.8 if scaled else 2.6), P, tmp_path)
     assert decisions(v)["xavier:with-vs-without-factor"] == "a_better"
     assert training(v, "N(0, 1/d)").verdict == "refuted"
     assert v.verdict == "mixed"
 
 
 def test_embedding_scale_rule_refuted_when_the_scaled_variance_is_not_unit(tmp_path):
-    v = analyse(records(lambda init, scaled, s: 2.5 if scaled else 2.7, xavier_var=1.5), tmp_path)
-    assert sub(v, "N(0, 1/d) embeddings") == "refuted"
+    v = analyse(EXP, records(lambda init, scaled, s: 2.5 if scaled else 2.7, xavier_var=1.5), P, tmp_path)
+    assert sub_verdict(v, "N(0, 1/d) embeddings") == "refuted"
     assert decisions(v)[f"unit-var:xavier-d{P['init_dims'][0]}-sinusoidal"] == "undecided"
     assert v.verdict == "refuted"
 
 
 def test_embedding_scale_rule_underpowered_or_equivalent_training_is_inconclusive(tmp_path):
     noise = {0: 0.3, 1: -0.25, 2: 0.1, 3: -0.2}
-    v = analyse(records(lambda init, scaled, s: 2.6 + (noise[s] if scaled else 0.0)), tmp_path)
+    v = analyse(EXP, records(lambda init, scaled, s: 2.6 + (noise[s] if scaled else 0.0)), P, tmp_path)
     c = next(c for c in v.comparisons if c.id == "xavier:with-vs-without-factor")
     assert c.decision == "undecided" and c.mde is not None
     assert v.verdict == "inconclusive"
     # equivalent within the margin, but no positive control: a naive rule would refute; this one must not
-    v = analyse(records(lambda init, scaled, s: 2.6 + (0.001 + WOBBLE[s] / 2 if scaled else 0.0)), tmp_path)
+    v = analyse(
+        EXP, records(lambda init, scaled, s: 2.6 + (0.001 + WOBBLE[s] / 2 if scaled else 0.0)), P, tmp_path
+    )
     assert decisions(v)["xavier:with-vs-without-factor"] == "equivalent"
     assert training(v, "N(0, 1/d)").verdict == "inconclusive"
     assert v.verdict == "inconclusive"
@@ -110,7 +101,7 @@ def test_embedding_scale_rule_two_failed_arms_are_excluded_and_one_failed_arm_is
             return UNIGRAM  # neither arm learns
         return 2.8 if scaled else UNIGRAM - 0.01  # without the factor the normal init never learns
 
-    v = analyse(records(loss), tmp_path)
+    v = analyse(EXP, records(loss), P, tmp_path)
     d = decisions(v)
     assert d["xavier:with-vs-without-factor"] == "excluded"
     assert training(v, "N(0, 1/d)").verdict == "inconclusive"

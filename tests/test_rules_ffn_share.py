@@ -3,14 +3,19 @@
 A counting claim has no seeds and no learned-at-all guard, so there is no 'excluded' cell: every decision is an
 exact check (closed form vs instantiated count, share vs 2/3 within the declared tolerance)."""
 
+from functools import partial
+
 import pytest
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+import rules
+from rules import analyse, decisions, record
 
 EXP = load("ffn_share")
 P = EXP.profiles["quick"]
 TOL = 0.02
+subs = partial(rules.subs, key=lambda name: name.split(" (")[0].split(":")[0])  # short name -> verdict
 
 
 def metrics(d: int, ff_ratio: float = 4.0, *, kv_frac: float = 1.0, textbook: bool = True, miscount: int = 0):
@@ -33,26 +38,11 @@ def records(overrides: dict | None = None):
     cfgs = EXP.grid(P)
     base = {c["preset"]: metrics(64 * (i + 1)) for i, c in enumerate(cfgs)}
     base.update(overrides or {})
-    return [
-        {"config": c, "metrics": base[c["preset"]], "status": "ok", "run_id": f"r{i}"}
-        for i, c in enumerate(cfgs)
-    ]
-
-
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="ffn_share"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def subs(v):
-    return {s.name.split(" (")[0].split(":")[0]: s.verdict for s in v.sub_verdicts}
+    return [record(c, base[c["preset"]], f"r{i}") for i, c in enumerate(cfgs)]
 
 
 def test_ffn_share_rule_supported_when_counts_match_and_textbook_shares_are_two_thirds(tmp_path):
-    v = analyse(records(), tmp_path)
+    v = analyse(EXP, records(), P, tmp_path)
     assert v.verdict == "supported"
     assert all(d == "equivalent" for d in decisions(v).values())
     assert {s.verdict for s in v.sub_verdicts[:2]} == {"supported"}
@@ -65,7 +55,7 @@ def test_ffn_share_rule_supported_when_counts_match_and_textbook_shares_are_two_
 def test_ffn_share_rule_refuted_when_a_textbook_share_leaves_the_band(tmp_path):
     first = EXP.grid(P)[0]["preset"]
     # ff_ratio 4.6: share 9.2/13.2 = 0.697, outside 2/3 ± 0.02; still flagged textbook (the rule's scope)
-    v = analyse(records({first: metrics(64, 4.6)}), tmp_path)
+    v = analyse(EXP, records({first: metrics(64, 4.6)}), P, tmp_path)
     assert v.verdict == "refuted"
     assert decisions(v)[f"share:{first}"] == "undecided"
     assert subs(v)["≈2/3 for textbook dense blocks"] == "refuted"
@@ -74,13 +64,13 @@ def test_ffn_share_rule_refuted_when_a_textbook_share_leaves_the_band(tmp_path):
 def test_ffn_share_rule_tolerance_is_the_declared_one(tmp_path):
     first = EXP.grid(P)[0]["preset"]
     # ff_ratio 4.3: share 8.6/12.6 = 0.683, inside ± 0.02 (a rule with a tighter band would refute)
-    v = analyse(records({first: metrics(64, 4.3)}), tmp_path)
+    v = analyse(EXP, records({first: metrics(64, 4.3)}), P, tmp_path)
     assert v.verdict == "supported"
 
 
 def test_ffn_share_rule_inconclusive_when_a_count_disagrees(tmp_path):
     first = EXP.grid(P)[0]["preset"]
-    v = analyse(records({first: metrics(64, miscount=1)}), tmp_path)
+    v = analyse(EXP, records({first: metrics(64, miscount=1)}), P, tmp_path)
     assert v.verdict == "inconclusive"
     assert decisions(v)[f"count:{first}"] == "undecided"
     assert subs(v)["Counts"] == "refuted"
@@ -88,7 +78,7 @@ def test_ffn_share_rule_inconclusive_when_a_count_disagrees(tmp_path):
 
 def test_ffn_share_rule_gqa_outside_the_band_does_not_count_against_the_claim(tmp_path):
     last = EXP.grid(P)[-1]["preset"]
-    v = analyse(records({last: metrics(64, 3.5, kv_frac=0.125, textbook=False)}), tmp_path)
+    v = analyse(EXP, records({last: metrics(64, 3.5, kv_frac=0.125, textbook=False)}), P, tmp_path)
     assert v.verdict == "supported"
     assert decisions(v)[f"share:{last}"] == "undecided"
     assert subs(v)["≈2/3 beyond textbook blocks"] == "refuted"
@@ -97,6 +87,9 @@ def test_ffn_share_rule_gqa_outside_the_band_does_not_count_against_the_claim(tm
 def test_ffn_share_rule_inconclusive_without_a_textbook_configuration(tmp_path):
     cfgs = EXP.grid(P)
     v = analyse(
-        records({c["preset"]: metrics(64, 3.5, kv_frac=0.125, textbook=False) for c in cfgs}), tmp_path
+        EXP,
+        records({c["preset"]: metrics(64, 3.5, kv_frac=0.125, textbook=False) for c in cfgs}),
+        P,
+        tmp_path,
     )
     assert v.verdict == "inconclusive"

@@ -5,8 +5,9 @@ size in the fit range, is shown to end inconclusive rather than counted."""
 import pytest
 
 from tfclaims.attention_cost import VARIANTS, hand_bytes
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, comparisons, record
 
 CLAIM = "flash_memory"
 
@@ -48,23 +49,15 @@ def records(exp, measured=None, n2=0, rows=1, only=lambda n: True):
             "variants": variants,
             "max_grad_diff_fused_vs_explicit": 1e-6 if cfg["grad_check"] else None,
         }
-        recs.append({"config": cfg, "metrics": metrics, "status": "ok", "run_id": str(n)})
+        recs.append(record(cfg, metrics, str(n)))
     return recs
 
 
-def analyse(exp, recs, tmp_path):
-    return exp.analyse(recs, exp.profiles["quick"], Output(claim_dir=tmp_path, claim_id=CLAIM))
-
-
-def by_id(v):
-    return {c.id: c for c in v.comparisons}
-
-
 def test_flash_memory_rule_supported_when_counts_match_the_hand_formulas(exp, tmp_path):
-    v = analyse(exp, records(exp), tmp_path)
+    v = analyse(exp, records(exp), "quick", tmp_path)
     assert v.verdict == "supported"
     assert [s.verdict for s in v.sub_verdicts] == ["supported", "supported", "supported", "refuted"]
-    c = by_id(v)
+    c = comparisons(v)
     assert c["exp:fused"].decision == c["exp:explicit"].decision == "equivalent"
     assert c["exp:fused_mask"].decision == "a_better"  # the mask tensor brings n² back: judged apart
     assert all(x.decision == "equivalent" for x in v.comparisons if x.test == "exact")
@@ -75,9 +68,9 @@ def test_flash_memory_rule_refuted_when_the_fused_kernel_keeps_the_matrix(exp, t
     def keeps_matrix(name, n):
         return hand_bytes("explicit" if name.startswith("fused") else name, 1, 2, n, 16)
 
-    v = analyse(exp, records(exp, keeps_matrix, n2=1), tmp_path)
+    v = analyse(exp, records(exp, keeps_matrix, n2=1), "quick", tmp_path)
     assert v.verdict == "refuted"
-    c = by_id(v)
+    c = comparisons(v)
     assert c["inv:fused-no-nxn"].decision == "undecided" and "failed" in c["inv:fused-no-nxn"].note
     assert c["exp:fused"].decision == "a_better"  # grows faster than claimed
 
@@ -86,9 +79,9 @@ def test_flash_memory_rule_refuted_when_only_the_explicit_exponent_misses(exp, t
     def linear_explicit(name, n):
         return 4 * 2 * 3 * n * 16 if name == "explicit" else hand_bytes(name, 1, 2, n, 16)
 
-    v = analyse(exp, records(exp, linear_explicit), tmp_path)
+    v = analyse(exp, records(exp, linear_explicit), "quick", tmp_path)
     assert v.sub_verdicts[1].verdict == "mixed"  # fused within, explicit beyond its margin
-    assert by_id(v)["exp:explicit"].decision == "b_better"
+    assert comparisons(v)["exp:explicit"].decision == "b_better"
     assert v.verdict == "refuted"  # the claim needs both halves of (2)
 
 
@@ -96,7 +89,7 @@ def test_flash_memory_rule_mixed_when_only_a_hand_formula_is_off(exp, tmp_path):
     def off(name, n):
         return hand_bytes(name, 1, 2, n, 16) + (4 if name == "module_explicit" else 0)
 
-    v = analyse(exp, records(exp, off), tmp_path)
+    v = analyse(exp, records(exp, off), "quick", tmp_path)
     assert [s.verdict for s in v.sub_verdicts][:3] == ["supported", "supported", "refuted"]
     assert v.verdict == "mixed"
     assert {x.id for x in v.comparisons if x.decision != "equivalent" and x.test == "exact"} == {
@@ -105,7 +98,9 @@ def test_flash_memory_rule_mixed_when_only_a_hand_formula_is_off(exp, tmp_path):
 
 
 def test_flash_memory_rule_inconclusive_without_sizes_in_the_fit_range(exp, tmp_path):
-    v = analyse(exp, records(exp, only=lambda n: n < 16 * 16), tmp_path)  # the fit starts at 16·head size
+    v = analyse(
+        exp, records(exp, only=lambda n: n < 16 * 16), "quick", tmp_path
+    )  # the fit starts at 16·head size
     assert v.verdict == "inconclusive"
     assert not [c for c in v.comparisons if c.id.startswith("exp:")]
     assert v.sub_verdicts[1].verdict == "inconclusive"

@@ -1,15 +1,21 @@
 """The gqa_throughput rule on synthetic run records: each outcome it can give, and excluded quality cells."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+import rules
+from rules import analyse, comparison, find_sub, record
 
 EXP = load("gqa_throughput")
 P = EXP.profiles["quick"]
 UNIGRAM = 3.3
 ROUNDS = 8
+# a quoted claim's sub-verdict under its quotation, the others under their name
+subs = partial(rules.subs, key=lambda name: name.split(" ")[0] if name.startswith('"') else name)
 
 
 def _z(r, first):
@@ -108,104 +114,90 @@ def records(
                     conv.append({"target_kv": t, "method": method, "before": before, "after": a + jq})
             if conv:
                 m |= {"conversion": conv, "uptrain_steps": 1}
-        out.append({"config": cfg, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        out.append(record(cfg, m, f"r{i}"))
     return out
 
 
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="gqa_throughput"))
-
-
-def subs(v):
-    return {s.name.split(" ")[0] if s.name.startswith('"') else s.name: s.verdict for s in v.sub_verdicts}
-
-
-def sub(v, start):
-    return next(s for s in v.sub_verdicts if s.name.startswith(start))
-
-
-def cmp(v, cid):
-    return next(c for c in v.comparisons if c.id == cid)
-
-
 def test_gqa_throughput_rule_supported_when_speedups_sit_inside_the_band_and_quality_holds(tmp_path):
-    v = analyse(records(), tmp_path)
-    assert sub(v, '"30–40%"').verdict == "supported"
-    assert sub(v, "Small quality cost").verdict == "supported"
-    assert sub(v, "MQA and GQA decode faster").verdict == "supported"
-    assert sub(v, "MQA speed-up ≥ 1.30×").verdict == "supported"
+    v = analyse(EXP, records(), P, tmp_path)
+    assert find_sub(v, '"30–40%"').verdict == "supported"
+    assert find_sub(v, "Small quality cost").verdict == "supported"
+    assert find_sub(v, "MQA and GQA decode faster").verdict == "supported"
+    assert find_sub(v, "MQA speed-up ≥ 1.30×").verdict == "supported"
     assert v.verdict == "supported"
-    assert cmp(v, "4×64:mqa-vs-mha/1.30").decision == "b_better"  # faster than MHA / 1.30
-    assert cmp(v, "4×64:mqa-vs-mha/1.40").decision == "a_better"  # slower than MHA / 1.40
-    assert cmp(v, "quality:scratch:mqa-vs-mha+margin").decision == "b_better"
-    gap = cmp(
+    assert comparison(v, "4×64:mqa-vs-mha/1.30").decision == "b_better"  # faster than MHA / 1.30
+    assert comparison(v, "4×64:mqa-vs-mha/1.40").decision == "a_better"  # slower than MHA / 1.40
+    assert comparison(v, "quality:scratch:mqa-vs-mha+margin").decision == "b_better"
+    gap = comparison(
         v, "quality:scratch:mqa-vs-mha"
     )  # a real but small gap: significant, and within the margin (TOST)
     assert gap.decision == "a_better" and gap.p_equiv <= 0.05
     # every timing comparison carries its cell's A/A floor; the noise floor holds the A/A pairs and null pairs
-    assert cmp(v, "4×64:kv1-vs-mha").noise is not None
+    assert comparison(v, "4×64:kv1-vs-mha").noise is not None
     ids = {c.id for c in v.noise_floor}
     assert {"4×64:aa", "null:mha-final-val", "null:mha-uptrained", "null:mqa-converted"} <= ids
 
 
 def test_gqa_throughput_rule_refuted_when_the_speedup_is_far_above_the_band_and_quality_drops(tmp_path):
-    v = analyse(records(lambda cell: 2.0, gap=0.3, up_gap=0.3), tmp_path)
-    assert sub(v, '"30–40%"').verdict == "refuted"
-    assert cmp(v, "1×16:mqa-vs-mha/1.40").decision == "b_better"  # significantly above 1.40
-    assert sub(v, "Small quality cost").verdict == "refuted"
-    assert cmp(v, "quality:scratch:mqa-vs-mha+margin").decision == "a_better"
+    v = analyse(EXP, records(lambda cell: 2.0, gap=0.3, up_gap=0.3), P, tmp_path)
+    assert find_sub(v, '"30–40%"').verdict == "refuted"
+    assert comparison(v, "1×16:mqa-vs-mha/1.40").decision == "b_better"  # significantly above 1.40
+    assert find_sub(v, "Small quality cost").verdict == "refuted"
+    assert comparison(v, "quality:scratch:mqa-vs-mha+margin").decision == "a_better"
     assert v.verdict == "refuted"
     # a faster MQA is still faster: the band fails because the figure understates it
-    assert sub(v, "MQA and GQA decode faster").verdict == "supported"
+    assert find_sub(v, "MQA and GQA decode faster").verdict == "supported"
 
 
 def test_gqa_throughput_rule_mixed_when_the_band_holds_in_some_cells_only(tmp_path):
-    v = analyse(records(lambda cell: 1.35 if cell.startswith("1×") else 1.1), tmp_path)
-    band = sub(v, '"30–40%"')
+    v = analyse(EXP, records(lambda cell: 1.35 if cell.startswith("1×") else 1.1), P, tmp_path)
+    band = find_sub(v, '"30–40%"')
     assert band.verdict == "mixed"
     assert "inside: 1×16" in band.detail and "below: 4×16" in band.detail
     assert v.verdict == "mixed"
-    assert sub(v, "MQA speed-up ≥ 1.30×").verdict == "mixed"  # ≥ 1.30 in the batch-1 cells, below elsewhere
+    assert (
+        find_sub(v, "MQA speed-up ≥ 1.30×").verdict == "mixed"
+    )  # ≥ 1.30 in the batch-1 cells, below elsewhere
 
 
 def test_gqa_throughput_rule_inconclusive_when_timing_is_too_noisy(tmp_path):
     # a naive rule on medians would put cells inside or outside the band; with this noise nothing is shown
-    v = analyse(records(lambda cell: 1.1, noise=0.5, q_noise=0.2, gap=0.0, up_gap=0.0), tmp_path)
-    assert sub(v, '"30–40%"').verdict == "inconclusive"
+    v = analyse(EXP, records(lambda cell: 1.1, noise=0.5, q_noise=0.2, gap=0.0, up_gap=0.0), P, tmp_path)
+    assert find_sub(v, '"30–40%"').verdict == "inconclusive"
     assert all(c.decision == "undecided" for c in v.comparisons if ":mqa-vs-mha/" in c.id)
-    assert sub(v, "Small quality cost").verdict == "inconclusive"
+    assert find_sub(v, "Small quality cost").verdict == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
 def test_gqa_throughput_rule_excludes_quality_cells_where_nothing_learned(tmp_path):
-    v = analyse(records(learned=False, gap=0.3), tmp_path)
+    v = analyse(EXP, records(learned=False, gap=0.3), P, tmp_path)
     for cid in (
         "quality:scratch:mqa-vs-mha+margin",
         "quality:uptrained:mqa-vs-mha+margin",
         "quality:scratch:mqa-vs-mha",
     ):
-        assert cmp(v, cid).decision == "excluded"
-    q = sub(v, "Small quality cost")
+        assert comparison(v, cid).decision == "excluded"
+    q = find_sub(v, "Small quality cost")
     assert q.verdict == "inconclusive" and "excluded" in q.detail
     # the band alone supported, quality undecided: the conjunction is not supported
     assert v.verdict == "inconclusive"
 
 
 def test_gqa_throughput_rule_slower_mqa_is_reported_not_hidden(tmp_path):
-    v = analyse(records(lambda cell: 0.8), tmp_path)
-    assert sub(v, "MQA and GQA decode faster").verdict == "refuted"
-    assert sub(v, '"30–40%"').verdict == "refuted"
-    assert sub(v, "MQA speed-up ≥ 1.30×").verdict == "refuted"
+    v = analyse(EXP, records(lambda cell: 0.8), P, tmp_path)
+    assert find_sub(v, "MQA and GQA decode faster").verdict == "refuted"
+    assert find_sub(v, '"30–40%"').verdict == "refuted"
+    assert find_sub(v, "MQA speed-up ≥ 1.30×").verdict == "refuted"
 
 
 @pytest.mark.parametrize("ratio,expect", [(1.0, "supported"), (1.5, "refuted")])
 def test_gqa_throughput_rule_phases_interval_check(tmp_path, ratio, expect):
-    v = analyse(records(phase_ratio=ratio), tmp_path)
-    assert sub(v, "Prefill and training step").verdict == expect
+    v = analyse(EXP, records(phase_ratio=ratio), P, tmp_path)
+    assert find_sub(v, "Prefill and training step").verdict == expect
 
 
 @pytest.mark.parametrize("speedup,expect", [(2.5, "supported"), (1.35, "refuted")])
 def test_gqa_throughput_rule_tracking_where_memory_bound(tmp_path, speedup, expect):
     # bytes: MHA reads 2·(1e6 + 4e6), MQA 2·(1e6 + 1e6): predicted 2.5×; 2.5 tracks it, 1.35 falls short
-    v = analyse(records(lambda cell: speedup, membound=True), tmp_path)
-    assert sub(v, "The speed-up tracks").verdict == expect
+    v = analyse(EXP, records(lambda cell: speedup, membound=True), P, tmp_path)
+    assert find_sub(v, "The speed-up tracks").verdict == expect

@@ -8,17 +8,13 @@ import pytest
 
 from tfclaims.config import ModelConfig
 from tfclaims.counting import kv_cache_bytes, lm_forward_flops
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, comparison, find_sub, quartiles, record
 
 EXP = load("kv_cache")
 P = EXP.profiles["quick"]
 ROUNDS = 6
-
-
-def _timed(ts):
-    q = np.quantile(ts, [0.25, 0.5, 0.75])
-    return {"median": float(q[1]), "q25": float(q[0]), "q75": float(q[2]), "times": [float(t) for t in ts]}
 
 
 def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, logit_diff=1e-7, u_coef=1e-5):
@@ -44,79 +40,71 @@ def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, logit_diff=1e-
                 z = [(1 if (r + j) % 2 == 0 else -1) * noise for r in range(ROUNDS)]
                 c = [1e-4 * n**alpha_c * np.exp(d + e) for d, e in zip(drift, z)]
                 u = [u_coef * n**alpha_u * np.exp(d - e) for d, e in zip(drift, z)]
-                pts.append({"n": n, "cached": _timed(c), "uncached": _timed(u), "max_logit_diff": logit_diff})
+                pts.append(
+                    {"n": n, "cached": quartiles(c), "uncached": quartiles(u), "max_logit_diff": logit_diff}
+                )
             last = pts[-1]
             aa = [t * np.exp(2 * noise * (1 if r % 2 else -1)) for r, t in enumerate(last["cached"]["times"])]
-            m = {"points": pts, "aa": {"n": last["n"], "kind": "cached", **_timed(aa)}, "threads": 1}
+            m = {"points": pts, "aa": {"n": last["n"], "kind": "cached", **quartiles(aa)}, "threads": 1}
         else:
-            pts = [{"N": N, "cached": _timed([1e-3 * N] * 3), "uncached": _timed([1e-4 * N**2] * 3), "same_tokens": True, "cache_bytes": 100 * N}
+            pts = [{"N": N, "cached": quartiles([1e-3 * N] * 3), "uncached": quartiles([1e-4 * N**2] * 3), "same_tokens": True, "cache_bytes": 100 * N}
                    for N in cfg["gen_ns"]]  # fmt: skip
             m = {"points": pts, "threads": 1}
-        out.append({"config": cfg, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        out.append(record(cfg, m, f"r{i}"))
     return out
 
 
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="kv_cache"))
-
-
-def sub(v, start):
-    return next(s for s in v.sub_verdicts if s.name.startswith(start))
-
-
-def cmp(v, cid):
-    return next(c for c in v.comparisons if c.id == cid)
-
-
 def test_kv_cache_rule_supported_linear_cached_quadratic_uncached(tmp_path):
-    v = analyse(records(), tmp_path)
+    v = analyse(EXP, records(), P, tmp_path)
     assert v.verdict == "supported"
-    assert cmp(v, "slope:cached-vs-bound").decision == "b_better"
-    assert cmp(v, "slope:uncached-vs-bound").decision == "b_better"
-    assert cmp(v, "slope:cached-vs-uncached").decision == "b_better"
-    assert sub(v, "A cached step is faster").verdict == "supported"
-    assert all(cmp(v, c).decision == "equivalent" for c in ("flops:cached", "flops:uncached", "cache-bytes"))
+    assert comparison(v, "slope:cached-vs-bound").decision == "b_better"
+    assert comparison(v, "slope:uncached-vs-bound").decision == "b_better"
+    assert comparison(v, "slope:cached-vs-uncached").decision == "b_better"
+    assert find_sub(v, "A cached step is faster").verdict == "supported"
+    assert all(
+        comparison(v, c).decision == "equivalent" for c in ("flops:cached", "flops:uncached", "cache-bytes")
+    )
     assert [c.id for c in v.noise_floor] == ["n1024:cached-aa"]
-    assert cmp(v, "n1024:cached-vs-uncached").noise is not None
+    assert comparison(v, "n1024:cached-vs-uncached").noise is not None
 
 
 def test_kv_cache_rule_refuted_when_the_cached_step_grows_superlinearly(tmp_path):
-    v = analyse(records(alpha_c=1.6), tmp_path)
-    assert cmp(v, "slope:cached-vs-bound").decision == "a_better"
+    v = analyse(EXP, records(alpha_c=1.6), P, tmp_path)
+    assert comparison(v, "slope:cached-vs-bound").decision == "a_better"
     assert v.verdict == "refuted"
 
 
 def test_kv_cache_rule_mixed_when_recomputation_is_not_yet_quadratic(tmp_path):
-    v = analyse(records(alpha_u=1.1), tmp_path)
-    assert sub(v, "Uncached step time superlinear").verdict == "refuted"
-    assert sub(v, "Cached step time at most linear").verdict == "supported"
+    v = analyse(EXP, records(alpha_u=1.1), P, tmp_path)
+    assert find_sub(v, "Uncached step time superlinear").verdict == "refuted"
+    assert find_sub(v, "Cached step time at most linear").verdict == "supported"
     assert v.verdict == "mixed"
 
 
 def test_kv_cache_rule_mixed_when_the_cached_step_is_slower_at_short_contexts(tmp_path):
     # growth as claimed, but at n = 16 recomputing 16 tokens is cheaper than the cached step
-    v = analyse(records(u_coef=1e-6), tmp_path)
-    assert cmp(v, "n16:cached-vs-uncached").decision == "a_better"
-    assert sub(v, "A cached step is faster").verdict == "mixed"
+    v = analyse(EXP, records(u_coef=1e-6), P, tmp_path)
+    assert comparison(v, "n16:cached-vs-uncached").decision == "a_better"
+    assert find_sub(v, "A cached step is faster").verdict == "mixed"
     assert v.verdict == "mixed"
 
 
 @pytest.mark.parametrize("alpha_c", [1.1, 1.3])
 def test_kv_cache_rule_inconclusive_when_rounds_disagree(tmp_path, alpha_c):
     # point estimates on either side of the 1.2 bound: a rule on the estimate alone would decide both ways
-    v = analyse(records(alpha_c=alpha_c, noise=0.5), tmp_path)
-    assert cmp(v, "slope:cached-vs-bound").decision == "undecided"
+    v = analyse(EXP, records(alpha_c=alpha_c, noise=0.5), P, tmp_path)
+    assert comparison(v, "slope:cached-vs-bound").decision == "undecided"
     assert v.verdict == "inconclusive"
 
 
 def test_kv_cache_rule_inconclusive_when_a_flop_count_is_off(tmp_path):
-    v = analyse(records(flops_off=1), tmp_path)
-    assert cmp(v, "flops:cached").decision == "undecided"
-    assert sub(v, "Counted FLOPs").verdict == "refuted"
+    v = analyse(EXP, records(flops_off=1), P, tmp_path)
+    assert comparison(v, "flops:cached").decision == "undecided"
+    assert find_sub(v, "Counted FLOPs").verdict == "refuted"
     assert v.verdict == "inconclusive"
 
 
 def test_kv_cache_rule_inconclusive_when_cached_logits_differ(tmp_path):
-    v = analyse(records(logit_diff=1e-2), tmp_path)
-    assert sub(v, "Cached step equals recomputation").verdict == "refuted"
+    v = analyse(EXP, records(logit_diff=1e-2), P, tmp_path)
+    assert find_sub(v, "Cached step equals recomputation").verdict == "refuted"
     assert v.verdict == "inconclusive"

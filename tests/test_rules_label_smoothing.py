@@ -6,8 +6,9 @@ undecided, or the regime can fail to learn in both arms."""
 
 import numpy as np
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, record, sub_verdict
 
 EXP = load("label_smoothing")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -39,20 +40,8 @@ def records(measures):
     for i, c in enumerate(EXP.grid(P)):
         s, smoothed = c["seed"] % 1000, c["eps"] > 0
         f = final(*measures(c["regime"], smoothed, s), s, smoothed)
-        recs.append({"config": c, "metrics": metrics(f), "status": "ok", "run_id": f"r{i}"})
+        recs.append(record(c, metrics(f), f"r{i}"))
     return recs
-
-
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="label_smoothing"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def sub(v, prefix):
-    return next(s for s in v.sub_verdicts if s.name.startswith(prefix)).verdict
 
 
 def claimed(regime, smoothed, s):
@@ -61,13 +50,16 @@ def claimed(regime, smoothed, s):
 
 
 def test_label_smoothing_rule_supported_when_price_and_gain_hold_in_both_regimes(tmp_path):
-    v = analyse(records(claimed), tmp_path)
+    v = analyse(EXP, records(claimed), P, tmp_path)
     d = decisions(v)
     for r in ("full", "subset"):
         assert d[f"{r}:train_nll:eps0.1-vs-0"] == "a_better"  # ε = 0 (a) has the lower training loss
         assert d[f"{r}:val_acc:eps0.1-vs-0"] == "b_better"
         assert d[f"{r}:val_ece:eps0.1-vs-0"] == "b_better"
-    assert sub(v, "Training loss higher") == "supported" and sub(v, "Validation accuracy") == "supported"
+    assert (
+        sub_verdict(v, "Training loss higher") == "supported"
+        and sub_verdict(v, "Validation accuracy") == "supported"
+    )
     assert v.verdict == "supported"
     assert len(v.noise_floor) == 8 and all(c.noise is not None for c in v.comparisons)
     acc = next(c for c in v.comparisons if c.id == "full:val_acc:eps0.1-vs-0")
@@ -78,9 +70,9 @@ def test_label_smoothing_rule_refuted_when_accuracy_is_significantly_lower_in_bo
     def worse(regime, smoothed, s):
         return (2.1, 2.4, 0.27, 0.03) if smoothed else (2.0, 2.3, 0.30, 0.03)
 
-    v = analyse(records(worse), tmp_path)
+    v = analyse(EXP, records(worse), P, tmp_path)
     assert decisions(v)["full:val_acc:eps0.1-vs-0"] == "a_better"
-    assert sub(v, "Validation accuracy") == "refuted"
+    assert sub_verdict(v, "Validation accuracy") == "refuted"
     assert v.verdict == "refuted"  # the price is paid, the gain is not there
 
 
@@ -95,9 +87,9 @@ def test_label_smoothing_rule_underpowered_null_is_inconclusive_not_refuted(tmp_
             else (2.0, 2.3, 0.30, 0.03)
         )
 
-    v = analyse(records(null), tmp_path)
+    v = analyse(EXP, records(null), P, tmp_path)
     assert decisions(v)["full:val_acc:eps0.1-vs-0"] == "undecided"
-    assert sub(v, "Validation accuracy") == "inconclusive"
+    assert sub_verdict(v, "Validation accuracy") == "inconclusive"
     assert v.verdict == "inconclusive"
     acc = next(c for c in v.comparisons if c.id == "full:val_acc:eps0.1-vs-0")
     assert acc.mde is not None and acc.mde > 0.01
@@ -107,9 +99,9 @@ def test_label_smoothing_rule_equivalent_accuracy_without_positive_control_is_in
     def same(regime, smoothed, s):
         return (2.1, 2.3, 0.30, 0.03) if smoothed else (2.0, 2.3, 0.30, 0.03)
 
-    v = analyse(records(same), tmp_path)
+    v = analyse(EXP, records(same), P, tmp_path)
     assert decisions(v)["full:val_acc:eps0.1-vs-0"] == "equivalent"
-    assert sub(v, "Validation accuracy") == "inconclusive"
+    assert sub_verdict(v, "Validation accuracy") == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
@@ -119,10 +111,10 @@ def test_label_smoothing_rule_mixed_when_regimes_disagree(tmp_path):
             return (2.0, 2.3, 0.30, 0.03)
         return (2.1, 2.25, 0.33 if regime == "subset" else 0.27, 0.02)
 
-    v = analyse(records(split), tmp_path)
+    v = analyse(EXP, records(split), P, tmp_path)
     d = decisions(v)
     assert d["subset:val_acc:eps0.1-vs-0"] == "b_better" and d["full:val_acc:eps0.1-vs-0"] == "a_better"
-    assert sub(v, "Validation accuracy") == "mixed"
+    assert sub_verdict(v, "Validation accuracy") == "mixed"
     assert v.verdict == "mixed"
 
 
@@ -132,12 +124,12 @@ def test_label_smoothing_rule_regime_where_neither_arm_learned_is_excluded(tmp_p
             return (3.2, UNIGRAM, 0.15, 0.05) if smoothed else (3.1, 3.4, 0.18, 0.05)
         return claimed(regime, smoothed, s)
 
-    v = analyse(records(subset_fails), tmp_path)
+    v = analyse(EXP, records(subset_fails), P, tmp_path)
     d = decisions(v)
     assert all(
         d[f"subset:{k}:eps0.1-vs-0"] == "excluded" for k in ("train_nll", "val_acc", "val_nll", "val_ece")
     )
     assert d["full:val_acc:eps0.1-vs-0"] == "b_better"
     # the excluded regime counts neither for nor against: the full regime decides
-    assert sub(v, "Validation accuracy") == "supported"
+    assert sub_verdict(v, "Validation accuracy") == "supported"
     assert v.verdict == "supported"

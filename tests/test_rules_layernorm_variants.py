@@ -5,8 +5,9 @@ inconclusive."""
 
 import numpy as np
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, record, subs
 
 EXP = load("layernorm_variants")
 P = {**EXP.profiles["quick"], "d_model": 64, "seeds": [0, 1, 2, 3, 4]}  # d = 64: the unit-scale check passes
@@ -50,24 +51,12 @@ def records(delta=(0.0, 0.0), noise=0.003, base=2.6, base_notes=None, formula_er
             if v.startswith("notes"):
                 final += delta[0 if std == "layer" else 1] + noise * rng.standard_normal()
             m = train_metrics(final, q01)
-        out.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        out.append(record(c, m, f"r{i}"))
     return out
 
 
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="layernorm_variants"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def subs(v):
-    return {s.name: s.verdict for s in v.sub_verdicts}
-
-
 def test_layernorm_variants_rule_refuted_when_a_notes_variant_trains_differently(tmp_path):
-    v = analyse(records(delta=(0.2, 0.0)), tmp_path)
+    v = analyse(EXP, records(delta=(0.2, 0.0)), P, tmp_path)
     assert v.verdict == "refuted"
     d = decisions(v)
     assert d["train:LayerNorm"] == "a_better"  # torch's (arm a) is better: lower loss
@@ -77,7 +66,7 @@ def test_layernorm_variants_rule_refuted_when_a_notes_variant_trains_differently
 
 
 def test_layernorm_variants_rule_equivalence_within_the_margin_supports_interchangeability(tmp_path):
-    v = analyse(records(delta=(0.0, 0.0)), tmp_path)
+    v = analyse(EXP, records(delta=(0.0, 0.0)), P, tmp_path)
     d = decisions(v)
     assert d["train:LayerNorm"] == "equivalent" and d["train:RMSNorm"] == "equivalent"
     assert d["formula:LN"] == d["unit:LN"] == d["tiny:RMS"] == d["sigma-star:LN"] == "equivalent"
@@ -87,12 +76,12 @@ def test_layernorm_variants_rule_equivalence_within_the_margin_supports_intercha
 
 
 def test_layernorm_variants_rule_one_equivalent_pair_beside_an_undecided_one_is_inconclusive(tmp_path):
-    v = analyse(records(delta=(0.0, 0.03), noise=0.3), tmp_path)
+    v = analyse(EXP, records(delta=(0.0, 0.03), noise=0.3), P, tmp_path)
     assert v.verdict == "inconclusive"
 
 
 def test_layernorm_variants_rule_underpowered_null_is_inconclusive(tmp_path):
-    v = analyse(records(delta=(0.03, -0.03), noise=0.3), tmp_path)
+    v = analyse(EXP, records(delta=(0.03, -0.03), noise=0.3), P, tmp_path)
     d = decisions(v)
     assert d["train:LayerNorm"] == "undecided" and d["train:RMSNorm"] == "undecided"
     assert v.verdict == "inconclusive"
@@ -100,7 +89,7 @@ def test_layernorm_variants_rule_underpowered_null_is_inconclusive(tmp_path):
 
 
 def test_layernorm_variants_rule_inconclusive_when_a_closed_form_check_fails(tmp_path):
-    v = analyse(records(delta=(0.2, 0.0), formula_err=5e-3), tmp_path)
+    v = analyse(EXP, records(delta=(0.2, 0.0), formula_err=5e-3), P, tmp_path)
     assert decisions(v)["formula:LN"] == "undecided"
     assert subs(v)["Closed forms match the measured outputs"] == "refuted"
     assert v.verdict == "inconclusive"
@@ -108,7 +97,7 @@ def test_layernorm_variants_rule_inconclusive_when_a_closed_form_check_fails(tmp
 
 def test_layernorm_variants_rule_pairs_that_never_learned_are_excluded_not_counted(tmp_path):
     # every run within 0.10 nats of the unigram loss: the notes' LN 'worse' by 0.2 must not refute
-    v = analyse(records(delta=(0.2, 0.0), base=UNIGRAM - 0.02), tmp_path)
+    v = analyse(EXP, records(delta=(0.2, 0.0), base=UNIGRAM - 0.02), P, tmp_path)
     d = decisions(v)
     assert d["train:LayerNorm"] == "excluded" and d["train:RMSNorm"] == "excluded"
     assert v.verdict == "inconclusive"
@@ -116,13 +105,13 @@ def test_layernorm_variants_rule_pairs_that_never_learned_are_excluded_not_count
 
 def test_layernorm_variants_rule_one_learned_arm_still_counts(tmp_path):
     # torch's arms learned (2.6), the notes' arms sat at the unigram level: a real difference, counted
-    v = analyse(records(base_notes=UNIGRAM - 0.02), tmp_path)
+    v = analyse(EXP, records(base_notes=UNIGRAM - 0.02), P, tmp_path)
     c = next(c for c in v.comparisons if c.id == "train:LayerNorm")
     assert c.decision == "a_better" and c.learned_a == 5 and c.learned_b == 0
     assert v.verdict == "refuted"
 
 
 def test_layernorm_variants_rule_activations_below_sigma_star(tmp_path):
-    v = analyse(records(q01=1e-3), tmp_path)
+    v = analyse(EXP, records(q01=1e-3), P, tmp_path)
     assert decisions(v)["sigma-star:RMS"] == "undecided"
     assert subs(v)["Real activations stay above σ*"] == "refuted"

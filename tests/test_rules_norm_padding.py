@@ -8,8 +8,9 @@ import math
 
 import numpy as np
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, record, sub_verdict
 
 EXP = load("norm_padding")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -59,20 +60,8 @@ def records(loss, *, lm_fluct=4.0, mlp_fluct=1.0, leak_ok=True, inv_ok=True):
                 m["stats"] = stats(lm_fluct, s)
             if part == "lines":
                 m["invariance"] = invariance(c["norm"], leak_ok, inv_ok)
-        recs.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        recs.append(record(c, m, f"r{i}"))
     return recs
-
-
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="norm_padding"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def sub(v, prefix):
-    return next(s for s in v.sub_verdicts if s.name.startswith(prefix)).verdict
 
 
 BASE = {"layer": 2.50, "power": 2.50}
@@ -87,17 +76,20 @@ def claim_true(norm, batch, s):
 
 
 def test_norm_padding_rule_supported_when_padding_batch_statistics_and_small_batches_all_hurt(tmp_path):
-    v = analyse(records(claim_true), tmp_path)
+    v = analyse(EXP, records(claim_true), P, tmp_path)
     d = decisions(v)
     assert v.verdict == "supported"
-    assert sub(v, "(a)") == sub(v, "(b)") == sub(v, "(c)") == "supported"
+    assert sub_verdict(v, "(a)") == sub_verdict(v, "(b)") == sub_verdict(v, "(c)") == "supported"
     assert all(d[f"pre-B{b}:bn-pads-vs-masked"] == "a_better" for b in P["batches"])  # a = BN masked
     assert all(d[f"pre-B{b}:bn-masked-vs-ln"] == "a_better" for b in P["batches"])  # a = LN
     assert d["pre:small-batch-interaction"] == "a_better"  # a = the large batch
-    assert sub(v, "PowerNorm better") == "supported"
-    assert sub(v, "LN is invariant") == "supported" and sub(v, "BN in train mode leaks") == "supported"
-    assert sub(v, "Batch statistics of the LM fluctuate more") == "supported"
-    assert sub(v, "Batch statistics of the LM fluctuate ≥ 2× more") == "supported"
+    assert sub_verdict(v, "PowerNorm better") == "supported"
+    assert (
+        sub_verdict(v, "LN is invariant") == "supported"
+        and sub_verdict(v, "BN in train mode leaks") == "supported"
+    )
+    assert sub_verdict(v, "Batch statistics of the LM fluctuate more") == "supported"
+    assert sub_verdict(v, "Batch statistics of the LM fluctuate ≥ 2× more") == "supported"
     assert d["fluct:mean-above-2x-control"] == "b_better"
     cell = next(c for c in v.comparisons if c.id == "pre-B4:bn-masked-vs-ln")
     assert cell.paired and cell.n == 4 and cell.margin == 0.02 and cell.noise is not None
@@ -109,9 +101,9 @@ def test_norm_padding_rule_refuted_when_pads_and_batch_statistics_both_help(tmp_
     def loss(norm, batch, s):
         return {"layer": 2.60, "power": 2.60, "batch_masked": 2.45 + WOBBLE[s], "batch": 2.30}[norm]
 
-    v = analyse(records(loss), tmp_path)
-    assert sub(v, "(a)") == "refuted" and sub(v, "(b)") == "refuted"
-    assert sub(v, "(c)") == "inconclusive"
+    v = analyse(EXP, records(loss), P, tmp_path)
+    assert sub_verdict(v, "(a)") == "refuted" and sub_verdict(v, "(b)") == "refuted"
+    assert sub_verdict(v, "(c)") == "inconclusive"
     assert v.verdict == "refuted"
 
 
@@ -120,8 +112,8 @@ def test_norm_padding_rule_mixed_when_padding_helps_but_batch_statistics_hurt(tm
     def loss(norm, batch, s):
         return {"layer": 2.50, "power": 2.48, "batch_masked": 2.75 + WOBBLE[s], "batch": 2.45}[norm]
 
-    v = analyse(records(loss), tmp_path)
-    assert sub(v, "(a)") == "refuted" and sub(v, "(b)") == "supported"
+    v = analyse(EXP, records(loss), P, tmp_path)
+    assert sub_verdict(v, "(a)") == "refuted" and sub_verdict(v, "(b)") == "supported"
     assert v.verdict == "mixed"
 
 
@@ -131,8 +123,8 @@ def test_norm_padding_rule_underpowered_null_is_inconclusive_never_refuted(tmp_p
     def loss(norm, batch, s):
         return 2.5 + (noise[(s + len(norm) + batch) % 4] if norm != "layer" else 0.0)
 
-    v = analyse(records(loss), tmp_path)
-    assert sub(v, "(a)") == sub(v, "(b)") == "inconclusive"
+    v = analyse(EXP, records(loss), P, tmp_path)
+    assert sub_verdict(v, "(a)") == sub_verdict(v, "(b)") == "inconclusive"
     assert v.verdict == "inconclusive"
     c = next(c for c in v.comparisons if c.id == "pre-B4:bn-masked-vs-ln")
     assert c.decision == "undecided" and c.mde is not None
@@ -143,10 +135,10 @@ def test_norm_padding_rule_equivalence_without_positive_control_does_not_refute(
     def loss(norm, batch, s):
         return 2.5 + (0.001 + WOBBLE[s] / 2 if norm.startswith("batch") else 0.0)
 
-    v = analyse(records(loss), tmp_path)
+    v = analyse(EXP, records(loss), P, tmp_path)
     d = decisions(v)
     assert d["pre-B4:bn-pads-vs-masked"] == "equivalent" or d["pre-B4:bn-masked-vs-ln"] == "equivalent"
-    assert sub(v, "(a)") == sub(v, "(b)") == "inconclusive"
+    assert sub_verdict(v, "(a)") == sub_verdict(v, "(b)") == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
@@ -155,28 +147,33 @@ def test_norm_padding_rule_cells_where_no_arm_learned_are_excluded(tmp_path):
     def loss(norm, batch, s):
         return {"layer": 2.5, "power": 2.5, "batch_masked": UNIGRAM, "batch": UNIGRAM + 0.01}[norm]
 
-    v = analyse(records(loss), tmp_path)
+    v = analyse(EXP, records(loss), P, tmp_path)
     d = decisions(v)
     assert all(d[f"pre-B{b}:bn-pads-vs-masked"] == "excluded" for b in P["batches"])
-    assert sub(v, "(a)") == "inconclusive"  # two failures compared count neither way
+    assert sub_verdict(v, "(a)") == "inconclusive"  # two failures compared count neither way
     assert all(
         d[f"pre-B{b}:bn-masked-vs-ln"] == "a_better" for b in P["batches"]
     )  # one arm failed: still counted
     assert d["pre-B2:bn-masked-eval-vs-train-mode"] == "excluded"
-    assert sub(v, "(b)") == "supported"
+    assert sub_verdict(v, "(b)") == "supported"
     assert v.verdict == "mixed"
 
 
 def test_norm_padding_rule_invariance_leak_and_fluctuation_checks_fail(tmp_path):
-    v = analyse(records(claim_true, lm_fluct=1.0, mlp_fluct=1.0, leak_ok=False, inv_ok=False), tmp_path)
+    v = analyse(
+        EXP, records(claim_true, lm_fluct=1.0, mlp_fluct=1.0, leak_ok=False, inv_ok=False), P, tmp_path
+    )
     d = decisions(v)
     assert d["inv:ln"] == "undecided" and d["leak:bn-train"] == "undecided"
-    assert sub(v, "LN is invariant") == "refuted" and sub(v, "BN in train mode leaks") == "refuted"
+    assert (
+        sub_verdict(v, "LN is invariant") == "refuted"
+        and sub_verdict(v, "BN in train mode leaks") == "refuted"
+    )
     assert (
         d["fluct:mean-above-2x-control"] == d["fluct:var-above-2x-control"] == "a_better"
     )  # below 2× the control
-    assert sub(v, "Batch statistics of the LM fluctuate ≥ 2× more") == "refuted"
+    assert sub_verdict(v, "Batch statistics of the LM fluctuate ≥ 2× more") == "refuted"
     assert (
-        sub(v, "Batch statistics of the LM fluctuate more") == "inconclusive"
+        sub_verdict(v, "Batch statistics of the LM fluctuate more") == "inconclusive"
     )  # equal to the control: undecided
     assert v.verdict == "supported"  # the overall rule rests on (a), (b), (c)

@@ -6,6 +6,7 @@ are paired by seed (with two seeds only a very consistent difference survives Ho
 """
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -13,9 +14,13 @@ import pytest
 from tfclaims.experiment import Output
 from tfclaims.registry import load
 
+import rules
+from rules import analyse, decisions, record
+
 EXP = load("postnorm_warmup")
 P = EXP.profiles["quick"]
 U = 3.30
+subs = partial(rules.subs, key=lambda name: name.split(".")[0])  # sub-claim letter -> verdict
 OK, STUCK = 2.50, 3.28  # a loss that learned, one at the unigram plateau
 
 
@@ -69,7 +74,7 @@ def records(loss, *, null=None, **probe_kw):
             m = train_metrics(null(c["seed"]) if null else OK + 0.01 * (c["seed"] % 2))
         else:
             m = train_metrics(loss(c["placement"], c["warmup"] > 0, c["depth"], c["seed"]))
-        out.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        out.append(record(c, m, f"r{i}"))
     return out
 
 
@@ -84,18 +89,6 @@ def _no_render(request, monkeypatch):
     plt.close("all")
 
 
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="postnorm_warmup"))
-
-
-def subs(v):
-    return {s.name.split(".")[0]: s.verdict for s in v.sub_verdicts}
-
-
-def dec(v, prefix):
-    return {c.id: c.decision for c in v.comparisons if c.id.startswith(prefix)}
-
-
 def anchor_like(pl, wu, d, s):
     """Post-LN without warmup stuck everywhere; with warmup it learns at L = 1 but is stuck at L = 2 (both
     Post-LN arms fail there); Pre-LN and DeepNorm learn everywhere."""
@@ -105,7 +98,7 @@ def anchor_like(pl, wu, d, s):
 
 
 def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(tmp_path):
-    v = analyse(records(anchor_like), tmp_path)
+    v = analyse(EXP, records(anchor_like), P, tmp_path)
     sv = subs(v)
     assert v.verdict == "supported"
     assert (
@@ -114,7 +107,7 @@ def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(
         and sv["C"] == "supported"
         and sv["D"] == "supported"
     )
-    a = dec(v, "L")
+    a = decisions(v, "L")
     assert a["L1-lr0.003:post:warmup-vs-none:final"] == "b_better"
     # L = 2: both Post-LN arms stuck at the plateau: never counted for or against A ...
     assert {a[f"L2-lr0.003:post:warmup-vs-none:{m}"] for m in ("learned", "final", "escape")} == {"excluded"}
@@ -132,9 +125,11 @@ def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln(tmp_path):
             return (STUCK - 0.03 + 0.001 * s) if wu else OK + 0.001 * s
         return OK + 0.001 * s
 
-    v = analyse(records(loss), tmp_path)
+    v = analyse(EXP, records(loss), P, tmp_path)
     assert subs(v)["A"] == "refuted" and v.verdict == "refuted"
-    assert dec(v, "L1-lr0.003:post:warmup-vs-none")["L1-lr0.003:post:warmup-vs-none:final"] == "a_better"
+    assert (
+        decisions(v, "L1-lr0.003:post:warmup-vs-none")["L1-lr0.003:post:warmup-vs-none:final"] == "a_better"
+    )
 
 
 def test_postnorm_warmup_rule_cell_where_both_arms_always_learned_is_reported_not_counted(tmp_path):
@@ -146,7 +141,7 @@ def test_postnorm_warmup_rule_cell_where_both_arms_always_learned_is_reported_no
             return (3.0 + 0.001 * s) if wu else OK + 0.001 * s
         return OK + 0.001 * s
 
-    v = analyse(records(loss), tmp_path)
+    v = analyse(EXP, records(loss), P, tmp_path)
     assert subs(v)["A"] == "inconclusive"
     c = next(c for c in v.comparisons if c.id == "L1-lr0.003:post:warmup-vs-none:final")
     assert c.decision == "a_better" and "reported" in c.sub_claim
@@ -163,10 +158,10 @@ def test_postnorm_warmup_rule_both_arms_at_the_plateau_is_not_warmup_not_needed(
             return 3.29 + 0.001 * s if wu else 3.28 + 0.001 * s
         return OK + 0.001 * s
 
-    v = analyse(records(loss), tmp_path)
+    v = analyse(EXP, records(loss), P, tmp_path)
     assert subs(v)["A"] == "inconclusive" and v.verdict == "inconclusive"
-    assert set(dec(v, "L1-lr0.003:post:warmup-vs-none").values()) == {"excluded"}
-    assert set(dec(v, "L2-lr0.003:post:warmup-vs-none").values()) == {"excluded"}
+    assert set(decisions(v, "L1-lr0.003:post:warmup-vs-none").values()) == {"excluded"}
+    assert set(decisions(v, "L2-lr0.003:post:warmup-vs-none").values()) == {"excluded"}
     assert subs(v)["C"] == "supported"  # the same cells say Post-LN fails even with warmup
 
 
@@ -176,17 +171,19 @@ def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tm
             return OK - 0.3 + 0.001 * s
         return OK if wu == (s == 0) else 3.25
 
-    v = analyse(records(noisy), tmp_path)
+    v = analyse(EXP, records(noisy), P, tmp_path)
     assert subs(v)["A"] == "inconclusive" and v.verdict == "inconclusive"
-    assert set(dec(v, "L1-lr0.003:post:warmup-vs-none").values()) == {"undecided"}
+    assert set(decisions(v, "L1-lr0.003:post:warmup-vs-none").values()) == {"undecided"}
 
     def same(pl, wu, d, s):  # both arms on the learned threshold; warmup changes the loss by < the margin
         if pl != "post":
             return OK - 0.3 + 0.001 * s
         return (3.21, 3.19)[s] + ((0.002 if s == 0 else -0.001) if wu else 0.0)
 
-    v = analyse(records(same), tmp_path)
-    assert dec(v, "L1-lr0.003:post:warmup-vs-none")["L1-lr0.003:post:warmup-vs-none:final"] == "equivalent"
+    v = analyse(EXP, records(same), P, tmp_path)
+    assert (
+        decisions(v, "L1-lr0.003:post:warmup-vs-none")["L1-lr0.003:post:warmup-vs-none:final"] == "equivalent"
+    )
     assert subs(v)["A"] == "inconclusive"  # no positive control: equivalence does not refute
 
 
@@ -198,12 +195,12 @@ def test_postnorm_warmup_rule_mixed_when_warmup_helps_in_one_cell_and_hurts_in_a
             return (3.25 if wu else OK) + 0.001 * s
         return OK - 0.3 + 0.001 * s
 
-    v = analyse(records(loss), tmp_path)
+    v = analyse(EXP, records(loss), P, tmp_path)
     assert subs(v)["A"] == "mixed" and v.verdict == "mixed"
 
 
 def test_postnorm_warmup_rule_nothing_learned_excludes_every_training_comparison(tmp_path):
-    v = analyse(records(lambda pl, wu, d, s: STUCK + 0.001 * s), tmp_path)
+    v = analyse(EXP, records(lambda pl, wu, d, s: STUCK + 0.001 * s), P, tmp_path)
     train = [c for c in v.comparisons if c.id.startswith("L")]
     assert train and all(c.decision == "excluded" for c in train)
     assert {subs(v)[k] for k in "ABCD"} == {"inconclusive"} and v.verdict == "inconclusive"
@@ -219,7 +216,7 @@ def test_postnorm_warmup_rule_divergence_counts_as_not_learned(tmp_path):
             return (OK + 0.001 * s) if wu else None
         return OK + 0.001 * s
 
-    v = analyse(records(loss), tmp_path)
+    v = analyse(EXP, records(loss), P, tmp_path)
     a = {c.id: c for c in v.comparisons if c.id.startswith("L1-lr0.003:post:warmup-vs-none")}
     assert a["L1-lr0.003:post:warmup-vs-none:learned"].learned_a == 0
     assert a["L1-lr0.003:post:warmup-vs-none:learned"].learned_b == 2
@@ -236,25 +233,25 @@ def test_postnorm_warmup_rule_control_failing_does_not_flip_A(tmp_path):
             return STUCK + 0.001 * s
         return anchor_like(pl, wu, d, s)
 
-    v = analyse(records(loss, null=lambda s: STUCK + 0.001 * (s % 2)), tmp_path)
+    v = analyse(EXP, records(loss, null=lambda s: STUCK + 0.001 * (s % 2)), P, tmp_path)
     assert subs(v)["A"] == "supported" and subs(v)["C"] == "inconclusive"
-    assert set(dec(v, "L2-lr0.003:warmup:post-vs-pre").values()) == {"excluded"}
+    assert set(decisions(v, "L2-lr0.003:warmup:post-vs-pre").values()) == {"excluded"}
 
 
 def test_postnorm_warmup_rule_D_inconclusive_when_post_ln_never_fails(tmp_path):
-    v = analyse(records(lambda pl, wu, d, s: OK + 0.001 * s), tmp_path)
-    assert subs(v)["D"] == "inconclusive" and not dec(v, "L1-lr0.003:nowarmup:deepnorm")
+    v = analyse(EXP, records(lambda pl, wu, d, s: OK + 0.001 * s), P, tmp_path)
+    assert subs(v)["D"] == "inconclusive" and not decisions(v, "L1-lr0.003:nowarmup:deepnorm")
 
 
 def test_postnorm_warmup_rule_init_mechanism_checks(tmp_path):
-    v = analyse(records(anchor_like), tmp_path)
+    v = analyse(EXP, records(anchor_like), P, tmp_path)
     sv = subs(v)
     assert sv["F"] == "supported" and sv["G"] == "supported" and sv["H"] == "supported"
-    assert dec(v, "G:amp-slope")["G:amp-slope:post-vs-pre"] == "b_better"
-    v = analyse(records(anchor_like, amp_pre=1.6, q_post=0.85), tmp_path)
+    assert decisions(v, "G:amp-slope")["G:amp-slope:post-vs-pre"] == "b_better"
+    v = analyse(EXP, records(anchor_like, amp_pre=1.6, q_post=0.85), P, tmp_path)
     sv = subs(v)
     assert sv["G"] == "refuted" and sv["H"] == "refuted"
-    assert dec(v, "H:")["H:post-share-factor"] == "undecided"
+    assert decisions(v, "H:")["H:post-share-factor"] == "undecided"
     assert sv["A"] == "supported"  # the mechanism checks never enter the overall verdict
     assert math.isfinite(v.evidence["post_identity_factor"])
     assert v.evidence["post_identity_factor"] == pytest.approx(0.85, abs=1e-6)

@@ -4,32 +4,17 @@ The quick profile's grid with four seeds (the paired quality test needs a few to
 per-round times sharing a round-to-round load factor (so the pairing over rounds matters); the training runs'
 final losses share a seed-to-seed spread between the arms."""
 
-import math
-
 import numpy as np
 
-from tfclaims.experiment import Output
 from tfclaims.norm_timing import AA, IMPLS
 from tfclaims.registry import load
 
+from rules import analyse, decisions, record, sub_verdict, timed
+
 EXP = load("rmsnorm")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
-ROUNDS = 8
-LOAD = np.array([0.00, 0.20, -0.10, 0.35, 0.05, -0.15, 0.25, 0.10])  # shared by every callable of a round
-OWN = np.array([0.004, -0.003, 0.002, -0.001, 0.003, -0.004, 0.001, -0.002])  # each callable's own jitter
 UNIGRAM = 3.30
 JITTER = np.array([0.00, 0.03, -0.02, 0.01])  # seed-to-seed spread shared by both arms (paired)
-
-
-def times(base, log_ratio=0.0, k=0):
-    """Per-round seconds of one callable: base · exp(load + own jitter + log_ratio)."""
-    own = np.roll(OWN, k)
-    return [float(base * math.exp(LOAD[i] + own[i] + log_ratio)) for i in range(ROUNDS)]
-
-
-def timed(base, log_ratio=0.0, k=0):
-    ts = times(base, log_ratio, k)
-    return {"median": float(np.median(ts)), "q25": min(ts), "q75": max(ts), "times": ts}
 
 
 def timing_cell(speed, base):
@@ -62,20 +47,8 @@ def records(*, alone, step, quality, learned=True):
                 v = UNIGRAM + 0.02 * (s % 2)
             m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
                  "unigram_xent": UNIGRAM, "steps_per_s": 30.0, "diverged_at": None}  # fmt: skip
-        recs.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        recs.append(record(c, m, f"r{i}"))
     return recs
-
-
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="rmsnorm"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def sub(v, prefix):
-    return next(s for s in v.sub_verdicts if s.name.startswith(prefix)).verdict
 
 
 FASTER = (-0.2, -0.3)  # RMSNorm 18% / 26% faster
@@ -84,7 +57,7 @@ SAME = lambda norm, s: 2.50  # noqa: E731
 
 
 def test_rmsnorm_rule_supported_when_faster_everywhere_and_quality_equivalent(tmp_path):
-    v = analyse(records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME), tmp_path)
+    v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME), P, tmp_path)
     assert v.verdict == "supported"
     d = decisions(v)
     assert d["alone-built-in:d64"] == d["alone-built-in:d128"] == "b_better"  # b = RMSNorm, lower time
@@ -92,7 +65,7 @@ def test_rmsnorm_rule_supported_when_faster_everywhere_and_quality_equivalent(tm
     assert d["quality:rms-vs-ln"] == "equivalent"
     q = next(c for c in v.comparisons if c.id == "quality:rms-vs-ln")
     assert q.paired and q.n == 4 and q.margin == 0.05 and q.learned_a == 4 and q.noise is not None
-    assert sub(v, "Same validation loss") == "supported"
+    assert sub_verdict(v, "Same validation loss") == "supported"
     aa = {c.id for c in v.noise_floor}
     assert {"aa:alone-d64", "aa:alone-d128", "aa:step-d32-L1", "null:layernorm-seed-offset"} <= aa
     assert all(
@@ -102,30 +75,36 @@ def test_rmsnorm_rule_supported_when_faster_everywhere_and_quality_equivalent(tm
 
 def test_rmsnorm_rule_refuted_when_the_builtin_layernorm_is_faster(tmp_path):
     # the committed shape: fused LayerNorm beats the composite built-in RMSNorm alone and in the step
-    v = analyse(records(alone=lambda d: SLOWER, step=lambda: SLOWER, quality=SAME), tmp_path)
+    v = analyse(EXP, records(alone=lambda d: SLOWER, step=lambda: SLOWER, quality=SAME), P, tmp_path)
     assert v.verdict == "refuted"
     d = decisions(v)
     assert d["alone-built-in:d64"] == "a_better" and d["step-built-in:d32-L1"] == "a_better"
     assert d["alone-eager:d64"] == "b_better"
-    assert sub(v, "Norm alone, built-in") == "refuted" and sub(v, "Norm alone, eager") == "supported"
+    assert (
+        sub_verdict(v, "Norm alone, built-in") == "refuted"
+        and sub_verdict(v, "Norm alone, eager") == "supported"
+    )
     assert v.evidence["speed"] == "refuted"
 
 
 def test_rmsnorm_rule_refuted_when_rmsnorm_trains_worse(tmp_path):
-    v = analyse(records(alone=lambda d: FASTER, step=lambda: FASTER,
-                        quality=lambda n, s: 2.50 + (0.2 if n == "rms" else 0.0)), tmp_path)  # fmt: skip
+    v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER,
+                        quality=lambda n, s: 2.50 + (0.2 if n == "rms" else 0.0)), P, tmp_path)  # fmt: skip
     assert decisions(v)["quality:rms-vs-ln"] == "a_better"  # a = LayerNorm, lower loss
-    assert sub(v, "Same validation loss") == "refuted"
+    assert sub_verdict(v, "Same validation loss") == "refuted"
     assert v.verdict == "refuted"
 
 
 def test_rmsnorm_rule_mixed_when_faster_at_one_width_only(tmp_path):
     v = analyse(
-        records(alone=lambda d: FASTER if d == 64 else SLOWER, step=lambda: FASTER, quality=SAME), tmp_path
+        EXP,
+        records(alone=lambda d: FASTER if d == 64 else SLOWER, step=lambda: FASTER, quality=SAME),
+        P,
+        tmp_path,
     )
     d = decisions(v)
     assert d["alone-built-in:d64"] == "b_better" and d["alone-built-in:d128"] == "a_better"
-    assert sub(v, "Norm alone, built-in") == "mixed"
+    assert sub_verdict(v, "Norm alone, built-in") == "mixed"
     assert v.verdict == "mixed"
 
 
@@ -133,31 +112,35 @@ def test_rmsnorm_rule_underpowered_null_is_inconclusive_not_refuted(tmp_path):
     # no timing difference, and a quality difference (+0.03) inside the seed noise: a naive "CI contains 0,
     # so they are equal / not faster" rule would refute; the ladder leaves it undecided
     noisy = lambda n, s: 2.5 + (np.array([0.3, -0.25, 0.2, -0.2])[s] if n == "rms" else 0.0)  # noqa: E731
-    v = analyse(records(alone=lambda d: (0.0, 0.0), step=lambda: (0.0, 0.0), quality=noisy), tmp_path)
+    v = analyse(EXP, records(alone=lambda d: (0.0, 0.0), step=lambda: (0.0, 0.0), quality=noisy), P, tmp_path)
     d = decisions(v)
     assert d["quality:rms-vs-ln"] == "undecided"
     assert d["alone-built-in:d64"] in ("undecided", "equivalent")
-    assert sub(v, "Same validation loss") == "inconclusive"
-    assert sub(v, "Norm alone, built-in") == "inconclusive"
+    assert sub_verdict(v, "Same validation loss") == "inconclusive"
+    assert sub_verdict(v, "Norm alone, built-in") == "inconclusive"
     assert v.verdict == "inconclusive"
     assert "detectable" in next(s for s in v.sub_verdicts if s.name == "Same validation loss").detail
 
 
 def test_rmsnorm_rule_excludes_quality_when_neither_norm_learned(tmp_path):
-    v = analyse(records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, learned=False), tmp_path)
+    v = analyse(
+        EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, learned=False), P, tmp_path
+    )
     q = next(c for c in v.comparisons if c.id == "quality:rms-vs-ln")
     assert q.decision == "excluded" and q.learned_a == 0 and q.learned_b == 0
-    assert sub(v, "Same validation loss") == "inconclusive"
+    assert sub_verdict(v, "Same validation loss") == "inconclusive"
     assert v.verdict == "inconclusive"  # speed supported, quality not counted either way
 
 
 def test_rmsnorm_rule_requires_every_width(tmp_path):
     # faster at d = 64, no difference at d = 128: the claim is "faster at every width", so not supported
     v = analyse(
+        EXP,
         records(alone=lambda d: FASTER if d == 64 else (0.0, 0.0), step=lambda: FASTER, quality=SAME),
+        P,
         tmp_path,
     )
     d = decisions(v)
     assert d["alone-built-in:d64"] == "b_better" and d["alone-built-in:d128"] == "undecided"
-    assert sub(v, "Norm alone, built-in") == "inconclusive"
+    assert sub_verdict(v, "Norm alone, built-in") == "inconclusive"
     assert v.verdict == "inconclusive"

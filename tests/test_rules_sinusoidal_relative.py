@@ -3,8 +3,9 @@ learned-table sub-verdict passes the learned-at-all guard, then the convergence 
 
 import numpy as np
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, find_sub, record
 
 EXP = load("sinusoidal_relative")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3, 4]}  # five seeds: enough power for the synthetic effects
@@ -47,74 +48,65 @@ def records(ident=None, r2_path=(0.02, 0.5, 0.95, 0.951), res_path=(0.7, 0.1, 0.
             m = ident or identity_metrics()
         else:
             m = learned_metrics(c["seed"], r2_path, res_path, final_val)
-        out.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        out.append(record(c, m, f"r{i}"))
     return out
 
 
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="sinusoidal_relative"))
-
-
-def sub(v, name):
-    return next(s for s in v.sub_verdicts if s.name == name)
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
 def test_sinusoidal_relative_rule_supported_and_learned_table_shares_the_property(tmp_path):
-    v = analyse(records(), tmp_path)
+    v = analyse(EXP, records(), P, tmp_path)
     assert v.verdict == "supported"
     d = decisions(v)
     assert d["identity:d16"] == d["identity:d64"] == d["dots:d16"] == "equivalent"
     assert d["learned:converged"] == "equivalent"
     assert d["learned:R2-vs-0.9"] == "b_better" and d["learned:res1-vs-0.05"] == "b_better"
-    assert sub(v, SUB_LEARNED).verdict == "supported"
+    assert find_sub(v, SUB_LEARNED, exact=True).verdict == "supported"
     assert {f.id for f in v.noise_floor} == {"null:R2", "null:res1"}
 
 
 def test_sinusoidal_relative_rule_refuted_when_the_identity_misses_the_tolerance(tmp_path):
-    v = analyse(records(ident=identity_metrics(err32=2e-6)), tmp_path)
+    v = analyse(EXP, records(ident=identity_metrics(err32=2e-6)), P, tmp_path)
     assert v.verdict == "refuted"
     assert decisions(v)["identity:d16"] == "undecided" and decisions(v)["identity:d64"] == "equivalent"
     assert v.sub_verdicts[0].verdict == "refuted" and v.sub_verdicts[1].verdict == "supported"
 
 
 def test_sinusoidal_relative_rule_refuted_when_dot_products_depend_on_position(tmp_path):
-    v = analyse(records(ident=identity_metrics(dot_spread=1e-3)), tmp_path)
+    v = analyse(EXP, records(ident=identity_metrics(dot_spread=1e-3)), P, tmp_path)
     assert v.verdict == "refuted"
     assert v.sub_verdicts[1].verdict == "refuted"
 
 
 def test_sinusoidal_relative_rule_learned_table_lacks_the_property_once_converged(tmp_path):
-    v = analyse(records(r2_path=(0.02, 0.15, 0.2, 0.2), res_path=(0.7, 0.6, 0.58, 0.58)), tmp_path)
+    v = analyse(EXP, records(r2_path=(0.02, 0.15, 0.2, 0.2), res_path=(0.7, 0.6, 0.58, 0.58)), P, tmp_path)
     assert v.verdict == "supported"  # the learned table is a comparison beside the verdict
     assert decisions(v)["learned:converged"] == "equivalent"
     assert decisions(v)["learned:R2-vs-0.5"] == "a_better"
-    assert sub(v, SUB_LEARNED).verdict == "refuted"
+    assert find_sub(v, SUB_LEARNED, exact=True).verdict == "refuted"
 
 
 def test_sinusoidal_relative_rule_still_rising_is_inconclusive_not_refuted(tmp_path):
     # a naive rule would call R² 0.2 "lacks the property"; R² rose by 0.08 over the last interval
-    v = analyse(records(r2_path=(0.02, 0.05, 0.12, 0.2), res_path=(0.7, 0.65, 0.6, 0.58)), tmp_path)
+    v = analyse(EXP, records(r2_path=(0.02, 0.05, 0.12, 0.2), res_path=(0.7, 0.65, 0.6, 0.58)), P, tmp_path)
     assert decisions(v)["learned:converged"] != "equivalent"
     assert decisions(v)["learned:R2-vs-0.5"] == "a_better"
-    assert sub(v, SUB_LEARNED).verdict == "inconclusive"
-    assert "not shown converged" in sub(v, SUB_LEARNED).detail
+    assert find_sub(v, SUB_LEARNED, exact=True).verdict == "inconclusive"
+    assert "not shown converged" in find_sub(v, SUB_LEARNED, exact=True).detail
 
 
 def test_sinusoidal_relative_rule_between_thresholds_is_inconclusive(tmp_path):
-    v = analyse(records(r2_path=(0.02, 0.6, 0.7, 0.7), res_path=(0.7, 0.12, 0.1, 0.1)), tmp_path)
+    v = analyse(EXP, records(r2_path=(0.02, 0.6, 0.7, 0.7), res_path=(0.7, 0.12, 0.1, 0.1)), P, tmp_path)
     assert decisions(v)["learned:converged"] == "equivalent"
-    assert sub(v, SUB_LEARNED).verdict == "inconclusive"
+    assert find_sub(v, SUB_LEARNED, exact=True).verdict == "inconclusive"
 
 
 def test_sinusoidal_relative_rule_runs_that_never_learned_are_excluded(tmp_path):
     v = analyse(
-        records(r2_path=(0.02, 0.03, 0.2, 0.2), res_path=(0.7, 0.6, 0.58, 0.58), final_val=3.28), tmp_path
+        EXP,
+        records(r2_path=(0.02, 0.03, 0.2, 0.2), res_path=(0.7, 0.6, 0.58, 0.58), final_val=3.28),
+        P,
+        tmp_path,
     )
     d = decisions(v)
     assert all(d[i] == "excluded" for i in d if i.startswith("learned:"))
-    assert sub(v, SUB_LEARNED).verdict == "inconclusive"
+    assert find_sub(v, SUB_LEARNED, exact=True).verdict == "inconclusive"
     assert v.verdict == "supported"

@@ -5,8 +5,9 @@ match V·d (or not); the tied and untied arms to converge faster either way, sta
 
 import numpy as np
 
-from tfclaims.experiment import Output
 from tfclaims.registry import load
+
+from rules import analyse, decisions, record, sub_verdict
 
 EXP = load("weight_tying")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -47,29 +48,17 @@ def records(loss, *, miscount=0):
         else:
             s = c["seed"] % 1000
             m = train_metrics(loss(c["tie"], s) + (0.0 if c["tie"] else UNTIED[s]), s)
-        recs.append({"config": c, "metrics": m, "status": "ok", "run_id": f"r{i}"})
+        recs.append(record(c, m, f"r{i}"))
     return recs
 
 
-def analyse(recs, tmp_path):
-    return EXP.analyse(recs, P, Output(claim_dir=tmp_path, claim_id="weight_tying"))
-
-
-def decisions(v):
-    return {c.id: c.decision for c in v.comparisons}
-
-
-def sub(v, prefix):
-    return next(s for s in v.sub_verdicts if s.name.startswith(prefix)).verdict
-
-
 def test_weight_tying_rule_supported_when_counts_match_and_tied_converges_faster(tmp_path):
-    v = analyse(records(lambda tie, s: 2.5 if tie else 2.7), tmp_path)
+    v = analyse(EXP, records(lambda tie, s: 2.5 if tie else 2.7), P, tmp_path)
     assert v.verdict == "supported"
     d = decisions(v)
     assert d["auc:tied-vs-untied"] == "b_better" and d["final:tied-vs-untied"] == "b_better"  # b = tied
     assert all(x == "equivalent" for k, x in d.items() if k.startswith("params:"))
-    assert sub(v, "Faster convergence") == "supported"
+    assert sub_verdict(v, "Faster convergence") == "supported"
     auc = next(c for c in v.comparisons if c.id == "auc:tied-vs-untied")
     assert auc.paired and auc.n == 4 and auc.margin == 0.02 and auc.noise is not None
     assert {c.id for c in v.noise_floor} == {"null:auc", "null:final"}
@@ -77,15 +66,15 @@ def test_weight_tying_rule_supported_when_counts_match_and_tied_converges_faster
 
 def test_weight_tying_rule_convergence_refuted_when_untied_is_significantly_better(tmp_path):
     # the committed direction: untied lower in every seed
-    v = analyse(records(lambda tie, s: 2.7 if tie else 2.5), tmp_path)
+    v = analyse(EXP, records(lambda tie, s: 2.7 if tie else 2.5), P, tmp_path)
     assert decisions(v)["auc:tied-vs-untied"] == "a_better"
-    assert sub(v, "Faster convergence") == "refuted"
+    assert sub_verdict(v, "Faster convergence") == "refuted"
     assert v.verdict == "mixed"  # parameters cut, convergence refuted
 
 
 def test_weight_tying_rule_refuted_parameters_when_the_count_is_not_v_times_d(tmp_path):
-    v = analyse(records(lambda tie, s: 2.7 if tie else 2.5, miscount=7), tmp_path)
-    assert sub(v, "Tying removes") == "refuted"
+    v = analyse(EXP, records(lambda tie, s: 2.7 if tie else 2.5, miscount=7), P, tmp_path)
+    assert sub_verdict(v, "Tying removes") == "refuted"
     assert decisions(v)["params:char-lm"] == "undecided"
     assert v.verdict == "refuted"
 
@@ -93,9 +82,9 @@ def test_weight_tying_rule_refuted_parameters_when_the_count_is_not_v_times_d(tm
 def test_weight_tying_rule_underpowered_null_is_inconclusive_not_refuted(tmp_path):
     # tied worse in every seed by a varying amount (+0.05/+0.28/+0.05/+0.30): not significant at n = 4
     extra = {0: 0.05, 1: 0.28, 2: 0.05, 3: -0.30}
-    v = analyse(records(lambda tie, s: 2.5 + (extra[s] if tie else 0.0)), tmp_path)
+    v = analyse(EXP, records(lambda tie, s: 2.5 + (extra[s] if tie else 0.0)), P, tmp_path)
     assert decisions(v)["auc:tied-vs-untied"] == "undecided"
-    assert sub(v, "Faster convergence") == "inconclusive"
+    assert sub_verdict(v, "Faster convergence") == "inconclusive"
     assert v.verdict == "inconclusive"
     auc = next(c for c in v.comparisons if c.id == "auc:tied-vs-untied")
     assert auc.mde is not None and "detectable" in next(
@@ -105,15 +94,15 @@ def test_weight_tying_rule_underpowered_null_is_inconclusive_not_refuted(tmp_pat
 
 def test_weight_tying_rule_equivalence_without_positive_control_does_not_refute(tmp_path):
     wobble = {0: 0.003, 1: -0.002, 2: 0.001, 3: -0.003}
-    v = analyse(records(lambda tie, s: 2.5 + (wobble[s] if tie else 0.0)), tmp_path)
+    v = analyse(EXP, records(lambda tie, s: 2.5 + (wobble[s] if tie else 0.0)), P, tmp_path)
     assert decisions(v)["auc:tied-vs-untied"] == "equivalent"
-    assert sub(v, "Faster convergence") == "inconclusive"
+    assert sub_verdict(v, "Faster convergence") == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
 def test_weight_tying_rule_neither_arm_learned_is_excluded(tmp_path):
-    v = analyse(records(lambda tie, s: UNIGRAM if tie else 3.5), tmp_path)
+    v = analyse(EXP, records(lambda tie, s: UNIGRAM if tie else 3.5), P, tmp_path)
     d = decisions(v)
     assert d["auc:tied-vs-untied"] == "excluded" and d["final:tied-vs-untied"] == "excluded"
-    assert sub(v, "Faster convergence") == "inconclusive"
+    assert sub_verdict(v, "Faster convergence") == "inconclusive"
     assert v.verdict == "inconclusive"
