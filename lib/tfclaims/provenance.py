@@ -215,6 +215,11 @@ def run_id(cfg_hash: str, chash: str) -> str:
 
 
 def expected_run_ids(exp: Experiment, p: dict, device) -> list[str]:
+    return sorted(grid_run_ids(exp, p, device))
+
+
+def grid_run_ids(exp: Experiment, p: dict, device) -> list[str]:
+    """The run ids of a profile's grid, in grid order (the order an analysis receives its records)."""
     hashes: dict[str, str] = {}
 
     def chash(cfg):
@@ -223,7 +228,7 @@ def expected_run_ids(exp: Experiment, p: dict, device) -> list[str]:
             hashes[key] = run_code_hash(exp, cfg)
         return hashes[key]
 
-    return sorted(run_id(config_hash(exp.claim_id, c, device), chash(c)) for c in exp.grid(p))
+    return [run_id(config_hash(exp.claim_id, c, device), chash(c)) for c in exp.grid(p)]
 
 
 def result_problems(exp: Experiment, res: dict, results_root: Path, resolve_profile) -> list[str]:

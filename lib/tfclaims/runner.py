@@ -34,6 +34,7 @@ from .provenance import (
     code_hash,
     config_hash,
     differences,
+    grid_run_ids,
     reached_modules,
     result_problems,
     run_code_hash,
@@ -491,7 +492,10 @@ def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[
     """Re-run the analysis on the committed records; a verdict or evidence that would change is a problem."""
     runs_dir = results_root / exp.claim_id / "runs"
     records = []
-    for rid in res.get("run_ids", []):
+    order = grid_run_ids(exp, res.get("params", {}), res.get("device", "cpu"))
+    if sorted(order) != sorted(res.get("run_ids", [])):
+        return []  # reported by result_problems
+    for rid in order:  # the grid's order, as the sweep handed them to the analysis
         rec = _load_record(runs_dir / f"{rid}.json")
         if rec is None:
             return []  # reported by result_problems
