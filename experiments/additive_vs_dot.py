@@ -195,7 +195,9 @@ class AdditiveVsDot(Experiment):
         seeds = set(p["seeds"])
         chance = 1 / p["n_values"]
         auc = lambda m: m["auc"]  # noqa: E731
-        learn = lambda m: ev.learned(1 - m["final_acc"], 1 - chance, LEARN_MARGIN)  # noqa: E731
+        learn = lambda m: (
+            m["final_acc"] is not None and ev.learned(1 - m["final_acc"], 1 - chance, LEARN_MARGIN)
+        )  # noqa: E731
         sel = lambda k, d: lambda c: c["attn"] == k and c["d"] == d and c["seed"] in seeds  # noqa: E731
         fams: dict[str, list[ev.Comparison]] = {"dot_scaled": [], "dot_unscaled": []}
         for d in p["task_dims"]:
@@ -225,7 +227,7 @@ class AdditiveVsDot(Experiment):
                 ]
                 a, f = (
                     mean_ci([r["metrics"]["auc"] for r in rs]),
-                    mean_ci([r["metrics"]["final_acc"] for r in rs]),
+                    mean_ci([r["metrics"]["final_acc"] for r in rs]),  # a diverged run (None) drops out
                 )
                 krows.append({"d": d, "attention": LABELS[kind], "mean accuracy over training": a.mean, "±": a.half_width,
                               "final accuracy": f.mean, "± ": f.half_width,

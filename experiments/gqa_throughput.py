@@ -641,6 +641,11 @@ class GQAThroughput(Experiment):
 
         fig, (ax,) = subplots(width=5.2, height=3.6)
         plain = qs[~qs["FFN matched"]].sort_values("n_kv_heads")
+        if not plain["val loss"].notna().any():  # every run diverged: say so rather than draw nothing
+            ax.text(0.5, 0.5, "no finite validation loss:\nevery run diverged", ha="center", va="center", transform=ax.transAxes)  # fmt: skip
+            ax.set(xlabel="number of K/V heads (query heads fixed)", ylabel="validation loss (nats/char)", title="Quality vs K/V heads")  # fmt: skip
+            out.figure("quality", fig, "Validation loss against the number of K/V heads: every run diverged, so there is none to show.")  # fmt: skip
+            return
         ax.errorbar(plain["n_kv_heads"], plain["val loss"], yerr=plain["± 95%"], marker="o", capsize=3, label="trained from scratch (mean ± 95% CI)")  # fmt: skip
         seeds = qdf[~qdf.matched]
         ax.scatter(

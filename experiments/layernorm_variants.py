@@ -341,7 +341,7 @@ class LayerNormVariants(Experiment):
                 + ("does fall below σ*" if reach else f"never fell below σ* (lowest 1% quantile {lowest:.3g})" if lowest is not None else "was not probed")
                 + f", and the final validation loss, notes' minus torch's, is LN: {tl.text(' nats')}; RMS: {tr.text(' nats')}."
             ),
-            key_number=f"Δy/y = {width_eff:.2%} at d={d_model} (unbiased std); val Δ LN {tl.diff if tl.diff is not None else float('nan'):+.3f}, RMS {tr.diff if tr.diff is not None else float('nan'):+.3f} nats",
+            key_number=f"Δy/y = {width_eff:.2%} at d={d_model} (unbiased std); val Δ LN {tl.short()}, RMS {tr.short()} nats",
             evidence={"width_effect": width_eff, "sigma_star": stars, "activations_reach_sigma_star": reach, "train_margin": TRAIN_MARGIN, "learn_margin": LEARN_MARGIN},
             sub_verdicts=[*subs, *tsubs],
             caveats=[

@@ -215,10 +215,10 @@ class NormPadding(Experiment):
         leak_v = "supported" if all(c.decision == "equivalent" for c in leak_checks) else "refuted"
         subs += [
             SubVerdict("LN is invariant to padding and neighbours; BN in train mode is not (float64 exact checks)", inv_v,
-                       "; ".join(f"{c.id} {c.mean_b:.1e}{'' if c.decision == 'equivalent' else ' (fails)'}" for c in inv_checks),
+                       "; ".join(f"{c.id} {'non-finite' if c.mean_b is None else format(c.mean_b, '.1e')}{'' if c.decision == 'equivalent' else ' (fails)'}" for c in inv_checks),
                        [c.id for c in inv_checks]),
             SubVerdict("BN in train mode leaks later tokens into earlier outputs of a causal LM (float64 exact checks)", leak_v,
-                       "; ".join(f"{c.id} {c.mean_b:.1e}{'' if c.decision == 'equivalent' else ' (fails)'}" for c in leak_checks),
+                       "; ".join(f"{c.id} {'non-finite' if c.mean_b is None else format(c.mean_b, '.1e')}{'' if c.decision == 'equivalent' else ' (fails)'}" for c in leak_checks),
                        [c.id for c in leak_checks]),
             *[SubVerdict(f"Batch statistics of the LM fluctuate {'more' if f == 1 else f'≥ {f:g}× more'} than in an MLP control where BN "
                          "works (Shen et al.: far more)", fl_ladder[f].verdict,

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tfclaims import evidence as ev
+from tfclaims.config import ConfigError
 from tfclaims.data import load_corpus
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.models import LM
@@ -65,7 +66,10 @@ def grid_train(p):
 def grid_null(p):
     """The null pair: the warmed-up Pre-LN control of one cell rerun at seeds s + NULL_OFFSET."""
     if p["null_depth"] not in p["depths"] or p["null_lr"] not in p["lrs"]:
-        raise ValueError("the null pair's cell must be one of the training grid's (depth, lr) cells")
+        raise ConfigError(
+            f"null_depth={p['null_depth']}, null_lr={p['null_lr']}: the null pair's cell must be one of the "
+            "training grid's (depth, lr) cells (set them with --set null_depth=... --set null_lr=...)"
+        )
     c = {
         "placement": "pre",
         "depth": p["null_depth"],

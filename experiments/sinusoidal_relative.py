@@ -177,7 +177,13 @@ class SinusoidalRelative(Experiment):
                 f"Learned absolute embeddings trained on this task: {lsub.verdict} ({lsub.detail.split(';')[0]})."
             ),
             key_number=f"max |M_k PE(p) − PE(p+k)| = {err:.1g}"
-            + (f"; learned: offset R² {tr['offset R²']:.2f}" if tr is not None else ""),
+            + (
+                ""
+                if tr is None
+                else f"; learned: offset R² {tr['offset R²']:.2f}"
+                if pd.notna(tr["offset R²"])
+                else "; learned: no finite offset R² (the runs diverged)"
+            ),
             evidence={
                 "tolerance": TOL,
                 "max_err32": float(idf["err32"].max()),
@@ -291,9 +297,12 @@ class SinusoidalRelative(Experiment):
             verdict, why = "refuted", "R² significantly below 0.5 or k=1 residual significantly above 0.2"
         else:
             verdict, why = "inconclusive", "between the thresholds, or not significant"
-        mean_r2 = np.mean(list(only_learned(r2).values())) if r2 else float("nan")
-        mean_res = np.mean(list(only_learned(res).values())) if res else float("nan")
-        detail = f"{why}: trained R² {mean_r2:.2f}, k=1 residual {mean_res:.2f} (mean over {len(ok)}/{len(flags)} learned seeds)"
+
+        def mean_of(d):
+            x = [v for v in only_learned(d).values() if v is not None and np.isfinite(v)]
+            return f"{np.mean(x):.2f}" if x else "— (no finite value: the runs diverged)"
+
+        detail = f"{why}: trained R² {mean_of(r2)}, k=1 residual {mean_of(res)} (mean over {len(ok)}/{len(flags)} learned seeds)"
         if ok:
             detail += (
                 f"; convergence {'shown' if converged else 'not shown'} (TOST p = "

@@ -181,14 +181,20 @@ def test_a_significant_difference_inside_the_margin_does_not_refute_a_claimed_eq
     inside = ev.paired(
         "in", base, {s: v + 0.01 + 0.001 * (s % 2) for s, v in base.items()}, metric="m", margin=0.05
     )
-    assert inside.decision == "a_better" and inside.p_equiv < 0.05  # significant (lower is better), within ±0.05
+    assert (
+        inside.decision == "a_better" and inside.p_equiv < 0.05
+    )  # significant (lower is better), within ±0.05
     assert ev.ladder([inside], "equivalent").verdict == "supported"
     outside = ev.paired(
         "out", base, {s: v + 0.2 + 0.001 * (s % 2) for s, v in base.items()}, metric="m", margin=0.05
     )
     assert ev.ladder([outside], "equivalent").verdict == "refuted"
     edge = ev.paired(
-        "edge", base, {s: v + 0.05 + 0.03 * (2 * (s % 2) - 1) for s, v in base.items()}, metric="m", margin=0.05
+        "edge",
+        base,
+        {s: v + 0.05 + 0.03 * (2 * (s % 2) - 1) for s, v in base.items()},
+        metric="m",
+        margin=0.05,
     )
     assert edge.ci_low < 0.05 < edge.ci_high and ev.ladder([edge], "equivalent").verdict == "inconclusive"
 

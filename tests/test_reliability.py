@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tfclaims.cli import main
-from tfclaims.registry import REPO_ROOT
+from tfclaims.registry import REPO_ROOT, load_all
 
 TOY = textwrap.dedent(
     """
@@ -278,3 +278,34 @@ def test_reliability_force_does_not_replace_a_good_record_with_a_failed_one(toy,
 def test_reliability_thread_count_is_recorded_in_every_run(toy, capsys):
     assert cli(capsys, *run_toy(toy / "r"))[0] == 0
     assert all(isinstance(r["threads"], int) and r["threads"] >= 1 for r in records(toy / "r"))
+
+
+# 7: a diverging run is an outcome, and analyses that meet it say so
+DIVERGING = {
+    cid: (
+        ["--set", "lrs=[1e999]", "--set", "null_lr=1e999"]
+        if "lrs" in e.profiles["quick"]
+        else ["--set", "lr=inf"]
+    )
+    for cid, e in load_all().items()
+    if "lr" in e.profiles["quick"] or "lrs" in e.profiles["quick"]
+}
+
+
+@pytest.mark.parametrize("claim", sorted(DIVERGING))
+def test_reliability_infinite_learning_rate_is_recorded_as_diverged(claim, tmp_path, capsys):
+    import re
+
+    root = tmp_path / "r"
+    argv = ["run", claim, "--profile", "quick", "--results-dir", str(root), "--no-progress", "--no-report"]
+    assert main(argv + DIVERGING[claim]) == 0, capsys.readouterr().err[-2000:]
+    res = json.loads((root / claim / "result.json").read_text())
+    recs = [json.loads(p.read_text()) for p in (root / claim / "runs").glob("*.json")]
+    trained = [r for r in recs if "diverged_at" in r["metrics"]]
+    assert trained and all(r["metrics"]["diverged_at"] is not None for r in trained)
+    assert not re.search(r"\bnan\b", res["key_number"], re.I), res["key_number"]
+    assert all(
+        c["decision"] in ("excluded", "undecided", "equivalent")
+        for c in res["comparisons"]
+        if c.get("learned_a") == 0 and c.get("learned_b") == 0
+    )

@@ -197,14 +197,18 @@ def _train_retrieval(cfg: dict, ctx) -> dict:
         model.train()
         return acc
 
-    steps, accs, losses = [0], [accuracy()], []
+    steps, accs, losses, diverged = [0], [accuracy()], [], None
     for step in range(cfg["steps"]):
         keys, vals, query, target = (t.to(dev) for t in kv_batch(gen, cfg["batch"], *shape))
         loss = nn.functional.cross_entropy(model(keys, vals, query), target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        lv = float(loss.detach())
+        if not math.isfinite(lv):  # an outcome, recorded as such
+            diverged = step
+            break
         opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(lv)
         if (step + 1) % cfg["eval_every"] == 0:
             steps.append(step + 1)
             accs.append(accuracy())
@@ -212,8 +216,8 @@ def _train_retrieval(cfg: dict, ctx) -> dict:
         "eval_steps": steps,
         "accuracy": accs,
         "train_loss": losses,
-        "auc": float(np.mean(accs[1:])),
-        "final_acc": accs[-1],
+        "auc": float(np.mean(accs[1:])) if diverged is None and len(accs) > 1 else None,
+        "final_acc": accs[-1] if diverged is None else None,
         "chance": 1 / cfg["n_values"],
-        "diverged_at": None,
+        "diverged_at": diverged,
     }

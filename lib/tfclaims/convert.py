@@ -97,7 +97,7 @@ def run_quality(cfg: dict, ctx) -> dict:
     out |= {
         "params": n_params(model),
         "d_ff": mc.ff,
-        "train_loss_last": float(np.mean(res["train_loss"][-20:])),
+        "train_loss_last": _finite_mean(res["train_loss"][-20:]),
     }
     if (cfg["uptrain_control"] or cfg["convert_to"]) and res["diverged_at"] is None:
         up_steps = max(1, round(cfg["uptrain_frac"] * cfg["steps"]))
@@ -123,3 +123,9 @@ def run_quality(cfg: dict, ctx) -> dict:
                 conv.append({"target_kv": kv, "method": method, "before": before, "after": after})
         out |= {"conversion": conv, "uptrain_steps": up_steps}
     return out
+
+
+def _finite_mean(values) -> float | None:
+    """Mean of the finite values (a diverged run's last losses are None or inf); None if there are none."""
+    x = [v for v in values if v is not None and np.isfinite(v)]
+    return float(np.mean(x)) if x else None

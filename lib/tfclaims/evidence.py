@@ -104,6 +104,14 @@ class Comparison:
     def excluded(self) -> bool:
         return self.decision == "excluded"
 
+    def short(self, fmt: str = "+.3f") -> str:
+        """The effect for a key number: the difference, or why there is none (never 'nan')."""
+        if self.excluded:
+            return "— (excluded: neither arm learned)"
+        if self.diff is None or not math.isfinite(self.diff):
+            return "— (no finite paired values)"
+        return format(self.diff, fmt)
+
     def text(self, unit: str = "", fmt: str = "+.3f") -> str:
         """One line for a sub-verdict's detail: the effect, its CI, p, n and the decision."""
         if self.excluded:

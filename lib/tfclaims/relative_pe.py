@@ -36,21 +36,25 @@ def offset_dot(k, d: int) -> torch.Tensor:
     return torch.cos(k.unsqueeze(-1) * frequencies(d)).sum(-1)
 
 
-def shift_fit_residual(table: torch.Tensor, k: int) -> float:
+def shift_fit_residual(table: torch.Tensor, k: int) -> float | None:
     """Relative residual ||P[:-k] A - P[k:]||_F / ||P[k:]||_F of the best single linear map A taking every
     row p to row p + k (least squares). 0 means one position-independent map exists. Needs more rows than
     columns (T - k > d) to mean anything."""
     P = table.double()
+    if not torch.isfinite(P).all():  # a diverged model's table: no fit to make
+        return None
     src, dst = P[:-k], P[k:]
     A = torch.linalg.lstsq(src, dst).solution
     return float(torch.linalg.norm(src @ A - dst) / torch.linalg.norm(dst))
 
 
-def toeplitz_r2(table: torch.Tensor) -> float:
+def toeplitz_r2(table: torch.Tensor) -> float | None:
     """Share of the variance of the Gram matrix G[p, q] = P[p] . P[q] over pairs p != q explained by the offset
     q - p alone (G replaced by its mean along each diagonal). 1 means dot products depend only on the offset;
     the main diagonal (the squared norms) is left out, so a random table scores about 0."""
     P = table.double()
+    if not torch.isfinite(P).all():
+        return None
     G = P @ P.T
     T = G.shape[0]
     idx = torch.arange(T, device=P.device)
