@@ -195,9 +195,10 @@ class AdditiveVsDot(Experiment):
         seeds = set(p["seeds"])
         chance = 1 / p["n_values"]
         auc = lambda m: m["auc"]  # noqa: E731
-        learn = lambda m: (
-            m["final_acc"] is not None and ev.learned(1 - m["final_acc"], 1 - chance, LEARN_MARGIN)
-        )  # noqa: E731
+
+        def learn(m):
+            return m["final_acc"] is not None and ev.learned(1 - m["final_acc"], 1 - chance, LEARN_MARGIN)
+
         sel = lambda k, d: lambda c: c["attn"] == k and c["d"] == d and c["seed"] in seeds  # noqa: E731
         fams: dict[str, list[ev.Comparison]] = {"dot_scaled": [], "dot_unscaled": []}
         for d in p["task_dims"]:
