@@ -221,7 +221,11 @@ def _guard(fn) -> int:
         return 2
     except KeyboardInterrupt:
         print("interrupted: finished runs are kept; rerun the same command to resume", file=sys.stderr)
-        return 130
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Locks, staging folders and workers were released on the way here; exit now rather than wait in
+        # interpreter shutdown for a process pool's threads to notice that their workers were terminated.
+        os._exit(130)
     except OSError as e:  # disk full, a folder that vanished or turned read-only mid-sweep
         where = f" ({e.filename})" if e.filename else ""
         print(f"error: {e.strerror or e}{where}; finished runs are kept", file=sys.stderr)
