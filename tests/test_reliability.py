@@ -201,12 +201,20 @@ def test_reliability_second_sweep_of_a_claim_says_who_holds_it(toy, capsys):
 
 
 # 6: signals, workers, --force
+def _default_signals():
+    """A signal ignored by the test process (some test helpers ignore SIGINT) would be ignored by the child too."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _spawn(toy, *extra, runs_started=1):
     """Start a sweep in its own session and return once `runs_started` runs are under way."""
     started = toy / "started"
     args = [sys.executable, "-m", "tfclaims", *run_toy(toy / "r", *extra)]
     env = {**os.environ, "TOY_STARTED": str(started)}
-    proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        args, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_signals
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         if started.exists() and len(started.read_text().split()) >= runs_started:
