@@ -83,6 +83,7 @@ class AdditiveVsDot(Experiment):
     claim_id = "additive_vs_dot"
     title = "Additive vs dot-product attention: variance, speed, accuracy"
     order = 13
+    times_code = True
     statement = (
         "Additive attention scores a query against a key with a small tanh network, so it accepts queries and keys of "
         "different sizes and its score variance does not grow with the dimension, which makes it work better than "

@@ -148,6 +148,7 @@ class AttentionComplexity(Experiment):
     claim_id = "attention_complexity"
     title = "Self-attention costs O(n²·d); multi-head costs the same as one head"
     order = 6
+    times_code = True
     statement = (
         "Self-attention over n tokens of width d costs O(n²·d): the score matrix QKᵀ and the weighted sum PV each take "
         "n²·d multiply-adds and the softmax n² operations. Splitting the width into h heads of size d/h leaves the cost "

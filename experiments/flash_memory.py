@@ -74,6 +74,7 @@ class FlashMemory(Experiment):
     claim_id = "flash_memory"
     title = "A fused attention kernel keeps only per-row softmax statistics, not the n×n matrix"
     order = 8
+    times_code = True
     statement = (
         "An attention implementation that materialises the n×n probability matrix must keep it for the backward pass, "
         "so its activation memory grows as n². A fused kernel (FlashAttention-style) recomputes the scores in backward "

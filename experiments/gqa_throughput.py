@@ -108,6 +108,7 @@ class GQAThroughput(Experiment):
     claim_id = "gqa_throughput"
     title = "MQA/GQA raise decoding throughput by 30–40% at a small quality cost"
     order = 5
+    times_code = True
     statement = (
         "Letting groups of query heads share one key/value head (GQA), or all of them share a single one (MQA), "
         "shrinks the KV cache by h / n_kv_heads; autoregressive decoding, which re-reads that cache for every new "

@@ -53,6 +53,7 @@ class KVCacheClaim(Experiment):
     claim_id = "kv_cache"
     title = "A KV cache makes each decoding step O(n) instead of O(n²)"
     order = 7
+    times_code = True
     statement = (
         "When generating token by token, keeping the keys and values of earlier positions (a KV cache) means each new "
         "token costs one forward pass of a single position that attends to the n cached keys, O(n) in the context length, "

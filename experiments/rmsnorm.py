@@ -124,6 +124,7 @@ class RMSNormSpeed(Experiment):
     claim_id = "rmsnorm"
     title = "RMSNorm is cheaper than LayerNorm at the same quality"
     order = 10
+    times_code = True
     statement = (
         "RMSNorm normalises each token by its root mean square only, skipping LayerNorm's mean subtraction (and bias); "
         "this makes it cheaper to compute than LayerNorm, and models trained with it reach the same quality."

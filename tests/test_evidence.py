@@ -211,3 +211,64 @@ def test_comparisons_serialise_without_nan():
     c = ev.paired("x", {0: 1.0}, {0: 2.0}, metric="loss")
     d = c.as_dict()
     assert d["decision"] == "undecided" and d["p"] is None and set(d) >= {"id", "ci_low", "ci_high", "n"}
+
+
+def test_trend_with_one_unit_is_ordinary_least_squares():
+    import statsmodels.api as sm
+
+    x = np.repeat(np.arange(5.0), 6)
+    y = 0.3 - 0.2 * x + RNG.normal(0, 0.4, x.size)
+    c = ev.trend("t", {0: list(zip(x, y))}, metric="y", x_name="log2 d")
+    fit = sm.OLS(y, sm.add_constant(x)).fit()
+    assert c.test == "OLS slope" and c.n == x.size and not c.paired
+    assert c.diff == pytest.approx(fit.params[1]) and c.p == pytest.approx(fit.pvalues[1])
+    assert (c.ci_low, c.ci_high) == pytest.approx(tuple(fit.conf_int(0.05)[1]))
+
+
+def test_trend_over_several_units_is_a_one_sample_t_on_per_unit_slopes():
+    xs = np.array([0.0, 1.0, 2.0, 3.0])
+    pts = {u: [(x, 2.0 + 0.1 * x + RNG.normal(0, 0.05)) for x in xs] for u in range(6)}
+    pts[6] = [(0.0, 1.0), (0.5, 1.2), (3.0, 1.1)]  # a unit need not share the others' levels
+    c = ev.trend("t", pts, metric="y", x_name="x")
+    slopes = np.array([np.polyfit(*np.array(p).T, 1)[0] for p in pts.values()])
+    t = stats.ttest_1samp(slopes, 0.0)
+    ci = t.confidence_interval(0.95)
+    assert c.n == 7 and c.paired and c.test == "per-unit slopes, one-sample t"
+    assert c.diff == pytest.approx(slopes.mean()) and c.p == pytest.approx(t.pvalue)
+    assert (c.ci_low, c.ci_high) == pytest.approx((ci.low, ci.high))
+
+
+@pytest.mark.parametrize(
+    "slope, better, decision",
+    [
+        (0.5, "higher", "b_better"),  # significant increase, increasing is good
+        (-0.5, "higher", "a_better"),  # significant decrease, against the good direction
+        (0.5, "lower", "a_better"),  # increase where lower is good
+        (0.0, "higher", "undecided"),  # noise only
+    ],
+)
+def test_trend_decisions(slope, better, decision):
+    rng = np.random.default_rng(3)
+    pts = {u: [(x, slope * x + rng.normal(0, 0.1)) for x in range(4)] for u in range(5)}
+    c = ev.trend("t", pts, metric="y", better=better)
+    assert c.decision == decision
+    if decision != "undecided":
+        assert c.p <= 0.05 and np.sign(c.diff) == np.sign(slope)
+    else:
+        assert c.p > 0.05
+
+
+def test_trend_without_two_levels_in_any_unit_is_empty_and_undecided():
+    c = ev.trend(
+        "t", {0: [(1.0, 2.0), (1.0, 2.5)], 1: [(2.0, 1.0)], 2: [(None, 1.0), (math.nan, 2.0)]}, metric="y"
+    )
+    assert c.n == 0 and c.diff is None and c.p is None and c.decision == "undecided"
+    assert "— (" in c.short()  # a key number never reads 'nan' or 'None'
+
+
+def test_trend_text_names_the_slope_without_a_dangling_minus():
+    pts = {u: [(x, 0.2 * x + 0.01 * u * (-1) ** x) for x in range(3)] for u in range(4)}
+    c = ev.trend("t", pts, metric="y", x_name="log2 d_k")
+    assert c.text(" nats").startswith("slope in log2 d_k: +0.200 nats [")
+    assert " − " not in c.text() and c.text().endswith(f": {c.decision}")
+    assert ev.trend("t", {}, metric="y", x_name="log2 s").text().startswith("slope in log2 s: —")

@@ -53,7 +53,7 @@ def _training_bytes(p: dict) -> int | None:
     (16 bytes a parameter) and activations (Korthikanti et al. 2022, per layer s·b·d·(34 + 5·h·s/d)
     bytes in 16-bit, doubled for fp32)."""
     d = p.get("d_model")
-    depth = p.get("n_layers") or max(p.get("depths") or [0])
+    depth = p.get("n_layers") or max(p.get("depths") or [c[0] for c in p.get("cells", [])] or [0])
     if not (d and depth and p.get("batch") and p.get("seq_len")):
         return None
     h, s, b = p.get("n_heads", 8), p["seq_len"], p["batch"]

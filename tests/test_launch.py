@@ -251,3 +251,20 @@ def test_concurrent_writers_of_one_record_never_expose_a_partial_file(tmp_path):
         p.join()
         assert p.exitcode == 0
     assert reads > 10 and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_auto_launcher_parallel_only_for_training_runs_on_a_multicore_cpu(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    auto, cpu, cuda = Launcher("auto"), torch.device("cpu"), torch.device("cuda")
+    training = auto.resolve(times_code=False, device=cpu, n_tasks=10)
+    assert (training.name, training.workers) == ("local-parallel", 4)
+    assert auto.resolve(times_code=False, device=cpu, n_tasks=3).workers == 3  # no idle workers
+    assert (
+        auto.resolve(times_code=True, device=cpu, n_tasks=10).name == "local"
+    )  # timing: the machine to itself
+    assert auto.resolve(times_code=False, device=cuda, n_tasks=10).name == "local"
+    assert auto.resolve(times_code=False, device=cpu, n_tasks=1).name == "local"
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert auto.resolve(times_code=False, device=cpu, n_tasks=10).name == "local"
+    explicit = Launcher("local-parallel", workers=2)
+    assert explicit.resolve(times_code=True, device=cpu, n_tasks=10) is explicit  # an explicit choice stands

@@ -12,13 +12,14 @@ from torch import nn
 
 from tfclaims import probes as M
 from tfclaims.blocks import Block, deepnorm_constants
-from tfclaims.config import ModelConfig
+from tfclaims.config import ConfigError, ModelConfig
 from tfclaims.data import load_corpus, unigram_xent
 from tfclaims.models import LM
 from tfclaims.registry import load
 from tfclaims.train import lr_at, train_lm
 
 EXP = load("postnorm_warmup")
+M_run_train = sys.modules[type(EXP).__module__].run_train
 
 
 @pytest.fixture(scope="module")
@@ -148,21 +149,38 @@ def test_warmup_schedule_is_what_the_optimiser_uses(corpus):
     assert step0 == pytest.approx(0.01, rel=1e-3)
 
 
-def test_grid_crosses_placement_warmup_depth_lr_and_seeds():
+def test_grid_has_four_arms_in_every_declared_cell_and_an_untied_head():
     p = EXP.profiles["default"]
     grid = EXP.grid(p)
     train = [c for c in grid if c["part"] == "train"]
     null = [c for c in grid if c["part"] == "null"]
-    assert len(p["depths"]) >= 3 and len(p["lrs"]) >= 2 and len(p["seeds"]) >= 3
-    assert len(train) == 3 * 2 * len(p["depths"]) * len(p["lrs"]) * len(p["seeds"])
-    assert {c["warmup"] for c in train} == {0, p["warmup"]}
-    assert {c["placement"] for c in train} == {"pre", "post", "deepnorm"}
-    assert p["init_seeds"] >= 10
+    cells = {(c["depth"], c["lr"]) for c in train}
+    assert cells == {(d, lr) for d, lr in p["cells"]} and len({d for d, _ in cells}) >= 3
+    assert len(p["seeds"]) >= 5 and p["steps"] >= 400 and p["warmup"] == p["steps"] // 4
+    arms = {(c["placement"], c["warmup"]) for c in train}
+    assert arms == {("post", 0), ("post", p["warmup"]), ("pre", 0), ("deepnorm", 0)}
+    assert len(train) == len(arms) * len(cells) * len(p["seeds"])
+    assert all(c["tie"] is False for c in train) and p["init_seeds"] >= 10
     assert all("kind" not in c for c in grid)
-    # the null pair: the warmed-up Pre-LN control of one training cell, at seeds s + 1000
+    # the null pair: the Pre-LN control of one training cell, at seeds s + 1000
     assert sorted(c["seed"] for c in null) == [s + 1000 for s in p["seeds"]]
     twin = {k: v for k, v in null[0].items() if k not in ("part", "seed")}
     assert any({k: v for k, v in c.items() if k not in ("part", "seed")} == twin for c in train)
+
+
+def test_grid_rejects_a_malformed_or_repeated_cell():
+    for cells in ([[3, 2e-3], [3, 2e-3]], [[0, 2e-3]], [[3]], []):
+        with pytest.raises(ConfigError, match="cells"):
+            EXP.grid({**EXP.profiles["quick"], "cells": cells})
+
+
+def test_training_run_logs_block_gradients_every_grad_every_steps(corpus):
+    from tfclaims.experiment import RunContext
+
+    cfg = {c["part"]: c for c in EXP.grid(EXP.profiles["quick"])}["train"]
+    m = M_run_train(cfg, RunContext(device=torch.device("cpu"), progress=False))
+    assert m["grad_steps"][:3] == [0, cfg["grad_every"] - 1, 2 * cfg["grad_every"] - 1]
+    assert all(len(g) == cfg["depth"] for g in m["grad_norms"])
 
 
 # ---------------------------------------------------------------- divergence and failure

@@ -1,52 +1,69 @@
 """The dk_scaling rule on synthetic run records: every outcome it can give.
 
-The quick profile's grid with four seeds (a paired test needs a few to decide); the Monte Carlo rows are built to
-pass or fail the law and saturation checks, the training arms to make each (init, d_k) cell go either way, stay
-undecided, or fail to learn in both arms."""
+The quick profile's grid with four seeds (a paired test needs a few to decide). The Monte Carlo rows carry
+per-query softmax-Jacobian norms built to make the saturation trend tests pass or fail (ln|J| = const +
+slope · log2 d_k + the same per-query noise at every d_k, so the fitted slope is the declared one); the training
+arms (unit-variance q, k, d_k varied), the logit-scale arms (d_k = ref_dk, scaled, initial logit std s) and the
+null pair are built to make each cell go either way, stay undecided, or fail to learn in both arms."""
 
 import numpy as np
+import pytest
 
 from tfclaims.registry import load
 
-from rules import analyse, decisions, record, sub_verdict
+from rules import analyse, comparison, decisions, record, sub_verdict
 
 EXP = load("dk_scaling")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
 UNIGRAM = 3.30
-JITTER = np.array([0.00, 0.02, -0.015, 0.01])  # seed-to-seed spread shared by both arms (paired)
+JITTER = np.array([0.00, 0.02, -0.015, 0.01])  # seed-to-seed spread shared by every arm (paired)
+W8 = {0: 0.004, 1: -0.003, 2: 0.002, 3: -0.003}  # per-seed wobble of an arm difference, so slopes have spread
+W32 = {0: -0.003, 1: 0.004, 2: -0.003, 3: 0.002}  # W32 − W8 sums to zero over seeds: a flat gap has slope 0
+Z = np.random.default_rng(0).normal(0.0, 0.3, 64)  # per-query ln|J| noise, the same draws at every d_k
+
+TRAINING = "Unscaled training"
+SATURATION = "Unscaled softmax"
+HARM = "Reported: the harm grows"
+LOGIT = "Reported: large initial logits"
 
 
-def mc_rows(law=1.0, sat=True):
+def mc_rows(law=1.0, unscaled_slope=-0.8, scaled_slope=0.0, max_p=0.95):
+    """Monte Carlo rows: ln|J| per query falls by `unscaled_slope` / `scaled_slope` per doubling of d_k."""
     rows = []
     for dk in P["mc_dks"]:
+        x = np.log2(dk) - np.log2(min(P["mc_dks"]))
+        ju = np.exp(np.log(0.15) + unscaled_slope * x + Z)
+        js = np.exp(np.log(0.2) + scaled_slope * x + 0.2 * Z)
         big = dk == max(P["mc_dks"])
         rows.append(
             {
                 "dk": dk, "var_dot": law * dk, "var_scaled": law, "var_additive": 0.1 + 0.001 * dk,
-                "unscaled": {"max_prob": 0.95 if (big and sat) else 0.5, "entropy": 0.2,
-                             "jacobian_norm": 0.01 if (big and sat) else 0.15},
-                "scaled": {"max_prob": 0.11, "entropy": 3.9, "jacobian_norm": 0.2},
+                "unscaled": {"max_prob": max_p if big else 0.5, "entropy": 0.2, "jacobian_norm": float(ju.mean())},
+                "scaled": {"max_prob": 0.11, "entropy": 3.9, "jacobian_norm": float(js.mean())},
+                "jac_unscaled": ju.tolist(), "jac_scaled": js.tolist(),
             }
         )  # fmt: skip
     return rows
 
 
-def train_metrics(final, seed):
-    v = final + JITTER[seed % len(JITTER)]
+def train_metrics(final, seed, n_layers):
+    v = float(final + JITTER[seed % len(JITTER)])
     return {
-        "final_val": float(v), "val_loss": [4.4, float(v) + 0.3, float(v)], "eval_steps": [0, 6, 12],
-        "diverged_at": None, "unigram_xent": UNIGRAM,
-        "probes": [{"logit_var": 1.0, "max_prob": 0.2} for _ in range(3)],
+        "final_val": v, "val_loss": [4.4, v + 0.3, v], "eval_steps": [0, 6, 12], "diverged_at": None,
+        "unigram_xent": UNIGRAM,
+        "probes": [{"logit_var": lv, "max_prob": 0.2, "wq_grad": [g] * n_layers} for lv, g in ((1.0, 0.5), (2.0, 0.3), (3.0, 0.2))],
     }  # fmt: skip
 
 
-def records(cell_loss, *, law=1.0, sat=True):
-    """cell_loss(dk, init, scaled, seed) -> final validation loss before the shared jitter."""
+def records(train, logit=None, *, params=P, **mc):
+    """train(dk, scaled, seed) -> final validation loss before the shared jitter (the training part and the null
+    pair); logit(s, seed) -> that of the logit part's arm with initial logit std s (default: the scaled arm at
+    ref_dk, i.e. no effect of the logit scale); `mc` goes to mc_rows."""
     recs = []
-    for i, c in enumerate(EXP.grid(P)):
+    for i, c in enumerate(EXP.grid(params)):
         part = c["part"]
         if part == "monte_carlo":
-            m = {"rows": mc_rows(law, sat)}
+            m = {"rows": mc_rows(**mc)}
         elif part == "init":
             m = {
                 "var_q": 0.01, "var_k": 0.01, "var_dot": 1e-4 * c["dk"], "law_prediction": 1e-4 * c["dk"],
@@ -54,89 +71,190 @@ def records(cell_loss, *, law=1.0, sat=True):
             }  # fmt: skip
         else:
             s = c["seed"] % 1000
-            m = train_metrics(cell_loss(c["dk"], c["init"], c["scaled"], s), s)
+            if part == "logit" and logit is not None:
+                loss = logit(round(c["qk_std"] ** 2, 6), s)
+            else:
+                loss = train(c["dk"], c["scaled"], s)
+            m = train_metrics(loss, s, c["n_layers"])
         recs.append(record(c, m, f"r{i}"))
     return recs
 
 
+def scaled_better(dk, scaled, s):
+    return 2.6 if scaled else 2.9
+
+
+def gap_arms(gap8, gap32):
+    """Scaled at 2.6, unscaled above it by gap8 (d_k = 8) or gap32 (d_k = 32), with a per-seed wobble."""
+    return lambda dk, scaled, s: 2.6 if scaled else 2.6 + (gap8 + W8[s] if dk == 8 else gap32 + W32[s])
+
+
 def train_cells(v):
-    return {k: d for k, d in decisions(v).items() if ":unscaled-vs-scaled" in k}
+    return {k: d for k, d in decisions(v).items() if k.endswith(":unscaled-vs-scaled")}
 
 
 def test_dk_scaling_rule_supported_when_law_holds_softmax_saturates_and_unscaled_trains_worse(tmp_path):
-    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9), P, tmp_path)
+    v = analyse(EXP, records(scaled_better), P, tmp_path)
     assert v.verdict == "supported"
-    assert set(train_cells(v).values()) == {"a_better"}  # a = scaled
-    assert sub_verdict(v, "Unscaled training") == "supported"
-    assert all(
-        d == "equivalent" for k, d in decisions(v).items() if k.startswith(("law:", "sat:", "additive:"))
+    assert train_cells(v) == {
+        "dk8:unscaled-vs-scaled": "a_better",
+        "dk32:unscaled-vs-scaled": "a_better",
+    }  # a = scaled
+    assert sub_verdict(v, TRAINING) == "supported"
+    assert sub_verdict(v, "Var(q·k)") == "supported" and sub_verdict(v, "Additive") == "supported"
+    assert sub_verdict(v, SATURATION) == "supported"
+    d = decisions(v)
+    assert all(d[k] == "equivalent" for k in d if k.startswith(("law:", "additive:")))
+    assert d["sat:scaled-flat"] == "equivalent" and d["sat:max-p-unscaled-dk64"] == "equivalent"
+    # the unscaled Jacobian falls by the declared 0.8 in ln per doubling: significantly negative
+    u = comparison(v, "sat:ln|J|-slope-unscaled")
+    assert (
+        u.decision == "a_better" and u.diff == pytest.approx(-0.8, abs=1e-6) and u.n == 64 * len(P["mc_dks"])
     )
-    assert v.noise_floor and all(c.id.startswith("null:") for c in v.noise_floor)
-    cell = next(c for c in v.comparisons if c.id.startswith("dk32"))
+    s = comparison(v, "sat:ln|J|-slope-scaled")
+    assert abs(s.diff) < 1e-6 and -0.05 < s.ci_low < s.ci_high < 0.05
+    assert v.noise_floor and [c.id for c in v.noise_floor] == [f"null:dk{P['null_dk']}"]
+    cell = comparison(v, "dk32:unscaled-vs-scaled")
     assert cell.paired and cell.n == 4 and cell.noise is not None and cell.margin == 0.02
+    assert cell.diff == pytest.approx(0.3) and cell.arm_a == "scaled d_k=32"
+    assert {"harm-vs-dk", "logit-std4-vs-1", "loss-vs-logit-std"} <= set(d)
+    assert v.evidence["law_ok"] is True and v.evidence["saturation"] == "supported"
+    assert v.evidence["training"]["verdict"] == "supported"
 
 
 def test_dk_scaling_rule_training_refuted_when_unscaled_trains_significantly_better(tmp_path):
-    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.9 if scaled else 2.6), P, tmp_path)
+    v = analyse(EXP, records(lambda dk, scaled, s: 2.9 if scaled else 2.6), P, tmp_path)
     assert set(train_cells(v).values()) == {"b_better"}
-    assert sub_verdict(v, "Unscaled training") == "refuted"
+    assert sub_verdict(v, TRAINING) == "refuted"
+    assert sub_verdict(v, "Var(q·k)") == "supported" and sub_verdict(v, SATURATION) == "supported"
     assert v.verdict == "mixed"  # law and saturation hold, training refutes
 
 
 def test_dk_scaling_rule_refuted_when_the_variance_law_fails(tmp_path):
-    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9, law=1.5), P, tmp_path)
+    v = analyse(EXP, records(scaled_better, law=1.5), P, tmp_path)
     assert sub_verdict(v, "Var(q·k)") == "refuted"
+    assert {d for k, d in decisions(v).items() if k.startswith("law:")} == {"undecided"}
+    assert sub_verdict(v, TRAINING) == "supported"  # training still supports: the failed law overrides it
     assert v.verdict == "refuted"
 
 
-def test_dk_scaling_rule_saturation_check_failing_makes_it_mixed(tmp_path):
-    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.6 if scaled else 2.9, sat=False), P, tmp_path)
-    assert sub_verdict(v, "Unscaled softmax") == "refuted"
-    assert decisions(v)["sat:jacobian-ratio-dk64"] == "undecided"
+@pytest.mark.parametrize(
+    "mc, sat, failing",
+    [
+        # unscaled Jacobians do NOT fall with d_k: the trend is not significantly negative -> refuted
+        ({"unscaled_slope": 0.0}, "refuted", "sat:ln|J|-slope-unscaled"),
+        # unscaled falls, but the scaled Jacobian is not flat (-0.2 per doubling) -> mixed
+        ({"scaled_slope": -0.2}, "mixed", "sat:scaled-flat"),
+        # unscaled falls, scaled flat, but max p at the largest d_k is not above 0.9 -> mixed
+        ({"max_p": 0.5}, "mixed", "sat:max-p-unscaled-dk64"),
+    ],
+)
+def test_dk_scaling_rule_saturation_failing_makes_the_verdict_mixed(tmp_path, mc, sat, failing):
+    v = analyse(EXP, records(scaled_better, **mc), P, tmp_path)
+    assert sub_verdict(v, SATURATION) == sat
+    assert v.evidence["saturation"] == sat
+    assert decisions(v)[failing] == "undecided"
+    assert sub_verdict(v, TRAINING) == "supported" and sub_verdict(v, "Var(q·k)") == "supported"
     assert v.verdict == "mixed"
 
 
 def test_dk_scaling_rule_equivalent_training_without_positive_control_is_inconclusive(tmp_path):
     # |Δ| = 0.001 nats with small spread: TOST passes, yet with no positive control it must not refute
     wobble = {0: 0.003, 1: -0.002, 2: 0.001, 3: -0.003}
-    v = analyse(
-        EXP, records(lambda dk, init, scaled, s: 2.6 + (0.001 + wobble[s] if scaled else 0.0)), P, tmp_path
-    )
+    v = analyse(EXP, records(lambda dk, scaled, s: 2.6 + (0.001 + wobble[s] if scaled else 0.0)), P, tmp_path)
     assert set(train_cells(v).values()) == {"equivalent"}
-    assert sub_verdict(v, "Unscaled training") == "inconclusive"
+    assert sub_verdict(v, TRAINING) == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
 def test_dk_scaling_rule_underpowered_null_is_inconclusive(tmp_path):
     noise = {0: 0.3, 1: -0.25, 2: 0.1, 3: -0.2}
-    v = analyse(EXP, records(lambda dk, init, scaled, s: 2.6 + (0.0 if scaled else noise[s])), P, tmp_path)
+    v = analyse(EXP, records(lambda dk, scaled, s: 2.6 + (0.0 if scaled else noise[s])), P, tmp_path)
     assert set(train_cells(v).values()) == {"undecided"}
-    assert sub_verdict(v, "Unscaled training") == "inconclusive"
-    assert all(c.mde is not None for c in v.comparisons if ":unscaled-vs-scaled" in c.id)
+    assert sub_verdict(v, TRAINING) == "inconclusive"
+    assert v.verdict == "inconclusive"
+    assert all(c.mde is not None and c.mde > 0 for c in v.comparisons if c.id.endswith(":unscaled-vs-scaled"))
 
 
 def test_dk_scaling_rule_mixed_when_cells_disagree(tmp_path):
-    v = analyse(EXP, records(lambda dk, init, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (2.9 if scaled else 2.6)), P, tmp_path)  # fmt: skip
+    v = analyse(EXP, records(lambda dk, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (2.9 if scaled else 2.6)), P, tmp_path)  # fmt: skip
     cells = train_cells(v)
-    assert cells["dk32-normal:unscaled-vs-scaled"] == "a_better"
-    assert cells["dk8-normal:unscaled-vs-scaled"] == "b_better"
-    assert sub_verdict(v, "Unscaled training") == "mixed"
+    assert cells == {"dk32:unscaled-vs-scaled": "a_better", "dk8:unscaled-vs-scaled": "b_better"}
+    assert sub_verdict(v, TRAINING) == "mixed"
     assert v.verdict == "mixed"
 
 
 def test_dk_scaling_rule_cell_where_neither_arm_learned_is_excluded_not_counted(tmp_path):
     # d_k = 8: both arms stay at the unigram level (one of them far above): excluded, not a win for scaling
     v = analyse(
-        EXP,
-        records(
-            lambda dk, init, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (UNIGRAM if scaled else 4.0)
-        ),
-        P,
-        tmp_path,
-    )
+        EXP, records(lambda dk, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (UNIGRAM if scaled else 4.0)), P, tmp_path
+    )  # fmt: skip
     cells = train_cells(v)
-    assert cells["dk8-normal:unscaled-vs-scaled"] == "excluded"
-    assert cells["dk32-normal:unscaled-vs-scaled"] == "a_better"
-    assert sub_verdict(v, "Unscaled training") == "supported"
-    ex = next(c for c in v.comparisons if c.id == "dk8-normal:unscaled-vs-scaled")
+    assert cells == {"dk8:unscaled-vs-scaled": "excluded", "dk32:unscaled-vs-scaled": "a_better"}
+    assert sub_verdict(v, TRAINING) == "supported"
+    assert v.evidence["training"]["excluded"] == ["dk8:unscaled-vs-scaled"]
+    ex = comparison(v, "dk8:unscaled-vs-scaled")
     assert ex.learned_a == 0 and ex.learned_b == 0 and ex.p is None
+    # with d_k = 8 left out each seed has one d_k level: no harm trend at all (not one driven by the 0.7 gap)
+    h = comparison(v, "harm-vs-dk")
+    assert h.n == 0 and h.diff is None and h.decision == "undecided"
+    assert sub_verdict(v, HARM) == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    "gap8, gap32, decision, verdict",
+    [
+        (0.1, 0.4, "b_better", "supported"),  # the gap grows with d_k
+        (0.3, 0.3, "undecided", "inconclusive"),  # flat gap: scaling helps, but not more at larger d_k
+        (0.4, 0.1, "a_better", "refuted"),  # the gap shrinks with d_k
+    ],
+)
+def test_dk_scaling_rule_harm_trend_across_dk(tmp_path, gap8, gap32, decision, verdict):
+    v = analyse(EXP, records(gap_arms(gap8, gap32)), P, tmp_path)
+    assert set(train_cells(v).values()) == {"a_better"}  # scaled better in every cell, whatever the trend
+    h = comparison(v, "harm-vs-dk")
+    assert h.n == 4 and h.paired and h.arm_a == "slope in log2 d_k"
+    assert h.diff == pytest.approx((gap32 - gap8) / (np.log2(32) - np.log2(8)), abs=1e-9)
+    assert h.decision == decision
+    assert sub_verdict(v, HARM) == verdict and v.evidence["harm_trend"] == verdict
+    assert v.verdict == "supported"  # the trend is reported beside the overall verdict, not in it
+
+
+def test_dk_scaling_rule_excluded_dk_cell_is_left_out_of_the_harm_trend(tmp_path):
+    # three d_k cells; d_k = 8 learns in neither arm (its 'gap', 0.7, would turn the trend negative: slope
+    # over (8, 16, 32) of (0.7, 0.2, 0.4) is −0.15); over d_k = 16, 32 the gap grows by 0.2 per doubling
+    p3 = {**P, "dks": [8, 16, 32]}
+
+    def train(dk, scaled, s):
+        if dk == 8:
+            return UNIGRAM if scaled else 4.0
+        return 2.6 if scaled else 2.6 + (0.2 + W8[s] if dk == 16 else 0.4 + W32[s])
+
+    v = analyse(EXP, records(train, params=p3), p3, tmp_path)
+    assert train_cells(v) == {
+        "dk8:unscaled-vs-scaled": "excluded", "dk16:unscaled-vs-scaled": "a_better", "dk32:unscaled-vs-scaled": "a_better",
+    }  # fmt: skip
+    h = comparison(v, "harm-vs-dk")
+    assert h.n == 4 and h.diff == pytest.approx(0.2, abs=1e-9) and h.decision == "b_better"
+    assert sub_verdict(v, HARM) == "supported"
+
+
+@pytest.mark.parametrize(
+    "effect, cell, trend, verdict",
+    [
+        (0.2, "a_better", "b_better", "supported"),  # larger initial logit std -> worse final loss
+        (-0.2, "b_better", "a_better", "refuted"),  # larger initial logit std -> better
+    ],
+)
+def test_dk_scaling_rule_logit_scale_alone(tmp_path, effect, cell, trend, verdict):
+    v = analyse(EXP, records(scaled_better, lambda s, seed: 2.6 + effect + W8[seed]), P, tmp_path)
+    c = comparison(v, "logit-std4-vs-1")  # a = initial logit std 1 (the training arm at ref_dk), b = std 4
+    assert c.decision == cell and c.n == 4 and c.noise is not None
+    assert c.diff == pytest.approx(effect + np.mean(list(W8.values())), abs=1e-9)
+    t = comparison(v, "loss-vs-logit-std")
+    assert t.decision == trend and t.n == 4
+    assert t.diff == pytest.approx(
+        (effect + np.mean(list(W8.values()))) / np.log2(4), abs=1e-9
+    )  # per doubling of s
+    assert sub_verdict(v, LOGIT) == verdict and v.evidence["logit_scale"] == verdict
+    assert v.verdict == "supported"  # reported beside the overall verdict, not in it

@@ -1,6 +1,7 @@
 """The postnorm_warmup rule on synthetic run records: every outcome it can give.
 
-Quick profile: depths 1 and 2, one learning rate, seeds 0 and 1, probe depths 1, 2, 4 with two init seeds. A run
+Quick profile: cells (depth 1, lr 3e-3) and (depth 2, lr 3e-3), four arms each (Post-LN without and with warmup,
+Pre-LN and DeepNorm without), seeds 0 and 1, probe depths 1, 2, 4 with two init seeds. A run
 'learns' when its final validation loss is at least 0.10 nats below the unigram level U; the deciding comparisons
 are paired by seed (with two seeds only a very consistent difference survives Holm, so the synthetic effects are).
 """
@@ -24,20 +25,24 @@ subs = partial(rules.subs, key=lambda name: name.split(".")[0])  # sub-claim let
 OK, STUCK = 2.50, 3.28  # a loss that learned, one at the unigram plateau
 
 
-def train_metrics(loss: float | None, steps: int = P["steps"]) -> dict:
-    """A run ending at `loss` (None: diverged at step 3); its training loss leaves the plateau at step 2 if it learned."""
+def train_metrics(loss: float | None, depth: int = 2, steps: int = P["steps"]) -> dict:
+    """A run ending at `loss` (None: diverged at step 3); its training loss leaves the plateau at step 2 if it learned.
+    Per-block gradient norms every grad_every steps: a run that did not learn has its first block's collapse."""
     if loss is None:
         tl = [U + 0.2, U + 0.5, U + 2.0, None]
-        return _m(tl, [U + 0.2, None], 3, None)
+        return _m(tl, [U + 0.2, None], 3, None, depth, False)
     learned = loss <= U - 0.10
     tl = [U + 0.3, U + 0.1] + [(loss - 0.5) if learned else loss] * (steps - 2)
-    return _m(tl, [U + 0.3, loss, loss], None, loss)
+    return _m(tl, [U + 0.3, loss, loss], None, loss, depth, learned)
 
 
-def _m(tl, vl, div, fin):
+def _m(tl, vl, div, fin, depth, learned):
+    gsteps = [0, *range(P["grad_every"] - 1, len(tl), P["grad_every"])]
+    first = [0.3] + [0.3 if learned else 1e-6] * (len(gsteps) - 1)
     return {
         "train_loss": tl, "val_loss": vl, "eval_steps": [0, 4, 8][: len(vl)], "diverged_at": div, "final_val": fin,
         "best_val": min(v for v in vl if v is not None), "seconds": 0.1, "unigram_xent": U, "vocab": 85,
+        "grad_steps": gsteps, "grad_norms": [[f] + [0.3] * (depth - 1) for f in first],
     }  # fmt: skip
 
 
@@ -71,9 +76,9 @@ def records(loss, *, null=None, **probe_kw):
         if c["part"] == "probe":
             m = probe_metrics(c["placement"], c["depth"], **probe_kw)
         elif c["part"] == "null":
-            m = train_metrics(null(c["seed"]) if null else OK + 0.01 * (c["seed"] % 2))
+            m = train_metrics(null(c["seed"]) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
         else:
-            m = train_metrics(loss(c["placement"], c["warmup"] > 0, c["depth"], c["seed"]))
+            m = train_metrics(loss(c["placement"], c["warmup"] > 0, c["depth"], c["seed"]), c["depth"])
         out.append(record(c, m, f"r{i}"))
     return out
 
@@ -111,8 +116,8 @@ def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(
     assert a["L1-lr0.003:post:warmup-vs-none:final"] == "b_better"
     # L = 2: both Post-LN arms stuck at the plateau: never counted for or against A ...
     assert {a[f"L2-lr0.003:post:warmup-vs-none:{m}"] for m in ("learned", "final", "escape")} == {"excluded"}
-    # ... but evidence for C: the warmed-up Pre-LN control learned there, warmed-up Post-LN did not
-    assert a["L2-lr0.003:warmup:post-vs-pre:final"] == "a_better"
+    # ... but evidence for C: Pre-LN learned there, warmed-up Post-LN did not
+    assert a["L2-lr0.003:post-warmup-vs-pre:final"] == "a_better"
     ids = {c.id for c in v.comparisons}
     assert all(i in ids for s in v.sub_verdicts for i in s.comparisons)
     assert v.noise_floor and {f.metric for f in v.noise_floor} == {"final val loss", "escape step"}
@@ -225,17 +230,26 @@ def test_postnorm_warmup_rule_divergence_counts_as_not_learned(tmp_path):
 
 
 def test_postnorm_warmup_rule_control_failing_does_not_flip_A(tmp_path):
-    """The old rule dropped every cell where the warmed-up Pre-LN control failed, from every sub-verdict: a failing
-    control flipped A. Now the control only enters C (excluded there) and A is unchanged."""
+    """An old rule dropped every cell where the Pre-LN control failed, from every sub-verdict: a failing control
+    flipped A. The control enters only B and C (excluded there where Post-LN failed too) and A is unchanged."""
 
     def loss(pl, wu, d, s):
-        if pl == "pre" and wu:
+        if pl == "pre":
             return STUCK + 0.001 * s
         return anchor_like(pl, wu, d, s)
 
     v = analyse(EXP, records(loss, null=lambda s: STUCK + 0.001 * (s % 2)), P, tmp_path)
     assert subs(v)["A"] == "supported" and subs(v)["C"] == "inconclusive"
-    assert set(decisions(v, "L2-lr0.003:warmup:post-vs-pre").values()) == {"excluded"}
+    assert set(decisions(v, "L2-lr0.003:post-warmup-vs-pre").values()) == {"excluded"}
+
+
+def test_postnorm_warmup_rule_gradient_signature_separates_failed_from_learned_runs(tmp_path):
+    """The signature table reads the per-block gradient norms: a failed run's first block collapsed by step ~30."""
+    v = analyse(EXP, records(anchor_like), P, tmp_path)
+    sig = (tmp_path / "grad_signature.csv").read_text()
+    assert "learned" in sig and "first/last there" in sig
+    c = next(s for s in v.sub_verdicts if s.name.startswith("C."))
+    assert "not learned" in c.detail and "first/last-layer gradient norm" in c.detail
 
 
 def test_postnorm_warmup_rule_D_inconclusive_when_post_ln_never_fails(tmp_path):

@@ -124,8 +124,9 @@ def add_run_options(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("where runs execute (see README: Running on a cluster)")
     g.add_argument(
         "--launcher",
-        default=os.environ.get("TFCLAIMS_LAUNCHER", "local"),
-        help=f"one of {', '.join(LAUNCHERS)} (default: local, or $TFCLAIMS_LAUNCHER)",
+        default=os.environ.get("TFCLAIMS_LAUNCHER", "auto"),
+        help=f"one of {', '.join(LAUNCHERS)} (default: auto = one single-threaded worker per core for training "
+        "runs on the CPU, in process for timing claims and on a GPU; or $TFCLAIMS_LAUNCHER)",
     )
     g.add_argument(
         "--workers",

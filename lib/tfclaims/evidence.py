@@ -134,7 +134,10 @@ class Comparison:
             if self.learned_a is not None
             else ""
         )
-        return f"{self.arm_b} − {self.arm_a}: {f(self.diff)}{unit}{ci} (p = {p}, n = {self.n}{learned}{extra}): {self.decision}"
+        what = (
+            f"{self.arm_b} − {self.arm_a}" if self.arm_b else self.arm_a
+        )  # a trend has one 'arm': its slope
+        return f"{what}: {f(self.diff)}{unit}{ci} (p = {p}, n = {self.n}{learned}{extra}): {self.decision}"
 
 
 def decide(c: Comparison) -> str:
@@ -268,6 +271,56 @@ def paired(
     return _finish(
         Comparison(**base, diff=mean, ci_low=lo, ci_high=hi, p=p, p_raw=p, p_equiv=p_eq, p_equiv_raw=p_eq,
                    mde=_mde(sd, n, alpha, True), note=note)
+    )  # fmt: skip
+
+
+def trend(
+    id: str,
+    points: Mapping,
+    *,
+    metric: str,
+    x_name: str = "x",
+    better: str = "higher",
+    sub_claim: str = "",
+    alpha: float = ALPHA,
+) -> Comparison:
+    """A pre-declared trend test: the least-squares slope of y on x. `points` maps a unit to its (x, y) points.
+    Several units (seeds, each measured at every level): one slope per unit and a one-sample t-test of the slopes
+    (the paired design's trend test). One unit (independent samples, e.g. Monte Carlo draws): ordinary least
+    squares over its points (scipy.stats.linregress). `diff` is the slope; 'b_better' means a significant slope
+    in the direction `better` names ('higher': increasing), 'a_better' one against it."""
+    units = {
+        u: [(float(x), float(y)) for x, y in pts if _finite(x) and _finite(y)] for u, pts in points.items()
+    }
+    units = {u: pts for u, pts in units.items() if len({x for x, _ in pts}) >= 2}
+    base = dict(
+        id=id, sub_claim=sub_claim, metric=metric, arm_a=f"slope in {x_name}", arm_b="", better=better,
+        paired=len(units) > 1, mean_a=None, mean_b=None, alpha=alpha,
+    )  # fmt: skip
+    if not units:
+        return Comparison(**base, test="trend", n=0, diff=None, ci_low=None, ci_high=None, p=None, p_raw=None,
+                          note="no unit with two levels")  # fmt: skip
+    if len(units) == 1:
+        (pts,) = units.values()
+        x, y = np.array(pts).T
+        res = stats.linregress(x, y)
+        tcrit = stats.t.ppf(1 - alpha / 2, len(x) - 2)
+        slope, p = float(res.slope), float(res.pvalue)
+        lo, hi = float(slope - tcrit * res.stderr), float(slope + tcrit * res.stderr)
+        test, n = "OLS slope", len(x)
+    else:
+        slopes = np.array([stats.linregress(*np.array(pts).T).slope for pts in units.values()], float)
+        slope, n = float(slopes.mean()), len(slopes)
+        if slopes.std(ddof=1) == 0:
+            p, lo, hi = (1.0 if slope == 0 else 0.0), slope, slope
+        else:
+            res = stats.ttest_1samp(slopes, 0.0)
+            ci = res.confidence_interval(1 - alpha)
+            p, lo, hi = float(res.pvalue), float(ci.low), float(ci.high)
+        test = "per-unit slopes, one-sample t"
+    return _finish(
+        Comparison(**base, test=test, n=n, diff=slope, ci_low=lo, ci_high=hi, p=p, p_raw=p,
+                   note=f"{n} {'points' if len(units) == 1 else 'units'}")
     )  # fmt: skip
 
 

@@ -129,6 +129,9 @@ class Experiment:
     claim_id: str = ""
     title: str = ""
     order: int = 100  # position in the report
+    times_code: bool = (
+        False  # True: runs measure wall-clock time, so the `auto` launcher runs them one at a time
+    )
     statement: str = ""
     notes_say: str = ""
     anchors: list[str] = []

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import submitit
@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from .device import DEVICES, DeviceError, resolve_device
 from .registry import REPO_ROOT
 
-LAUNCHERS = ("local", "local-parallel", "slurm")
+LAUNCHERS = ("auto", "local", "local-parallel", "slurm")
 SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
 _ENV = "TFCLAIMS_SLURM_"
 
@@ -98,7 +98,18 @@ class Launcher:
 
     @property
     def in_process(self) -> bool:
-        return self.name == "local"
+        return self.name in ("local", "auto")
+
+    def resolve(self, *, times_code: bool, device: torch.device, n_tasks: int) -> Launcher:
+        """`auto`, decided per sweep: one single-threaded worker per CPU core for training runs on the CPU (torch's
+        intra-op threads buy little at these sizes while two processes use both cores), in process otherwise —
+        for claims that time code (a run needs the machine to itself), on a GPU, or when one run is pending."""
+        if self.name != "auto":
+            return self
+        cores = os.cpu_count() or 1
+        if times_code or device.type != "cpu" or cores < 2 or n_tasks < 2:
+            return replace(self, name="local")
+        return replace(self, name="local-parallel", workers=min(cores, n_tasks))
 
     def device(self, spec: str) -> torch.device:
         """The device type runs will use (it enters each run's hash).
@@ -122,7 +133,7 @@ class Launcher:
         """Run fn(task) for every task; yield (task, None) when it returned, (task, Lost) when it was lost."""
         if not tasks:
             return iter(())
-        if self.name == "local":
+        if self.name in ("local", "auto"):
             return self._local(fn, tasks, desc, progress)
         if self.name == "local-parallel":
             return self._parallel(fn, tasks, desc, progress)

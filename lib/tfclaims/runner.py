@@ -17,7 +17,7 @@ import shutil
 import socket
 import tempfile
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -299,7 +299,6 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
         if rec is not None and rec.get("status") == "ok" and not force:
             n_reused += 1
             continue
-        progress_inside = progress and launcher.in_process
         tasks.append(
             RunTask(
                 src,
@@ -310,10 +309,10 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
                 rid,
                 device.type,
                 str(path),
-                progress_inside,
-                launcher.name,
             )
         )
+    launcher = launcher.resolve(times_code=exp.times_code, device=device, n_tasks=len(tasks))
+    tasks = [replace(t, progress=progress and launcher.in_process, launcher=launcher.name) for t in tasks]
     fn = partial(execute_run, exp=exp) if launcher.in_process else execute_run
     for task, lost in launcher.map(
         fn, tasks, desc=f"{exp.claim_id} [{profile}]", claim_id=exp.claim_id, progress=progress
