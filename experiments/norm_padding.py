@@ -71,6 +71,8 @@ def grid_null(p):
     """The null pairs: the LN arm of each declared (data, placement, batch) cell rerun at seeds s + NULL_OFFSET."""
     out = []
     for data, pl, b in p["null_cells"]:
+        if data not in ("lines", "windows"):
+            raise ConfigError(f"null_cells: data must be 'lines' or 'windows', got {data!r}")
         key = "line_arms" if data == "lines" else "window_arms"
         if (pl, b, "layer") not in _arms(p, key):
             raise ConfigError(f"null_cells: {[data, pl, b]} has no LN arm in {key}")
@@ -581,7 +583,7 @@ def plot_invariance(lm, p, out):
     marker = {"layer": "o", "batch": "s", "batch_masked": "^", "batch_prev": "v", "power": "D"}
     for ax, mode in zip(axes, ("train", "eval")):
         for n in p["norms"]:
-            rs = [r["metrics"]["invariance"] for r in lm if (r["config"]["norm"], r["config"]["batch"]) == (n, big) and r["metrics"].get("invariance")]  # fmt: skip
+            rs = [r["metrics"]["invariance"] for r in lm if (r["config"]["norm"], r["config"]["batch"], r["config"]["placement"]) == (n, big, p["placements"][0]) and r["metrics"].get("invariance")]  # fmt: skip
             if not rs:
                 continue
             fr = [e["frac"] for e in rs[0]["padding"] if e["mode"] == mode]
@@ -604,7 +606,7 @@ def plot_invariance(lm, p, out):
     handles, labels = axes[0].get_legend_handles_labels()
     axes[1].legend(handles, labels, loc="upper right", fontsize=6.5)  # eval mode sits at the floor: room for the legend  # fmt: skip
     out.figure("invariance", fig, f"The same {p['inv_K']} validation lines (first {p['inv_T0']} characters) in batches with pads added "
-               f"(geometric mean and 95% CI over the seeds' trained models at batch {big}) or next to random other lines (crosses): "
+               f"(geometric mean and 95% CI over the seeds' trained {p['placements'][0]}-norm models at batch {big}) or next to random other lines (crosses): "
                "largest relative change of their logits against the same lines batched alone, in float64, in train mode (left) and "
                "eval mode (right). Exact zeros are drawn at the bottom; the dotted line marks float64 rounding.")  # fmt: skip
 
@@ -636,7 +638,7 @@ def plot_fluctuation(runs, p, out):
 def plot_quality(qdf, lines, p, out):
     from tfclaims.plotting import band, subplots
 
-    ok, pls, norms = qdf[qdf.diverged_at.isna()], p["placements"], p["norms"]
+    ok, pls, norms = qdf[qdf.diverged_at.isna() & (qdf.data == "lines")], p["placements"], p["norms"]
     fig, axes = subplots(2 * len(pls), width=4.6, height=3.6)
     width = 0.8 / len(norms)
     for k, pl in enumerate(pls):
