@@ -780,7 +780,7 @@ class PostnormWarmup(Experiment):
             ax.plot([], [], color="C0", label="first block")
             ax.plot([], [], color="C3", label="last block")
             ax.plot([], [], color="k", ls=":", label="run did not learn")
-            ax.set(xlabel="training step", ylabel="‖∂loss/∂θ_block‖ (L2)", title=f"{arm_name(pl, w)}, L = {deep}, lr = {deep_lr:g}")
+            ax.set(xlabel="training step", ylabel="‖∂loss/∂θ_block‖ (L2)", title=f"{arm_name(pl, w)}\nL = {deep}, lr = {deep_lr:g}")
             ax.legend(fontsize=6.5)
         out.figure(
             "grad-signature", fig,
