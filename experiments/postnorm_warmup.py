@@ -338,7 +338,7 @@ class PostnormWarmup(Experiment):
         U, V = train[0]["metrics"]["unigram_xent"], train[0]["metrics"]["vocab"]
         W, horizon = p["warmup"], p["steps"]
         post_cells = sorted({(r["config"]["depth"], r["config"]["lr"]) for r in train})
-        depths, lrs = sorted({d for d, _ in post_cells}), sorted({lr for _, lr in post_cells})
+        depths = sorted({d for d, _ in post_cells})
         rows = []
         for r in train:
             c, m = r["config"], r["metrics"]
