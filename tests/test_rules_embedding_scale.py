@@ -391,7 +391,9 @@ def test_embedding_scale_each_init_shows_its_own_null_pair_beside_its_effects(tm
             r["metrics"]["final_val"] += (0.3, -0.25, 0.2, -0.3)[r["config"]["seed"] % MOD.NULL_OFFSET]
     v = analyse(EXP, recs, P, tmp_path)
     floor = {f.id: f for f in v.noise_floor}
-    bound = {i: max(abs(floor[f"null:{i}"].ci_low), abs(floor[f"null:{i}"].ci_high)) for i in ("normal", "xavier")}
+    bound = {
+        i: max(abs(floor[f"null:{i}"].ci_low), abs(floor[f"null:{i}"].ci_high)) for i in ("normal", "xavier")
+    }
     assert bound["normal"] > 5 * bound["xavier"]
     for i in ("normal", "xavier"):
         c = comparison(v, f"{i}-learned:with-vs-without-factor:final")
