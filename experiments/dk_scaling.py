@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 
 from tfclaims import evidence as ev
+from tfclaims.comparison import curve, plot_curves
 from tfclaims.config import ConfigError
 from tfclaims.dk_recipes import dk_init_probe, dk_monte_carlo, dk_overrides, dk_train
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.small_lm import model_config
-from tfclaims.stats import mean_ci
 from tfclaims.tables import COMPARISON_COLUMNS, comparison_table
 
 LAW_TOL = 0.10  # Monte Carlo Var(q.k)/d_k (and the scaled variance) must lie within 10% of 1
@@ -450,81 +450,38 @@ class DkScaling(Experiment):
         )  # fmt: skip
 
     def plot_training(self, train, logit, p, out):
-        from tfclaims.plotting import band, subplots
+        from tfclaims.plotting import subplots
 
         fig, axes = subplots(4, width=4.2, height=3.3)
         ax_loss, ax_var, ax_grad, ax_logit = axes
 
-        def curves(rs, key):
-            steps = rs[0]["metrics"]["eval_steps"]
-            if key == "val":
-                return steps, np.array(
-                    [[np.nan if v is None else v for v in r["metrics"]["val_loss"]] for r in rs], float
-                )
-            vals = [[(pr or {}).get(key) for pr in r["metrics"].get("probes", [])] for r in rs]
-            vals = [
-                [(v[0] if isinstance(v, list) else v) if v is not None else np.nan for v in row]
-                for row in vals
-            ]
-            return steps, np.array(vals, float)
+        def first_layer(key):
+            """A probe value of the first layer at every evaluation (wq_grad holds one per layer)."""
+
+            def value(m):
+                vals = [(pr or {}).get(key) for pr in m.get("probes", [])]
+                return [np.nan if v is None else v[0] if isinstance(v, list) else v for v in vals]
+
+            return value
 
         for n, dk in enumerate(p["dks"]):
             for scaled, ls in ((True, "-"), (False, "--")):
-                rs = [
-                    r
-                    for r in train
-                    if r["config"]["dk"] == dk
-                    and r["config"]["scaled"] == scaled
-                    and r["metrics"]["diverged_at"] is None
-                ]
-                if not rs:
-                    continue
+                rs = [r for r in train if r["config"]["dk"] == dk and r["config"]["scaled"] == scaled]
                 lab = f"d_k={dk} {'scaled' if scaled else 'unscaled'}"
-                steps, V = curves(rs, "val")
-                cis = [mean_ci(V[:, j]) for j in range(V.shape[1])]
-                band(
-                    ax_loss,
-                    steps,
-                    [c.mean for c in cis],
-                    [c.lo for c in cis],
-                    [c.hi for c in cis],
-                    label=lab,
-                    ls=ls,
-                    color=f"C{n}",
-                )
-                ax_var.semilogy(
-                    *(lambda s, v: (s, np.nanmean(v, 0)))(*curves(rs, "logit_var")),
-                    ls=ls,
-                    marker="o",
-                    ms=3,
-                    color=f"C{n}",
-                    label=lab,
-                )
-                ax_grad.semilogy(
-                    *(lambda s, v: (s, np.nanmean(v, 0)))(*curves(rs, "wq_grad")),
-                    ls=ls,
-                    marker="o",
-                    ms=3,
-                    color=f"C{n}",
-                    label=lab,
-                )
+                plot_curves(ax_loss, {lab: rs}, styles={lab: {"ls": ls, "color": f"C{n}"}})
+                for ax, key in ((ax_var, "logit_var"), (ax_grad, "wq_grad")):
+                    steps, mean, _, _ = curve(rs, value=first_layer(key))
+                    if len(steps):
+                        ax.semilogy(steps, mean, ls=ls, marker="o", ms=3, color=f"C{n}", label=lab)
         ref = p["ref_dk"]
-        for n, s_ in enumerate([1.0, *p["logit_stds"]]):
-            src = train if s_ == 1.0 else logit
-            rs = [r for r in src if r["config"]["dk"] == ref and r["config"]["scaled"] and abs(r["config"]["qk_std"] ** 2 - s_) < 1e-9
-                  and r["metrics"]["diverged_at"] is None]  # fmt: skip
-            if rs:
-                steps, V = curves(rs, "val")
-                cis = [mean_ci(V[:, j]) for j in range(V.shape[1])]
-                band(
-                    ax_logit,
-                    steps,
-                    [c.mean for c in cis],
-                    [c.lo for c in cis],
-                    [c.hi for c in cis],
-                    label=f"initial logit std {s_:g}",
-                    color=f"C{n}",
-                )
+        groups = {
+            f"initial logit std {s_:g}": [
+                r for r in (train if s_ == 1.0 else logit)
+                if r["config"]["dk"] == ref and r["config"]["scaled"] and abs(r["config"]["qk_std"] ** 2 - s_) < 1e-9
+            ]
+            for s_ in [1.0, *p["logit_stds"]]
+        }  # fmt: skip
+        plot_curves(ax_logit, groups, styles={lab: {"color": f"C{n}"} for n, lab in enumerate(groups)})
         ax_loss.set(
             xlabel="training step",
             ylabel="validation loss (nats/char)",
