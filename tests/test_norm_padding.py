@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from tfclaims import batch_stats as NP
+from tfclaims.batch_stats import NORMS
 from tfclaims.data import PAD, pad_batch
 from tfclaims.norms import TokenBatchNorm
 from tfclaims.powernorm import PowerNorm, group_scaling
@@ -36,6 +37,9 @@ def lm(norm: str, seed: int = 0, warmup: int = 3):
             if isinstance(m, TokenBatchNorm):
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 2)
+            if isinstance(m, NP.PrevBatchNorm):
+                m.prev_mean.normal_(0, 0.1)
+                m.prev_var.uniform_(0.5, 2)
     return model
 
 
@@ -80,6 +84,25 @@ def test_batchnorm_lm_depends_on_the_batch_in_train_mode_only():
             torch.testing.assert_close(pads_t, ref_t, rtol=0, atol=1e-12)  # pads ignored exactly
 
 
+@pytest.mark.parametrize("train", [True, False])
+def test_previous_batch_norm_lm_gives_the_same_logits_alone_and_padded_among_others(train):
+    model = lm("batch_prev")
+    assert sum(isinstance(m, NP.PrevBatchNorm) for m in model.modules()) == 2 * 2 + 1  # every norm swapped
+    seq = lines(12)[0]
+    x1, _, m1 = pad_batch([seq])
+    xp = torch.cat([x1, torch.full((1, 20), PAD)], 1)  # pads only
+    xb, _, mb = pad_batch([lines(30, seed=2)[0], seq, lines(5, seed=3)[0]])  # beside other lines
+    alone = logits(model, x1, m1, train)[0]
+    torch.testing.assert_close(logits(model, xp, xp != PAD, train)[0, :11], alone, rtol=0, atol=1e-12)
+    torch.testing.assert_close(logits(model, xb, mb, train)[1, :11], alone, rtol=0, atol=1e-12)
+    # while the same weights with BN over its own batch (masked) do depend on the neighbours in train mode
+    if train:
+        own = lm("batch_masked")
+        own.load_state_dict({k: v for k, v in model.state_dict().items() if "prev_" not in k})
+        moved = logits(own, xb, mb, True)[1, :11] - logits(own, x1, m1, True)[0]
+        assert moved.abs().max() > 1e-3
+
+
 def test_masked_batchnorm_lm_ignores_what_sits_in_the_pads():
     x, _, mask = pad_batch(lines(9, 25, 14))
     x2 = x.clone()
@@ -101,7 +124,7 @@ def test_masked_batchnorm_lm_ignores_what_sits_in_the_pads():
         assert not torch.allclose(c.train()(x, pad_mask=mask)[mask], d.train()(x2, pad_mask=mask)[mask])
 
 
-@pytest.mark.parametrize("norm", ["layer", "batch", "batch_masked", "power"])
+@pytest.mark.parametrize("norm", ["layer", "batch", "batch_masked", "batch_prev", "power"])
 def test_future_leak_only_through_batch_statistics(norm):
     model = lm(norm, warmup=0)
     x = torch.stack(lines(10, 10, 10))
@@ -112,10 +135,10 @@ def test_future_leak_only_through_batch_statistics(norm):
         before = logits(model, x, full, train)[0, :-1]
         after = logits(model, x2, full, train)[0, :-1]
         change = float((after - before).abs().max())
-        if train and norm.startswith("batch"):
+        if train and norm in ("batch", "batch_masked"):
             assert change > 1e-4, change  # earlier outputs saw a later token
         else:
-            assert change == 0.0, change  # causal: exactly unchanged
+            assert change == 0.0, change  # causal (and the previous batch's statistics): exactly unchanged
 
 
 def test_scratch_mode_and_token_loss_leave_no_trace_and_ignore_grouping_for_layernorm():
@@ -147,7 +170,7 @@ def test_invariance_probe_numbers():
     pool = lines(*range(5, 20), seed=7)
     res = {
         n: NP.invariance_probe(lm(n).float(), targets, pool, cfg, torch.Generator().manual_seed(0))
-        for n in ("layer", "batch", "batch_masked")
+        for n in ("layer", "batch", "batch_masked", "batch_prev")
     }
     for e in res["layer"]["padding"] + res["layer"]["neighbours"]:
         assert e["rel"] < 1e-12
@@ -163,6 +186,11 @@ def test_invariance_probe_numbers():
         res["batch"]["leak"]["train"]["same_row_rel"] > 1e-4
         and res["layer"]["leak"]["train"]["same_row_rel"] == 0
     )
+    # the previous batch's statistics: no dependence on pads, neighbours or later tokens in train mode either
+    prev = res["batch_prev"]
+    assert len([e for e in prev["padding"] + prev["neighbours"] if e["mode"] == "train"]) == 2 + 2
+    assert max(e["rel"] for e in prev["padding"] + prev["neighbours"]) < 1e-12
+    assert prev["leak"]["train"]["same_row_rel"] == prev["leak"]["train"]["other_rows_rel"] == 0
 
 
 def test_stat_recorder_matches_hand_formula():
@@ -184,6 +212,67 @@ def test_stat_recorder_matches_hand_formula():
     assert data["var_dev"][0] == pytest.approx(
         float((((var + 1e-5) / (rv + 1e-5) - 1) ** 2).mean().sqrt()), rel=1e-5
     )
+
+
+def test_prev_batchnorm_uses_the_previous_batch_statistics_and_batchnorm1d_running_statistics():
+    torch.manual_seed(0)
+    d, eps = 6, 1e-5
+    pbn = NP.PrevBatchNorm(d, eps=eps).double().train()
+    with torch.no_grad():
+        pbn.weight.uniform_(0.5, 1.5)
+        pbn.bias.normal_(0, 0.3)
+    w, b = pbn.weight.detach(), pbn.bias.detach()
+    ref = (
+        torch.nn.BatchNorm1d(d, eps=eps, momentum=0.1).double().train()
+    )  # running statistics over real tokens
+
+    def batch(scale, shift, pad_from):
+        x = torch.randn(3, 7, d, dtype=torch.float64) * scale + shift
+        mask = torch.ones(3, 7, dtype=torch.bool)
+        mask[1, pad_from:] = False
+        mask[2, pad_from + 2 :] = False
+        x[~mask] = 50.0  # far off: must enter no statistic
+        return x, mask
+
+    x1, m1 = batch(torch.linspace(0.5, 2.0, d), torch.linspace(-1.0, 1.0, d), 3)
+    x2, m2 = batch(torch.linspace(2.0, 0.7, d), torch.linspace(0.8, -0.4, d), 4)
+    # batch 1: the initial statistics (mean 0, variance 1)
+    y1 = pbn(x1, m1)
+    torch.testing.assert_close(y1, x1 / (1 + eps) ** 0.5 * w + b, rtol=0, atol=1e-12)
+    ref(x1[m1])
+    # batch 2: batch 1's masked, biased statistics, computed by hand
+    real1 = x1[m1]  # (n1, d), real tokens only
+    mean1 = real1.sum(0) / real1.shape[0]
+    var1 = ((real1 - mean1) ** 2).sum(0) / real1.shape[0]
+    state = {k: v.clone() for k, v in pbn.state_dict().items()}  # after batch 1
+    y2 = pbn(x2, m2)
+    torch.testing.assert_close(y2, (x2 - mean1) / torch.sqrt(var1 + eps) * w + b, rtol=0, atol=1e-12)
+    fb = F.batch_norm(x2.reshape(-1, d), mean1, var1, w, b, training=False, eps=eps).reshape(x2.shape)
+    torch.testing.assert_close(y2, fb, rtol=0, atol=1e-12)
+    own = F.batch_norm(x2[m2], None, None, w, b, training=True, eps=eps)  # batch 2's own statistics
+    assert (y2[m2] - own).abs().max() > 1e-2  # not what masked BN over its own batch gives
+    ref(x2[m2])
+    torch.testing.assert_close(pbn.running_mean, ref.running_mean, rtol=0, atol=1e-12)
+    torch.testing.assert_close(pbn.running_var, ref.running_var, rtol=0, atol=1e-12)
+    real2 = x2[m2]
+    torch.testing.assert_close(pbn.prev_mean, real2.mean(0), rtol=0, atol=1e-12)
+    torch.testing.assert_close(pbn.prev_var, real2.var(0, unbiased=False), rtol=0, atol=1e-12)
+    # no leak: a later token of batch 2 changed, from the same state, moves no other output
+    after2 = {k: v.clone() for k, v in pbn.state_dict().items()}
+    pbn.load_state_dict(state)
+    x2b = x2.clone()
+    x2b[0, -1] += 3.0
+    y2b = pbn(x2b, m2)
+    keep = torch.ones(3, 7, dtype=torch.bool)
+    keep[0, -1] = False
+    assert torch.equal(y2b[keep], y2[keep]) and not torch.equal(y2b[0, -1], y2[0, -1])
+    pbn.load_state_dict(after2)
+    # eval mode: the running statistics, a per-token map; buffers untouched
+    pbn.eval()
+    ye = pbn(x2, m2)
+    fe = F.batch_norm(x2.reshape(-1, d), ref.running_mean, ref.running_var, w, b, training=False, eps=eps)
+    torch.testing.assert_close(ye, fe.reshape(x2.shape), rtol=0, atol=1e-12)
+    assert all(torch.equal(v, after2[k]) for k, v in pbn.state_dict().items())
 
 
 # ---------------------------------------------------------------------------- PowerNorm
@@ -251,16 +340,94 @@ def test_powernorm_approximate_backward_matches_its_formula():
     assert torch.all(x.grad[~mask] == 0)  # nothing flows into pads
 
 
-def test_grid_validates_and_quick_profile_grid_is_complete():
+def arms(g, part, data=None):
+    """(placement, batch, norm) -> sorted seeds, over one part of a grid."""
+    out = {}
+    for c in g:
+        if c["part"] == part and (data is None or c["data"] == data):
+            out.setdefault((c["placement"], c["batch"], c["norm"]), []).append(c["seed"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_quick_profile_grid_is_the_declared_arms_with_their_null_pairs():
     p = EXP.profiles["quick"]
     g = EXP.grid(p)
-    lm_lines = [c for c in g if c["part"] == "lines"]
-    assert len(lm_lines) == len(p["norms"]) * len(p["batches"]) * len(p["seeds"]) * len(p["placements"])
+    seeds = sorted(p["seeds"])
+    assert arms(g, "lines") == {tuple(a): seeds for a in p["line_arms"]}
+    assert arms(g, "windows") == {tuple(a): seeds for a in p["window_arms"]}
+    assert {c["data"] for c in g if c["part"] == "lines"} == {"lines"}
+    assert {c["data"] for c in g if c["part"] == "windows"} == {"windows"}
     null = [c for c in g if c["part"] == "null"]
-    assert {c["norm"] for c in null} == {"layer"} and len(null) == len(p["batches"]) * len(p["seeds"])
-    assert {c["seed"] for c in null} == {s + 1000 for s in p["seeds"]}
+    assert len(null) == len(p["null_cells"]) * len(seeds) and {c["norm"] for c in null} == {"layer"}
+    assert {(c["data"], c["placement"], c["batch"]) for c in null} == {tuple(x) for x in p["null_cells"]}
+    assert {c["seed"] for c in null} == {s + 1000 for s in seeds}
+    # each null run is its LN arm's config at seed + 1000, nothing else changed
+    by_key = {
+        (c["data"], c["placement"], c["batch"], c["norm"], c["seed"]): c for c in g if c["part"] != "mlp"
+    }
+    for c in null:
+        twin = by_key[(c["data"], c["placement"], c["batch"], "layer", c["seed"] - 1000)]
+        assert {**twin, "part": "null", "seed": c["seed"]} == c
+    assert "inv_T0" not in by_key[("windows", "pre", 4, "layer", 0)]  # no probes on windows
+    assert len([c for c in g if c["part"] == "mlp"]) == len(seeds)
     assert not any("kind" in c for c in g)
+
+
+def test_default_profile_has_small_batch_post_norm_window_arms_and_a_null_pair_per_compared_ln_cell():
+    p = EXP.profiles["default"]
+    g = EXP.grid(p)
+    ln, win = arms(g, "lines"), arms(g, "windows")
+    assert len(p["seeds"]) == len(set(p["seeds"])) == 5 and p["steps"] >= 1500
+    assert all(s == sorted(p["seeds"]) for s in [*ln.values(), *win.values()])
+    assert {("pre", 2, n) for n in NORMS} <= set(ln)  # a genuinely small batch: 2 lines, every norm
+    big = max(b for _, b, _ in ln)
+    assert big >= 16 and {("pre", big, n) for n in NORMS} <= set(ln)  # (c) has its two batch sizes
+    assert {("post", big, n) for n in ("layer", "batch", "batch_masked")} <= set(ln)  # the anchors' placement
+    for pl in ("pre", "post"):  # (b) and (d) on windows at both placements
+        assert {(pl, big, "layer"), (pl, big, "batch_masked")} <= set(win)
+    assert ("pre", big, "batch_prev") in win
+    # every cell where LN is compared with another arm has its null pair
+    compared = {
+        (data, pl, b)
+        for data, a in (("lines", ln), ("windows", win))
+        for pl, b, n in a
+        if n != "layer" and (pl, b, "layer") in a
+    }
+    assert {("lines", "pre", 2), ("lines", "post", big), ("windows", "post", big)} <= compared
+    null = {(c["data"], c["placement"], c["batch"]) for c in g if c["part"] == "null"}
+    assert compared <= null
+    assert {c["seed"] for c in g if c["part"] == "null"} == {s + 1000 for s in p["seeds"]}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"line_arms": [["mid", 4, "layer"]]},  # placement
+        {"line_arms": [["pre", 0, "layer"]]},  # batch
+        {"line_arms": [["pre", 2.5, "layer"]]},
+        {"line_arms": [["pre", 4]]},  # not [placement, batch, norm]
+        {"window_arms": [["pre", 4, "group"]]},  # unknown norm
+        {"line_arms": [["pre", 4, "layer"], ["pre", 4, "batch"], ["pre", 4, "layer"]]},  # declared twice
+        {"null_cells": [["lines", "post", 2]]},  # a null cell without an LN arm: no such cell
+        {"null_cells": [["windows", "pre", 2]]},  # on lines only
+        {"window_arms": [["pre", 4, "batch_masked"]], "null_cells": [["windows", "pre", 4]]},  # BN only there
+        {"pad_fracs": [0.99]},
+    ],
+)
+def test_grid_rejects_bad_arms_null_cells_and_pad_fractions(change):
     from tfclaims.config import ConfigError
 
+    EXP.grid({**EXP.profiles["quick"], "null_cells": []})  # the quick profile itself is fine
     with pytest.raises(ConfigError):
-        EXP.grid({**p, "pad_fracs": [0.99]})
+        EXP.grid({**EXP.profiles["quick"], **change})
+
+
+@pytest.mark.parametrize("name", ["quick", "default", "full"])
+def test_every_profile_grid_builds_with_ln_only_null_pairs(name):
+    p = EXP.profiles[name]
+    g = EXP.grid(p)
+    null = [c for c in g if c["part"] == "null"]
+    assert null and {c["norm"] for c in null} == {"layer"}
+    assert len(g) == (len(p["line_arms"]) + len(p["window_arms"]) + len(p["null_cells"]) + 1) * len(
+        p["seeds"]
+    )

@@ -27,31 +27,60 @@ from .powernorm import PowerNorm
 from .threads import intra_op_threads
 from .train import lr_at, make_optimizer, train_lm
 
-NORMS = ("layer", "batch", "batch_masked", "power")
+NORMS = ("layer", "batch", "batch_masked", "batch_prev", "power")
 LM_KEYS = ("d_model", "n_layers", "n_heads", "steps", "lr", "warmup", "min_len", "max_len", "seq_len",
            "n_val_lines", "eval_batch", "stat_every", "threads")  # fmt: skip
 INV_KEYS = ("inv_T0", "inv_K", "inv_neighbours", "inv_draws", "pad_fracs")
 
 
 # ---------------------------------------------------------------------------- models and data
+class PrevBatchNorm(TokenBatchNorm):
+    """Leak-free batch statistics: in training, every position is normalised with the statistics of the previous
+    training batch (real tokens only), so no output depends on the other positions of its own batch, later tokens
+    included; the normaliser still comes from batches (noisy, batch-dependent) and still feeds the running
+    statistics that eval mode uses. The first batch sees the initial statistics (mean 0, variance 1)."""
+
+    def __init__(self, d: int, eps: float = 1e-5, momentum: float = 0.1):
+        super().__init__(d, eps, momentum, masked=True)
+        self.register_buffer("prev_mean", torch.zeros(d))
+        self.register_buffer("prev_var", torch.ones(d))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if not self.training:
+            return super().forward(x, mask)
+        y = (x - self.prev_mean) * torch.rsqrt(self.prev_var + self.eps) * self.weight + self.bias
+        with torch.no_grad():
+            mean, var, n = self.batch_stats(x.detach(), mask)
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * n / max(n - 1, 1), self.momentum)
+            self.prev_mean.copy_(mean)
+            self.prev_var.copy_(var)
+        self.last_stats = (mean, var)
+        return y
+
+
 def build_lm(cfg: dict, vocab: int) -> LM:
-    """The LM with cfg['norm'] everywhere; PowerNorm (not a ModelConfig norm) replaces LayerNorms after init."""
-    power = cfg["norm"] == "power"
+    """The LM with cfg['norm'] everywhere; PowerNorm and PrevBatchNorm (not ModelConfig norms) replace the
+    norms after init."""
+    swap = cfg["norm"] in ("power", "batch_prev")
     mc = ModelConfig(
         vocab_size=vocab, d_model=cfg["d_model"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
-        placement=cfg["placement"], norm="layer" if power else cfg["norm"],
+        placement=cfg["placement"], norm="layer" if swap else cfg["norm"],
         max_seq_len=max(cfg["max_len"] - 1, cfg["seq_len"]),
     )  # fmt: skip
     model = LM(mc)
-    if power:  # as the authors: group scaling over head-sized groups, PowerNorm warm-up = the lr warm-up
+    if swap:
 
-        def pn():
+        def make():
+            if cfg["norm"] == "batch_prev":
+                return PrevBatchNorm(cfg["d_model"])
+            # as the authors: group scaling over head-sized groups, PowerNorm warm-up = the lr warm-up
             return PowerNorm(cfg["d_model"], group_num=cfg["n_heads"], warmup_iters=cfg["warmup"])
 
         for blk in model.blocks:
-            blk.norm1, blk.norm2 = pn(), pn()
+            blk.norm1, blk.norm2 = make(), make()
         if model.stack.final_norm is not None:
-            model.stack.final_norm = pn()
+            model.stack.final_norm = make()
     return model
 
 
