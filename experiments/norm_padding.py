@@ -44,13 +44,14 @@ def _arms(p, key) -> list[tuple[str, int, str]]:
             isinstance(a, (list, tuple))
             and len(a) == 3
             and a[0] in ("pre", "post")
-            and int(a[1]) == a[1]
+            and isinstance(a[1], int)
+            and not isinstance(a[1], bool)
             and a[1] >= 1
         ):
             raise ConfigError(f"{key}: each arm is [placement (pre or post), batch ≥ 1, norm], got {a!r}")
         if a[2] not in NORMS:
             raise ConfigError(f"{key}: unknown norm {a[2]!r}; choose from {NORMS}")
-        arms.append((a[0], int(a[1]), a[2]))
+        arms.append((a[0], a[1], a[2]))
     if len(set(arms)) != len(arms):
         raise ConfigError(f"{key}: an arm is declared twice")
     return arms
