@@ -242,7 +242,7 @@ class LabelSmoothing(Experiment):
                     a,
                     {f"{lab}, train": rs},
                     value=lambda m: [q["train_nll"] for q in m["probes"]],
-                    styles={f"{lab}, train": {"ls": "--", "color": col}},
+                    styles={f"{lab}, train": {"ls": "--", "color": col, "marker": "s", "mfc": "white"}},
                 )
                 plot_curves(
                     a,
@@ -270,11 +270,11 @@ class LabelSmoothing(Experiment):
             c.set_title(f"{regime}: calibration error")
             for ax in (a, b, c):
                 ax.set_xlabel("training step")
-                ax.legend(fontsize=6.5)
+                ax.legend(fontsize=6.5, handlelength=3.2)  # long enough handles to show the dashes
         out.figure(
             "curves",
             fig,
-            f"Per regime (rows: whole training text; small slice of {p['subset_chars']:,} characters): unsmoothed training and validation loss, validation accuracy and ECE during training for each ε (training loss dashed); mean and 95% band over {len(p['seeds'])} seeds.",
+            f"Per regime (rows: whole training text; small slice of {p['subset_chars']:,} characters): unsmoothed training and validation loss, validation accuracy and ECE during training for each ε (training loss dashed with open squares, validation solid with dots); mean and 95% band over {len(p['seeds'])} seeds.",
         )
 
     def plot_reliability(self, runs, p, out):

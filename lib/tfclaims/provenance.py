@@ -27,6 +27,8 @@ from .config import ConfigError
 from .experiment import Experiment
 
 PKG_DIR = Path(__file__).resolve().parent
+# Where the project is published: CITATION.cff's repository-code and the figures' URLs (a test keeps them equal).
+REPOSITORY = "https://github.com/tfclaims/tfclaims"
 # Modules that shape analysis, files or the command line, never a run's numbers.
 ANALYSIS_ONLY = {
     "plotting",
@@ -35,6 +37,8 @@ ANALYSIS_ONLY = {
     "comparison",
     "tables",
     "report",
+    "forest",
+    "bibtex",
     "runner",
     "provenance",
     "experiment",

@@ -1,0 +1,293 @@
+"""The report: the summary forest plot, badges and collapsed tables, honest provenance, BibTeX that
+compiles with a real LaTeX toolchain, a CITATION.cff that validates, and the committed page checked in a
+real browser (Chromium) for broken images, broken anchors and horizontal overflow."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tfclaims.bibtex import figure_entry, latex_escape, render_bib
+from tfclaims.forest import forest_rows, plot_forest
+from tfclaims.provenance import REPOSITORY
+from tfclaims.registry import REPO_ROOT
+from tfclaims.report import LONG_TABLE, _blocks, _seeds, claim_scale, render_html, render_md
+
+COMMITTED_BIB = REPO_ROOT / "report" / "figures.bib"
+COMMITTED_HTML = REPO_ROOT / "report" / "index.html"
+
+
+def _cmp(i, diff, lo=None, hi=None, p=None, margin=None, noise=None, decision="b_better", metric="val loss"):
+    return {
+        "id": i, "metric": metric, "arm_a": "a", "arm_b": "b", "diff": diff, "ci_low": lo, "ci_high": hi, "p": p,
+        "margin": margin, "noise": noise, "decision": decision, "test": "paired t", "n": 5, "better": "lower",
+    }  # fmt: skip
+
+
+def _result(
+    tmp_path, commit="0123456789abcdef0123-dirty", n_cmp=3, caption="Loss 50% lower; σ_x ≈ √d & {x}_1"
+):
+    cid = "toy_claim"
+    d = tmp_path / "results" / cid
+    (d / "runs").mkdir(parents=True)
+    (d / "figures").mkdir()
+    (d / "figures" / "curves.png").write_bytes(b"\x89PNG fake")
+    (d / "figures" / "curves.svg").write_text("<svg/>")
+    (d / "comparisons.csv").write_text("id\n")
+    runs = []
+    for s in (0, 1, 2, 1000):
+        rid = f"r{s}"
+        runs.append(rid)
+        rec = {
+            "config": {"steps": 100, "batch": 8, "seq_len": 16},
+            "metrics": {"train_loss": [1.0], "n_params": 5000},
+        }
+        (d / "runs" / f"{rid}.json").write_text(json.dumps(rec))
+    cmps = [
+        _cmp(f"c{i}", -0.1 * (i + 1), -0.2 * (i + 1), -0.05, p=0.01 / (i + 1), noise=0.05)
+        for i in range(n_cmp)
+    ]
+    return {
+        "claim_id": cid, "title": "A toy claim", "statement": "Toys are fun.", "notes_say": "toys", "verdict": "mixed",
+        "summary": "Part holds.", "key_number": "−0.1 nats", "rule": "b < a", "profile": "default", "device": "cpu",
+        "device_name": "x86_64", "seeds": [0, 1, 2, 1000], "n_runs": 4, "versions": {"torch": "2.13.0"},
+        "git_commit": commit, "code_hash": "abc", "config_hash": "def", "run_ids": runs, "finished_at": "2026-11-23T00:00",
+        "sub_verdicts": [
+            {"name": "A. first", "verdict": "supported", "detail": "d", "comparisons": [c["id"] for c in cmps]},
+            {"name": "B. second", "verdict": "refuted", "detail": "d", "comparisons": []},
+        ],
+        "comparisons": cmps, "noise_floor": [],
+        "figures": {f"fig-{cid}-curves": {"png": "figures/curves.png", "svg": "figures/curves.svg", "caption": caption}},
+        "tables": [],
+    }  # fmt: skip
+
+
+# --- forest plot -------------------------------------------------------------------------------------
+
+
+def test_forest_rows_pick_the_deciding_comparison_and_scale_by_threshold():
+    res = {
+        "claim_id": "c",
+        "verdict": "mixed",
+        "sub_verdicts": [
+            {"name": "margin", "verdict": "supported", "comparisons": ["m1", "m2"]},
+            {"name": "noise", "verdict": "refuted", "comparisons": ["n1"]},
+            {"name": "ci only", "verdict": "inconclusive", "comparisons": ["c1"]},
+            {"name": "exact", "verdict": "supported", "comparisons": ["e1"]},
+            {"name": "none", "verdict": "inconclusive", "comparisons": []},
+            {"name": "excluded", "verdict": "inconclusive", "comparisons": ["x1"]},
+        ],
+        "comparisons": [
+            _cmp("m1", 0.5, 0.1, 0.9, p=0.04, margin=0.25),
+            _cmp("m2", 1.0, 0.8, 1.2, p=0.001, margin=0.25, noise=0.05),  # smaller p: the deciding one
+            _cmp("n1", 0.3, 0.2, 0.4, p=0.01, noise=0.1),
+            _cmp("c1", 2.0, 1.0, 3.0, p=0.02),
+            {**_cmp("e1", 0.0), "test": "exact"},
+            _cmp("x1", 0.1, -0.1, 0.3, p=0.5, noise=0.2, decision="excluded"),
+        ],
+    }
+    rows = forest_rows([res])
+    assert [r.header for r in rows] == [True] + [False] * 6 and rows[0].verdict == "mixed"
+    m, n, c, e, none, x = rows[1:]
+    assert m.unit == "margin" and (m.x, m.lo, m.hi) == pytest.approx((4.0, 3.2, 4.8)) and m.margin == 1.0
+    assert m.noise == pytest.approx(0.2)
+    assert (
+        n.unit == "noise floor"
+        and n.x == pytest.approx(3.0)
+        and n.noise == pytest.approx(1.0)
+        and n.margin is None
+    )
+    assert c.unit == "CI half-width" and (c.x, c.lo, c.hi) == pytest.approx((2.0, 1.0, 3.0))
+    assert e.x is None and e.text.startswith("0")  # an exact check has no interval to scale by
+    assert none.x is None and none.text == "no numeric comparison"
+    assert x.excluded and x.verdict == "inconclusive"
+
+
+def test_plot_forest_writes_png_and_svg(tmp_path):
+    rows = forest_rows([_result(tmp_path)])
+    png, svg = plot_forest(rows, tmp_path / "fig")
+    assert png.stat().st_size > 5000 and svg.read_text().startswith("<?xml")
+
+
+# --- report blocks -----------------------------------------------------------------------------------
+
+
+def test_report_leads_with_verdict_figure_and_comparisons(tmp_path):
+    res = _result(tmp_path, n_cmp=LONG_TABLE + 2)
+    md = render_md(
+        _blocks([res], tmp_path / "results", tmp_path / "report", summary_fig="figures/summary.png")
+    )
+    sec = md[md.index('<a id="toy_claim">') :]
+    order = [sec.index(s) for s in ("**Verdict: mixed.**", "![Figure 1", "### Sub-verdicts", "Comparisons (", "### Pre-registered rule")]  # fmt: skip
+    assert order == sorted(order)
+    assert "<details><summary>Comparisons (10 rows)</summary>" in sec  # long: collapsed, its CSV linked
+    assert "[`results/toy_claim/comparisons.csv`](../results/toy_claim/comparisons.csv)" in sec
+    assert "🟠 **mixed**" in md and "how to read" in md.lower() and "**excluded**" in md
+    top = md[: md.index('<a id="toy_claim">')]
+    assert "5k params, 100 steps, 12.8k tokens/run" in top and "3 (0–2) + 1 null-pair" in top
+
+
+def test_short_tables_stay_open(tmp_path):
+    md = render_md(_blocks([_result(tmp_path, n_cmp=2)], tmp_path / "results", tmp_path / "report"))
+    assert "### Comparisons" in md and "<details><summary>Comparisons" not in md
+
+
+def test_html_badges_scrolling_tables_and_details(tmp_path):
+    page = render_html(
+        _blocks([_result(tmp_path, n_cmp=LONG_TABLE + 1)], tmp_path / "results", tmp_path / "report")
+    )
+    assert '<span class="badge" style="background:#ef6c00">mixed</span>' in page
+    assert page.count("<table>") == page.count('<div class="scroll"><table>') > 0
+    assert "<details><summary>Comparisons (9 rows)</summary>" in page
+
+
+def test_dirty_commit_is_printed_as_dirty(tmp_path):
+    res = _result(tmp_path)
+    md = render_md(_blocks([res], tmp_path / "results", tmp_path / "report"))
+    assert "`0123456789ab-dirty` (uncommitted changes)" in md
+    bib = render_bib([res], tmp_path / "results", REPOSITORY)
+    assert "commit 0123456789ab-dirty (uncommitted changes in the working tree)" in bib
+    clean = render_bib(
+        [_result(tmp_path / "c", commit="0123456789abcdef")], tmp_path / "c" / "results", REPOSITORY
+    )
+    assert "commit 0123456789ab;" in clean and "dirty" not in clean
+
+
+def test_claim_scale_without_training_runs(tmp_path):
+    res = _result(tmp_path)
+    for f in (tmp_path / "results" / "toy_claim" / "runs").glob("*.json"):
+        f.write_text(json.dumps({"config": {"n": 4}, "metrics": {"seconds": 1.0}}))
+    assert claim_scale(tmp_path / "results", res) == "no training (measures or counts)"
+    assert _seeds({"seeds": [0, 1]}) == "2 (0, 1)" and _seeds({"seeds": []}) == "—"
+
+
+# --- BibTeX ------------------------------------------------------------------------------------------
+
+
+def test_latex_escape_specials_and_symbols():
+    assert latex_escape("50% of a_b & #1 {x} $y ~z ^w \\") == (
+        r"50\% of a\_b \& \#1 \{x\} \$y \textasciitilde{}z \textasciicircum{}w \textbackslash{}"
+    )
+    assert latex_escape("ε σ Σ ω √d × n²") == r"$\epsilon$ $\sigma$ $\Sigma$ $\omega$ $\surd$d $\times$ n$^2$"
+    assert latex_escape("café ☃") == "cafe "  # accents fall back to ASCII; symbols with no base go
+    with pytest.raises(ValueError):
+        figure_entry("bad key {", "t", "u", "2026", "n")
+
+
+def _needs(*tools: str):
+    """Skip where a tool is missing, unless CI asked for every tool (TFCLAIMS_REQUIRE_TOOLS=1): then fail."""
+    missing = [t for t in tools if not shutil.which(t)]
+    if missing and os.environ.get("TFCLAIMS_REQUIRE_TOOLS"):
+        pytest.fail(f"{', '.join(missing)} not installed, and TFCLAIMS_REQUIRE_TOOLS is set")
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed")
+
+
+def _bib_entries(text: str):
+    from pybtex.database import parse_string
+
+    return parse_string(text, "bibtex").entries
+
+
+def test_synthetic_bib_parses_and_keeps_captions_out(tmp_path):
+    res = _result(tmp_path)
+    bib = render_bib([res], tmp_path / "results", REPOSITORY)
+    assert bib.isascii()
+    (key, entry), *_ = _bib_entries(bib).items()
+    assert key == "fig-toy_claim-curves" and entry.fields["title"] == "{A toy claim: figure curves}"
+    assert entry.fields["url"] == f"{REPOSITORY}/blob/main/results/toy_claim/figures/curves.png"
+    assert "SHA-256" in entry.fields["note"] and "50%" not in bib  # the caption stays in the report
+
+
+def test_committed_bib_parses_with_a_url_and_commit_per_entry():
+    text = COMMITTED_BIB.read_text()
+    entries = _bib_entries(text)
+    assert text.isascii() and len(entries) == text.count("@misc{") > 15
+    for key, e in entries.items():
+        assert key.startswith("fig-") and e.fields["url"].startswith(REPOSITORY)
+        assert re.search(r"commit [0-9a-f]{12}", e.fields["note"]) and len(e.fields["title"]) < 120
+
+
+def test_committed_bib_compiles_with_latex_and_bibtex(tmp_path):
+    _needs("pdflatex", "bibtex")
+    shutil.copy(COMMITTED_BIB, tmp_path / "figures.bib")
+    (tmp_path / "doc.tex").write_text(
+        "\\documentclass{article}\n\\usepackage{url}\n\\begin{document}\nAll figures: \\nocite{*}\n"
+        "\\bibliographystyle{plain}\n\\bibliography{figures}\n\\end{document}\n"
+    )
+    latex = ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"]
+    for cmd in (latex, ["bibtex", "doc"], latex, latex):
+        out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout[-3000:]
+    log, blg = (tmp_path / "doc.log").read_text(errors="replace"), (tmp_path / "doc.blg").read_text()
+    assert not re.search(r"^! ", log, re.M) and "undefined" not in log.lower()
+    assert "error" not in blg.lower() and "Warning--" not in blg
+    n = len(_bib_entries(COMMITTED_BIB.read_text()))
+    assert (tmp_path / "doc.bbl").read_text().count("\\bibitem") == n
+
+
+# --- CITATION.cff ------------------------------------------------------------------------------------
+
+
+def test_citation_cff_validates_and_matches_the_project():
+    cff = REPO_ROOT / "CITATION.cff"
+    exe = Path(shutil.which("cffconvert") or Path(__import__("sys").executable).with_name("cffconvert"))
+    out = subprocess.run([str(exe), "--validate", "-i", str(cff)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = cff.read_text()
+    version = re.search(r'^version = "([^"]+)"', (REPO_ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    assert f'repository-code: "{REPOSITORY}"' in text and f"version: {version}" in text
+    assert re.search(r"^date-released: \d{4}-\d{2}-\d{2}$", text, re.M)
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "CITATION.cff" in readme and "figures.bib" in readme and "@misc{" in readme
+
+
+# --- the committed report in a real browser ----------------------------------------------------------
+
+CHECK = """<script>
+window.addEventListener('load', () => {
+  const imgs = [...document.images];
+  const ids = new Set([...document.querySelectorAll('[id]')].map(e => e.id));
+  const out = {
+    n_images: imgs.length,
+    broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src')),
+    bad_anchors: [...document.querySelectorAll('a[href^="#"]')].map(a => decodeURIComponent(a.getAttribute('href').slice(1))).filter(h => !ids.has(h)),
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+    width: window.innerWidth,
+  };
+  const pre = document.createElement('pre'); pre.id = 'browser-check'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_committed_report_renders_in_chromium(tmp_path):
+    _needs("chromium")
+    page = COMMITTED_HTML.read_text()
+    # the page as committed, with a probe appended, opened from a folder beside a link to results/
+    (tmp_path / "report").mkdir()
+    (tmp_path / "results").symlink_to(REPO_ROOT / "results")
+    (tmp_path / "report" / "figures").symlink_to(REPO_ROOT / "report" / "figures")
+    (tmp_path / "report" / "index.html").write_text(page.replace("</body>", CHECK + "</body>"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,900", "--virtual-time-budget=20000"]  # fmt: skip
+    out = subprocess.run(
+        [shutil.which("chromium"), *flags, "--dump-dom", (tmp_path / "report" / "index.html").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    m = re.search(r'<pre id="browser-check">(.*?)</pre>', out.stdout, re.S)
+    assert m, out.stderr[-2000:]
+    check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert check["width"] == 1280 and check["n_images"] == page.count("<img ") > 15
+    assert check["broken"] == [] and check["bad_anchors"] == []
+    assert check["overflow"] <= 0, f"the page is {check['overflow']} px wider than the window"
+    # every link to a file (figures as SVG, tables as CSV) points at a file that exists
+    for href in re.findall(r'href="([^"#:]+)"', page):
+        assert (COMMITTED_HTML.parent / href).resolve().exists(), href
