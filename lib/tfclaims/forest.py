@@ -63,7 +63,7 @@ def _row(claim: str, sub: dict, cmp: dict | None) -> Row:
         scale, unit = None, ""
     ci = f" [{_fmt(lo)}, {_fmt(hi)}]" if lo is not None and hi is not None and hi > lo else ""
     floor = f", floor ±{_fmt(noise)}" if noise else ""
-    text = f"{_fmt(diff)}{ci}{floor} · {_short(cmp.get("metric", ""), 30)}"
+    text = f"{_fmt(diff)}{ci}{floor} · {_short(cmp.get('metric', ''), 30)}"
     if scale is None:
         return Row(label, sub["verdict"], text=text, excluded=cmp.get("decision") == "excluded")
     return Row(
