@@ -26,6 +26,7 @@ COLOR = {"layer": "C0", "batch": "C3", "batch_masked": "C1", "batch_prev": "C4",
 MARGIN = 0.02  # nats/char: TOST margin of every loss comparison ("no difference" only within ±MARGIN)
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
 NULL_OFFSET = 1000
+YCUT = 5.0  # nats/char: top of the training-loss axis (the unigram level is about 3.3)
 INVARIANT = 1e-10  # float64 relative change that counts as "unchanged" (rounding is ~1e-15)
 DEPENDENT = 1e-4  # relative change that counts as a real dependence
 FLUCT_FACTOR = 2.0  # "fluctuates much more": above 2x the control's multiple of i.i.d. sampling noise
@@ -657,8 +658,12 @@ def plot_quality(qdf, lines, p, out):
                 a.scatter([x] * len(g), g.eval_mixed, s=8, color=COLOR[n], alpha=0.4)
                 a.scatter(x, mean_ci(g.train_mixed).mean, marker="_", s=80, color=COLOR[n])
                 b.bar(x, gap.mean, width=width * 0.9, color=COLOR[n], yerr=gap.half_width, capsize=2, label=lab)  # fmt: skip
-        for ax in (a, b):
-            ax.set_xticks(range(len(p["batches"])), [f"batch {bs} lines" for bs in p["batches"]])
+        present = [
+            j for j, bs in enumerate(p["batches"]) if not ok[(ok.placement == pl) & (ok.batch == bs)].empty
+        ]
+        for ax in (a, b):  # ticks only where this placement has arms
+            ax.set_xticks(present, [f"batch {p['batches'][j]} lines" for j in present])
+            ax.set_xlim(min(present) - 0.6, max(present) + 0.6)
         a.set(ylabel="validation loss (nats/char)", title=f"Eval-mode loss, {pl}-norm (dots: seeds; dash: train mode)")  # fmt: skip
         a.legend(fontsize=7)
         b.axhline(0, color="k", lw=0.7)
@@ -679,9 +684,12 @@ def plot_quality(qdf, lines, p, out):
             cis = [mean_ci(curves[:, j]) for j in range(curves.shape[1])]
             band(ax, x, [c.mean for c in cis], [c.lo for c in cis], [c.hi for c in cis], label=LABEL[n], color=COLOR[n], marker=None)  # fmt: skip
         ax.set(xlabel="training step", ylabel="training loss (nats/char, moving average)", title=f"Training loss, batch {bs} lines ({pls[0]}-norm)")  # fmt: skip
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(max(lo, 1.5), min(hi, YCUT))  # a single seed's loss spike would flatten every other curve
         ax.legend(fontsize=7)
     out.figure("training", fig, f"Training loss on padded lines (train mode, batch statistics), moving average, mean and 95% band over "
-               f"{len(p['seeds'])} seeds, per norm and batch size.")  # fmt: skip
+               f"{len(p['seeds'])} seeds, per norm and batch size; the axis stops at {YCUT:g} nats/char, so a loss spike of one seed "
+               "runs off the top.")  # fmt: skip
 
 
 if __name__ == "__main__":
