@@ -12,18 +12,21 @@ import torch
 from tfclaims import evidence as ev
 from tfclaims.comparison import plot_curves
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.norm_timing import AA, IMPLS, norm_alone, step_timing
+from tfclaims.norm_timing import AA, FUSED, IMPLS, norm_alone, step_timing
 from tfclaims.norm_variants import VARIANTS
 from tfclaims.small_lm import model_config, run_fields, train_profile, train_small
 
 QUALITY_MARGIN = 0.05  # nats/char: |Δ final val loss| within this is "the same quality" (TOST)
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
 NULL_OFFSET = 1000  # the null pair: LayerNorm rerun at seed s + NULL_OFFSET
-FAMILIES = {"built-in": ("layer", "rms"), "eager": ("eager_layer", "eager_rms")}
+FAMILIES = {"built-in": ("layer", "rms"), "eager": ("eager_layer", "eager_rms"), "fused": FUSED}
+# The algorithm is judged like with like; the built-in pair is a finding about PyTorch's kernels on the device.
+ALGORITHM = ("alone eager", "alone fused", "step eager")
 SUB = {
-    "alone built-in": "Norm alone, built-in functions: RMSNorm faster",
+    "alone built-in": "Norm alone, built-in functions: RMSNorm faster (PyTorch's kernels; not counted)",
     "alone eager": "Norm alone, eager formulas: RMSNorm faster",
-    "step built-in": "Whole training step faster with RMSNorm (built-in)",
+    "alone fused": "Norm alone, fused by torch.compile: RMSNorm faster",
+    "step built-in": "Whole training step faster with RMSNorm (built-in; not counted)",
     "step eager": "Whole training step faster with RMSNorm (eager formulas)",
     "quality": "Same validation loss",
 }
@@ -36,6 +39,8 @@ def norm_alone_grid(p: dict) -> list[dict]:
             "tokens": p["tokens"],
             "repeats": p["repeats"],
             "threads": p["threads"],
+            "fused": p["fused"],
+            "bw_bytes": p["bw_bytes"],
             "seed": 0,
         }
     ]
@@ -138,9 +143,12 @@ class RMSNormSpeed(Experiment):
     method = (
         "(1) Norm alone: forward+backward time (torch.autograd.grad, no accumulation) of LayerNorm vs RMSNorm over widths at "
         "a fixed number of tokens, for PyTorch's built-in functions `F.layer_norm` and `F.rms_norm` (what the library's layers, "
-        "`torch.nn.LayerNorm` and `torch.nn.RMSNorm`, call) and for the standard formulas written in eager elementwise ops; "
-        "the four, and the built-in LayerNorm a second time under another name (an A/A pair), are timed interleaved round by "
-        "round. The kernels each one runs (forward and backward apart) are read from torch's profiler: the computing aten ops "
+        "`torch.nn.LayerNorm` and `torch.nn.RMSNorm`, call), for the standard formulas written in eager elementwise ops, and "
+        "for those formulas fused by `torch.compile` (one generated kernel per direction); all six, and the built-in "
+        "LayerNorm a second time under another name (an A/A pair), are timed interleaved round by round. Each time is also "
+        "read as achieved bandwidth: the compulsory bytes of a forward+backward (x read twice, y written, the output "
+        "gradient read, the input gradient written: 5 × tokens × d × 4 bytes) over the time, against the bandwidth of a "
+        "large copy measured before and after (both norms are memory-bound). The kernels each one runs (forward and backward apart) are read from torch's profiler: the computing aten ops "
         "that call no other computing op, which shows whether one fused kernel ran or a composite of elementwise ones. "
         "(2) Whole training step (forward, loss, backward, AdamW) of the character LM with each of the four norms (and the "
         "built-in LayerNorm step again, A/A), interleaved; the norms' share of the step estimated as (2L+1) × the norm-alone "
@@ -150,26 +158,33 @@ class RMSNormSpeed(Experiment):
         "learned-at-all guard and a null pair (LayerNorm rerun at seeds s + 1000)."
     )
     rule = (
+        "Like with like: the algorithm is judged by eager formulas against eager formulas and by fused (torch.compile) "
+        "against fused; PyTorch's built-in functions are compared too, but as a finding about its kernels on the device "
+        "(on the CPU, torch 2.13's RMSNorm is composite where its LayerNorm is one fused kernel), not counted in the verdict. "
         "Timing: each cell compares log t_RMS − log t_LN (the log of the time ratio), paired over interleaved rounds "
         "(paired t-test), Holm-corrected across the cells (widths, or model sizes) of a sub-verdict, beside an A/A noise "
-        "floor (the built-in LayerNorm callable timed twice in the same interleaved call). Norm alone (built-in functions, "
-        "which the library uses; the eager formulas are a separate sub-verdict under the same rule): the verdict ladder with "
+        "floor (the built-in LayerNorm callable timed twice in the same interleaved call). Norm alone, per family (built-in, "
+        "eager, fused), each its own sub-verdict: the verdict ladder with "
         "'RMSNorm faster' claimed at every width: supported if RMSNorm is significantly faster at every width, refuted if "
         "LayerNorm is significantly faster at every width, mixed if each holds at some width, otherwise inconclusive. Whole "
-        "step: the same ladder over model sizes (built-in; eager a separate sub-verdict). Quality: final validation loss "
+        "step: the same ladder over model sizes, built-in and eager apart. Quality: final validation loss "
         f"RMS − LN paired over seeds, declared margin ±{QUALITY_MARGIN} nats/char; a run learned iff its final validation "
         f"loss is at least {LEARN_MARGIN} nats below the unigram cross-entropy (a comparison where neither arm learned in "
         "any seed is excluded); supported if TOST shows equivalence within the margin or RMSNorm is significantly lower, "
         "refuted if LayerNorm is significantly lower without equivalence, otherwise inconclusive (minimum detectable effect "
         "stated); the null pair (LayerNorm at seeds s + 1000) is shown beside it. Overall (the claim is a conjunction: "
-        "cheaper and as good): speed = built-in norm alone and whole step combined (both supported → supported, both "
-        "refuted → refuted, one of each or a mixed one → mixed, otherwise inconclusive); refuted if speed or quality is "
+        "cheaper and as good): speed = norm alone eager, norm alone fused and whole step eager combined (all supported → "
+        "supported, all refuted → refuted, supported beside refuted or any mixed → mixed, otherwise inconclusive); refuted if speed or quality is "
         "refuted, else mixed if either is mixed, supported if both are supported, otherwise inconclusive."
     )
     profiles = {
-        "quick": train_profile("quick", widths=[64, 128], tokens=256, repeats=2, step_models=[[32, 1, 2]], step_batch=4, step_seq=16, step_repeats=2, threads=1),
-        "default": train_profile("default", widths=[64, 128, 256, 512, 1024, 2048], tokens=4096, repeats=15, step_models=[[64, 2, 4], [256, 4, 8]], step_batch=8, step_seq=64, step_repeats=10, threads=1),
-        "full": train_profile("full", widths=[64, 256, 1024, 4096, 8192], tokens=16384, repeats=50, step_models=[[256, 4, 8], [1024, 12, 16]], step_batch=32, step_seq=256, step_repeats=30, threads=0),
+        # quick leaves out the fused family: compiling takes longer than the whole quick profile may
+        "quick": train_profile("quick", widths=[64, 128], tokens=256, repeats=2, fused=False, bw_bytes=1 << 22, step_models=[[32, 1, 2]], step_batch=4, step_seq=16, step_repeats=2, threads=1),
+        # quality: 8 seeds, 800 steps (the 180-step recipe's seed spread, ±0.48 nats, could not show ±0.05)
+        "default": train_profile("default", widths=[64, 128, 256, 512, 1024, 2048], tokens=4096, repeats=20, fused=True, bw_bytes=1 << 27, step_models=[[64, 2, 4], [256, 4, 8]], step_batch=8, step_seq=64, step_repeats=20, threads=1,
+                                 steps=800, eval_every=200, eval_batches=16, seeds=[0, 1, 2, 3, 4, 5, 6, 7]),
+        "full": train_profile("full", widths=[64, 256, 1024, 4096, 8192], tokens=16384, repeats=50, fused=True, bw_bytes=1 << 30, step_models=[[256, 4, 8], [1024, 12, 16]], step_batch=32, step_seq=256, step_repeats=30, threads=0,
+                              seeds=[0, 1, 2, 3, 4, 5, 6, 7]),
     }  # fmt: skip
     parts = (
         Part("norm_alone", norm_alone_grid, norm_alone),
@@ -193,11 +208,17 @@ class RMSNormSpeed(Experiment):
             ("step", f"d{r['config']['d_model']}-L{r['config']['n_layers']}", r["metrics"]["step"])
             for r in steps
         ]
+        impls = micro.get("impls", list(IMPLS))
+        fams = {
+            "alone": [f for f, pair in FAMILIES.items() if set(pair) <= set(impls)],
+            "step": ["built-in", "eager"],
+        }
         for place, cell, t in cells:
             aa = timing_pair(f"aa:{place}-{cell}", t, "layer", AA, metric=f"log time, {place} (A/A)",
                              sub_claim="noise floor (A/A timing)")  # fmt: skip
             floors.append(aa)
-            for fam, (ln, rms) in FAMILIES.items():
+            for fam in fams[place]:
+                ln, rms = FAMILIES[fam]
                 key = f"{place} {fam}"
                 c = timing_pair(
                     f"{place}-{fam}:{cell}",
@@ -230,7 +251,7 @@ class RMSNormSpeed(Experiment):
         (q,) = ev.with_noise([q], [floor])
         qual_v, qual_detail = quality_verdict(q)
 
-        mdf, sdf = self.timing_tables(micro, steps, fam_cmps, p, out)
+        mdf, sdf = self.timing_tables(micro, steps, fam_cmps, fams["alone"], p, out)
         kdf = self.describe_kernels(micro)
         out.table("kernels", kdf, f"Which aten kernels run (torch profiler, width {micro['kernel_width']}): computing ops that call no other computing op; allocation, view and copy ops left out")  # fmt: skip
         tdf = pd.DataFrame(
@@ -242,7 +263,7 @@ class RMSNormSpeed(Experiment):
         self.plot_micro(mdf, out)
         self.plot_step_and_training(sdf, [r for r in train if r["config"]["seed"] in seeds], out)
 
-        speed_v = ev.combine([lads["alone built-in"].verdict, lads["step built-in"].verdict])
+        speed_v = ev.combine([lads[k].verdict for k in ALGORITHM if k in lads])
         verdict = conjunction([speed_v, qual_v])
 
         def detail(key, unit_fn):
@@ -251,39 +272,59 @@ class RMSNormSpeed(Experiment):
 
         subs = [
             SubVerdict(SUB[k], lads[k].verdict, detail(k, ratio_text if k.startswith("alone") else saving_text), [c.id for c in fam_cmps[k]])
-            for k in ("alone built-in", "alone eager", "step built-in", "step eager")
+            for k in ("alone eager", "alone fused", "step eager", "alone built-in", "step built-in") if k in lads
         ]  # fmt: skip
         subs.append(SubVerdict(SUB["quality"], qual_v, "RMS − LN final val: " + qual_detail, [q.id]))
         all_cmps = [c for k in fam_cmps for c in fam_cmps[k]] + [q]
         rng = lambda s: f"{s.min():.2f}–{s.max():.2f}×"  # noqa: E731
-        step_txt = "; ".join(
-            f"d={int(r['d_model'])}, {int(r['layers'])} layers: {r['built-in saving']:+.1%} [{r['built-in saving lo']:+.1%}, {r['built-in saving hi']:+.1%}] (norms ≈{r['built-in LN share of step']:.0%} of the step)"
+        step_txt = lambda fam: "; ".join(  # noqa: E731
+            f"d={int(r['d_model'])}, {int(r['layers'])} layers: {r[f'{fam} saving']:+.1%} [{r[f'{fam} saving lo']:+.1%}, {r[f'{fam} saving hi']:+.1%}]"
             for _, r in sdf.iterrows()
         )  # fmt: skip
         kern_txt = "; ".join(
             f"{r['implementation'].split(',')[0]}: forward {r['forward: kernels run']}, backward {r['backward: kernels run']} kernels"
             for _, r in kdf.head(2).iterrows()
         )  # fmt: skip
+        fused = "fused" in fams["alone"]
+        fused_txt = f", fused by torch.compile {rng(mdf['LN/RMS fused'])}" if fused else ""
+        bw = np.mean(micro["copy_bw"]) if micro.get("copy_bw") else None
+        share = lambda norm, rows: mdf.loc[
+            rows, [c for c in mdf if c.endswith(f"{norm} % of copy bandwidth")]
+        ].max(axis=1)  # noqa: E731
+        bw_txt = (
+            f" Measured as compulsory bytes per second, the fastest LayerNorm reaches at most {share('LN', mdf.index).max():.0f}% and the "
+            f"fastest RMSNorm {share('RMS', mdf.index).max():.0f}% of a large copy's bandwidth ({bw / 1e9:.1f} GB/s, one thread), "
+            f"{share('LN', mdf.index[-1:]).iloc[0]:.0f}% and {share('RMS', mdf.index[-1:]).iloc[0]:.0f}% at d = {int(mdf['width d'].iloc[-1])}."
+            if bw else ""
+        )  # fmt: skip
         return Verdict(
             verdict=verdict,
             summary=(
-                f"Alone, PyTorch's built-in RMSNorm takes {rng(1 / mdf['LN/RMS built-in'])} LayerNorm's forward+backward time ({kern_txt}); written as eager ops "
-                f"RMSNorm takes {rng(1 / mdf['LN/RMS eager'])} of LayerNorm's. In a whole training step the saving is {step_txt}. "
-                f"Validation loss: {q.text(' nats')}."
+                f"Like with like, LayerNorm/RMSNorm time alone is {rng(mdf['LN/RMS eager'])} in eager ops{fused_txt} (>1: RMSNorm faster); "
+                f"the whole training step with eager norms saves {step_txt('eager')}.{bw_txt} PyTorch's built-in functions on this device "
+                f"give {rng(mdf['LN/RMS built-in'])} ({kern_txt}) and a step saving of {step_txt('built-in')}: a finding about its kernels, "
+                f"not counted. Validation loss: {q.text(' nats')}."
             ),
-            key_number=f"step saving {', '.join(f'{s:+.1%}' for s in sdf['built-in saving'])} (d={', '.join(str(d) for d in sdf['d_model'])}); norm alone LN/RMS {rng(mdf['LN/RMS built-in'])}"
+            key_number=f"norm alone LN/RMS eager {rng(mdf['LN/RMS eager'])}"
+            + (f", fused {rng(mdf['LN/RMS fused'])}" if fused else "")
+            + f"; step saving (eager) {', '.join(f'{s:+.1%}' for s in sdf['eager saving'])}; built-in (PyTorch kernels) {rng(mdf['LN/RMS built-in'])}"
             + (f"; val Δ {q.diff:+.3f}" if q.diff is not None else ""),
             evidence={
-                "norm_alone_builtin": lads["alone built-in"].verdict,
-                "norm_alone_eager": lads["alone eager"].verdict,
+                **{
+                    f"norm_alone_{k.split()[1].replace('-', '')}": lads[k].verdict
+                    for k in lads
+                    if k.startswith("alone")
+                },
                 "step": lads["step built-in"].verdict,
                 "step_eager": lads["step eager"].verdict,
                 "speed": speed_v,
+                "speed_from": [k for k in ALGORITHM if k in lads],
                 "quality": qual_v,
                 "quality_margin": QUALITY_MARGIN,
                 "learn_margin": LEARN_MARGIN,
+                "copy_bandwidth": bw,
                 "step_savings": sdf[
-                    ["d_model", "built-in saving", "built-in saving lo", "built-in saving hi"]
+                    ["d_model", "eager saving", "eager saving lo", "eager saving hi", "built-in saving"]
                 ].to_dict("records"),
             },  # fmt: skip
             sub_verdicts=subs,
@@ -291,22 +332,31 @@ class RMSNormSpeed(Experiment):
                 f"CPU timings (torch {torch.__version__}, {micro['threads']} intra-op thread(s) for timing, to keep a busy neighbouring process from stalling a thread barrier). Which kernels run depends on the PyTorch version and device (see the kernel table): this compares these implementations, not the two algorithms' lower bounds; on a GPU both norms are memory-bound and the share of a step spent in them differs.",
                 "Timing comparisons pair the rounds of one interleaved call and treat rounds as independent; rounds taken seconds apart share slow drifts of the machine's load, which the A/A pair beside each cell measures.",
                 f"Small models (d_model {p['d_model']}, {p['n_layers']} layers, {p['steps']} steps, {len(p['seeds'])} seeds) for the quality comparison; the anchors trained to convergence. Equivalence within ±{QUALITY_MARGIN} nats is what this setup can show; no positive control checks that it would detect a quality difference of that size.",
+                "The fused family compiles the eager formulas with torch.compile (inductor); the whole step is timed with the built-in and eager norms only (compiling a whole training step measures the compiler's fusion of everything else too)."
+                if fused
+                else "This profile leaves out the fused (torch.compile) family.",
                 "Timings were taken interleaved to spread background load over all variants; absolute times vary with the machine's load, the ratios less.",
             ],
             comparisons=all_cmps,
             noise_floor=floors + [floor],
         )
 
-    def timing_tables(self, micro, steps, fam_cmps, p, out):
+    def timing_tables(self, micro, steps, fam_cmps, alone_fams, p, out):
         by_id = {c.id: c for cs in fam_cmps.values() for c in cs}
+        impls = micro.get("impls", list(IMPLS))
+        bw = np.mean(micro["copy_bw"]) if micro.get("copy_bw") else None
         rows = []
         for r in micro["rows"]:
             row = {
                 "width d": r["d"],
                 "tokens": p["tokens"],
-                **{f"{k} (µs)": r[k]["median"] * 1e6 for k in IMPLS},
+                **{f"{k} (µs)": r[k]["median"] * 1e6 for k in impls},
             }
-            for fam in FAMILIES:
+            if bw and r.get("bytes"):  # achieved bytes/s over the copy bandwidth, per implementation
+                for fam in alone_fams:
+                    for norm, k in zip(("LN", "RMS"), FAMILIES[fam]):
+                        row[f"{fam} {norm} % of copy bandwidth"] = 100 * r["bytes"] / r[k]["median"] / bw
+            for fam in alone_fams:
                 row[f"LN/RMS {fam}"], row[f"LN/RMS {fam} lo"], row[f"LN/RMS {fam} hi"] = ratio_ci(
                     by_id[f"alone-{fam}:d{r['d']}"]
                 )
@@ -315,13 +365,14 @@ class RMSNormSpeed(Experiment):
             row["A/A LN/LN"] = r["layer"]["median"] / r[AA]["median"]
             rows.append(row)
         mdf = pd.DataFrame(rows)
-        out.table("norm_alone", mdf, f"Norm alone: median forward+backward time over {p['repeats']} interleaved rounds ({micro['threads']} intra-op thread(s)); LN/RMS = exp of the mean paired log ratio over rounds, with 95% CI; A/A: the built-in LayerNorm timed twice")  # fmt: skip
+        out.table("norm_alone", mdf, f"Norm alone: median forward+backward time over {p['repeats']} interleaved rounds ({micro['threads']} intra-op thread(s)); LN/RMS = exp of the mean paired log ratio over rounds, with 95% CI; % of copy bandwidth = compulsory bytes (5 × tokens × d × 4) per second over a large copy's bytes per second" + (f" ({bw / 1e9:.1f} GB/s)" if bw else "") + "; A/A: the built-in LayerNorm timed twice")  # fmt: skip
         srows = []
         for r in steps:
             c, m = r["config"], r["metrics"]
             cell = f"d{c['d_model']}-L{c['n_layers']}"
             row = {"d_model": c["d_model"], "layers": c["n_layers"], "tokens/step": c["batch"] * c["seq_len"]}
-            for fam, (ln, rms) in FAMILIES.items():
+            for fam in ("built-in", "eager"):  # the whole step is timed with these two families
+                ln, rms = FAMILIES[fam]
                 cmp = by_id[f"step-{fam}:{cell}"]
                 row[f"{fam} LN step (ms)"] = m["step"][ln]["median"] * 1e3
                 row[f"{fam} RMS step (ms)"] = m["step"][rms]["median"] * 1e3
@@ -355,32 +406,54 @@ class RMSNormSpeed(Experiment):
     def plot_micro(self, mdf, out):
         from tfclaims.plotting import log_ticks, subplots
 
-        fig, (a, b) = subplots(2, width=4.6, height=3.6)
+        have_bw = any(c.endswith("% of copy bandwidth") for c in mdf)
+        fig, axes = subplots(3 if have_bw else 2, width=4.6, height=3.6)
+        a, b = axes[0], axes[1]
         styles = {
-            "layer": ("C0", "-", "LayerNorm, built-in"),
-            "rms": ("C1", "-", "RMSNorm, built-in"),
-            "eager_layer": ("C0", "--", "LayerNorm, eager"),
-            "eager_rms": ("C1", "--", "RMSNorm, eager"),
+            "layer": ("C0", "-", "o", "LayerNorm, built-in"),
+            "rms": ("C1", "-", "o", "RMSNorm, built-in"),
+            "eager_layer": ("C0", "--", "s", "LayerNorm, eager"),
+            "eager_rms": ("C1", "--", "s", "RMSNorm, eager"),
+            "fused_layer": ("C0", ":", "^", "LayerNorm, fused (compile)"),
+            "fused_rms": ("C1", ":", "^", "RMSNorm, fused (compile)"),
         }
-        for k, (c, ls, lab) in styles.items():
-            a.loglog(mdf["width d"], mdf[f"{k} (µs)"], marker="o", ms=3.5, color=c, ls=ls, label=lab)
+        for k, (c, ls, mk, lab) in styles.items():
+            if f"{k} (µs)" in mdf:
+                a.loglog(mdf["width d"], mdf[f"{k} (µs)"], marker=mk, ms=3.5, color=c, ls=ls, label=lab)
         a.set_xlabel("width d (features per token)")
         a.set_ylabel("forward+backward time (µs)")
         a.set_title(f"Norm alone, {int(mdf['tokens'].iloc[0])} tokens")
-        a.legend(fontsize=7.5)
-        b.semilogx(mdf["width d"], mdf["LN/RMS built-in"], "o-", label="built-in (F.layer_norm, F.rms_norm)")
-        b.semilogx(mdf["width d"], mdf["LN/RMS eager"], "s--", label="eager formulas")
+        a.legend(fontsize=7)
+        for fam, (mk, ls, lab) in {"built-in": ("o", "-", "built-in (PyTorch kernels)"), "eager": ("s", "--", "eager formulas"), "fused": ("^", ":", "fused by torch.compile")}.items():  # fmt: skip
+            if f"LN/RMS {fam}" in mdf:
+                r, lo, hi = mdf[f"LN/RMS {fam}"], mdf[f"LN/RMS {fam} lo"], mdf[f"LN/RMS {fam} hi"]
+                b.errorbar(mdf["width d"], r, yerr=[r - lo, hi - r], marker=mk, ls=ls, capsize=2, label=lab)
+        b.set_xscale("log")
         b.axhline(1, color="k", lw=0.8)
-        b.set_xlabel("width d")
-        b.set_ylabel("t_LayerNorm / t_RMSNorm")
-        b.set_title("Speed-up of RMSNorm over LayerNorm (>1: faster)")
-        b.legend()
+        b.set_xlabel("width d (features per token)")
+        b.set_ylabel("t_LayerNorm / t_RMSNorm (ratio)")
+        b.set_title("Speed-up of RMSNorm (>1: faster), 95% CI")
+        b.legend(fontsize=7.5)
         log_ticks(a, mdf["width d"])
         log_ticks(b, mdf["width d"])
+        if have_bw:
+            c = axes[2]
+            for k, (col, ls, mk, lab) in styles.items():
+                fam = {"layer": "built-in", "rms": "built-in"}.get(k, k.split("_")[0])
+                key = f"{fam} {'LN' if 'layer' in k else 'RMS'} % of copy bandwidth"
+                if key in mdf:
+                    c.semilogx(mdf["width d"], mdf[key], marker=mk, ms=3.5, color=col, ls=ls, label=lab)
+            c.axhline(100, color="k", lw=0.8, ls="--")
+            c.set_xlabel("width d (features per token)")
+            c.set_ylabel("achieved bandwidth (% of a large copy's)")
+            c.set_title("Compulsory bytes per second")
+            c.set_ylim(0, 110)
+            c.legend(fontsize=6.5, loc="center right")
+            log_ticks(c, mdf["width d"])
         out.figure(
             "norm-alone",
             fig,
-            "Forward+backward time of LayerNorm and RMSNorm alone vs width, PyTorch's built-in functions (solid) and the standard formulas in eager ops (dashed), medians of interleaved rounds; right: the LN/RMS time ratio.",
+            "Forward+backward time of LayerNorm and RMSNorm alone vs width: PyTorch's built-in functions (solid), the standard formulas in eager ops (dashed) and those formulas fused by torch.compile (dotted), medians of interleaved rounds; middle: the LN/RMS time ratio per family with its 95% CI over rounds; right: compulsory bytes (5 × tokens × d × 4) per second as a share of a large copy's bandwidth.",
         )
 
     def plot_step_and_training(self, sdf, train, out):

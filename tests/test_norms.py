@@ -75,3 +75,21 @@ def test_per_token_norms_are_invariant_to_padding_and_neighbours(kind):
     alone = norm(seq)
     batch = torch.cat([torch.cat([seq, torch.zeros(1, 7, 16)], 1), torch.randn(1, 12, 16) * 9])
     assert torch.equal(norm(batch)[0, :5], alone[0])
+
+
+def test_fused_norms_match_the_builtins():
+    """rmsnorm's fused family (the eager formulas under torch.compile) computes what F.layer_norm / F.rms_norm
+    compute, forward and backward."""
+    import torch.nn.functional as F
+
+    from tfclaims.norm_timing import build_norm
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 48, requires_grad=True)
+    gy = torch.randn(64, 48)
+    for impl, ref in (("fused_layer", lambda t: F.layer_norm(t, (48,))), ("fused_rms", lambda t: F.rms_norm(t, (48,), eps=1e-5))):  # fmt: skip
+        m = build_norm(impl, 48, "cpu")
+        (g,) = torch.autograd.grad(m(x), [x], gy)
+        (g_ref,) = torch.autograd.grad(ref(x), [x], gy)
+        torch.testing.assert_close(m(x), ref(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(g, g_ref, atol=1e-4, rtol=1e-4)

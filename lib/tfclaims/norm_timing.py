@@ -1,7 +1,9 @@
 """Run recipes of `rmsnorm`: LayerNorm against RMSNorm timed alone and inside a whole training step.
 
 Four implementations (`IMPLS`): PyTorch's built-in functions (`F.layer_norm`, `F.rms_norm`, what the
-library's layers call) and the standard formulas in eager elementwise ops. Every timing goes through
+library's layers call) and the standard formulas in eager elementwise ops; and, where a run asks for them
+(`fused`), the same formulas fused by `torch.compile` (`FUSED`: one generated kernel per direction on the
+CPU, Triton kernels on a GPU), so that each family compares like with like. Every timing goes through
 `timing.time_interleaved`, which interleaves the implementations round by round; the per-round times are
 kept so the analysis can pair them. Each timing call also times the built-in LayerNorm callable a second
 time under another name (`AA`): an A/A pair, what the timer alone gives when nothing differs.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from .data import load_corpus, random_windows
+from .measure import copy_bandwidth
 from .models import LM, lm_loss
 from .norm_variants import make_variant, swap_norms
 from .small_lm import model_config, train_config
@@ -23,7 +26,22 @@ from .train import make_optimizer
 
 # built-in F.layer_norm / F.rms_norm, then the standard formulas in eager ops
 IMPLS = ("layer", "rms", "eager_layer", "eager_rms")
+FUSED = ("fused_layer", "fused_rms")  # the eager formulas compiled: fused against fused
 AA = "layer (again)"  # the built-in LayerNorm callable timed a second time: the A/A pair
+
+
+def build_norm(impl: str, d: int, device) -> torch.nn.Module:
+    """One norm of width d: a variant of `norm_variants`, or (FUSED) its eager formula under torch.compile."""
+    if impl in FUSED:
+        eager = make_variant("eager_" + impl.removeprefix("fused_"), d).to(device)
+        return torch.compile(eager, dynamic=False)  # compiled at the first call (a timing warm-up call)
+    return make_variant(impl, d).to(device)
+
+
+def compulsory_bytes(tokens: int, d: int, elt: int = 4) -> int:
+    """Bytes a forward+backward must move at least: forward reads x and writes y, backward reads x and the
+    output gradient and writes the input gradient (5 tensors of tokens x d; the gains' d values are noise)."""
+    return 5 * tokens * d * elt
 
 
 def _timed(t: dict) -> dict:
@@ -38,14 +56,19 @@ def norm_alone(cfg: dict, ctx) -> dict:
     kernels each runs (forward and backward profiled apart, at the middle width)."""
     with intra_op_threads(cfg["threads"]):
         dev = ctx.device
+        impls = IMPLS + (FUSED if cfg.get("fused") else ())
+        bw = [copy_bandwidth(cfg["bw_bytes"], device=dev)]  # the memory limit both norms are bound by
         rows = []
         for d in cfg["widths"]:
             x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
             gy = torch.randn(cfg["tokens"], d, device=dev)
-            fns = {k: grad_call(make_variant(k, d).to(dev), x, gy) for k in IMPLS}
+            fns = {k: grad_call(build_norm(k, d, dev), x, gy) for k in impls}
             fns[AA] = fns["layer"]
             t = time_interleaved(fns, device=dev, repeats=cfg["repeats"])
-            rows.append({"d": d, **_timed(t)})
+            rows.append(
+                {"d": d, "bytes": compulsory_bytes(cfg["tokens"], d), "load": t[AA]["load"], **_timed(t)}
+            )
+        bw.append(copy_bandwidth(cfg["bw_bytes"], device=dev))
         d = cfg["widths"][len(cfg["widths"]) // 2]
         x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
         ops = {}
@@ -56,7 +79,10 @@ def norm_alone(cfg: dict, ctx) -> dict:
             y = m(x)
             bwd = kernels(lambda y=y, m=m: torch.autograd.grad(y, [x, *m.parameters()], torch.ones_like(y)))
             ops[k] = {"forward": fwd, "backward": bwd}
-        return {"rows": rows, "kernels": ops, "kernel_width": d, "threads": torch.get_num_threads()}
+        return {
+            "rows": rows, "impls": list(impls), "kernels": ops, "kernel_width": d, "copy_bw": bw,
+            "threads": torch.get_num_threads(),
+        }  # fmt: skip
 
 
 def step_model(impl: str, cfg: dict, vocab: int) -> LM:
