@@ -288,9 +288,10 @@ class RMSNormSpeed(Experiment):
         fused = "fused" in fams["alone"]
         fused_txt = f", fused by torch.compile {rng(mdf['LN/RMS fused'])}" if fused else ""
         bw = np.mean(micro["copy_bw"]) if micro.get("copy_bw") else None
-        share = lambda norm, rows: mdf.loc[
-            rows, [c for c in mdf if c.endswith(f"{norm} % of copy bandwidth")]
-        ].max(axis=1)  # noqa: E731
+
+        def share(norm, rows):  # the best implementation's share of the copy bandwidth, per row
+            return mdf.loc[rows, [c for c in mdf if c.endswith(f"{norm} % of copy bandwidth")]].max(axis=1)
+
         bw_txt = (
             f" Measured as compulsory bytes per second, the fastest LayerNorm reaches at most {share('LN', mdf.index).max():.0f}% and the "
             f"fastest RMSNorm {share('RMS', mdf.index).max():.0f}% of a large copy's bandwidth ({bw / 1e9:.1f} GB/s, one thread), "
