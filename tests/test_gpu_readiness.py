@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from tfclaims import device as device_mod
+from tfclaims.config import ModelConfig
 from tfclaims.counting import kv_cache_bytes
 from tfclaims.decode import decode_config
 from tfclaims.device import environment
@@ -71,14 +72,77 @@ def test_full_profile_is_valid_and_fits_one_gpu(claim):
     for dk, hk in (("d_model", "n_heads"), ("lm_d_model", "lm_heads")):
         if dk in p and hk in p:
             assert p[dk] % p[hk] == 0
-    for what, need in _estimates(claim, exp, p).items():
+    est = _estimates(claim, exp, p)
+    assert est, f"{claim}: no memory estimate for its full grid"
+    for what, need in est.items():
         assert need < GPU_BYTES, f"{claim} {what}: needs ~{need / 2**30:.1f} GiB"
+
+
+F32 = 4
+
+
+def _scores(h: int, t: int, s: int, batch: int = 1) -> int:
+    """An explicit attention's n×n tensors in fp32: logits, probabilities and, with autograd, the gradient of
+    the probabilities (3 of them alive at the peak of a backward)."""
+    return 3 * batch * h * t * s * F32
+
+
+def _memory_claims(claim, exp, p) -> dict:
+    """Claims that measure or count rather than train a language model: their largest allocation."""
+    if claim == "flash_memory":  # explicit attention forward+backward at the longest n, batch 1
+        return {"explicit attention at max n": _scores(p["heads"], max(p["ns"]), max(p["ns"]))}
+    if claim == "attention_complexity":
+        pts = [(d, n) for d in p["sweep_ds"] for n in p["ns"] if n * n * d <= p["max_n2d"]]
+        return {
+            "n sweep": max(_scores(d // p["head_dim"], n, n) for d, n in pts),
+            "d sweep": _scores(max(p["d_sweep_ds"]) // p["d_sweep_head_dim"], p["d_sweep_n"], p["d_sweep_n"]),
+            "heads sweep": _scores(max(p["heads_hs"]), p["heads_n"], p["heads_n"]),
+        }
+    if claim == "additive_vs_dot":  # additive scores build (B, T, S, d_h): 3 copies with autograd
+        n, d = max(p["ns"]), max(p["ds"])
+        return {
+            "timing (no grad)": n * n * d * F32,
+            "task training": 3 * p["batch"] * p["pairs"] * max(p["task_dims"]) * F32,
+            "task evaluation": p["eval_size"] * p["pairs"] * max(p["task_dims"]) * F32,
+        }
+    if claim == "kv_cache":
+        d, layers, _ = p["linear_model"]
+        lin = ModelConfig(
+            vocab_size=96, d_model=d, n_layers=layers, n_heads=p["linear_model"][2], max_seq_len=1
+        )
+        small = ModelConfig(vocab_size=96, d_model=p["d_model"], n_layers=p["n_layers"], n_heads=p["n_heads"], max_seq_len=1)  # fmt: skip
+        return {  # every length's cache is held at once while they are timed interleaved
+            "linear part caches + weights": sum(kv_cache_bytes(lin, n) for n in p["linear_ns"]) + 12 * layers * d * d * F32,
+            "steps part caches": sum(kv_cache_bytes(small, n) for n in p["ns"]),
+            "uncached forward at max n (fused attention)": 40 * max(p["ns"]) * p["d_model"] * F32,
+        }  # fmt: skip
+    if claim == "ffn_share":  # counts on the meta device: no memory is allocated
+        return {"meta-device instantiation": 0}
+    if claim == "rmsnorm":
+        x = p["tokens"] * max(p["widths"]) * F32  # x, y, output grad, input grad per implementation
+        step = max(
+            _training_bytes({"d_model": d, "n_layers": L, "n_heads": h, "batch": p["step_batch"], "seq_len": p["step_seq"]})
+            for d, L, h in p["step_models"]
+        )  # fmt: skip
+        return {"norm alone": 4 * x * 7, "training": _training_bytes(p), "timed training step": step}
+    if claim == "sinusoidal_relative":
+        return {"training": _training_bytes(p), "PE tables": max(p["d_models"]) * p["max_len"] * F32 * 4}
+    if claim == "norm_padding":  # a batch of the longest lines, every norm arm trains on its own
+        return {
+            "training": _training_bytes(
+                {**p, "batch": max(a[1] for a in p["line_arms"]), "seq_len": p["max_len"]}
+            )
+        }
+    return {}
 
 
 def _estimates(claim, exp, p) -> dict:
     if claim != "gqa_throughput":
+        found = {k: v for k, v in _memory_claims(claim, exp, p).items() if v is not None}
         need = _training_bytes(p)
-        return {} if need is None else {"training": need}
+        if need is not None and "training" not in found:
+            found["training"] = need
+        return found
     lm = {"d_model": p["lm_d_model"], "n_layers": p["lm_layers"], "n_heads": p["lm_heads"]}
     n_kv = len(exp.grid(dict(p))[0]["kvs"])
     c = decode_config(p, p["n_heads"], max(p["contexts"]) + p["decode_steps"])
