@@ -8,6 +8,7 @@ from tfclaims import evidence as ev
 from tfclaims.attention_cost import ITEMSIZE, VARIANTS, classify, cuda_peak, run_saved_bytes  # noqa: F401
 from tfclaims.config import ModelConfig
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.peak_memory import run_peak_memory
 from tfclaims.stats import loglog_fit
 
 # Pre-registered (fixed before running).
@@ -27,7 +28,19 @@ def saved_grid(p):
     ]  # fmt: skip
 
 
-def exponent_check(cid: str, sub_claim: str, n, nbytes, claimed: float, margin: float) -> ev.Comparison:
+def peak_grid(p):
+    return [{"n": n, "heads": p["heads"], "head_dim": p["head_dim"]} for n in p["peak_ns"]]
+
+
+def exponent_check(
+    cid: str,
+    sub_claim: str,
+    n,
+    nbytes,
+    claimed: float,
+    margin: float,
+    metric: str = "saved-bytes exponent in n",
+) -> ev.Comparison:
     """Log-log exponent of exact byte counts in n against the claimed exponent: 'equivalent' when within ±margin,
     'a_better' (grows faster than claimed) or 'b_better' (slower) when beyond it. The counts are deterministic, so
     p is 0 or 1 and the CI is the point."""
@@ -35,7 +48,7 @@ def exponent_check(cid: str, sub_claim: str, n, nbytes, claimed: float, margin: 
     diff = slope - claimed
     p, p_eq = (0.0 if abs(diff) > margin else 1.0), (0.0 if abs(diff) < margin else 1.0)
     return ev.holm([ev.Comparison(
-        id=cid, sub_claim=sub_claim, metric="saved-bytes exponent in n", arm_a=f"claimed exponent {claimed:g}",
+        id=cid, sub_claim=sub_claim, metric=metric, arm_a=f"claimed exponent {claimed:g}",
         arm_b="fitted exponent", better="lower", test="deterministic (exact byte counts)", n=len(n), paired=False,
         mean_a=claimed, mean_b=slope, diff=diff, ci_low=diff, ci_high=diff, p=p, p_raw=p, margin=margin, p_equiv=p_eq,
         p_equiv_raw=p_eq, note="exact counts, no sampling noise; p tests |diff| > margin",
@@ -96,7 +109,9 @@ class FlashMemory(Experiment):
         "boolean mask tensor. Every saved tensor's shape and dtype is listed, and every byte count is compared with a "
         "formula derived by hand from what each operation saves. Exponents are least-squares log-log fits over "
         "n ≥ 16·head size. Gradients of the fused and explicit paths are compared. On CUDA, the peak allocated memory "
-        "of forward + backward is also recorded (`torch.cuda.max_memory_allocated` after a reset). The byte counts are "
+        "of forward + backward is also recorded (`torch.cuda.max_memory_allocated` after a reset). Part `peak`: the peak memory "
+        "of forward + backward of the core (explicit and fused, plain and causal) at a few n, on a GPU from the allocator, "
+        "on the CPU from the profiler's memory events (allocations and frees in time order, the largest running sum). The byte counts are "
         "deterministic: every check is exact, with no seeds and no noise floor."
     )
     rule = (
@@ -109,20 +124,24 @@ class FlashMemory(Experiment):
         "refuted if some are beyond and none within, mixed if both. (3) Exact checks: every measured byte count equals "
         "the hand-derived formula, the saved-tensor inventory sums to the same bytes, and the ratio explicit/fused equals "
         "(3n·d_k + n²)/(4n·d_k + n) at n = 2048 and 4096 where measured (else at the largest n). Overall: inconclusive if "
-        "(2) has no fit; refuted if (1) fails or (2) is not supported; mixed if only (3) fails; supported otherwise. The "
+        "(2) has no fit; refuted if (1) fails, (2) is not supported or (4) is refuted; mixed if (3) fails or (4) is mixed; "
+        "supported otherwise. (4) Peak memory of forward + backward (what FlashAttention's 10×/20× measure) at the peak_ns "
+        f"sizes: its log-log exponent in n, explicit {NAIVE_EXP:g} ± {NAIVE_MARGIN}, fused and fused causal {FUSED_EXP:g} ± "
+        "0.05 as in (2); the explicit/fused ratio is reported beside the anchors. The "
         f"path with a mask tensor is judged separately (a sub-verdict, exponent {FUSED_EXP:g} ± {FUSED_MARGIN}; not in the "
         "overall verdict): the claim is about what the kernel derives, and a mask the caller built is itself n×n."
     )
     profiles = {
-        "quick": {"heads": 2, "head_dim": 16, "ns": [16, 32, 64, 128, 256, 512], "inventory_n": 64, "grad_check_max_n": 128},
-        "default": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096], "inventory_n": 1024, "grad_check_max_n": 1024},
-        "full": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384], "inventory_n": 4096, "grad_check_max_n": 4096},
+        "quick": {"heads": 2, "head_dim": 16, "ns": [16, 32, 64, 128, 256, 512], "inventory_n": 64, "grad_check_max_n": 128, "peak_ns": [256, 512]},
+        "default": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096], "inventory_n": 1024, "grad_check_max_n": 1024, "peak_ns": [1024, 2048, 4096]},
+        "full": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384], "inventory_n": 4096, "grad_check_max_n": 4096, "peak_ns": [1024, 2048, 4096, 8192, 16384]},
     }  # fmt: skip
-    parts = (Part("saved", saved_grid, run_saved_bytes),)
+    parts = (Part("saved", saved_grid, run_saved_bytes), Part("peak", peak_grid, run_peak_memory))
 
     # -------------------------------------------------------------- analysis
     def analyse(self, runs, p, out: Output):
         h, dk = p["heads"], p["head_dim"]
+        runs_all = runs
         runs = sorted(self.runs_of(runs, "saved"), key=lambda r: r["config"]["n"])
         rows = [
             {"n": r["config"]["n"], "variant": name, "saved bytes": m["bytes"], "hand formula": m["hand"],
@@ -220,6 +239,24 @@ class FlashMemory(Experiment):
             f"Log-log exponent of saved bytes in n (n ≥ {FIT_FROM}·head size = {fit_from})",
         )  # fmt: skip
 
+        # (4) peak memory of forward + backward, what FlashAttention's 10×/20× measure
+        peak_runs = sorted(self.runs_of(runs_all, "peak"), key=lambda r: r["config"]["n"])
+        pk = pd.DataFrame([{"n": r["config"]["n"], **r["metrics"]["peak_bytes"]} for r in peak_runs])
+        peak_cmps, peak_ratio = [], {}
+        if len(pk):
+            pk["explicit / fused"] = pk["explicit"] / pk["fused"]
+            pk["explicit causal / fused causal"] = pk["explicit_causal"] / pk["fused_causal"]
+            peak_ratio = dict(zip(pk.n.astype(int), pk["explicit / fused"]))
+            out.table("peak_memory", pk, f"Peak memory of forward + backward (batch 1, {h} heads of size {dk}, float32, bytes beyond what existed before; "
+                      f"{'torch.cuda.max_memory_allocated' if peak_runs[0]['metrics']['device'].startswith('cuda') else 'the CPU profiler memory events'})")  # fmt: skip
+            if len(pk) >= 2:
+                peak_cmps = ev.holm([
+                    exponent_check(f"peak:{k}", "peak-memory exponent", pk.n.tolist(), pk[k].tolist(), *claims[k], metric="peak-memory exponent in n")
+                    for k in ("explicit", "fused", "fused_causal")
+                ])  # fmt: skip
+        peak_v, peak_detail = equivalence_ladder(peak_cmps)
+        peak_txt = ", ".join(f"{v:.1f}× at n = {k}" for k, v in peak_ratio.items())
+
         self.plot_bytes(wide, fits, p, out)
         cuda = df.dropna(subset=["cuda peak bytes"]) if "cuda peak bytes" in df else pd.DataFrame()
         if len(cuda):
@@ -230,10 +267,10 @@ class FlashMemory(Experiment):
         mask_v, mask_detail = equivalence_ladder(mask_cmps)
         if not exp_cmps:
             verdict = "inconclusive"
-        elif inv_v != "supported" or exp_v != "supported":
+        elif inv_v != "supported" or exp_v != "supported" or peak_v == "refuted":
             verdict = "refuted"
         else:
-            verdict = "mixed" if hand_v != "supported" else "supported"
+            verdict = "mixed" if hand_v != "supported" or peak_v == "mixed" else "supported"
         grads = [
             r["metrics"]["max_grad_diff_fused_vs_explicit"]
             for r in runs
@@ -252,6 +289,8 @@ class FlashMemory(Experiment):
             SubVerdict("Measured bytes = hand-derived formulas", hand_v,
                        f"{n_ok}/{len(hand_cmps)} exact checks pass; {int(df['equal'].sum())}/{len(df)} counts equal; explicit/fused {r_txt}",
                        [c.id for c in hand_cmps]),
+            SubVerdict("Peak memory of forward + backward grows as n (fused) vs n² (explicit)", peak_v,
+                       f"{peak_detail}; explicit/fused peak {peak_txt or 'not measured'} (FlashAttention: 10× at 2K, 20× at 4K)", [c.id for c in peak_cmps]),
             SubVerdict("Fused kernel with a mask tensor stays linear", mask_v,
                        f"{mask_detail}: the boolean mask is kept as a float32 n×n copy (4·n² bytes)", [c.id for c in mask_cmps]),
         ]  # fmt: skip
@@ -260,9 +299,10 @@ class FlashMemory(Experiment):
             summary=(
                 f"Attention that materialises the n×n matrix keeps it for backward: its saved bytes grow with exponent {slope['explicit']:.2f} in n, "
                 f"while PyTorch's fused kernel ({kernel}) keeps q, k, v, the output and one log-sum-exp per row ({lse_txt}) and grows with exponent {slope['fused']:.2f}. "
-                f"The explicit path keeps {r_txt} the fused kernel's bytes (FlashAttention reports 10× at 2K and 20× at 4K). Passing a mask tensor brings n² back: the kernel keeps it as float32."
+                f"The explicit path keeps {r_txt} the fused kernel's bytes; at the peak of forward + backward it holds {peak_txt or '(not measured)'} as much "
+                f"(FlashAttention reports 10× at 2K and 20× at 4K). Passing a mask tensor brings n² back: the kernel keeps it as float32."
             ),
-            key_number=f"saved-bytes exponent {slope['explicit']:.2f} explicit vs {slope['fused']:.2f} fused; explicit/fused {r_txt}",
+            key_number=f"saved-bytes exponent {slope['explicit']:.2f} explicit vs {slope['fused']:.2f} fused; explicit/fused {r_txt}; peak {peak_txt or '—'}",
             evidence={
                 "fits": fits,
                 "ratio_explicit_over_fused": {int(k): float(v) for k, v in ratio.items()},
@@ -271,12 +311,13 @@ class FlashMemory(Experiment):
                 "hooks_agree_with_saved_bytes": disagree == 0,
                 "max_grad_diff": max(grads) if grads else None,
                 "fit_from": fit_from,
+                "peak_ratio_explicit_over_fused": {int(k): float(v) for k, v in peak_ratio.items()},
                 "margins": {"fused": FUSED_MARGIN, "explicit": NAIVE_MARGIN},
             },  # fmt: skip
             sub_verdicts=subs,
-            comparisons=inv_cmps + exp_cmps + hand_cmps + mask_cmps,
+            comparisons=inv_cmps + exp_cmps + hand_cmps + peak_cmps + mask_cmps,
             caveats=[
-                "Saved-for-backward bytes count the tensors autograd keeps between forward and backward (activation memory), not temporary buffers during a kernel; peak memory on a GPU (recorded in the `full` profile) also includes workspaces and the gradients themselves.",
+                "Saved-for-backward bytes count the tensors autograd keeps between forward and backward (activation memory), not temporary buffers during a kernel; the peak-memory part also counts those buffers and the input gradients. On the CPU it is read from the profiler's memory events, which attribute an operator's allocations to its start: a peak inside one operator is seen, the order of allocations within it is not.",
                 "Byte counts are deterministic (the same on every run and seed): every decision is an exact check or an exponent of exact counts against a declared margin, and there is no noise floor.",
                 "FlashAttention's 10×/20× were GPU memory footprints including dropout masks and their implementation's buffers; our ratio depends on the head size: (3·n·d_k + n²)/(4·n·d_k + n) per head.",
                 f"The fused and explicit paths give the same gradients up to {max(grads):.2g} (float32)."

@@ -57,3 +57,19 @@ def test_stats_against_scipy_and_closed_forms():
     n = np.array([64, 128, 256, 512])
     fit = loglog_fit(n, 3 * n**2.0)
     assert abs(fit.slope - 2) < 1e-9 and fit.r2 > 0.999999
+
+
+def test_cpu_peak_follows_allocations_and_frees():
+    """The profiler-based peak is the most bytes held at once: two 4 MB tensors alive together, one freed, a
+    2 MB one allocated after -> 8 MB, not the 10 MB ever allocated nor the 6 MB held at the end."""
+    from tfclaims.peak_memory import cpu_peak
+
+    def alloc():
+        a = torch.empty(1_000_000)
+        b = torch.empty(1_000_000)
+        del a
+        c = torch.empty(500_000)
+        return b, c
+
+    assert cpu_peak(alloc) == 8_000_000
+    assert cpu_peak(lambda: None) == 0

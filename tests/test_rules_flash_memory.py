@@ -26,12 +26,23 @@ def _inventory(name, h, n, dk):
     return qkv + [{"shape": [1, h, n, n], "dtype": "float32", "bytes": 4 * h * n * n}]
 
 
-def records(exp, measured=None, n2=0, rows=1, only=lambda n: True):
+def linear_peak(name, n, h=2, dk=16):
+    """Peak bytes of forward + backward: the explicit paths hold three n×n tensors, the fused ones O(n·d_k)."""
+    return 4 * h * (3 * n * n + 4 * n * dk) if name.startswith("explicit") else 4 * h * 8 * n * dk
+
+
+def records(exp, measured=None, n2=0, rows=1, only=lambda n: True, peak=linear_peak):
     """One record per quick-grid size; measured(name, n) overrides the bytes a variant saves (default: its hand
-    formula); n2 / rows = the fused paths' n×n / per-row storage counts."""
+    formula); n2 / rows = the fused paths' n×n / per-row storage counts; peak(name, n) = the peak-part bytes."""
     recs = []
     for cfg in exp.grid(exp.profiles["quick"]):
         n, h, dk = cfg["n"], cfg["heads"], cfg["head_dim"]
+        if cfg["part"] == "peak":
+            names = ("explicit", "explicit_causal", "fused", "fused_causal")
+            recs.append(
+                record(cfg, {"peak_bytes": {k: peak(k, n) for k in names}, "device": "cpu"}, f"peak{n}")
+            )
+            continue
         if not only(n):
             continue
         variants = {}
@@ -56,8 +67,18 @@ def records(exp, measured=None, n2=0, rows=1, only=lambda n: True):
 def test_flash_memory_rule_supported_when_counts_match_the_hand_formulas(exp, tmp_path):
     v = analyse(exp, records(exp), "quick", tmp_path)
     assert v.verdict == "supported"
-    assert [s.verdict for s in v.sub_verdicts] == ["supported", "supported", "supported", "refuted"]
+    assert [s.verdict for s in v.sub_verdicts] == [
+        "supported",
+        "supported",
+        "supported",
+        "supported",
+        "refuted",
+    ]
     c = comparisons(v)
+    assert c["peak:explicit"].decision == c["peak:fused"].decision == "equivalent"
+    assert v.evidence["peak_ratio_explicit_over_fused"][512] == pytest.approx(
+        linear_peak("explicit", 512) / linear_peak("fused", 512)
+    )
     assert c["exp:fused"].decision == c["exp:explicit"].decision == "equivalent"
     assert c["exp:fused_mask"].decision == "a_better"  # the mask tensor brings n² back: judged apart
     assert all(x.decision == "equivalent" for x in v.comparisons if x.test == "exact")
@@ -104,3 +125,15 @@ def test_flash_memory_rule_inconclusive_without_sizes_in_the_fit_range(exp, tmp_
     assert v.verdict == "inconclusive"
     assert not [c for c in v.comparisons if c.id.startswith("exp:")]
     assert v.sub_verdicts[1].verdict == "inconclusive"
+
+
+def test_flash_memory_rule_refuted_when_the_fused_peak_grows_as_n_squared(exp, tmp_path):
+    # the saved bytes are linear, but forward + backward holds an n×n workspace at its peak
+    def quadratic_peak(name, n):
+        return linear_peak(name, n) + (4 * 2 * n * n if name.startswith("fused") else 0)
+
+    v = analyse(exp, records(exp, peak=quadratic_peak), "quick", tmp_path)
+    assert comparisons(v)["peak:fused"].decision == "a_better"
+    # explicit within its margin, both fused paths beyond: the peak sub-verdict is mixed, and so is the claim
+    assert next(s for s in v.sub_verdicts if s.name.startswith("Peak memory")).verdict == "mixed"
+    assert v.verdict == "mixed"
