@@ -27,7 +27,9 @@ MEMBOUND = 0.5  # a cell is memory-bound when MHA decoding moves >= 50% of the m
 TRACK = (0.80, 1.25)  # measured / byte-predicted speed-up counted as "tracking" the byte reduction
 PHASE_TOL = 0.15  # prefill and training-step time "barely change": MQA/MHA time within 1 ± 0.15
 LOGT = "log time per decode call"
-LOAD_SLACK = 0.5  # a cell is flagged as measured under load when the 1-minute load average exceeds cores − threads + this
+LOAD_SLACK = (
+    0.5  # flagged as measured under load: the 1-minute load average exceeds the timing threads' own by this
+)
 
 
 def _cells(p):
@@ -224,7 +226,7 @@ class GQAThroughput(Experiment):
                     best[kv] = x
             rows = [best[kv] for kv in sorted(best, reverse=True)]
             base = best[h]
-            loaded = max(m.get("load") or [0]) > m.get("cpus", 2) - m.get("threads", 1) + LOAD_SLACK
+            loaded = max(x or 0 for x in m.get("load") or [0]) > m.get("threads", 1) + LOAD_SLACK
             peak = m.get("gemm_flops")
             for x in rows:
                 mc = decode_config(p, x["n_kv_heads"], c["context"] + c["decode_steps"])

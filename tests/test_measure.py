@@ -73,3 +73,12 @@ def test_cpu_peak_follows_allocations_and_frees():
 
     assert cpu_peak(alloc) == 8_000_000
     assert cpu_peak(lambda: None) == 0
+
+
+def test_bench_flags_a_loaded_machine_and_pairs_ratios():
+    from tfclaims.bench import _loaded, _ratio
+
+    assert not _loaded([1.9, 2.3], threads=2)  # the bench's own two threads
+    assert _loaded([0.4, 2.8], threads=2)  # and more than half a core of something else
+    assert _loaded([1.6], threads=1) and not _loaded([None, 1.2], threads=1)
+    assert _ratio([1.0, 2.0, 4.0], [2.0, 4.0, 8.0]).split()[0] == "2.00"  # paired per round

@@ -4,7 +4,11 @@ alternating the two implementations so that machine noise hits both alike."""
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig, TrainConfig
@@ -77,12 +81,64 @@ def _step_fn(model, opt, x, y):
 
 
 def _alternating(fns: dict, device, rounds: int) -> dict:
-    """Median seconds per call of each fn, timed in interleaved rounds so all see the same machine state."""
-    t = time_interleaved(fns, device=device, repeats=rounds, warmup=2, min_sample=0)
-    return {k: v["median"] for k, v in t.items()}
+    """Per fn: the times of interleaved rounds (all fns see the same machine state), and the load average."""
+    return time_interleaved(fns, device=device, repeats=rounds, warmup=2, min_sample=0)
 
 
-def main(rounds: int = 15) -> int:
+def _spread(times) -> str:
+    q25, q50, q75 = np.quantile(times, [0.25, 0.5, 0.75])
+    return f"{q50 * 1e3:8.2f} [{q25 * 1e3:.2f}, {q75 * 1e3:.2f}]"
+
+
+def _ratio(a, b) -> str:
+    """Paired per-round ratio b/a: median [quartiles]."""
+    r = np.asarray(b) / np.asarray(a)
+    q25, q50, q75 = np.quantile(r, [0.25, 0.5, 0.75])
+    return f"{q50:6.2f} [{q25:.2f}, {q75:.2f}]"
+
+
+def _loaded(load: list, threads: int) -> bool:
+    """Another process busy beside the timing threads: the 1-minute load average (which counts this process's
+    own threads) above those threads by more than half a core."""
+    return max(x or 0 for x in load) > threads + 0.5
+
+
+def decode_attention(device, rounds: int) -> list[dict]:
+    """One decoding step's attention (one query per sequence over a filled cache) at memory-bound sizes, for MHA
+    and MQA with both backends: compulsory bytes (K and V read once) per second against a large copy's."""
+    from .attention import Attention
+    from .measure import copy_bandwidth
+
+    bw = copy_bandwidth(1 << 28, device=device)
+    rows = []
+    for B, S in ((16, 2048), (32, 2048)):
+        for kv in (8, 1):
+            c = ModelConfig(d_model=512, n_heads=8, n_kv_heads=kv, max_seq_len=S)
+            att = Attention(c).to(device)
+            q = torch.randn(B, 8, 1, 64, device=device)
+            k, v = (torch.randn(B, kv, S, 64, device=device) for _ in range(2))
+            fns = {  # called at once, inside this iteration: the loop variables are the current ones
+                "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=kv != 8),  # noqa: B023
+                "explicit": lambda: att._explicit(q, k, v, None),  # noqa: B023
+            }
+            with torch.no_grad():
+                t = _alternating(fns, device, rounds)
+            nbytes = 2 * B * kv * S * 64 * 4
+            for name, r in t.items():
+                rows.append(
+                    {
+                        "B": B,
+                        "S": S,
+                        "kv": kv,
+                        "backend": name,
+                        "median": r["median"],
+                        "of_bw": nbytes / r["median"] / bw,
+                    }
+                )
+    return rows, bw
+
+
+def main(rounds: int = 21) -> int:
     device = resolve_device("auto")
     corpus = load_corpus()
     cfg = ModelConfig(
@@ -98,7 +154,10 @@ def main(rounds: int = 15) -> int:
         for a in random_windows(corpus.train, t.batch_size, t.seq_len, torch.Generator().manual_seed(0))
     )
     n_ours, n_ref = sum(p.numel() for p in ours.parameters()), sum(p.numel() for p in ref.parameters())
-    print(f"device {device}, threads {torch.get_num_threads()}, torch {torch.__version__}")
+    threads = torch.get_num_threads()
+    print(
+        f"device {device}, threads {threads}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY')}, torch {torch.__version__}"
+    )
     print(
         f"config: d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, batch {t.batch_size} x {t.seq_len} tokens"
     )
@@ -120,12 +179,24 @@ def main(rounds: int = 15) -> int:
         device,
         rounds,
     )
-    print(f"{'':24s}{'library':>12s}{'reference':>12s}{'ratio ref/lib':>15s}")
-    for name, d in (("forward (ms)", fw), ("train step (ms)", st)):
-        print(
-            f"{name:24s}{d['library'] * 1e3:12.2f}{d['reference'] * 1e3:12.2f}{d['reference'] / d['library']:15.2f}"
-        )
+    print(f"\nmedian [quartiles] over {rounds} interleaved rounds")
+    print(f"{'':18s}{'library (ms)':>24s}{'reference (ms)':>24s}{'ratio ref/lib, paired':>26s}")
+    loads = []
+    for name, d in (("forward", fw), ("train step", st)):
+        lib, ref_t = d["library"]["times"], d["reference"]["times"]
+        loads += d["library"]["load"]
+        print(f"{name:18s}{_spread(lib):>24s}{_spread(ref_t):>24s}{_ratio(lib, ref_t):>26s}")
     print("ratio >= 1.0 means the library is at least as fast as the reference at the same maths")
+
+    print(
+        "\ndecode attention (one query per sequence over a filled cache, float32), compulsory bytes/s vs a copy:"
+    )
+    rows, bw = decode_attention(device, rounds)
+    print(f"  copy bandwidth {bw / 1e9:.1f} GB/s (read + write)")
+    for r in rows:
+        print(
+            f"  B={r['B']:3d} S={r['S']:5d} {'MHA' if r['kv'] == 8 else 'MQA'} {r['backend']:9s}{r['median'] * 1e3:9.3f} ms  {r['of_bw']:6.0%} of copy bandwidth"
+        )
 
     print("\ntraining throughput on the corpus (library LM, sdpa backend):")
     for d, L, T, B in ((64, 2, 64, 32), (128, 4, 64, 32), (128, 4, 128, 16), (128, 16, 64, 32)):
@@ -133,8 +204,18 @@ def main(rounds: int = 15) -> int:
         m = LM(c).to(device)
         opt = make_optimizer(m, t)
         xb, yb = (a.to(device) for a in random_windows(corpus.train, B, T, torch.Generator().manual_seed(1)))
-        s = _alternating({"step": _step_fn(m, opt, xb, yb)}, device, 8)["step"]
-        print(f"  d={d:4d} L={L:3d} T={T:4d} B={B:3d}: {s * 1e3:7.1f} ms/step, {B * T / s:9.0f} tokens/s")
+        r = _alternating({"step": _step_fn(m, opt, xb, yb)}, device, 8)["step"]
+        loads += r["load"]
+        print(
+            f"  d={d:4d} L={L:3d} T={T:4d} B={B:3d}: {_spread(r['times'])} ms/step, {B * T / r['median']:9.0f} tokens/s"
+        )
+    if _loaded(loads, threads):
+        print(f"\nWARNING: the machine was loaded (1-minute load average up to {max(x or 0 for x in loads):.2f} on {os.cpu_count()} cores with "
+              f"{threads} timing thread(s)): another process shared the cores, so these times and ratios are not reliable; rerun on a quiet machine.")  # fmt: skip
+    else:
+        print(
+            f"\nload average stayed at most {max(x or 0 for x in loads):.2f} on {os.cpu_count()} cores: no other busy process seen"
+        )
     return 0
 
 
