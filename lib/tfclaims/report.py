@@ -151,7 +151,7 @@ def _blocks(
                 "🟢 **supported**: the claimed effect is significant in the claimed direction (95% CI excludes 0; "
                 "p ≤ 0.05 after Holm's correction across the cells of one sub-verdict) where the claim says it applies.",
                 "🔴 **refuted**: the opposite effect is significant, or the two arms are equivalent within a margin "
-                "declared before running (two one-sided tests) *and* a positive control in the same setup detected "
+                "declared before running (two one-sided tests) and a positive control in the same setup detected "
                 "an effect of the margin's size.",
                 "🟠 **mixed**: supported in part of the measured range and refuted in another (named in the detail).",
                 "⚪ **inconclusive**: anything else — including a null that this scale cannot resolve; the detail gives "
