@@ -661,9 +661,10 @@ def plot_quality(qdf, lines, p, out):
         present = [
             j for j, bs in enumerate(p["batches"]) if not ok[(ok.placement == pl) & (ok.batch == bs)].empty
         ]
-        for ax in (a, b):  # ticks only where this placement has arms
+        for ax in (a, b):  # ticks only where this placement has arms (none where every run diverged)
             ax.set_xticks(present, [f"batch {p['batches'][j]} lines" for j in present])
-            ax.set_xlim(min(present) - 0.6, max(present) + 0.6)
+            if present:
+                ax.set_xlim(min(present) - 0.6, max(present) + 0.6)
         a.set(ylabel="validation loss (nats/char)", title=f"Eval-mode loss, {pl}-norm (dots: seeds; dash: train mode)")  # fmt: skip
         a.legend(fontsize=7)
         b.axhline(0, color="k", lw=0.7)

@@ -88,11 +88,12 @@ def run_toy(root, *extra):
 # 1 and 2: a failing analysis changes nothing (tests/test_runner.py); results folders never rewrite another
 def test_reliability_report_follows_its_results_folder(toy, capsys, monkeypatch):
     monkeypatch.delenv("TFCLAIMS_REPORT")
-    committed = {p: p.read_bytes() for p in (REPO_ROOT / "report").glob("*")}
+    committed = {p: p.read_bytes() for p in (REPO_ROOT / "report").rglob("*") if p.is_file()}
     readme = (REPO_ROOT / "README.md").read_bytes()
     assert cli(capsys, *run_toy(toy / "x"))[0] == 0
     assert (toy / "x-report" / "report.md").exists()
-    assert {p: p.read_bytes() for p in (REPO_ROOT / "report").glob("*")} == committed
+    assert (toy / "x-report" / "figures" / "summary.png").exists()  # its summary figure goes with it
+    assert {p: p.read_bytes() for p in (REPO_ROOT / "report").rglob("*") if p.is_file()} == committed
     assert (REPO_ROOT / "README.md").read_bytes() == readme
 
 
