@@ -237,3 +237,17 @@ def test_compare_outcomes():
     )  # |Δ| > spread, CI holds 0
     c = compare(a, {0: None, 1: 2.0, 2: 2.1})
     assert c.n == 2
+
+
+def test_additive_scores_chunked_over_queries_equal_the_whole_tensor(monkeypatch):
+    """The additive score is built one query chunk at a time (cache-sized); the result is the (B, T, S, d_h)
+    formula's (up to float rounding: the head's matmul sees differently shaped blocks), whatever the chunk size."""
+    import tfclaims.additive as additive
+
+    torch.manual_seed(0)
+    m = additive.make_attention("additive", 16, 24, 32)
+    q, k = torch.randn(3, 37, 16), torch.randn(3, 11, 24)
+    whole = m.w(torch.tanh(m.wq(q).unsqueeze(2) + m.wk(k).unsqueeze(1))).squeeze(-1)  # (B, T, S)
+    for chunk in (1, 3 * 11 * 32 * 4 * 5, 1 << 30):  # 1 query, 5 queries, all at once
+        monkeypatch.setattr(additive, "CHUNK_BYTES", chunk)
+        torch.testing.assert_close(m.scores(q, k), whole, atol=1e-6, rtol=1e-6)

@@ -31,13 +31,15 @@ def variance_rows(dims, slopes):
             for j, d in enumerate(dims)]  # fmt: skip
 
 
-def task_metrics(auc, seed):
+def task_metrics(auc, seed, rising=0.0):
+    """A learning curve that ends at `auc` (± seed jitter); `rising`: how much it still gained over the last
+    evaluation interval (the last 20% of training: a run has not converged when this exceeds 0.02)."""
     a = float(min(1.0, max(0.0, auc + (JITTER[seed] if auc > CHANCE + 0.05 else 0.0))))
-    return {"eval_steps": [0, 10, 20], "accuracy": [CHANCE, a, a], "auc": a, "final_acc": a, "chance": CHANCE,
-            "train_loss": [2.0] * 20, "diverged_at": None}  # fmt: skip
+    return {"eval_steps": [0, 10, 16, 20], "accuracy": [CHANCE, a - rising, a - rising, a], "auc": a, "final_acc": a,
+            "chance": CHANCE, "train_loss": [2.0] * 20, "diverged_at": None}  # fmt: skip
 
 
-def records(*, slopes=None, speed=-1.5, acc):
+def records(*, slopes=None, speed=-1.5, acc, rising=lambda kind, d: 0.0):
     """speed: log(t_dot / t_additive) (negative: dot faster); acc(kind, d, seed) -> accuracy."""
     recs = []
     for i, c in enumerate(EXP.grid(P)):
@@ -50,7 +52,7 @@ def records(*, slopes=None, speed=-1.5, acc):
                  "threads": 1}  # fmt: skip
         else:
             s = c["seed"] % 1000
-            m = task_metrics(acc(c["attn"], c["d"], s), s)
+            m = task_metrics(acc(c["attn"], c["d"], s), s, rising(c["attn"], c["d"]))
         recs.append(record(c, m, f"r{i}"))
     return recs
 
@@ -138,3 +140,16 @@ def test_additive_vs_dot_rule_speed_requires_every_cell(tmp_path):
     v = analyse(EXP, records(speed=0.0, acc=lambda k, d, s: CHANCE), P, tmp_path)
     assert all(c.decision == "undecided" for c in v.comparisons if c.id.startswith("time:"))
     assert sub_verdict(v, "Dot product faster") == "inconclusive"
+
+
+def test_additive_vs_dot_rule_unconverged_accuracy_decides_nothing(tmp_path):
+    # additive ahead at the end, but its accuracy still rose by 0.1 over the last 20% of training: the
+    # comparison is undecided (quality is judged at convergence), so the accuracy sub-verdicts are inconclusive
+    acc = at_chance_at_16({"additive": 0.9, "dot_scaled": 0.6, "dot_unscaled": 0.4})
+    v = analyse(EXP, records(acc=acc, rising=lambda kind, d: 0.1 if kind == "additive" else 0.0), P, tmp_path)
+    d = decisions(v)
+    assert d["acc-d64:additive-vs-dot-scaled"] == d["acc-d64:additive-vs-dot-unscaled"] == "undecided"
+    assert d["acc-d16:additive-vs-dot-scaled"] == "excluded"  # at chance everywhere: still excluded
+    assert "not converged" in next(c.note for c in v.comparisons if c.id == "acc-d64:additive-vs-dot-scaled")
+    converged = analyse(EXP, records(acc=acc, rising=lambda kind, d: 0.015), P, tmp_path / "c")
+    assert decisions(converged)["acc-d64:additive-vs-dot-scaled"] == "b_better"  # within the 0.02 tolerance
