@@ -54,7 +54,10 @@ class AdditiveAttention(nn.Module):
         B, T, dh = qp.shape
         step = max(1, CHUNK_BYTES // (B * kp.shape[1] * dh * qp.element_size()))
         return torch.cat(
-            [self.w(torch.tanh(qp[:, i : i + step, None] + kp[:, None])).squeeze(-1) for i in range(0, T, step)],
+            [
+                self.w(torch.tanh(qp[:, i : i + step, None] + kp[:, None])).squeeze(-1)
+                for i in range(0, T, step)
+            ],
             dim=1,
         )
 

@@ -104,12 +104,14 @@ def _loaded(load: list, threads: int) -> bool:
 
 
 def decode_attention(device, rounds: int) -> list[dict]:
-    """One decoding step's attention (one query per sequence over a filled cache) at memory-bound sizes, for MHA
-    and MQA with both backends: compulsory bytes (K and V read once) per second against a large copy's."""
+    """One decoding step's attention (one query per sequence over a filled cache) at long contexts, for MHA and
+    MQA with both backends: compulsory bytes (K and V read once) per second against a large copy's, and the
+    roofline (bytes ÷ copy bandwidth against FLOPs ÷ a measured GEMM peak) that says which of the two binds."""
     from .attention import Attention
+    from .gqa_decode import gemm_peak
     from .measure import copy_bandwidth
 
-    bw = copy_bandwidth(1 << 28, device=device)
+    bw, peak = copy_bandwidth(1 << 28, device=device), gemm_peak(device)
     rows = []
     for B, S in ((16, 2048), (32, 2048)):
         for kv in (8, 1):
@@ -123,19 +125,12 @@ def decode_attention(device, rounds: int) -> list[dict]:
             }
             with torch.no_grad():
                 t = _alternating(fns, device, rounds)
-            nbytes = 2 * B * kv * S * 64 * 4
+            nbytes, flops = 2 * B * kv * S * 64 * 4, 4 * B * 8 * S * 64  # QK^T and PV for 8 query heads
+            t_mem, t_cmp = nbytes / bw, flops / peak
             for name, r in t.items():
-                rows.append(
-                    {
-                        "B": B,
-                        "S": S,
-                        "kv": kv,
-                        "backend": name,
-                        "median": r["median"],
-                        "of_bw": nbytes / r["median"] / bw,
-                    }
-                )
-    return rows, bw
+                rows.append({"B": B, "S": S, "kv": kv, "backend": name, "median": r["median"], "of_bw": t_mem / r["median"],
+                             "bound": "memory" if t_mem >= t_cmp else "compute", "of_roofline": max(t_mem, t_cmp) / r["median"]})  # fmt: skip
+    return rows, bw, peak
 
 
 def main(rounds: int = 21) -> int:
@@ -191,12 +186,13 @@ def main(rounds: int = 21) -> int:
     print(
         "\ndecode attention (one query per sequence over a filled cache, float32), compulsory bytes/s vs a copy:"
     )
-    rows, bw = decode_attention(device, rounds)
-    print(f"  copy bandwidth {bw / 1e9:.1f} GB/s (read + write)")
+    rows, bw, peak = decode_attention(device, rounds)
+    print(
+        f"  copy bandwidth {bw / 1e9:.1f} GB/s (read + write), GEMM peak {peak / 1e9:.1f} GFLOP/s (1024³ fp32 matmul)"
+    )
     for r in rows:
-        print(
-            f"  B={r['B']:3d} S={r['S']:5d} {'MHA' if r['kv'] == 8 else 'MQA'} {r['backend']:9s}{r['median'] * 1e3:9.3f} ms  {r['of_bw']:6.0%} of copy bandwidth"
-        )
+        print(f"  B={r['B']:3d} S={r['S']:5d} {'MHA' if r['kv'] == 8 else 'MQA'} {r['backend']:9s}{r['median'] * 1e3:9.3f} ms  "
+              f"{r['of_bw']:6.0%} of copy bandwidth; {r['bound']}-bound, {r['of_roofline']:4.0%} of the roofline")  # fmt: skip
 
     print("\ntraining throughput on the corpus (library LM, sdpa backend):")
     for d, L, T, B in ((64, 2, 64, 32), (128, 4, 64, 32), (128, 4, 128, 16), (128, 16, 64, 32)):
