@@ -14,12 +14,11 @@ import torch
 from .attention import KVCache
 from .config import ModelConfig
 from .counting import kv_cache_bytes
+from .decode import AA
 from .measure import copy_bandwidth
 from .models import LM
 from .threads import intra_op_threads
 from .timing import time_interleaved
-
-AA = "A/A"
 
 
 def linear_model_config(cfg: dict) -> ModelConfig:

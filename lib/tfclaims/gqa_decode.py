@@ -9,29 +9,20 @@ same interleaved rounds lets the analysis take the faster per (cell, variant) an
 from __future__ import annotations
 
 import os
-import time
 
 import torch
 
 from .decode import _time_decoders
 from .threads import intra_op_threads
+from .timing import time_call
 
 BACKENDS = ("sdpa", "explicit")
 
 
 def gemm_peak(device, n: int = 1024, repeats: int = 5, dtype=torch.float32) -> float:
-    """FLOP/s of an n × n × n matrix product, the best of `repeats`: the compute ceiling of the roofline."""
+    """FLOP/s of an n × n × n matrix product, the best of `repeats` timed calls: the roofline's compute ceiling."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    best = float("inf")
-    for _ in range(repeats + 1):  # the first call warms up
-        if torch.device(device).type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        a @ b
-        if torch.device(device).type == "cuda":
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
+    return 2 * n**3 / min(time_call(lambda: a @ b, device=device, warmup=1, repeats=repeats)["times"])
 
 
 def run_decode_backends(cfg: dict, ctx) -> dict:

@@ -1,6 +1,7 @@
 """Peak memory of an attention forward + backward: what Dao et al.'s 10×/20× compare, beside the bytes saved.
 
-On CUDA: `torch.cuda.max_memory_allocated` after a reset, less what was allocated before. On the CPU, where
+On CUDA: `attention_cost.cuda_peak` (`torch.cuda.max_memory_allocated` after a reset, less what was allocated
+before). On the CPU, where
 torch keeps no allocator statistics, the profiler's memory view: every allocation and free it records (ops'
 own allocations and the frees between them) in time order, summed; the peak of that running sum is the most
 memory the call held at once beyond what existed before it.
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from .attention import Attention, build_mask
+from .attention_cost import cuda_peak
 from .config import ModelConfig
 
 
@@ -36,17 +38,9 @@ def cpu_peak(fn) -> int:
     return int(peak)
 
 
-def cuda_peak(fn) -> int:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return int(torch.cuda.max_memory_allocated() - base)
-
-
 def peak_bytes(fn, device) -> int:
-    return cuda_peak(fn) if torch.device(device).type == "cuda" else cpu_peak(fn)
+    """Peak bytes of forward + backward of fn() (a scalar loss of its output), beyond what existed before."""
+    return cuda_peak(fn) if torch.device(device).type == "cuda" else cpu_peak(lambda: _fwd_bwd(fn))
 
 
 def run_peak_memory(cfg: dict, ctx) -> dict:
@@ -69,7 +63,7 @@ def run_peak_memory(cfg: dict, ctx) -> dict:
         _fwd_bwd(fn)  # warm-up: first-call workspaces are not the kernel's memory
         for t in (q, k, v):
             t.grad = None
-        out[name] = peak_bytes(lambda fn=fn: _fwd_bwd(fn), dev)
+        out[name] = peak_bytes(fn, dev)
         for t in (q, k, v):
             t.grad = None
     return {"peak_bytes": out, "device": str(dev)}

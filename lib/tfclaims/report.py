@@ -120,6 +120,15 @@ def _blocks(
 ) -> list[tuple]:
     """The report as a list of (kind, payload) blocks rendered to both Markdown and HTML."""
     rel = lambda cid, path: _rel(results_root, report_root, cid, path)  # noqa: E731
+
+    def figure(cid: str, number: int, fig_id: str, f: dict) -> tuple:
+        return (
+            "figure",
+            rel(cid, f["png"]),
+            f"Figure {number} (`{fig_id}`). {f['caption']}",
+            rel(cid, f["svg"]),
+        )
+
     B: list[tuple] = [
         ("h1", "Transformer claims, tested"),
         (
@@ -204,14 +213,7 @@ def _blocks(
         figs = list(r.get("figures", {}).items())
         for fig_id, f in figs[:1]:  # the key figure leads
             fig_no += 1
-            B.append(
-                (
-                    "figure",
-                    rel(cid, f["png"]),
-                    f"Figure {fig_no} (`{fig_id}`). {f['caption']}",
-                    rel(cid, f["svg"]),
-                )
-            )
+            B.append(figure(cid, fig_no, fig_id, f))
         if r.get("sub_verdicts"):
             B.append(("h3", "Sub-verdicts"))
             B.append(
@@ -234,14 +236,7 @@ def _blocks(
         B.append(("p", r.get("method", "")))
         for fig_id, f in figs[1:]:
             fig_no += 1
-            B.append(
-                (
-                    "figure",
-                    rel(cid, f["png"]),
-                    f"Figure {fig_no} (`{fig_id}`). {f['caption']}",
-                    rel(cid, f["svg"]),
-                )
-            )
+            B.append(figure(cid, fig_no, fig_id, f))
         for t in r.get("tables", []):
             if t.get("markdown"):
                 n_rows = len(_parse_md_table(t["markdown"])) - 1
