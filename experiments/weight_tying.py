@@ -8,20 +8,19 @@ import pandas as pd
 from tfclaims import evidence as ev
 from tfclaims.comparison import plot_curves
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.lm_recipes import tying_counts, tying_train
-from tfclaims.small_lm import run_fields, train_profile
+from tfclaims.subword_lm import subword_fields, subword_profile
+from tfclaims.subword_recipes import matched_d_ff, tying_counts, tying_train
 from tfclaims.tables import comparison_table
 
 COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
-MARGIN = 0.02  # nats: |tied − untied| inside this is "no difference" (TOST), for the AUC and the final loss
+MARGIN = 0.02  # nats: |Δ final loss| inside this is "no difference" (TOST)
+STEP_MARGIN = 0.05  # fraction of the training steps: |Δ steps to target| inside this is "no difference"
+TARGET_BELOW_UNIGRAM = (
+    1.0  # nats: the target validation loss of "steps to target" is the unigram level less this
+)
 LEARN_MARGIN = 0.10  # nats below the unigram cross-entropy: the run learned
 NULL_OFFSET = 1000
-
-
-def auc(m: dict) -> float | None:
-    """Mean validation loss over the evaluations after step 0: lower = converged faster (area under the curve)."""
-    v = m["val_loss"][1:]
-    return None if m.get("diverged_at") is not None or not v or None in v else float(np.mean(v))
+LABELS = {"tied": "tied", "untied": "untied", "tied-wide": "tied, wider FFN (untied's parameter count)"}
 
 
 def final(m: dict) -> float | None:
@@ -32,17 +31,46 @@ def did_learn(m: dict) -> bool:
     return ev.learned(m.get("final_val"), m["unigram_xent"], LEARN_MARGIN)
 
 
+def steps_to_target(m: dict) -> float | None:
+    """The first step at which the validation loss reaches the target, linearly interpolated between
+    evaluations; None if it never does (or the run diverged)."""
+    if m.get("diverged_at") is not None:
+        return None
+    target = m["unigram_xent"] - TARGET_BELOW_UNIGRAM
+    s, v = m["eval_steps"], m["val_loss"]
+    if v and v[0] is not None and v[0] <= target:
+        return float(s[0])
+    for i in range(1, len(v)):
+        if v[i] is not None and v[i] <= target:
+            v0 = v[i - 1]
+            return float(s[i - 1] + (s[i] - s[i - 1]) * (v0 - target) / (v0 - v[i]))
+    return None
+
+
+def vocab_size(p) -> int:
+    from tfclaims.bpe import load_bpe_corpus
+
+    return load_bpe_corpus(p["vocab"]).vocab_size
+
+
 def grid_counts(p):
-    return [{**run_fields(p), "presets": list(COUNT_PRESETS)}]
+    return [
+        {**subword_fields(p), "presets": list(COUNT_PRESETS), "d_ff_wide": matched_d_ff(p, vocab_size(p))}
+    ]
 
 
 def grid_train(p):
-    return [{"tie": t, **run_fields(p), "seed": s} for t in (True, False) for s in p["seeds"]]
+    wide = matched_d_ff(p, vocab_size(p))
+    return [
+        {"arm": a, **subword_fields(p), **({"d_ff_wide": wide} if a == "tied-wide" else {}), "seed": s}
+        for a in ("tied", "untied", "tied-wide")
+        for s in p["seeds"]
+    ]
 
 
 def grid_null(p):
     """The null pair: the untied arm (the baseline) rerun at seeds s + NULL_OFFSET."""
-    return [{"tie": False, **run_fields(p), "seed": s + NULL_OFFSET} for s in p["seeds"]]
+    return [{"arm": "untied", **subword_fields(p), "seed": s + NULL_OFFSET} for s in p["seeds"]]
 
 
 class WeightTying(Experiment):
@@ -61,29 +89,34 @@ class WeightTying(Experiment):
     ]
     anchor_number = "PTB LSTM: 80.97 → 75.96 test perplexity with tying"
     method = (
-        "(1) Parameter counts tied vs untied, closed form (`tfclaims.counting`) against the instantiated character LM, and "
-        "the share V·d represents for published configurations. (2) Training: the character LM (Shakespeare, vocabulary "
-        "of characters) tied and untied on the same seeds (same init seed and data order), same init scale for the "
-        "separate head; convergence speed measured as the mean validation loss over the evaluations after step 0 (area "
-        "under the curve, AUC), and the final loss. A null pair (the untied arm rerun at seeds s + "
-        f"{NULL_OFFSET}) gives the noise floor of both measures."
+        "(1) Parameter counts of each arm, closed form (`tfclaims.counting`) against the instantiated model, and the "
+        "share V·d represents for published configurations. (2) Training: a subword LM (byte-level BPE with a 4096-token "
+        "vocabulary trained on the training works, `tfclaims.bpe`) in three arms on the same seeds (same data order): "
+        "tied; untied (the head a separate matrix with the same init scale); and a parameter-matched control, tied with "
+        "its FFN widened until it has the untied model's parameter count (an untied model cut to the tied count would "
+        "lose its whole FFN at this vocabulary). Convergence speed is the number of steps until the validation loss "
+        f"first reaches the unigram level less {TARGET_BELOW_UNIGRAM} nats (interpolated between evaluations); the "
+        "final validation loss is the other measure. A null pair (the untied arm rerun at seeds s + "
+        f"{NULL_OFFSET}) gives the noise floor of both."
     )
     rule = (
         "Parameters (exact checks): supported if untied − tied equals V·d exactly for every configuration, in closed "
-        "form, and the instantiated character LM matches its closed form; else refuted. Convergence: the AUC, tied vs "
-        f"untied, paired by seed (paired t-test; TOST against ±{MARGIN} nats); a run learned if its final validation "
-        f"loss is at least {LEARN_MARGIN} nats below the unigram cross-entropy, and if neither arm learned in any seed "
-        "the comparison is excluded. Sub-verdict by the evidence ladder: supported if tied is significantly lower, "
-        "refuted if untied is significantly lower, otherwise inconclusive (no positive control, so equivalence within "
-        "the margin does not refute). Final validation loss: the same test, reported as its own sub-verdict. Overall: "
-        "parameters and convergence combined: both supported → supported; one supported, the other refuted → mixed; "
-        "both refuted → refuted; otherwise inconclusive."
+        "form, and each instantiated arm matches its closed form; else refuted. Convergence: steps to the target, tied "
+        f"(b) vs untied (a), paired by seed (paired t-test; TOST against ±{STEP_MARGIN:.0%} of the training steps); a "
+        f"run learned if its final validation loss is at least {LEARN_MARGIN} nats below the unigram cross-entropy, and "
+        "if neither arm learned in any seed the comparison is excluded. Sub-verdict by the evidence ladder: supported "
+        "if tied reaches the target significantly sooner, refuted if untied does, otherwise inconclusive (no positive "
+        "control, so equivalence within the margin does not refute). Final validation loss: the same test against "
+        f"±{MARGIN} nats, its own sub-verdict. Equal parameters (reported): the parameter-matched tied arm against "
+        "untied, same tests. Overall: parameters and convergence combined: both supported → supported; one supported, "
+        "the other refuted → mixed; both refuted → refuted; otherwise inconclusive."
     )
     profiles = {
-        "quick": train_profile("quick"),
-        "default": train_profile("default", seeds=[0, 1, 2, 3, 4]),
-        "full": train_profile("full"),
-    }
+        "quick": subword_profile("quick"),
+        "default": subword_profile("default", d_model=96, n_layers=3, n_heads=4, seq_len=64, batch=16, steps=600,
+                                   lr=3e-3, eval_every=25, eval_batches=8),
+        "full": subword_profile("full"),
+    }  # fmt: skip
     parts = (
         Part("counts", grid_counts, tying_counts),
         Part("train", grid_train, tying_train),
@@ -92,185 +125,203 @@ class WeightTying(Experiment):
 
     # ---------------------------------------------------------------- analysis
     def analyse(self, runs, p, out: Output):
-        cdf = pd.DataFrame(self.runs_of(runs, "counts")[0]["metrics"]["rows"])
-        rows, checks = [], []
-        for model, g in cdf.groupby("model", sort=False):
-            t, u = g[g["tie"]].iloc[0], g[~g["tie"]].iloc[0]
-            saved, vd = int(u["closed_form"] - t["closed_form"]), int(t["V"] * t["d"])
-            slug = "char-lm" if model.startswith("char LM") else model
-            checks.append(
-                ev.exact_check(
-                    f"params:{slug}",
-                    saved == vd,
-                    sub_claim="parameters",
-                    metric="untied − tied parameters",
-                    observed=saved,
-                    expected=vd,
-                    note="closed form",
-                )  # fmt: skip
-            )
-            if not pd.isna(t["instantiated"]):
-                inst = int(u["instantiated"] - t["instantiated"])
-                ok = (
-                    inst == saved
-                    and t["instantiated"] == t["closed_form"]
-                    and u["instantiated"] == u["closed_form"]
-                )
-                checks.append(
-                    ev.exact_check(
-                        f"params:{slug}-instantiated",
-                        bool(ok),
-                        sub_claim="parameters",
-                        metric="untied − tied parameters, instantiated",
-                        observed=inst,
-                        expected=saved,
-                        note="instantiated model against its closed form",
-                    )  # fmt: skip
-                )
-            rows.append(
-                {
-                    "model": model,
-                    "V": int(t["V"]),
-                    "d": int(t["d"]),
-                    "tied params": int(t["closed_form"]),
-                    "untied params": int(u["closed_form"]),
-                    "saved": saved,
-                    "V·d": vd,
-                    "saved / untied": saved / u["closed_form"],
-                    "instantiated agrees": "—"
-                    if pd.isna(t["instantiated"])
-                    else str(checks[-1].decision == "equivalent"),
-                }  # fmt: skip
-            )
-        pdf = pd.DataFrame(rows)
-        out.table(
-            "parameters", pdf, "Parameters tied vs untied (closed form; the character LM also instantiated)"
-        )
+        counts = self.runs_of(runs, "counts")[0]["metrics"]
+        tok = counts["tokenizer"]
+        pdf, checks = self.parameter_table(pd.DataFrame(counts["rows"]), out)
         count_ok = all(c.decision == "equivalent" for c in checks)
 
         train, null = self.runs_of(runs, "train"), self.runs_of(runs, "null")
 
-        def tied(c):
-            return c["tie"]
+        def arm(name):
+            return lambda c: c["arm"] == name
 
-        def untied(c):
-            return not c["tie"]
+        def values(fn, name, runs_=train):
+            return ev.seed_values(runs_, arm(name), fn)
 
-        learned = dict(
-            learned_a=ev.seed_values(train, untied, did_learn),
-            learned_b=ev.seed_values(train, tied, did_learn),
+        learned = {a: ev.seed_values(train, arm(a), did_learn) for a in LABELS}
+        step_margin = STEP_MARGIN * p["steps"]
+
+        def compare(id_, b, metric, fn, margin, sub):
+            return ev.paired(f"{id_}:{b}-vs-untied", values(fn, "untied"), values(fn, b), metric=metric,
+                             sub_claim=sub, better="lower", arm_a="untied", arm_b=b, margin=margin,
+                             learned_a=learned["untied"], learned_b=learned[b])  # fmt: skip
+
+        conv = compare("steps", "tied", "steps to target", steps_to_target, step_margin, "convergence")
+        fin = compare("final", "tied", "final val loss", final, MARGIN, "final loss")
+        conv_w = compare(
+            "steps", "tied-wide", "steps to target", steps_to_target, step_margin, "equal parameters"
         )
-        common = dict(better="lower", arm_a="untied", arm_b="tied", margin=MARGIN, **learned)
-        conv = ev.paired("auc:tied-vs-untied", ev.seed_values(train, untied, auc), ev.seed_values(train, tied, auc),
-                         metric="val loss AUC", sub_claim="convergence", **common)  # fmt: skip
-        fin = ev.paired("final:tied-vs-untied", ev.seed_values(train, untied, final), ev.seed_values(train, tied, final),
-                        metric="final val loss", sub_claim="final loss", **common)  # fmt: skip
+        fin_w = compare("final", "tied-wide", "final val loss", final, MARGIN, "equal parameters")
         floors = [
             ev.noise_floor(
                 f"null:{name}",
-                ev.seed_values(train, untied, fn),
-                ev.seed_values(null, untied, fn),
+                values(fn, "untied"),
+                values(fn, "untied", null),
                 seed_offset=NULL_OFFSET,
                 metric=metric,
                 arm="untied",
-                margin=MARGIN,
+                margin=margin,
             )  # fmt: skip
-            for name, fn, metric in (("auc", auc, "val loss AUC"), ("final", final, "final val loss"))
+            for name, fn, metric, margin in (
+                ("steps", steps_to_target, "steps to target", step_margin),
+                ("final", final, "final val loss", MARGIN),
+            )  # fmt: skip
         ]
-        conv, fin = ev.with_noise([conv, fin], floors)
+        conv, fin, conv_w, fin_w = ev.with_noise([conv, fin, conv_w, fin_w], floors)
+        fin_w, conv_w = ev.holm([fin_w, conv_w])  # one sub-verdict, two measures
         out.table(
             "training",
-            comparison_table([conv, fin, *floors]),
-            f"Validation loss (nats/char), tied (b) − untied (a), paired by seed ({len(p['seeds'])} seeds); the null "
-            "pairs last",
+            comparison_table([conv, fin, conv_w, fin_w, *floors]),
+            f"Steps to a validation loss of unigram − {TARGET_BELOW_UNIGRAM} nats, and final validation loss "
+            f"(nats/token), each arm (b) − untied (a), paired by seed ({len(p['seeds'])} seeds); the null pairs last",
         )
-
-        self.plot_training(train, pdf, p, out)
+        out.table("runs", self.run_table(train + null), "Every training run: steps to target and final loss",
+                  in_report=False)  # fmt: skip
+        self.plot_training(train, null, pdf, floors, p, out)
 
         conv_l = ev.ladder([conv], "b_better", positive_control=False)
         fin_l = ev.ladder([fin], "b_better", positive_control=False)
+        eq_l = ev.ladder([conv_w, fin_w], "b_better", positive_control=False)
         count_v = "supported" if count_ok else "refuted"
         verdict = ev.combine([count_v, conv_l.verdict])
-        own = pdf.iloc[0]
+        own = pdf[pdf["model"].str.startswith("subword")].iloc[0]
         g2 = pdf.set_index("model").loc["gpt2-small"] if "gpt2-small" in set(pdf["model"]) else None
+        g2_txt = (
+            f"; GPT-2 small: {g2['saved']:,} ({g2['saved / untied']:.0%} of the untied model)"
+            if g2 is not None
+            else ""
+        )
         subs = [
-            SubVerdict(
-                "Tying removes exactly V·d parameters",
-                count_v,
-                f"{own['model']}: {own['saved']:,} of {own['untied params']:,} ({own['saved / untied']:.1%})"
-                + (
-                    f"; GPT-2 small: {g2['saved']:,} ({g2['saved / untied']:.0%} of the untied model)"
-                    if g2 is not None
-                    else ""
-                ),
-                [c.id for c in checks],
-            ),
-            SubVerdict(
-                "Faster convergence (AUC of validation loss)", conv_l.verdict, conv.text(" nats"), [conv.id]
-            ),
-            SubVerdict("Lower final validation loss (reported)", fin_l.verdict, fin.text(" nats"), [fin.id]),
-        ]
-        g2_txt = f"{g2['saved / untied']:.0%} of an untied GPT-2 small. " if g2 is not None else ""
-        dtxt = "—" if conv.diff is None else f"{conv.diff:+.3f}"
+            SubVerdict("Tying removes exactly V·d parameters", count_v,
+                       f"{own['model']}: {own['saved']:,} of {own['untied params']:,} ({own['saved / untied']:.1%}){g2_txt}",
+                       [c.id for c in checks]),  # fmt: skip
+            SubVerdict("Faster convergence (steps to the target loss)", conv_l.verdict, conv.text(" steps", "+.1f"), [conv.id]),
+            SubVerdict("Lower final validation loss", fin_l.verdict, fin.text(" nats"), [fin.id]),
+            SubVerdict("At equal parameter count: tied with a wider FFN vs untied (reported)", eq_l.verdict,
+                       f"steps {conv_w.text('', '+.1f')}; final {fin_w.text(' nats')}", [conv_w.id, fin_w.id]),
+        ]  # fmt: skip
+        dsteps = "—" if conv.diff is None else f"{conv.diff:+.0f}"
         return Verdict(
             verdict=verdict,
             summary=(
-                f"Tying removes V·d parameters exactly: {own['saved / untied']:.1%} of this character model (V = {own['V']}), "
-                + g2_txt
-                + f"Convergence (mean validation loss over training), {conv.text(' nats')}; final: {fin.text(' nats')}."
+                f"Tying removes V·d parameters exactly: {own['saved / untied']:.1%} of this subword model (V = {own['V']}, "
+                f"d = {own['d']}){g2_txt}. Steps to the target loss, {conv.text(' steps', '+.1f')}; final validation loss, "
+                f"{fin.text(' nats')}. At equal parameters, final {fin_w.text(' nats')}."
             ),
-            key_number=f"saves {own['saved / untied']:.1%} here"
-            + (f" (GPT-2 small: {g2['saved / untied']:.0%})" if g2 is not None else "")
-            + f"; AUC tied − untied {dtxt} nats ({conv.decision})",
+            key_number=f"saves {own['saved / untied']:.1%} here; steps to target tied − untied {dsteps} ({conv.decision}); "
+            f"final {fin.short()} nats ({fin.decision})",
             evidence={
                 "counts_ok": count_ok,
                 "margin": MARGIN,
+                "step_margin": step_margin,
                 "learn_margin": LEARN_MARGIN,
+                "target_below_unigram": TARGET_BELOW_UNIGRAM,
+                "tokenizer": tok,
                 "convergence": conv_l.verdict,
                 "final": fin_l.verdict,
+                "equal_parameters": eq_l.verdict,
             },  # fmt: skip
             sub_verdicts=subs,
-            comparisons=[*checks, conv, fin],
+            comparisons=[*checks, conv, fin, conv_w, fin_w],
             noise_floor=floors,
             caveats=[
-                f"A character vocabulary (V = {own['V']}) makes the embedding a small part of the model; the anchors used word vocabularies (10k–50k), where the embedding dominates and tying acts as a strong regulariser.",
-                f"Short training ({p['steps']} steps, d = {p['d_model']}); the anchors' gains are in final perplexity after many epochs, with dropout.",
-                "The parameter counts are exact checks (no noise floor); the null pair is the training noise floor.",
+                f"Byte-level BPE trained on the training works: V = {tok['vocab_size']}, {tok['chars_per_token']:.2f} characters per token on the validation works. GPT-2 uses V = 50257 and d = 768; here V·d is a similar share of the model, but the model is 10^2–10^3 times smaller.",
+                f"{p['steps']} steps of {p['batch']} × {p['seq_len']} tokens (about {p['steps'] * p['batch'] * p['seq_len'] / 1e6:.2f}M tokens, under one epoch), d = {p['d_model']}, {p['n_layers']} layers, no dropout; the anchors' gains are in final perplexity after many epochs of small corpora, where tying also acts as a regulariser.",
+                "The untied head starts at the embedding's init scale (normal, std 0.02), so the arms differ only in sharing; the parameter-matched arm spends the V·d extra parameters in the FFN instead.",
             ],
         )
 
-    def plot_training(self, train, pdf, p, out):
+    def parameter_table(self, cdf: pd.DataFrame, out: Output):
+        rows, checks = [], []
+        for model, g in cdf.groupby("model", sort=False):
+            arms = g.set_index("arm")
+            t, u = arms.loc["tied"], arms.loc["untied"]
+            saved, vd = int(u["closed_form"] - t["closed_form"]), int(t["V"] * t["d"])
+            slug = "subword-lm" if model.startswith("subword") else model
+            checks.append(ev.exact_check(f"params:{slug}", saved == vd, sub_claim="parameters", metric="untied − tied parameters",
+                                         observed=saved, expected=vd, note="closed form"))  # fmt: skip
+            if not pd.isna(t["instantiated"]):
+                ok = all(arms.loc[a, "instantiated"] == arms.loc[a, "closed_form"] for a in arms.index)
+                checks.append(ev.exact_check(f"params:{slug}-instantiated", bool(ok), sub_claim="parameters",
+                                             metric="instantiated − closed-form parameters, every arm",
+                                             observed=int(sum(arms["instantiated"] - arms["closed_form"])), expected=0,
+                                             note="each instantiated arm against its closed form"))  # fmt: skip
+            rows.append({"model": model, "V": int(t["V"]), "d": int(t["d"]), "tied params": int(t["closed_form"]),
+                         "untied params": int(u["closed_form"]), "saved": saved, "V·d": vd,
+                         "saved / untied": saved / u["closed_form"],
+                         "tied-wide params (d_ff)": f"{int(arms.loc['tied-wide', 'closed_form']):,} ({int(arms.loc['tied-wide', 'd_ff'])})"
+                         if "tied-wide" in arms.index else "—"})  # fmt: skip
+        pdf = pd.DataFrame(rows)
+        out.table(
+            "parameters",
+            pdf,
+            "Parameters tied vs untied (closed form; this project's subword LM also instantiated)",
+        )
+        return pdf, checks
+
+    @staticmethod
+    def run_table(runs) -> pd.DataFrame:
+        return pd.DataFrame(
+            [{"arm": r["config"]["arm"], "seed": r["config"]["seed"], "params": r["metrics"]["n_params"],
+              "steps to target": steps_to_target(r["metrics"]), "final val loss": final(r["metrics"]),
+              "unigram": r["metrics"]["unigram_xent"], "learned": did_learn(r["metrics"])} for r in runs]
+        )  # fmt: skip
+
+    def plot_training(self, train, null, pdf, floors, p, out):
         from tfclaims.plotting import subplots
 
-        fig, (a, b) = subplots(2, width=4.6, height=3.6)
-        plot_curves(
-            a,
-            {
-                "tied": [r for r in train if r["config"]["tie"]],
-                "untied": [r for r in train if not r["config"]["tie"]],
-            },
-        )
+        fig, (a, b, c) = subplots(3, width=4.4, height=3.6)
+        plot_curves(a, {LABELS[k]: [r for r in train if r["config"]["arm"] == k] for k in LABELS})
+        U = train[0]["metrics"]["unigram_xent"]
+        a.axhline(U, color="0.5", lw=0.8, ls=":", label="unigram level")
+        a.axhline(U - TARGET_BELOW_UNIGRAM, color="k", lw=0.8, ls="--", label="target loss")
+        a.set_ylim(None, U + 0.5)  # the first evaluations (about ln V) would squash the curves that matter
         a.set_xlabel("training step")
-        a.set_ylabel("validation loss (nats/char)")
-        a.set_title("Validation loss, tied vs untied")
-        a.legend()
+        a.set_ylabel("validation loss (nats/token)")
+        a.set_title("Validation loss by arm")
+        a.legend(fontsize=7)
+        by = {(r["config"]["arm"], r["config"]["seed"]): final(r["metrics"]) for r in train}
+        floor = ev.noise_bound(floors[1])
+        if floor is not None:
+            b.axhspan(-floor, floor, color="0.85", label="noise floor (null pair, 95% CI)")
+        colours = {"tied": "C0", "tied-wide": "C2"}  # as in the left panel (untied is C1)
+        for i, arm in enumerate(("tied", "tied-wide")):
+            d = [
+                by[(arm, s)] - by[("untied", s)]
+                for s in p["seeds"]
+                if by.get((arm, s)) is not None and by.get(("untied", s)) is not None
+            ]
+            b.scatter(
+                np.full(len(d), i) + np.linspace(-0.15, 0.15, len(d)),
+                d,
+                s=18,
+                color=colours[arm],
+                label=LABELS[arm],
+            )
+            if d:
+                b.errorbar(i + 0.3, np.mean(d), yerr=1.96 * np.std(d, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0,
+                           fmt="D", color="k", capsize=3)  # fmt: skip
+        b.axhline(0, color="k", lw=0.6)
+        b.set_xticks([0, 1], ["tied − untied", "tied wide − untied"])
+        b.set_xlim(-0.5, 1.6)
+        b.set_ylabel("Δ final validation loss (nats/token)")
+        b.set_title("Per seed, paired (mean, 95% CI)")
+        b.legend(fontsize=7, loc="best")
         x = np.arange(len(pdf))
-        b.bar(x, pdf["saved / untied"] * 100, color="C2")
-        b.set_xticks(
-            x,
-            [m.replace("char LM (this project), ", "char LM\n") for m in pdf["model"]],
-            rotation=30,
-            ha="right",
-            fontsize=7.5,
-        )
-        b.set_ylabel("parameters saved by tying (% of untied)")
-        b.set_title("V·d as a share of the model")
+        c.bar(x, pdf["saved / untied"] * 100, color="C2")
+        c.set_xticks(x, [m.replace("subword LM (this project), ", "subword LM\n") for m in pdf["model"]], rotation=30,
+                     ha="right", fontsize=7.5)  # fmt: skip
+        c.set_ylabel("parameters saved by tying (% of untied)")
+        c.set_title("V·d as a share of the model")
         for i, v in enumerate(pdf["saved / untied"]):
-            b.annotate(f"{v:.1%}", (i, v * 100), ha="center", va="bottom", fontsize=7)
+            c.annotate(f"{v:.1%}", (i, v * 100), ha="center", va="bottom", fontsize=7)
         out.figure(
             "tying",
             fig,
-            f"Left: validation loss during training, tied vs untied (mean and 95% band over {len(p['seeds'])} seeds). Right: the parameters tying saves (V·d) as a share of the untied model, for this character model and published configurations.",
+            f"Left: validation loss during training per arm (mean and 95% band over {len(p['seeds'])} seeds), with the "
+            "unigram level and the target of 'steps to target'. Middle: final validation loss of each arm minus untied, "
+            "per seed, with the null pair's 95% CI as the noise floor. Right: the parameters tying saves (V·d) as a "
+            "share of the untied model, for this subword model and published configurations.",
         )
 
 

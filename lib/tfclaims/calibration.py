@@ -39,29 +39,41 @@ def ece(conf: torch.Tensor, correct: torch.Tensor, n_bins: int = 15) -> float:
     return sum(c / n * abs(a - f) for c, a, f in zip(r["count"], r["accuracy"], r["confidence"]) if c > 0)
 
 
-def calibration_probe(sets: dict, device, n_bins: int = 15):
-    """An on_eval probe for `train_lm`: on each named set of fixed (x, y) batches, the unsmoothed loss
-    (`<name>_nll`), top-1 accuracy, ECE and mean confidence. Returns (probe, last): `last[name]` holds the
-    reliability diagram of the latest evaluation."""
-    from .models import lm_loss
+# ------------------------------------------------------------------ temperature scaling (Guo et al. 2017)
+T_BOUNDS = (0.05, 20.0)  # the searched temperatures; a fit at a bound is reported as such
 
-    last: dict = {}
 
-    @torch.no_grad()
-    def probe(step, model):
-        was = model.training
-        model.eval()
-        out = {}
-        for name, batches in sets.items():
-            logits = [model(x.to(device)) for x, _ in batches]
-            ys = [y.to(device) for _, y in batches]
-            conf, correct = top1(torch.cat(logits), torch.cat(ys))
-            out[f"{name}_nll"] = sum(float(lm_loss(lg, y)) for lg, y in zip(logits, ys)) / len(ys)
-            out[f"{name}_acc"] = float(correct.mean())
-            out[f"{name}_ece"] = ece(conf, correct, n_bins)
-            out[f"{name}_conf"] = float(conf.mean())
-            last[name] = reliability(conf, correct, n_bins)
-        model.train(was)
-        return out
+def nll_at(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> float:
+    """Mean negative log-likelihood (nats) of `targets` under softmax(logits / T); logits (N, V), targets (N,)."""
+    return float(torch.nn.functional.cross_entropy(logits.float() / temperature, targets))
 
-    return probe, last
+
+def fit_temperature(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """The one scalar T > 0 minimising the NLL of softmax(logits / T) (bounded search on log T: the NLL is
+    convex in 1/T, so the minimum is unique). Fit on held-out data, apply to other held-out data."""
+    import math
+
+    from scipy.optimize import minimize_scalar
+
+    logits, targets = logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1)
+    keep = targets >= 0
+    logits, targets = logits[keep], targets[keep]
+    lo, hi = (math.log(b) for b in T_BOUNDS)
+    res = minimize_scalar(lambda lt: nll_at(logits, targets, math.exp(lt)), bounds=(lo, hi), method="bounded",
+                          options={"xatol": 1e-4})  # fmt: skip
+    return float(math.exp(res.x))
+
+
+def scores(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, n_bins: int = 15) -> dict:
+    """NLL, top-1 accuracy, ECE and mean confidence of logits (..., V) at temperature T; targets < 0 dropped.
+    Accuracy does not depend on T (the argmax is unchanged); NLL, ECE and confidence do."""
+    logits, targets = logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1)
+    keep = targets >= 0
+    logits, targets = logits[keep] / temperature, targets[keep]
+    conf, correct = top1(logits, targets)
+    return {
+        "nll": nll_at(logits, targets),
+        "acc": float(correct.mean()),
+        "ece": ece(conf, correct, n_bins),
+        "conf": float(conf.mean()),
+    }

@@ -1,0 +1,288 @@
+"""Published configurations beyond `config.PRESETS`, and the counts `ModelConfig` alone cannot give.
+
+`Published` pairs a `ModelConfig` (the widths) with what the library's `Block` does not record:
+- layout 'parallel': x + attn(n(x)) + ffn(n(x)), one norm feeding both branches (GPT-J, PaLM, Falcon-7B). The
+  attention and FFN matrices are those of a sequential block; only the second norm is gone. `ParallelBlock`
+  builds it from the library's own attention, FFN and norm modules.
+- decoder_layers > 0: an encoder–decoder. `config.n_layers` counts encoder blocks (self-attention + FFN), the
+  rows a share table shows; each decoder block adds a cross-attention and a third norm; one embedding is
+  shared by both stacks.
+- a gated GELU FFN (GeGLU, T5's gated-gelu) holds SwiGLU's three d x d_ff matrices, so it is counted with
+  ffn='swiglu'; `ffn_label` keeps the published name.
+- window: a sliding attention window (keys per query), which caps the attention-score FLOPs.
+
+The widths are the published config.json values of each model (the Hugging Face Hub repository is named
+beside each entry); tests/test_ffn_flops.py rebuilds the full-size models with `transformers` on the meta
+device and checks the totals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .attention import Attention, KVCache
+from .blocks import FFN
+from .config import PRESETS, ConfigError, ModelConfig
+from .counting import (
+    active_ffn_params,
+    attention_params,
+    cross_attention_block_params,
+    embedding_params,
+    ffn_params,
+    norm_params,
+)
+from .models import LM, Encoder, init_weights
+from .norms import make_norm
+
+LAYOUTS = ("sequential", "parallel")
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published model: its widths and the structure `ModelConfig` leaves out."""
+
+    config: ModelConfig
+    layout: str = "sequential"
+    decoder_layers: int = 0  # > 0: encoder–decoder with this many decoder blocks
+    rel_pos_buckets: int = 0  # T5: a (buckets x heads) relative-position bias in each stack's first block
+    ffn_label: str = ""  # the published FFN name where `config.ffn` stands in for its count
+    window: int | None = None  # sliding-window attention: keys per query at most
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.layout == "parallel" and (self.decoder_layers or self.config.placement != "pre"):
+            raise ConfigError("a parallel block is a pre-norm decoder block")
+        if self.decoder_layers and self.config.causal:
+            raise ConfigError(
+                "an encoder–decoder's config describes its (bidirectional) encoder: causal=False"
+            )
+        if self.window is not None and self.window < 1:
+            raise ConfigError(f"window must be positive, got {self.window}")
+
+    @property
+    def encoder_decoder(self) -> bool:
+        return self.decoder_layers > 0
+
+    @property
+    def ffn_kind(self) -> str:
+        return self.ffn_label or self.config.ffn
+
+
+def _llama_like(**kw) -> ModelConfig:
+    return ModelConfig(ffn="swiglu", norm="rms", pos="rope", bias=False, **kw)
+
+
+MODERN: dict[str, Published] = {
+    # meta-llama/Meta-Llama-3-8B: hidden_size 4096, intermediate_size 14336, 32 layers, 32 heads,
+    # num_key_value_heads 8, vocab_size 128256, rope_theta 500000, max_position_embeddings 8192,
+    # tie_word_embeddings false (8,030,261,248 parameters).
+    "llama3-8b": Published(
+        _llama_like(
+            vocab_size=128256,
+            d_model=4096,
+            n_layers=32,
+            n_heads=32,
+            n_kv_heads=8,
+            d_ff=14336,
+            tie_weights=False,
+            max_seq_len=8192,
+            rope_base=5e5,
+        )
+    ),
+    # mistralai/Mistral-7B-v0.1: Llama-3-8B's block widths, vocab_size 32000, rope_theta 10000,
+    # sliding_window 4096, max_position_embeddings 32768, untied (7,241,732,096 parameters).
+    "mistral-7b": Published(
+        _llama_like(
+            vocab_size=32000,
+            d_model=4096,
+            n_layers=32,
+            n_heads=32,
+            n_kv_heads=8,
+            d_ff=14336,
+            tie_weights=False,
+            max_seq_len=32768,
+        ),
+        window=4096,
+    ),
+    # google/gemma-7b: hidden_size 3072, 28 layers, 16 heads and 16 K/V heads of head_dim 256 (attention width
+    # 4096 != d), intermediate_size 24576 with a tanh-GELU gate (GeGLU), vocab_size 256000, tied, embeddings
+    # scaled by sqrt(d), RMSNorm eps 1e-6 (8,537,680,896 parameters).
+    "gemma-7b": Published(
+        _llama_like(
+            vocab_size=256000,
+            d_model=3072,
+            n_layers=28,
+            n_heads=16,
+            head_dim=256,
+            d_ff=24576,
+            tie_weights=True,
+            max_seq_len=8192,
+            emb_scale=True,
+            norm_eps=1e-6,
+        ),
+        ffn_label="geglu",
+    ),
+    # tiiuae/falcon-7b: hidden_size 4544, n_head 71 (head_dim 64), multi_query (one K/V head), parallel_attn,
+    # bias false (LayerNorms keep theirs), vocab_size 65024, 32 layers, GELU FFN of 4·d = 18176 (the modelling
+    # code's width), rotary positions, tied (6,921,720,704 parameters).
+    "falcon-7b": Published(
+        ModelConfig(
+            vocab_size=65024,
+            d_model=4544,
+            n_layers=32,
+            n_heads=71,
+            n_kv_heads=1,
+            d_ff=18176,
+            ffn="gelu",
+            norm="layer",
+            pos="rope",
+            bias=False,
+            tie_weights=True,
+            max_seq_len=2048,
+        ),
+        layout="parallel",
+    ),
+    # google/t5-v1_1-base: d_model 768, d_ff 2048, d_kv 64, 12 heads, 12 encoder + 12 decoder layers,
+    # feed_forward_proj gated-gelu, vocab_size 32128, no biases, RMS-style norms, relative attention bias of 32
+    # buckets, output head not tied to the embedding (247,577,856 parameters).
+    "t5-v1.1-base": Published(
+        ModelConfig(
+            vocab_size=32128,
+            d_model=768,
+            n_layers=12,
+            n_heads=12,
+            d_ff=2048,
+            ffn="swiglu",
+            norm="rms",
+            pos="none",
+            bias=False,
+            tie_weights=False,
+            causal=False,
+            max_seq_len=512,
+            norm_eps=1e-6,
+        ),
+        decoder_layers=12,
+        rel_pos_buckets=32,
+        ffn_label="gated-gelu",
+    ),
+    # A generic parallel block (GPT-J / PaLM style) at GPT-J-6B's widths (EleutherAI/gpt-j-6b: n_embd 4096,
+    # n_head 16 of 256, n_layer 28, n_inner 4·4096, vocab_size 50400, untied) without biases, as in PaLM
+    # (GPT-J itself keeps FFN biases and an output bias: 623,840 parameters more).
+    "parallel-generic": Published(
+        ModelConfig(
+            vocab_size=50400,
+            d_model=4096,
+            n_layers=28,
+            n_heads=16,
+            ffn="gelu_tanh",
+            norm="layer",
+            pos="rope",
+            bias=False,
+            tie_weights=False,
+            max_seq_len=2048,
+        ),
+        layout="parallel",
+    ),
+}
+
+# The original Transformer's presets describe its encoder; its 6 decoder blocks add cross-attention.
+_ENC_DEC = {"transformer-base": 6, "transformer-big": 6}
+CATALOGUE: dict[str, Published] = {
+    **{name: Published(c, decoder_layers=_ENC_DEC.get(name, 0)) for name, c in PRESETS.items()},
+    **MODERN,
+}
+
+
+# ------------------------------------------------------------------ closed forms
+def block_norms(a: Published) -> int:
+    """Norm parameters of one (encoder or decoder-only) block: two norms, one in a parallel block."""
+    return (1 if a.layout == "parallel" else 2) * norm_params(a.config.norm, a.config.d_model)
+
+
+def block_params(a: Published) -> int:
+    return attention_params(a.config) + ffn_params(a.config) + block_norms(a)
+
+
+def decoder_block_params(a: Published) -> int:
+    """An encoder–decoder's decoder block: self-attention, cross-attention, FFN, three norms (0 otherwise)."""
+    return cross_attention_block_params(a.config) if a.encoder_decoder else 0
+
+
+def head_params(a: Published) -> int:
+    """An output projection not tied to the token embedding."""
+    c = a.config
+    return 0 if c.tie_weights else c.vocab_size * c.d_model
+
+
+def model_params(a: Published) -> int:
+    """The whole model: embeddings, every block, final norms, the relative-position tables, an untied head.
+
+    An encoder–decoder has one embedding for both stacks, a final norm per stack when pre-norm, and
+    (T5) a (buckets x heads) bias table in each stack's first block."""
+    c = a.config
+    final = norm_params(c.norm, c.d_model) if c.use_final_norm else 0
+    n = embedding_params(c) + c.n_layers * block_params(a) + final + head_params(a)
+    if a.encoder_decoder:
+        n += a.decoder_layers * decoder_block_params(a) + final
+    return n + (2 if a.encoder_decoder else 1) * a.rel_pos_buckets * c.n_heads
+
+
+def encoder_stack_params(a: Published) -> int:
+    """What the library's `Encoder` holds for an encoder–decoder: embedding, encoder blocks, final norm."""
+    c = a.config
+    final = norm_params(c.norm, c.d_model) if c.use_final_norm else 0
+    return embedding_params(c) + c.n_layers * block_params(a) + final
+
+
+def ffn_total(a: Published) -> int:
+    return (a.config.n_layers + a.decoder_layers) * ffn_params(a.config)
+
+
+def active_ffn(a: Published) -> int:
+    return active_ffn_params(a.config)
+
+
+# ------------------------------------------------------------------ modules
+class ParallelBlock(nn.Module):
+    """x + attn(n(x)) + ffn(n(x)): one norm, both branches read the same normalised input. (B, T, d) -> (B, T, d)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.n_experts:
+            raise ConfigError("ParallelBlock takes a dense FFN")
+        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn = FFN(cfg.d_model, cfg.ff, cfg.ffn, cfg.bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        pad_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        rope=None,
+    ) -> torch.Tensor:
+        h = self.norm(x, pad_mask)  # (B, T, d), shared by both branches
+        return x + self.attn(h, pad_mask=pad_mask, cache=cache, layer=layer, rope=rope) + self.ffn(h)
+
+
+def parallel_lm(cfg: ModelConfig) -> LM:
+    """The library's `LM` with parallel blocks in place of sequential ones (re-initialised the same way)."""
+    model = LM(cfg)
+    model.stack.blocks = nn.ModuleList(ParallelBlock(cfg) for _ in range(cfg.n_layers))
+    init_weights(model, cfg)
+    return model
+
+
+def build(a: Published) -> nn.Module:
+    """The library's model for `a`: an `LM` (parallel blocks where published so), an `Encoder` for a
+    bidirectional model, and for an encoder–decoder its encoder stack (the library has no cross-attention
+    decoder, nor T5's bucketed bias)."""
+    if not a.config.causal:
+        return Encoder(a.config)
+    return parallel_lm(a.config) if a.layout == "parallel" else LM(a.config)
