@@ -1,16 +1,39 @@
-"""The sinusoidal_relative rule on synthetic records: the identity's tolerance checks decide the verdict; the
-learned-table sub-verdict passes the learned-at-all guard, then the convergence gate (TOST), then the thresholds."""
+"""The sinusoidal_relative rule on synthetic records: the identity's tolerance checks; the use half (offset-only share
+against learned positions, the loss increase beyond the training length against RoPE's + margin) with its guard,
+exclusions, not-applicable learned cells and noise floor; the learned-table sub-verdict's guard, convergence gate
+(TOST) and thresholds. Then the measures themselves: the offset-only share in closed form, and the length recipe's
+pieces on tiny models."""
 
 import numpy as np
+import pytest
+import torch
 
+from tfclaims.length_eval import forward_at, offset_share, position_logits, position_losses
+from tfclaims.models import LM
 from tfclaims.registry import load
+from tfclaims.small_lm import model_config
 
-from rules import analyse, decisions, find_sub, record
+from rules import analyse, comparison, decisions, find_sub, record
 
 EXP = load("sinusoidal_relative")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3, 4]}  # five seeds: enough power for the synthetic effects
+T = P["seq_len"]
 UNIGRAM = 3.3
+EXP_ARMS = ("sinusoidal", "learned", "rope", "none")
 SUB_LEARNED = "Learned absolute embeddings share the property (comparison)"
+SUB_SHARE = "Trained with sinusoids, the first layer's position-only attention depends on the offset more"
+SUB_EXTRA = "Beyond the training length the sinusoidal model loses no more than a relative one"
+SUB_ANCHOR = "Reported: at the training length"
+SUB_SHIFT = "Reported: a training-length window moved"
+SUB_CHECKS = "Checks:"
+
+# a use half that holds: sinusoidal attends more by offset than learned, and extends like RoPE
+HOLDS = {
+    "share": {"sinusoidal": 0.6, "learned": 0.2, "rope": 1.0, "none": None},
+    "inc": {"sinusoidal": (0.02, 0.05), "rope": (0.03, 0.06), "none": (0.04, 0.08)},
+    "loss1": {"sinusoidal": 2.40, "learned": 2.40, "rope": 2.30, "none": 2.45},
+    "shift": {"sinusoidal": 0.0, "rope": 0.0, "none": 0.0},
+}
 
 
 def identity_metrics(err32=1.2e-7, dot_spread=1e-8):
@@ -41,39 +64,87 @@ def learned_metrics(seed, r2_path, res_path, final_val=2.6):
     }  # fmt: skip
 
 
-def records(ident=None, r2_path=(0.02, 0.5, 0.95, 0.951), res_path=(0.7, 0.1, 0.02, 0.021), final_val=2.6):
+def length_metrics(pos, seed, spec, failed=(), noise=0.01):
+    """One length run: per-position losses whose window means give spec's 1× loss and increases at 2× and 4×,
+    the moved windows' change, the offset-only share; seed-to-seed noise of size `noise`."""
+    rng = np.random.default_rng(1000 * EXP_ARMS.index(pos) + 7 * seed)
+    a = spec["loss1"][pos] + noise * rng.standard_normal()
+    share = spec["share"][pos]
+    if share is not None and pos != "rope":
+        share = float(np.clip(share + 2 * noise * rng.standard_normal(), 0, 1))
+    m = {
+        "final_val": 3.25 if pos in failed else a, "unigram_xent": UNIGRAM, "diverged_at": None, "seconds": 1.0,
+        "offset_share": share, "offset_share_init": None if share is None else 0.05,
+        "probes": [{"offset_share": 0.05 if share is not None else None}, {"offset_share": share}],
+    }  # fmt: skip
+    if pos == "learned":  # no rows beyond T: per-position losses over the first T positions only
+        m["position_loss"] = {"at_0": [a] * T}
+        m["position_logits"], m["logits_head"] = np.tril(np.ones((T, T))).tolist(), 0
+        return m
+    i2, i4 = (v + noise * rng.standard_normal() for v in spec["inc"][pos])
+    b = a + 2 * i2  # positions T..2T: their mean lifts the 2T-window mean by i2
+    c = a + (4 * i4 - (b - a)) / 2  # positions 2T..4T
+    m["position_loss"] = {"at_0": [a] * T + [b] * T + [c] * 2 * T}
+    for k in P["shift_mults"]:
+        d = spec["shift"][pos] + (noise * rng.standard_normal() if pos == "sinusoidal" else 0.0)
+        m["position_loss"][f"at_{k * T}"] = [a + d] * T
+    if pos == "sinusoidal":
+        m["position_logits"], m["logits_head"] = np.tril(np.ones((T, T))).tolist(), 0
+    return m
+
+
+def records(ident=None, r2_path=(0.02, 0.5, 0.95, 0.951), res_path=(0.7, 0.1, 0.02, 0.021), final_val=2.6,
+            spec=HOLDS, failed=(), noise=0.01, drop=()):  # fmt: skip
     out = []
     for i, c in enumerate(EXP.grid(P)):
         if c["part"] == "identity":
             m = ident or identity_metrics()
+        elif c["part"] in ("length", "length_null"):
+            if c["pos"] in drop:
+                continue
+            m = length_metrics(c["pos"], c["seed"], spec, failed, noise)
         else:
             m = learned_metrics(c["seed"], r2_path, res_path, final_val)
         out.append(record(c, m, f"r{i}"))
     return out
 
 
-def test_sinusoidal_relative_rule_supported_and_learned_table_shares_the_property(tmp_path):
+def with_spec(**changes):
+    return {k: {**HOLDS[k], **changes.get(k, {})} for k in HOLDS}
+
+
+# ---------------------------------------------------------------------------- identity and learned table
+def test_sinusoidal_relative_rule_supported_when_the_identity_and_its_use_hold(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
     assert v.verdict == "supported"
     d = decisions(v)
     assert d["identity:d16"] == d["identity:d64"] == d["dots:d16"] == "equivalent"
+    assert d["use:share:sinusoidal-vs-learned"] == "b_better"
+    assert d["use:2x:sinusoidal-vs-rope+margin"] == d["use:4x:sinusoidal-vs-rope+margin"] == "a_better"
+    assert find_sub(v, SUB_SHARE).verdict == find_sub(v, SUB_EXTRA).verdict == "supported"
+    # reported beside the verdict: equal 1× loss, no loss from a moved window, less loss than NoPE beyond T
+    assert find_sub(v, SUB_ANCHOR).verdict == find_sub(v, SUB_SHIFT).verdict == "supported"
+    assert find_sub(v, "Reported: sinusoidal loses less than no position").verdict == "supported"
     assert d["learned:converged"] == "equivalent"
     assert d["learned:R2-vs-0.9"] == "b_better" and d["learned:res1-vs-0.05"] == "b_better"
     assert find_sub(v, SUB_LEARNED, exact=True).verdict == "supported"
-    assert {f.id for f in v.noise_floor} == {"null:R2", "null:res1"}
+    floors = {f.id for f in v.noise_floor}
+    assert {"null:R2", "null:res1", "null:sinusoidal:share", "null:sinusoidal:increase2x"} <= floors
+    # every use comparison stands beside the noise floor of its metric
+    assert comparison(v, "use:2x:sinusoidal-vs-rope+margin").noise is not None
+    assert comparison(v, "use:share:sinusoidal-vs-learned").noise is not None
 
 
-def test_sinusoidal_relative_rule_refuted_when_the_identity_misses_the_tolerance(tmp_path):
+def test_sinusoidal_relative_rule_identity_failure_beside_a_holding_use_half_is_mixed(tmp_path):
     v = analyse(EXP, records(ident=identity_metrics(err32=2e-6)), P, tmp_path)
-    assert v.verdict == "refuted"
+    assert v.verdict == "mixed"
     assert decisions(v)["identity:d16"] == "undecided" and decisions(v)["identity:d64"] == "equivalent"
     assert v.sub_verdicts[0].verdict == "refuted" and v.sub_verdicts[1].verdict == "supported"
 
 
-def test_sinusoidal_relative_rule_refuted_when_dot_products_depend_on_position(tmp_path):
+def test_sinusoidal_relative_rule_dot_products_that_depend_on_position_refute_that_part(tmp_path):
     v = analyse(EXP, records(ident=identity_metrics(dot_spread=1e-3)), P, tmp_path)
-    assert v.verdict == "refuted"
-    assert v.sub_verdicts[1].verdict == "refuted"
+    assert v.sub_verdicts[1].verdict == "refuted" and v.verdict == "mixed"
 
 
 def test_sinusoidal_relative_rule_learned_table_lacks_the_property_once_converged(tmp_path):
@@ -93,20 +164,174 @@ def test_sinusoidal_relative_rule_still_rising_is_inconclusive_not_refuted(tmp_p
     assert "not shown converged" in find_sub(v, SUB_LEARNED, exact=True).detail
 
 
-def test_sinusoidal_relative_rule_between_thresholds_is_inconclusive(tmp_path):
+def test_sinusoidal_relative_rule_learned_table_between_thresholds_is_inconclusive(tmp_path):
     v = analyse(EXP, records(r2_path=(0.02, 0.6, 0.7, 0.7), res_path=(0.7, 0.12, 0.1, 0.1)), P, tmp_path)
     assert decisions(v)["learned:converged"] == "equivalent"
     assert find_sub(v, SUB_LEARNED, exact=True).verdict == "inconclusive"
 
 
-def test_sinusoidal_relative_rule_runs_that_never_learned_are_excluded(tmp_path):
+def test_sinusoidal_relative_rule_learned_table_runs_that_never_learned_are_excluded(tmp_path):
     v = analyse(
         EXP,
         records(r2_path=(0.02, 0.03, 0.2, 0.2), res_path=(0.7, 0.6, 0.58, 0.58), final_val=3.28),
         P,
         tmp_path,
     )
-    d = decisions(v)
-    assert all(d[i] == "excluded" for i in d if i.startswith("learned:"))
+    d = decisions(v, "learned:")
+    assert d and all(x == "excluded" for x in d.values())
     assert find_sub(v, SUB_LEARNED, exact=True).verdict == "inconclusive"
     assert v.verdict == "supported"
+
+
+# ---------------------------------------------------------------------------- the use half
+def test_sinusoidal_relative_rule_absolute_use_refutes_both_use_sub_verdicts(tmp_path):
+    # learned positions more offset-like, and the sinusoidal model breaks beyond T while RoPE does not
+    spec = with_spec(
+        share={"sinusoidal": 0.2, "learned": 0.6},
+        inc={"sinusoidal": (0.5, 0.9)},
+        shift={"sinusoidal": 0.4},
+    )
+    v = analyse(EXP, records(spec=spec), P, tmp_path)
+    d = decisions(v)
+    assert d["use:share:sinusoidal-vs-learned"] == "a_better"
+    assert d["use:2x:sinusoidal-vs-rope+margin"] == d["use:4x:sinusoidal-vs-rope+margin"] == "b_better"
+    assert find_sub(v, SUB_SHARE).verdict == find_sub(v, SUB_EXTRA).verdict == "refuted"
+    assert v.verdict == "mixed"  # the identity holds, its claimed use does not
+    assert find_sub(v, SUB_SHIFT).verdict == "refuted"  # 0.4 nats: far outside ±0.02
+    assert find_sub(v, "Reported: sinusoidal loses less than no position").verdict == "refuted"
+
+
+def test_sinusoidal_relative_rule_extension_within_the_margin_but_not_below_it_is_inconclusive(tmp_path):
+    # sinusoidal's increase sits exactly at RoPE's + 0.05: neither significantly below nor above
+    spec = with_spec(inc={"sinusoidal": (0.08, 0.11)})
+    v = analyse(EXP, records(spec=spec, noise=0.03), P, tmp_path)
+    assert decisions(v)["use:2x:sinusoidal-vs-rope+margin"] == "undecided"
+    assert find_sub(v, SUB_EXTRA).verdict == "inconclusive"
+
+
+def test_sinusoidal_relative_rule_underpowered_null_is_inconclusive_never_refuted(tmp_path):
+    # equal shares with large seed noise: no difference shown, and none refuted without a positive control
+    spec = with_spec(share={"sinusoidal": 0.3, "learned": 0.3})
+    v = analyse(EXP, records(spec=spec, noise=0.08), P, tmp_path)
+    c = comparison(v, "use:share:sinusoidal-vs-learned")
+    assert c.decision in ("undecided", "equivalent") and c.mde is not None
+    assert find_sub(v, SUB_SHARE).verdict == "inconclusive"
+    assert v.verdict == "inconclusive"
+
+
+def test_sinusoidal_relative_rule_a_failed_arm_is_excluded_and_named(tmp_path):
+    v = analyse(EXP, records(failed=("rope",)), P, tmp_path)
+    for n in (2, 4):
+        c = comparison(v, f"use:{n}x:sinusoidal-vs-rope+margin")
+        assert c.decision == "excluded" and "RoPE failed" in c.note
+    assert find_sub(v, SUB_EXTRA).verdict == "inconclusive"
+    assert "excluded" in find_sub(v, SUB_EXTRA).detail
+    assert decisions(v)["use:share:sinusoidal-vs-learned"] == "b_better"  # other arms still decide
+    assert v.verdict == "inconclusive"
+
+
+def test_sinusoidal_relative_rule_learned_beyond_T_is_not_applicable_and_nothing_crashes(tmp_path):
+    v = analyse(EXP, records(), P, tmp_path)
+    assert not [c for c in v.comparisons if "learned" in c.id and ("2x" in c.id or "4x" in c.id)]
+    tab = (tmp_path / "length.csv").read_text().splitlines()
+    learned_row = next(r for r in tab if r.startswith("learned,"))
+    assert learned_row.count("n/a") == 2 + 2 + len(
+        P["shift_mults"]
+    )  # 2×, 4× losses, increases, moved windows
+    assert "n/a" not in next(r for r in tab if r.startswith("sinusoidal,"))
+    assert (tmp_path / "figures" / "length.png").stat().st_size > 1000
+    assert (tmp_path / "figures" / "position_logits.png").stat().st_size > 1000
+
+
+def test_sinusoidal_relative_rule_missing_arm_leaves_its_comparisons_undecided(tmp_path):
+    v = analyse(EXP, records(drop=("none",)), P, tmp_path)
+    assert decisions(v)["2x:sinusoidal-vs-nope"] == "undecided"
+    assert v.verdict == "supported"  # NoPE is reported beside the verdict, not part of it
+
+
+def test_sinusoidal_relative_rule_anchor_equivalence_at_the_training_length(tmp_path):
+    v = analyse(EXP, records(noise=0.002), P, tmp_path)
+    assert decisions(v)["1x:sinusoidal-vs-learned"] == "equivalent"
+    assert find_sub(v, SUB_ANCHOR).verdict == "supported"
+    v = analyse(EXP, records(spec=with_spec(loss1={"sinusoidal": 2.6}), noise=0.002), P, tmp_path)
+    assert find_sub(v, SUB_ANCHOR).verdict == "refuted"  # 0.2 nats apart: significantly outside ±0.02
+
+
+def test_sinusoidal_relative_rule_construction_checks_catch_a_broken_measure(tmp_path):
+    v = analyse(EXP, records(), P, tmp_path)
+    assert find_sub(v, SUB_CHECKS).verdict == "supported"
+    v = analyse(EXP, records(spec=with_spec(share={"rope": 0.9}, shift={"none": 0.01})), P, tmp_path)
+    assert find_sub(v, SUB_CHECKS).verdict == "refuted"
+    assert decisions(v)["check:rope-share"] == decisions(v)["check:none-moved-window"] == "undecided"
+
+
+def test_sinusoidal_relative_rule_diverged_runs_give_no_nan(tmp_path):
+    recs = records()
+    for r in recs:
+        if r["config"]["part"] in ("length", "length_null"):
+            r["metrics"] = {**r["metrics"], "final_val": None, "diverged_at": 3}
+            r["metrics"].pop("position_loss")
+    v = analyse(EXP, recs, P, tmp_path)
+    assert all(decisions(v, p)[i] == "excluded" for p in ("use:", "1x:") for i in decisions(v, p))
+    assert "nan" not in v.key_number.lower() and "nan" not in v.summary.lower()
+
+
+# ---------------------------------------------------------------------------- the measures
+def test_offset_share_closed_form():
+    n = 48
+    i = torch.arange(n)
+    g = torch.randn(2 * n)
+    toeplitz = g[i[:, None] - i[None, :] + n]  # exactly a function of i − j
+    assert offset_share(toeplitz) == pytest.approx(1.0, abs=1e-12)
+    assert offset_share(torch.stack([toeplitz, 3 * toeplitz + 1])) == pytest.approx(1.0, abs=1e-12)
+    noise = torch.randn(8, n, n, generator=torch.Generator().manual_seed(0))
+    assert 0 <= offset_share(noise) < 0.08  # about (n − 1) / (n(n + 1)/2 − 1) = 0.04
+    absolute = (i[:, None] * 0 + torch.randn(n)[None, :]).float()  # a function of the key j alone
+    assert offset_share(absolute) < 0.2
+    mixed = toeplitz / toeplitz.std() + noise[0] / noise[0].std()  # half the variance relative
+    assert 0.35 < offset_share(mixed) < 0.65
+    assert offset_share(torch.ones(n, n)) is None and offset_share(torch.full((n, n), float("nan"))) is None
+
+
+def _tiny(pos, max_len, seed=0):
+    cfg = {"d_model": 16, "n_layers": 1, "n_heads": 2, "seq_len": 8}
+    torch.manual_seed(seed)
+    return LM(model_config(cfg, 20, pos=pos, max_seq_len=max_len, emb_scale=True)).eval()
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "rope", "none"])
+def test_a_longer_max_seq_len_changes_no_parameter_and_no_output_of_the_fixed_arms(pos):
+    a, b = _tiny(pos, 8), _tiny(pos, 32)
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    assert pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
+    x = torch.randint(1, 20, (3, 8))
+    assert torch.equal(a(x), b(x))
+
+
+@pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
+def test_forward_at_start_zero_is_the_model_and_relative_arms_ignore_the_start(pos):
+    m = _tiny(pos, 8 if pos == "learned" else 32)
+    x = torch.randint(1, 20, (3, 8))
+    assert torch.equal(forward_at(m, x, 0), m(x))
+    if pos in ("rope", "none"):  # attention sees offsets only: moving the window changes nothing
+        assert torch.allclose(forward_at(m, x, 16), m(x), atol=1e-5)
+    if pos == "sinusoidal":
+        assert not torch.allclose(forward_at(m, x, 16), m(x), atol=1e-3)
+
+
+def test_position_logits_rope_is_offset_only_and_nope_has_none():
+    m = _tiny("rope", 32)
+    L = position_logits(m, 8, torch.randn(16))
+    assert L.shape == (2, 8, 8) and offset_share(L) == pytest.approx(1.0, abs=1e-9)
+    assert position_logits(_tiny("none", 32), 8) is None
+    L = position_logits(_tiny("learned", 8), 8)
+    assert L.shape == (2, 8, 8) and offset_share(L) < 0.9
+
+
+def test_position_losses_cover_each_arm_as_far_as_it_has_positions():
+    x = torch.randint(1, 20, (2, 33))
+    windows = [(x[:, :-1], x[:, 1:])]  # (B, 32): 4× the training length 8
+    out = position_losses(_tiny("sinusoidal", 32), windows, "cpu", 8, (0, 8, 24))
+    assert len(out["at_0"]) == 32 and len(out["at_8"]) == len(out["at_24"]) == 8
+    out = position_losses(_tiny("learned", 8), windows, "cpu", 8)
+    assert list(out) == ["at_0"] and len(out["at_0"]) == 8
