@@ -1,135 +1,284 @@
 """The label_smoothing rule on synthetic run records: every outcome it can give.
 
-The quick profile's grid with four seeds (a paired test needs a few to decide). Each run's end-of-training
-measures are built per regime and ε: the training-loss price and the accuracy gain can each hold, fail, stay
-undecided, or the regime can fail to learn in both arms."""
+The quick profile's grid with four seeds (a paired test needs a few to decide), and a profile with two
+smoothed ε where ε values must disagree. Each run's two readouts (the last step and the early-stopped
+checkpoint) are built per ε: the training-loss price, the accuracy gain and the calibration gains can each
+hold, fail, stay undecided, or the runs can fail to learn."""
+
+import sys
 
 import numpy as np
+import pytest
 
 from tfclaims.registry import load
 
-from rules import analyse, decisions, record, sub_verdict
+from rules import analyse, comparison, decisions, find_sub, record, sub_verdict
 
 EXP = load("label_smoothing")
-P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
-UNIGRAM = 3.30
-JITTER = np.array([0.0, 0.01, -0.008, 0.004])  # seed-to-seed spread shared by both arms (paired)
-OWN = np.array([0.002, -0.001, 0.0015, -0.002])  # and a little of the smoothed arm's own
+MOD = sys.modules[type(EXP).__module__]
+P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}  # ε ∈ {0, 0.1}
+P3 = {**P, "epsilons": [0.0, 0.1, 0.2]}
+UNIGRAM = 6.30
+N_BINS = MOD.N_BINS
+TOKENIZER = {"tokenizer": "byte-level BPE", "vocab_size": 4096, "chars_per_token": 2.91, "train_tokens": 1_467_494,
+             "val_tokens": 187_421}  # fmt: skip
+KEYS = ("train_nll", "test_acc", "test_nll", "test_ece", "test_ece_ts", "test_nll_ts")
+SCALE = {
+    "train_nll": 1.0,
+    "test_nll": 1.0,
+    "test_nll_ts": 1.0,
+    "test_acc": 0.1,
+    "test_ece": 0.1,
+    "test_ece_ts": 0.1,
+}
+JITTER = np.array([0.0, 0.03, -0.02, 0.01])  # seed-to-seed spread shared by every ε (paired), × SCALE
+OWN = {  # and a little of each ε's own (the null pair's too), × SCALE
+    0.0: np.array([0.002, -0.001, 0.0015, -0.002]),
+    0.1: np.array([-0.0015, 0.002, -0.001, 0.0015]),
+    0.2: np.array([0.001, 0.0015, -0.002, -0.0005]),
+    "null": np.array([0.0015, -0.002, 0.001, -0.0005]),
+}
+BASE = {
+    "train_nll": 3.0,
+    "test_acc": 0.20,
+    "test_nll": 6.0,
+    "test_ece": 0.10,
+    "test_ece_ts": 0.02,
+    "test_nll_ts": 5.8,
+}
+# the claim as stated: a training-loss price, an accuracy gain, a test-loss gain, lower ECE before scaling
+# (and the same ECE after it: one temperature does what smoothing does)
+CLAIMED = {
+    "train_nll": 3.3,
+    "test_acc": 0.22,
+    "test_nll": 5.9,
+    "test_ece": 0.03,
+    "test_ece_ts": 0.02,
+    "test_nll_ts": 5.78,
+}
 
 
-def final(train_nll, val_nll, acc, ece, seed, smoothed):
-    j = JITTER[seed] + (OWN[seed] if smoothed else 0.0)
+def reliability(conf_shift: float) -> dict:
+    """A reliability diagram: empty low bins (NaN), over-confident high ones."""
+    count = [0.0] * 5 + [10.0] * 10
+    centres = [(i + 0.5) / N_BINS for i in range(N_BINS)]
+    conf = [float("nan") if c == 0 else x for c, x in zip(count, centres)]
+    acc = [float("nan") if c == 0 else max(0.0, x - conf_shift) for c, x in zip(count, centres)]
+    return {"count": count, "confidence": conf, "accuracy": acc}
+
+
+def readout(v: dict, cal_nll: float, temperature: float) -> dict:
+    """One readout as smoothing_train's `_calibrated` gives it."""
     return {
-        "train_nll": train_nll + j, "val_nll": val_nll + j, "val_acc": acc + j / 10, "val_ece": ece + j / 10,
-        "val_conf": 0.4 - (0.02 if smoothed else 0.0), "train_acc": acc, "train_ece": ece, "train_conf": 0.4,
+        "temperature": temperature, "cal_nll": cal_nll, "test_nll": v["test_nll"], "test_acc": v["test_acc"],
+        "test_ece": v["test_ece"], "test_conf": v["test_acc"] + v["test_ece"], "reliability": reliability(v["test_ece"]),
+        "test_nll_ts": v["test_nll_ts"], "test_acc_ts": v["test_acc"], "test_ece_ts": v["test_ece_ts"],
+        "test_conf_ts": v["test_acc"] + v["test_ece_ts"], "reliability_ts": reliability(v["test_ece_ts"]),
+        "train_nll": v["train_nll"], "train_acc": 0.5, "train_ece": 0.2, "train_conf": 0.7,
     }  # fmt: skip
 
 
-def metrics(f):
-    probes = [{**f, "train_nll": f["train_nll"] + 1.0}, f]
+def probe(v: dict, later: float) -> dict:
+    """One evaluation's probe: train_/cal_/test_ nll, acc, ece, conf (`later` ∈ [0, 1] along training)."""
+    out = {}
+    for split, nll in (
+        ("train", v["train_nll"] + 2 * (1 - later)),
+        ("cal", v["test_nll"] - 0.3),
+        ("test", v["test_nll"]),
+    ):
+        out.update({f"{split}_nll": nll, f"{split}_acc": v["test_acc"] * later, f"{split}_ece": v["test_ece"] * later,
+                    f"{split}_conf": v["test_acc"] * later + v["test_ece"] * later})  # fmt: skip
+    return out
+
+
+def metrics(v: dict, cal_nll: float, eps: float) -> dict:
+    final = readout(v, cal_nll, 1.5 - eps)
+    early = {**readout({**v, "train_nll": v["train_nll"] + 0.5}, cal_nll - 0.05, 1.2 - eps), "step": 6}
     return {
-        "final": f, "final_val": f["val_nll"], "val_loss": [f["val_nll"] + 1.0, f["val_nll"]], "eval_steps": [0, 12],
-        "diverged_at": None, "unigram_xent": UNIGRAM, "probes": probes,
-        "reliability": {"count": [0, 5, 10], "confidence": [np.nan, 0.3, 0.6], "accuracy": [np.nan, 0.25, 0.55]},
+        "eval_steps": [0, 6, 12], "val_loss": [8.3, cal_nll - 0.05, cal_nll], "final_val": cal_nll,
+        "probes": [probe(v, x) for x in (0.0, 0.5, 1.0)], "diverged_at": None, "unigram_xent": UNIGRAM,
+        "n_params": 144_864, "tokenizer": TOKENIZER, "epochs": 1.5, "final": final, "early": early,
     }  # fmt: skip
 
 
-def records(measures):
-    """measures(regime, smoothed, seed) -> (train_nll, val_nll, val_acc, val_ece) before the jitter."""
+def records(spec, p=P, cal_nll=5.5):
+    """spec(eps, seed) -> {measure: value} before the jitter (missing measures: BASE); the null pair reruns
+    ε = 0. `cal_nll(eps, seed)` (or a number): the calibration-split loss, which decides 'learned'."""
     recs = []
-    for i, c in enumerate(EXP.grid(P)):
-        s, smoothed = c["seed"] % 1000, c["eps"] > 0
-        f = final(*measures(c["regime"], smoothed, s), s, smoothed)
-        recs.append(record(c, metrics(f), f"r{i}"))
+    for i, c in enumerate(EXP.grid(p)):
+        s = c["seed"] % MOD.NULL_OFFSET
+        own = OWN["null" if c["part"] == "null" else c["eps"]][s]
+        v = {**BASE, **spec(c["eps"], s)}
+        v = {k: v[k] + (JITTER[s] + own) * SCALE[k] for k in KEYS}
+        cn = cal_nll(c["eps"], s) if callable(cal_nll) else cal_nll
+        recs.append(record(c, metrics(v, cn, c["eps"]), f"r{i}"))
     return recs
 
 
-def claimed(regime, smoothed, s):
-    """The claim as stated: ε = 0.1 raises training loss by 0.1, lifts accuracy by 0.03 and lowers ECE."""
-    return (2.0 + 0.1, 2.3 - 0.05, 0.33, 0.01) if smoothed else (2.0, 2.3, 0.30, 0.03)
+def claimed(eps, s):
+    return CLAIMED if eps > 0 else {}
 
 
-def test_label_smoothing_rule_supported_when_price_and_gain_hold_in_both_regimes(tmp_path):
+def cid(key, eps=0.1, when="final"):
+    return f"{when}:{key}:eps{eps:g}-vs-0"
+
+
+# ------------------------------------------------------------------ the overall verdict
+def test_label_smoothing_rule_supported_when_the_price_and_the_accuracy_gain_hold(tmp_path):
     v = analyse(EXP, records(claimed), P, tmp_path)
     d = decisions(v)
-    for r in ("full", "subset"):
-        assert d[f"{r}:train_nll:eps0.1-vs-0"] == "a_better"  # ε = 0 (a) has the lower training loss
-        assert d[f"{r}:val_acc:eps0.1-vs-0"] == "b_better"
-        assert d[f"{r}:val_ece:eps0.1-vs-0"] == "b_better"
-    assert (
-        sub_verdict(v, "Training loss higher") == "supported"
-        and sub_verdict(v, "Validation accuracy") == "supported"
-    )
+    assert d[cid("train_nll")] == "a_better"  # ε = 0 (a) has the lower training loss: the price
+    assert d[cid("test_acc")] == "b_better" and d[cid("test_acc", when="early")] == "b_better"
+    assert d[cid("test_nll")] == "b_better" and d[cid("test_ece")] == "b_better"
+    assert sub_verdict(v, "Training loss higher") == "supported"
+    assert sub_verdict(v, "Test accuracy higher with smoothing") == "supported"
+    assert sub_verdict(v, "Less over-confident") == "supported"
     assert v.verdict == "supported"
-    assert len(v.noise_floor) == 8 and all(c.noise is not None for c in v.comparisons)
-    acc = next(c for c in v.comparisons if c.id == "full:val_acc:eps0.1-vs-0")
-    assert acc.paired and acc.n == 4 and acc.margin == 0.01
+    assert set(d) == {cid(k, when=w) for w, k in MOD.SUB_NAMES}  # the shown comparisons: one per sub-verdict
+    assert len(v.noise_floor) == len(MOD.SUB_NAMES) and all(c.noise is not None for c in v.comparisons)
+    acc = comparison(v, cid("test_acc"))
+    assert acc.paired and acc.n == 4 and acc.margin == MOD.MEASURES["test_acc"][3] == 0.005
+    assert acc.learned_a == acc.learned_b == 4
+    assert acc.diff == pytest.approx(0.02 + np.mean(OWN[0.1] - OWN[0.0]) * 0.1)
+    assert v.evidence["temperature"][0.0] == pytest.approx(1.5) and v.evidence["temperature"][
+        0.1
+    ] == pytest.approx(1.4)
+    assert v.evidence["tokenizer"] == TOKENIZER
 
 
-def test_label_smoothing_rule_refuted_when_accuracy_is_significantly_lower_in_both_regimes(tmp_path):
-    def worse(regime, smoothed, s):
-        return (2.1, 2.4, 0.27, 0.03) if smoothed else (2.0, 2.3, 0.30, 0.03)
+def test_label_smoothing_rule_refuted_when_accuracy_is_significantly_lower(tmp_path):
+    v = analyse(EXP, records(lambda e, s: {**CLAIMED, "test_acc": 0.18} if e > 0 else {}), P, tmp_path)
+    assert decisions(v)[cid("test_acc")] == "a_better"
+    assert sub_verdict(v, "Training loss higher") == "supported"  # the price is paid
+    assert sub_verdict(v, "Test accuracy higher with smoothing") == "refuted"  # the gain is not there
+    assert v.verdict == "refuted"
 
-    v = analyse(EXP, records(worse), P, tmp_path)
-    assert decisions(v)["full:val_acc:eps0.1-vs-0"] == "a_better"
-    assert sub_verdict(v, "Validation accuracy") == "refuted"
-    assert v.verdict == "refuted"  # the price is paid, the gain is not there
+
+def test_label_smoothing_rule_refuted_accuracy_outweighs_an_unpaid_price(tmp_path):
+    v = analyse(EXP, records(lambda e, s: {"test_acc": 0.18} if e > 0 else {}), P, tmp_path)
+    assert sub_verdict(v, "Training loss higher") == "inconclusive"
+    assert v.verdict == "refuted"
 
 
 def test_label_smoothing_rule_underpowered_null_is_inconclusive_not_refuted(tmp_path):
-    # the committed case: accuracy Δ ≈ +0.005 with a seed spread that makes its CI about ±0.06
-    noise = {0: 0.06, 1: -0.05, 2: 0.04, 3: -0.03}
-
-    def null(regime, smoothed, s):
-        return (
-            (2.0 + 0.02 + noise[s], 2.3, 0.30 + 0.005 + noise[s], 0.03)
-            if smoothed
-            else (2.0, 2.3, 0.30, 0.03)
-        )
-
-    v = analyse(EXP, records(null), P, tmp_path)
-    assert decisions(v)["full:val_acc:eps0.1-vs-0"] == "undecided"
-    assert sub_verdict(v, "Validation accuracy") == "inconclusive"
-    assert v.verdict == "inconclusive"
-    acc = next(c for c in v.comparisons if c.id == "full:val_acc:eps0.1-vs-0")
-    assert acc.mde is not None and acc.mde > 0.01
+    # accuracy Δ ≈ +0.005 with a seed spread (×0.1 below) that makes its CI about ±0.06
+    noise = {0: 0.6, 1: -0.5, 2: 0.4, 3: -0.3}
+    v = analyse(
+        EXP,
+        records(lambda e, s: {**CLAIMED, "test_acc": 0.205 + noise[s] * 0.1} if e > 0 else {}),
+        P,
+        tmp_path,
+    )
+    assert decisions(v)[cid("test_acc")] == "undecided"
+    assert sub_verdict(v, "Test accuracy higher with smoothing") == "inconclusive"
+    assert v.verdict == "inconclusive"  # price supported, accuracy inconclusive
+    acc = comparison(v, cid("test_acc"))
+    assert acc.mde is not None and acc.mde > acc.margin
+    assert f"detectable ≥ {acc.mde:.2g}" in find_sub(v, "Test accuracy higher with smoothing").detail
 
 
 def test_label_smoothing_rule_equivalent_accuracy_without_positive_control_is_inconclusive(tmp_path):
-    def same(regime, smoothed, s):
-        return (2.1, 2.3, 0.30, 0.03) if smoothed else (2.0, 2.3, 0.30, 0.03)
-
-    v = analyse(EXP, records(same), P, tmp_path)
-    assert decisions(v)["full:val_acc:eps0.1-vs-0"] == "equivalent"
-    assert sub_verdict(v, "Validation accuracy") == "inconclusive"
+    v = analyse(
+        EXP, records(lambda e, s: {**CLAIMED, "test_acc": BASE["test_acc"]} if e > 0 else {}), P, tmp_path
+    )
+    assert decisions(v)[cid("test_acc")] == "equivalent"
+    s = find_sub(v, "Test accuracy higher with smoothing")
+    assert s.verdict == "inconclusive" and "no positive control" in s.detail
     assert v.verdict == "inconclusive"
 
 
-def test_label_smoothing_rule_mixed_when_regimes_disagree(tmp_path):
-    def split(regime, smoothed, s):
-        if not smoothed:
-            return (2.0, 2.3, 0.30, 0.03)
-        return (2.1, 2.25, 0.33 if regime == "subset" else 0.27, 0.02)
+def test_label_smoothing_rule_mixed_when_epsilon_values_disagree(tmp_path):
+    def spec(e, s):
+        if e == 0.1:
+            return CLAIMED
+        return {**CLAIMED, "test_acc": 0.18} if e == 0.2 else {}
 
-    v = analyse(EXP, records(split), P, tmp_path)
+    v = analyse(EXP, records(spec, P3), P3, tmp_path)
     d = decisions(v)
-    assert d["subset:val_acc:eps0.1-vs-0"] == "b_better" and d["full:val_acc:eps0.1-vs-0"] == "a_better"
-    assert sub_verdict(v, "Validation accuracy") == "mixed"
+    assert d[cid("test_acc", 0.1)] == "b_better" and d[cid("test_acc", 0.2)] == "a_better"
+    s = find_sub(v, "Test accuracy higher with smoothing")
+    assert s.verdict == "mixed"
+    assert "holds in ε = 0.1" in s.detail and "fails in ε = 0.2" in s.detail
+    assert set(s.comparisons) == {cid("test_acc", 0.1), cid("test_acc", 0.2)}
+    assert sub_verdict(v, "Training loss higher") == "supported"
     assert v.verdict == "mixed"
 
 
-def test_label_smoothing_rule_regime_where_neither_arm_learned_is_excluded(tmp_path):
-    def subset_fails(regime, smoothed, s):
-        if regime == "subset":
-            return (3.2, UNIGRAM, 0.15, 0.05) if smoothed else (3.1, 3.4, 0.18, 0.05)
-        return claimed(regime, smoothed, s)
-
-    v = analyse(EXP, records(subset_fails), P, tmp_path)
-    d = decisions(v)
-    assert all(
-        d[f"subset:{k}:eps0.1-vs-0"] == "excluded" for k in ("train_nll", "val_acc", "val_nll", "val_ece")
-    )
-    assert d["full:val_acc:eps0.1-vs-0"] == "b_better"
-    # the excluded regime counts neither for nor against: the full regime decides
-    assert sub_verdict(v, "Validation accuracy") == "supported"
+def test_label_smoothing_rule_holm_corrects_across_epsilon(tmp_path):
+    v = analyse(EXP, records(lambda e, s: CLAIMED if e > 0 else {}, P3), P3, tmp_path)
+    a, b = comparison(v, cid("test_acc", 0.1)), comparison(v, cid("test_acc", 0.2))
+    (lo, c_lo), (hi, c_hi) = sorted([(a.p_raw, a), (b.p_raw, b)], key=lambda x: x[0])
+    # Holm over two ε: the smaller p doubled, the larger kept (or raised to the first)
+    assert c_lo.p == pytest.approx(min(1.0, 2 * lo)) and c_hi.p == pytest.approx(min(1.0, max(2 * lo, hi)))
+    assert c_lo.p > c_lo.p_raw
     assert v.verdict == "supported"
+
+
+def test_label_smoothing_rule_neither_arm_learned_is_excluded(tmp_path):
+    # the early-stopped calibration loss at the unigram level: no run learned
+    v = analyse(EXP, records(claimed, cal_nll=UNIGRAM), P, tmp_path)
+    d = decisions(v)
+    assert all(x == "excluded" for x in d.values()), d
+    assert all(s.verdict == "inconclusive" for s in v.sub_verdicts)
+    assert v.verdict == "inconclusive"
+    assert comparison(v, cid("test_acc")).learned_a == 0
+
+
+def test_label_smoothing_rule_learned_is_judged_at_the_early_stopped_checkpoint(tmp_path):
+    """Only the ε = 0 runs fail to learn: a comparison, not an exclusion."""
+    v = analyse(EXP, records(claimed, cal_nll=lambda e, s: UNIGRAM if e == 0 else 5.5), P, tmp_path)
+    acc = comparison(v, cid("test_acc"))
+    assert acc.decision == "b_better" and acc.learned_a == 0 and acc.learned_b == 4
+    assert v.verdict == "supported"
+
+
+# ------------------------------------------------------------------ calibration
+def test_ece_after_scaling_refuted_when_scaling_does_what_smoothing_does(tmp_path):
+    # before scaling: ECE 0.10 → 0.03, beyond the 0.01 margin (the positive control); after: equal
+    v = analyse(EXP, records(claimed), P, tmp_path)
+    before = comparison(v, cid("test_ece"))
+    assert before.decision == "b_better" and before.ci_high < -before.margin
+    assert v.evidence["positive_control_after_ts"] is True
+    assert decisions(v)[cid("test_ece_ts")] == "equivalent"
+    assert sub_verdict(v, "Lower ECE after temperature scaling") == "refuted"
+    assert v.verdict == "supported"  # reported only
+
+
+def test_ece_after_scaling_inconclusive_without_a_positive_control(tmp_path):
+    # before scaling the gain is significant but inside the margin (0.10 → 0.095): no control
+    v = analyse(EXP, records(lambda e, s: {**CLAIMED, "test_ece": 0.095} if e > 0 else {}), P, tmp_path)
+    before = comparison(v, cid("test_ece"))
+    assert before.decision == "b_better" and not before.ci_high < -before.margin
+    assert v.evidence["positive_control_after_ts"] is False
+    assert decisions(v)[cid("test_ece_ts")] == "equivalent"
+    assert sub_verdict(v, "Lower ECE after temperature scaling") == "inconclusive"
+
+
+def test_ece_after_scaling_inconclusive_when_before_scaling_is_equivalent(tmp_path):
+    v = analyse(
+        EXP, records(lambda e, s: {**CLAIMED, "test_ece": BASE["test_ece"]} if e > 0 else {}), P, tmp_path
+    )
+    assert decisions(v)[cid("test_ece")] == "equivalent"
+    assert (
+        sub_verdict(v, "Less over-confident") == "inconclusive"
+    )  # its own sub-verdict has no control either
+    assert v.evidence["positive_control_after_ts"] is False
+    assert sub_verdict(v, "Lower ECE after temperature scaling") == "inconclusive"
+
+
+def test_ece_after_scaling_supported_when_smoothing_beats_one_temperature(tmp_path):
+    v = analyse(EXP, records(lambda e, s: {**CLAIMED, "test_ece_ts": 0.005} if e > 0 else {}), P, tmp_path)
+    assert decisions(v)[cid("test_ece_ts")] == "b_better"
+    assert sub_verdict(v, "Lower ECE after temperature scaling") == "supported"
+
+
+# ------------------------------------------------------------------ grid
+def test_grid_runs_every_epsilon_on_every_seed_and_the_null_pair():
+    grid = EXP.grid(P3)
+    train = [c for c in grid if c["part"] == "train"]
+    assert sorted((c["eps"], c["seed"]) for c in train) == sorted(
+        (e, s) for e in P3["epsilons"] for s in P3["seeds"]
+    )
+    null = [c for c in grid if c["part"] == "null"]
+    assert {(c["eps"], c["seed"]) for c in null} == {(0.0, s + MOD.NULL_OFFSET) for s in P3["seeds"]}
+    assert all(c["subset_tokens"] == P3["subset_tokens"] and c["vocab"] == P3["vocab"] for c in grid)
