@@ -491,7 +491,8 @@ class LayerNormVariants(Experiment):
                 rows.append(base)
         sdf = pd.DataFrame(rows)
         if len(sdf):
-            sdf = sdf.sort_values(["part", "family", "trained with", "precision", "evaluated with", "seed"])
+            keys = ["part", "family", "trained with", "precision", "evaluated with", "seed"]
+            sdf = sdf.sort_values([k for k in keys if k in sdf])  # diverged runs have no swap columns
         out.table("swap_runs", sdf, "Every trained model evaluated as trained and with the other formulas, per precision (nats/char): Δ vs as trained is the swap effect, Δ vs fp32 the cost of bf16", in_report=False)  # fmt: skip
         by_metric = {f.metric: f for f in floors}
         summ = []

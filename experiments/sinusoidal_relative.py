@@ -187,7 +187,7 @@ def within_arm(id, runs, pos, fn_a, fn_b, *, arm_a, arm_b, metric, sub_claim, ma
 
 class SinusoidalRelative(Experiment):
     claim_id = "sinusoidal_relative"
-    title = "Sinusoidal PE(pos+k) is a fixed linear function of PE(pos), which lets a model use relative positions"
+    title = "Sinusoidal PE(pos+k) is a linear map of PE(pos), which lets models use relative positions"
     order = 12
     statement = (
         "With sinusoidal position encodings, the encoding of position pos + k is a linear map of the encoding of pos, "
