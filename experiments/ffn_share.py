@@ -13,7 +13,7 @@ from torch import nn
 from tfclaims import ffn_flops as ff
 from tfclaims import modern_presets as mp
 from tfclaims.config import ConfigError, ModelConfig
-from tfclaims.counting import attention_params, embedding_params, ffn_params
+from tfclaims.counting import active_ffn_params, attention_params, embedding_params, ffn_params
 from tfclaims.evidence import combine, exact_check
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
 from tfclaims.models import n_params
@@ -59,8 +59,6 @@ def count_preset(cfg: dict, ctx) -> dict:
     a = mp.CATALOGUE[cfg["preset"]]
     c = a.config
     attn, ffn, block = attention_params(c), ffn_params(c), mp.block_params(a)
-    # the library builds an encoder–decoder's encoder stack only: its whole-model check is that stack
-    stack = mp.encoder_stack_params(a) if a.encoder_decoder else mp.model_params(a)
     with torch.device("meta"):
         model = mp.build(a)
         blk = model.blocks[0]
@@ -70,7 +68,7 @@ def count_preset(cfg: dict, ctx) -> dict:
             "block": n_params(blk),
             "model": n_params(model),
         }
-        closed = {"attention": attn, "ffn": ffn, "block": block, "model": stack}
+        closed = {"attention": attn, "ffn": ffn, "block": block, "model": mp.built_params(a)}
         # the original Transformer's layers, against torch's own
         if a.encoder_decoder and c.bias and c.ffn == "relu":
             counted["torch_encoder_layer"] = n_params(nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.ff))
@@ -89,7 +87,7 @@ def count_preset(cfg: dict, ctx) -> dict:
         "encoder_decoder": a.encoder_decoder,
         "attention": attn,
         "ffn": ffn,
-        "ffn_active": mp.active_ffn(a),
+        "ffn_active": active_ffn_params(c),
         "block": block,
         # a decoder block of an encoder–decoder: self- and cross-attention beside the same FFN
         "decoder_attention": 2 * attn if a.encoder_decoder else None,

@@ -8,6 +8,7 @@ import pandas as pd
 from tfclaims import evidence as ev
 from tfclaims.comparison import plot_curves
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.stats import mean_ci
 from tfclaims.subword_lm import subword_fields, subword_profile
 from tfclaims.subword_recipes import ECE_BINS as N_BINS
 from tfclaims.subword_recipes import smoothing_train
@@ -166,9 +167,7 @@ class LabelSmoothing(Experiment):
             return ev.ladder(family(when, key), MEASURES[key][2], label=lambda c: c.arm_b, **kw)
 
         before = family("final", "test_ece")
-        control = any(
-            c.decision == "b_better" and c.ci_high is not None and c.ci_high < -c.margin for c in before
-        )  # ECE: lower is better
+        control = any(c.decision == "b_better" and ev.beyond_margin(c) for c in before)
         ladders = {
             k: lad(*k, positive_control=control if k[1] == "test_ece_ts" else False) for k in SUB_NAMES
         }
@@ -301,9 +300,8 @@ class LabelSmoothing(Experiment):
                 ]
                 for e in eps
             ]
-            m = np.array([np.mean(x) if x else np.nan for x in v])
-            h = np.array([1.96 * np.std(x, ddof=1) / np.sqrt(len(x)) if len(x) > 1 else 0.0 for x in v])
-            return m, h
+            cis = [mean_ci(x) for x in v]
+            return np.array([c.mean for c in cis]), np.array([c.half_width for c in cis])
 
         for key, lab, col in (("test_ece", "before (T = 1)", "C3"), ("test_ece_ts", "after (T = T*)", "C0")):
             m, h = stat(key)

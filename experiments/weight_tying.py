@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import pandas as pd
 
 from tfclaims import evidence as ev
 from tfclaims.comparison import plot_curves
 from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.stats import mean_ci
 from tfclaims.subword_lm import subword_fields, subword_profile
 from tfclaims.subword_recipes import matched_d_ff, tying_counts, tying_train
 from tfclaims.tables import comparison_table
@@ -47,20 +50,26 @@ def steps_to_target(m: dict) -> float | None:
     return None
 
 
-def vocab_size(p) -> int:
+@cache
+def vocab_size(vocab: int) -> int:
+    """The trained tokenizer's vocabulary (loads the tokenised corpus once per process, not per grid call)."""
     from tfclaims.bpe import load_bpe_corpus
 
-    return load_bpe_corpus(p["vocab"]).vocab_size
+    return load_bpe_corpus(vocab).vocab_size
 
 
 def grid_counts(p):
     return [
-        {**subword_fields(p), "presets": list(COUNT_PRESETS), "d_ff_wide": matched_d_ff(p, vocab_size(p))}
+        {
+            **subword_fields(p),
+            "presets": list(COUNT_PRESETS),
+            "d_ff_wide": matched_d_ff(p, vocab_size(p["vocab"])),
+        }
     ]
 
 
 def grid_train(p):
-    wide = matched_d_ff(p, vocab_size(p))
+    wide = matched_d_ff(p, vocab_size(p["vocab"]))
     return [
         {"arm": a, **subword_fields(p), **({"d_ff_wide": wide} if a == "tied-wide" else {}), "seed": s}
         for a in ("tied", "untied", "tied-wide")
@@ -299,8 +308,8 @@ class WeightTying(Experiment):
                 label=LABELS[arm],
             )
             if d:
-                b.errorbar(i + 0.3, np.mean(d), yerr=1.96 * np.std(d, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0,
-                           fmt="D", color="k", capsize=3)  # fmt: skip
+                ci = mean_ci(d)
+                b.errorbar(i + 0.3, ci.mean, yerr=ci.half_width, fmt="D", color="k", capsize=3)
         b.axhline(0, color="k", lw=0.6)
         b.set_xticks([0, 1], ["tied − untied", "tied wide − untied"])
         b.set_xlim(-0.5, 1.6)

@@ -57,8 +57,7 @@ def test_closed_forms_match_the_librarys_modules_scaled_down(name):
     assert n_params(blk.attn) == counting.attention_params(c)
     assert n_params(blk.ffn) == counting.ffn_params(c)
     assert n_params(blk) == mp.block_params(a)
-    stack = mp.encoder_stack_params(a) if a.encoder_decoder else mp.model_params(a)
-    assert n_params(model) == stack
+    assert n_params(model) == mp.built_params(a)
     out = model(torch.randint(0, c.vocab_size, (2, 7)))  # the built model runs: (B, T, vocab) or (B, T, d)
     assert out.shape == (2, 7, c.d_model if a.encoder_decoder else c.vocab_size)
     assert torch.isfinite(out).all()
@@ -70,7 +69,7 @@ def test_closed_forms_match_the_librarys_modules_full_size(name):
     with torch.device("meta"):
         model = mp.build(a)
     assert n_params(model.blocks[0]) == mp.block_params(a)
-    assert n_params(model) == (mp.encoder_stack_params(a) if a.encoder_decoder else mp.model_params(a))
+    assert n_params(model) == mp.built_params(a)
 
 
 def test_a_parallel_block_has_a_sequential_blocks_matrices_and_one_norm_fewer():

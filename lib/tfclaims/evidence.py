@@ -573,7 +573,7 @@ def ladder(
             # significant; only a difference significantly outside the margin refutes
             if c.p_equiv is not None and c.p_equiv <= c.alpha:
                 sup.append(c)
-            elif c.decision in opposite[claimed] and _beyond_margin(c):
+            elif c.decision in opposite[claimed] and beyond_margin(c):
                 ref.append(c)
             else:
                 und.append(c)
@@ -624,7 +624,7 @@ def ladder(
     )
 
 
-def _beyond_margin(c: Comparison) -> bool:
+def beyond_margin(c: Comparison) -> bool:
     """The whole CI lies outside ±margin (with no margin, a significant difference is enough)."""
     if c.margin is None:
         return True

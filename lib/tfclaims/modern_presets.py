@@ -27,7 +27,6 @@ from .attention import Attention, KVCache
 from .blocks import FFN
 from .config import PRESETS, ConfigError, ModelConfig
 from .counting import (
-    active_ffn_params,
     attention_params,
     cross_attention_block_params,
     embedding_params,
@@ -224,26 +223,31 @@ def model_params(a: Published) -> int:
     An encoder–decoder has one embedding for both stacks, a final norm per stack when pre-norm, and
     (T5) a (buckets x heads) bias table in each stack's first block."""
     c = a.config
-    final = norm_params(c.norm, c.d_model) if c.use_final_norm else 0
-    n = embedding_params(c) + c.n_layers * block_params(a) + final + head_params(a)
+    n = encoder_stack_params(a) + head_params(a)
     if a.encoder_decoder:
-        n += a.decoder_layers * decoder_block_params(a) + final
+        n += a.decoder_layers * decoder_block_params(a) + _final_norm(c)
     return n + (2 if a.encoder_decoder else 1) * a.rel_pos_buckets * c.n_heads
 
 
+def _final_norm(c: ModelConfig) -> int:
+    return norm_params(c.norm, c.d_model) if c.use_final_norm else 0
+
+
 def encoder_stack_params(a: Published) -> int:
-    """What the library's `Encoder` holds for an encoder–decoder: embedding, encoder blocks, final norm."""
+    """Embedding, the `n_layers` (encoder or decoder-only) blocks and their final norm: what the library's
+    `Encoder` holds for an encoder–decoder."""
     c = a.config
-    final = norm_params(c.norm, c.d_model) if c.use_final_norm else 0
-    return embedding_params(c) + c.n_layers * block_params(a) + final
+    return embedding_params(c) + c.n_layers * block_params(a) + _final_norm(c)
+
+
+def built_params(a: Published) -> int:
+    """The parameters of `build(a)`: the whole model, or an encoder–decoder's encoder stack (all the library
+    builds of it)."""
+    return encoder_stack_params(a) if a.encoder_decoder else model_params(a)
 
 
 def ffn_total(a: Published) -> int:
     return (a.config.n_layers + a.decoder_layers) * ffn_params(a.config)
-
-
-def active_ffn(a: Published) -> int:
-    return active_ffn_params(a.config)
 
 
 # ------------------------------------------------------------------ modules
