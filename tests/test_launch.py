@@ -22,7 +22,8 @@ from tfclaims.runner import RunTask, execute_run, run_experiment
 
 # A toy claim in its own file, as workers in other processes load it by path. Each execution appends a
 # line to $TOY_CALLS; $TOY_SLEEP slows runs down; the run i=1, seed 0 kills its own process once when
-# $TOY_DIE_ONCE names a file that does not exist yet (a pre-empted or OOM-killed job).
+# $TOY_DIE_ONCE names a file that does not exist yet (a pre-empted or OOM-killed job), and every time
+# with $TOY_DIE_ALWAYS.
 TOY = """
 import os, signal, time
 import torch
@@ -46,6 +47,8 @@ class Toy(Experiment):
         die = os.environ.get("TOY_DIE_ONCE")
         if die and (cfg["i"], cfg["seed"]) == (1, 0) and not os.path.exists(die):
             open(die, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("TOY_DIE_ALWAYS") and (cfg["i"], cfg["seed"]) == (1, 0):
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(float(os.environ.get("TOY_SLEEP", "0")))
         return {"value": cfg["i"] + float(torch.rand(())), "pid": os.getpid()}
@@ -133,14 +136,63 @@ def test_lost_job_is_recorded_with_its_log_and_retried(toy, tmp_path, monkeypatc
     assert rc == 0 and calls(tmp_path)[n:] == [(1, 0)] and res["n_runs"] == 3
 
 
-def test_dead_parallel_worker_is_recorded_and_retried(toy, tmp_path, monkeypatch):
+def test_a_job_slurm_lost_with_its_node_is_submitted_once_more(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
+    monkeypatch.setattr("tfclaims.launch._state", lambda job: "NODE_FAIL")
+    launcher = Launcher("slurm", cluster="local", log_dir=tmp_path / "logs", gpus=0)
+    rc, res = sweep(toy, tmp_path, launcher, seeds=[0])
+    assert rc == 0 and res["n_runs"] == 3 and calls(tmp_path).count((1, 0)) == 2
+
+
+def test_a_lost_group_fails_only_its_unfinished_runs_and_force_keeps_good_records(toy, tmp_path, monkeypatch):
+    """Runs with a duration on record share a job; the job dies in its second run: the first run stands,
+    the second and third are failed. Under --force the earlier good records stay, and the failures are
+    counted: the analysis is skipped and result.json kept."""
+    launcher = Launcher("slurm", cluster="local", log_dir=tmp_path / "logs", gpus=0, job_min=60)
+    assert sweep(toy, tmp_path, launcher, seeds=[0])[0] == 0  # one run a job: no durations yet
+    result = (tmp_path / "toy" / "result.json").read_bytes()
+    good = {r["run_id"]: r for r in records(tmp_path)}
+    monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
+    logs = []
+    rc, res = run_experiment(
+        toy, profile="quick", device=torch.device("cpu"), results_root=tmp_path, progress=False,
+        log=logs.append, launcher=launcher, seeds=[0], force=True,
+    )  # fmt: skip
+    assert rc == 1 and res is None and (tmp_path / "toy" / "result.json").read_bytes() == result
+    assert "toy: 3 runs (0 reused, 1 run, 2 failed)" in logs
+    assert sum("its earlier good record is kept" in m for m in logs) == 2
+    now = {r["run_id"]: r for r in records(tmp_path)}
+    assert {r["status"] for r in now.values()} == {"ok"} and now.keys() == good.keys()
+    rerun = [r["config"] for r in now.values() if r["job_group"] == "1/1 (3 runs)"]
+    assert rerun == [{"i": 0, "seed": 0}]  # the one run the packed job finished; the others kept
+
+
+def test_a_dead_parallel_worker_is_retried_once_and_its_partial_writes_removed(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
+    runs = tmp_path / "toy" / "runs"
+    runs.mkdir(parents=True)
+    for rid in ("0123456789abcdef", "fedcba9876543210"):  # what a worker killed mid-write leaves behind
+        (runs / f".{rid}.json.k2j4.tmp").write_text('{"run_id": ')
+    rc, res = sweep(toy, tmp_path, Launcher("local-parallel", workers=2))
+    assert rc == 0 and res["n_runs"] == 6  # the dead worker's runs ran again in a fresh pool
+    assert calls(tmp_path).count((1, 0)) == 2 and {r["status"] for r in records(tmp_path)} == {"ok"}
+    # the partial files of runs this sweep did not touch stay; none of its own are left
+    assert sorted(p.name for p in runs.glob("*.tmp")) == sorted(
+        f".{rid}.json.k2j4.tmp"
+        for rid in ("0123456789abcdef", "fedcba9876543210")
+        if not (runs / f"{rid}.json").exists()
+    )
+
+
+def test_a_run_that_kills_its_worker_twice_is_recorded_as_failed(toy, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOY_DIE_ALWAYS", "1")
     rc, _ = sweep(toy, tmp_path, Launcher("local-parallel", workers=2))
-    assert rc == 1
-    recs = records(tmp_path)
-    assert {r["status"] for r in recs} == {"ok", "failed"} and len(recs) == 6
-    assert all("worker process died" in r["error"] for r in recs if r["status"] == "failed")
-    assert sweep(toy, tmp_path, Launcher("local-parallel", workers=2))[0] == 0
+    assert rc == 1 and calls(tmp_path).count((1, 0)) == 2
+    failed = [r for r in records(tmp_path) if r["status"] == "failed"]
+    assert failed and all("worker process died" in r["error"] for r in failed)
+    assert {(r["config"]["i"], r["config"]["seed"]) for r in failed} >= {(1, 0)}
+    monkeypatch.delenv("TOY_DIE_ALWAYS")
+    assert sweep(toy, tmp_path, Launcher("local-parallel", workers=2))[0] == 0  # the rerun redoes them
 
 
 def test_a_worker_with_different_code_refuses_to_run(toy, tmp_path):
@@ -208,6 +260,7 @@ def test_killing_a_sweep_at_random_points_loses_nothing(toy, tmp_path, monkeypat
         _, err = proc.communicate(timeout=60)
         if sig == signal.SIGINT and proc.returncode != 0:
             assert proc.returncode == 130 and err.strip().splitlines()[-1].startswith("interrupted:"), err
+            assert "leaked" not in err  # the pool's semaphores are released before the process exits
         now = {}
         for p in runs.glob("*.json"):  # every visible record is whole and finished
             rec = json.loads(p.read_text())
@@ -268,3 +321,68 @@ def test_auto_launcher_parallel_only_for_training_runs_on_a_multicore_cpu(monkey
     assert auto.resolve(times_code=False, device=cpu, n_tasks=10).name == "local"
     explicit = Launcher("local-parallel", workers=2)
     assert explicit.resolve(times_code=True, device=cpu, n_tasks=10) is explicit  # an explicit choice stands
+
+
+def test_slurm_requests_follow_the_device_and_every_value_can_be_overridden():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    base = Launcher("slurm")
+    assert base.device("auto") == cpu and Launcher("slurm", gpus=2).device("auto") == cuda
+    assert {k: base.request(cpu)[k] for k in ("gpus", "cpus", "mem_gb")} == {
+        "gpus": 0,
+        "cpus": 1,
+        "mem_gb": 4.0,
+    }
+    assert {k: base.request(cuda)[k] for k in ("gpus", "cpus", "mem_gb")} == {
+        "gpus": 1,
+        "cpus": 4,
+        "mem_gb": 16.0,
+    }
+    mine = Launcher("slurm", gpus=2, cpus=8, mem_gb=64, time_min=30)
+    assert {k: mine.request(cuda)[k] for k in ("gpus", "cpus", "mem_gb", "time_min")} == {
+        "gpus": 2,
+        "cpus": 8,
+        "mem_gb": 64,
+        "time_min": 30,
+    }
+    with pytest.raises(LauncherError, match="GPUs they never use"):
+        Launcher("slurm", gpus=1).device("cpu")
+
+
+def test_runs_are_packed_by_recorded_duration_in_grid_order():
+    from dataclasses import dataclass
+
+    from tfclaims.launch import group_runs
+
+    @dataclass(frozen=True)
+    class T:
+        name: str
+        estimate_s: float | None
+        job_group: str | None = None
+
+    tasks = [T("a", 100), T("b", 300), T("c", None), T("d", 250), T("e", 700), T("f", 10)]
+    groups = group_runs(tasks, 600)
+    assert [[t.name for t in g] for g in groups] == [["c"], ["a", "b", "d"], ["e"], ["f"]]
+    assert [t.job_group for t in groups[1]] == ["2/4 (3 runs)"] * 3
+
+
+def test_threads_come_from_the_allocation(monkeypatch):
+    from tfclaims.launch import allocated_cpus
+
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
+    assert allocated_cpus() == 3
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    assert allocated_cpus() == len(os.sched_getaffinity(0))
+
+
+def test_slurm_without_accounting_is_refused_before_submitting(tmp_path, monkeypatch):
+    from tfclaims.launch import _check_slurm
+
+    for name, body in (
+        ("sbatch", "exit 0"),
+        ("sacct", 'echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1'),
+    ):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(LauncherError, match="needs SLURM accounting .*storage is disabled"):
+        _check_slurm()

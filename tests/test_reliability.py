@@ -111,7 +111,10 @@ def test_reliability_missing_or_empty_results_folder_is_an_error(toy, capsys):
         ("steps=-5", "must not be negative"),
         ("steps=abc", "expected an integer"),
         ("steps=12.5", "expected an integer"),
-        ("lr=nan", "NaN"),
+        ("lr=nan", "must be a finite number"),
+        ("lr=1e999", "must be a finite number"),
+        ("lr=-inf", "must be a finite number"),
+        ("steps=0", "steps must be a positive integer, got 0"),
         ("seeds=5", "use --seeds"),
         ("widths=[]", "must not be empty"),
     ],
@@ -119,6 +122,27 @@ def test_reliability_missing_or_empty_results_folder_is_an_error(toy, capsys):
 def test_reliability_set_values_are_typed_and_range_checked(toy, capsys, setting, message):
     assert message in one_line(capsys, *run_toy(toy / "r", "--set", setting))
     assert not (toy / "r" / "toy" / "runs").exists() or not records(toy / "r")
+
+
+@pytest.mark.parametrize(
+    "cells, ok",
+    [
+        ([[6, 4e-3]], True),  # a record [depth, lr]: each position has its own type
+        ([[6, 4e-3], [12, 1]], True),  # an integer where a float is expected is a number
+        ([[6.5, 4e-3]], False),  # the depth stays an integer
+        ([["6", 4e-3]], False),
+        ([6, 4e-3], False),  # a cell, not a list of cells
+    ],
+)
+def test_reliability_list_settings_of_records_are_typed_by_position(cells, ok):
+    from tfclaims.runner import BadInput, resolve_profile
+
+    exp = load_all()["postnorm_warmup"]
+    if ok:
+        assert resolve_profile(exp, "default", overrides={"cells": cells})["cells"] == cells
+    else:
+        with pytest.raises(BadInput, match="--set cells="):
+            resolve_profile(exp, "default", overrides={"cells": cells})
 
 
 def test_reliability_model_configs_are_validated_for_the_whole_grid_first(toy, capsys):
@@ -273,6 +297,9 @@ def test_reliability_ctrl_c_stops_a_parallel_sweep_promptly(toy):
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=150)
     assert time.time() - t0 < 60 and proc.returncode == 130
+    assert err.strip().splitlines() == [
+        "interrupted: finished runs are kept; rerun the same command to resume"
+    ]
 
 
 def test_reliability_force_does_not_replace_a_good_record_with_a_failed_one(toy, capsys, monkeypatch):
@@ -292,9 +319,9 @@ def test_reliability_thread_count_is_recorded_in_every_run(toy, capsys):
 # 7: a diverging run is an outcome, and analyses that meet it say so
 DIVERGING = {
     cid: (
-        ["--set", "lrs=[1e999]", "--set", "null_lr=1e999"]
+        ["--set", "lrs=[1e30]", "--set", "null_lr=1e30"]
         if "lrs" in e.profiles["quick"]
-        else ["--set", "lr=inf"]
+        else ["--set", "lr=1e30"]
     )
     for cid, e in load_all().items()
     if "lr" in e.profiles["quick"] or "lrs" in e.profiles["quick"]
@@ -302,7 +329,7 @@ DIVERGING = {
 
 
 @pytest.mark.parametrize("claim", sorted(DIVERGING))
-def test_reliability_infinite_learning_rate_is_recorded_as_diverged(claim, tmp_path, capsys):
+def test_reliability_a_huge_learning_rate_is_recorded_as_diverged(claim, tmp_path, capsys):
     import re
 
     root = tmp_path / "r"

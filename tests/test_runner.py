@@ -276,3 +276,76 @@ def test_comparisons_and_noise_floor_reach_result_json(tmp_path):
     (c,) = saved["comparisons"]
     assert c["id"] == "i1-vs-i0" and c["diff"] == 1.0 and c["paired"] and c["decision"] == "b_better"
     assert saved["noise_floor"][0]["diff"] == 0.0
+
+
+class Drawn(Toy):
+    """Toy with a table and a figure; `label` changes the figure only."""
+
+    label = "value"
+
+    def analyse(self, runs, p, out):
+        import pandas as pd
+
+        from tfclaims.plotting import plt  # its style applies to every figure, the first included
+
+        df = pd.DataFrame([{"i": r["config"]["i"], "value": r["metrics"]["value"]} for r in runs])
+        out.table("values", df, "values")
+        fig, ax = plt.subplots()
+        ax.plot(df["i"], df["value"], "o")
+        ax.set_ylabel(self.label)
+        out.figure("values", fig, "values")
+        return super().analyse(runs, p, out)
+
+
+def _files(root):
+    return {
+        p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((root / "toy").glob("**/*")) if p.is_file()
+    }
+
+
+def test_a_reanalysis_that_changes_nothing_leaves_every_file_untouched(tmp_path, monkeypatch):
+    run(tmp_path, Drawn())
+    before = _files(tmp_path)
+    # another commit, platform and time: circumstances of the analysis, not what it found
+    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "0" * 40 + "-dirty")
+    monkeypatch.setattr("tfclaims.runner.now", lambda: "2099-01-01T00:00:00+00:00")
+    rc, res = run(tmp_path, Drawn())
+    assert rc == 0 and res["git_commit"].startswith("0" * 40)
+    assert _files(tmp_path) == before  # same bytes and the same modification times
+
+
+def test_a_reanalysis_that_changes_a_figure_republishes_it_with_its_provenance(tmp_path, monkeypatch):
+    run(tmp_path, Drawn())
+    before = _files(tmp_path)
+    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "f" * 40)
+    exp = Drawn()
+    exp.label = "value (nats)"
+    run(tmp_path, exp)
+    after = _files(tmp_path)
+    changed = {p.name for p in after if after[p][0] != before.get(p, (None,))[0]}
+    assert changed == {"values.png", "values.svg", "result.json"}  # the table is the same bytes
+    assert json.loads((tmp_path / "toy" / "result.json").read_text())["git_commit"] == "f" * 40
+
+
+def test_the_commit_is_read_once_and_ignores_the_harness_outputs(tmp_path):
+    import subprocess
+
+    from tfclaims.provenance import git_commit
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+
+    git("init", "-q")
+    for name in ("code.py", "README.md", "results/x/result.json", "report/report.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("a\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    for name in ("README.md", "results/x/result.json", "report/report.md"):
+        (tmp_path / name).write_text("b\n")  # what a sweep writes
+    clean = git_commit(tmp_path)
+    assert len(clean) == 40 and not clean.endswith("-dirty")
+    (tmp_path / "code.py").write_text("b\n")
+    assert git_commit(tmp_path) == clean  # read once per process
+    git_commit.cache_clear()
+    assert git_commit(tmp_path) == clean + "-dirty"

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from multiprocessing import util as mp_util
 from pathlib import Path
 
 from .config import ConfigError
@@ -138,15 +139,44 @@ def add_run_options(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--slurm-account", default=None, help="SLURM account ($TFCLAIMS_SLURM_ACCOUNT)")
     g.add_argument("--slurm-qos", default=None, help="SLURM QOS ($TFCLAIMS_SLURM_QOS)")
     g.add_argument(
-        "--slurm-time", type=int, default=None, help="minutes per job (default 120; $TFCLAIMS_SLURM_TIME_MIN)"
+        "--slurm-time",
+        type=int,
+        default=None,
+        help="time limit per job, minutes (default 120; $TFCLAIMS_SLURM_TIME_MIN)",
     )
     g.add_argument(
-        "--slurm-gpus", type=int, default=None, help="GPUs per job (default 1; $TFCLAIMS_SLURM_GPUS)"
+        "--slurm-job-min",
+        type=float,
+        default=None,
+        help="pack runs whose duration is on record into jobs of about this many minutes (default 10; "
+        "$TFCLAIMS_SLURM_JOB_MIN)",
     )
     g.add_argument(
-        "--slurm-cpus", type=int, default=None, help="CPUs per job (default 4; $TFCLAIMS_SLURM_CPUS)"
+        "--slurm-gpus",
+        type=int,
+        default=None,
+        help="GPUs per job (default: 1 with --device cuda, else 0; --device auto uses CUDA when this is > 0; "
+        "$TFCLAIMS_SLURM_GPUS)",
     )
-    g.add_argument("--slurm-mem-gb", type=float, default=None, help="memory per job ($TFCLAIMS_SLURM_MEM_GB)")
+    g.add_argument(
+        "--slurm-cpus",
+        type=int,
+        default=None,
+        help="CPUs per job, and the threads a run uses (default: 1 for CPU runs, 4 for CUDA runs; "
+        "$TFCLAIMS_SLURM_CPUS)",
+    )
+    g.add_argument(
+        "--slurm-mem-gb",
+        type=float,
+        default=None,
+        help="memory per job (default: 4 for CPU runs, 16 for CUDA runs; $TFCLAIMS_SLURM_MEM_GB)",
+    )
+    g.add_argument(
+        "--slurm-poll",
+        type=float,
+        default=None,
+        help="seconds between two looks at the jobs' states (one sacct call; default 15; $TFCLAIMS_SLURM_POLL_S)",
+    )
     g.add_argument(
         "--slurm-array-parallelism",
         type=int,
@@ -169,6 +199,8 @@ def launcher_from(args) -> Launcher:
         account=args.slurm_account,
         qos=args.slurm_qos,
         time_min=args.slurm_time,
+        job_min=args.slurm_job_min,
+        poll_s=args.slurm_poll,
         gpus=args.slurm_gpus,
         cpus=args.slurm_cpus,
         mem_gb=args.slurm_mem_gb,
@@ -226,6 +258,9 @@ def _guard(fn) -> int:
         sys.stderr.flush()
         # Locks, staging folders and workers were released on the way here; exit now rather than wait in
         # interpreter shutdown for a process pool's threads to notice that their workers were terminated.
+        # os._exit skips atexit, so first release the pool's semaphores as multiprocessing's own exit hook
+        # would (else its resource tracker warns of "leaked semaphore objects").
+        mp_util._run_finalizers(0)
         os._exit(130)
     except OSError as e:  # disk full, a folder that vanished or turned read-only mid-sweep
         where = f" ({e.filename})" if e.filename else ""

@@ -30,6 +30,12 @@ def _atomic(path: Path, write) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write unless the file already holds exactly these bytes (an unchanged file keeps its time stamps)."""
+    try:
+        if Path(path).read_bytes() == data:
+            return
+    except OSError:
+        pass
     _atomic(path, lambda f: f.write(data))
 
 
@@ -38,14 +44,14 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=_jsonable) + "\n")
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=jsonable) + "\n")
 
 
 def atomic_torch_save(obj, path: Path) -> None:
     _atomic(path, lambda f: torch.save(obj, f))
 
 
-def _jsonable(o):
+def jsonable(o):
     if isinstance(o, torch.Tensor):
         return o.tolist()
     if hasattr(o, "item"):  # numpy scalars

@@ -16,9 +16,11 @@ different verdict or evidence from the same records.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import json
+import subprocess
 from pathlib import Path
 
 import torch
@@ -50,6 +52,30 @@ ANALYSIS_ONLY = {
     "__init__",
     "__main__",
 }
+
+
+# What the harness itself writes: uncommitted changes there say nothing about the code that ran.
+OUTPUTS = ("results", "report", "README.md")
+
+
+@functools.cache
+def git_commit(root: Path = PKG_DIR.parents[1]) -> str | None:
+    """HEAD of the tree this process runs from, with `-dirty` when code or settings had uncommitted changes.
+
+    Read once per process, so that publishing one claim's results cannot mark the next claim's commit dirty;
+    changes under the harness's own outputs (results/, report/, README.md's table) are not code.
+    """
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        exclude = [f":(exclude){p}" for p in OUTPUTS]
+        status = [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", *exclude]
+        dirty = subprocess.run(status, capture_output=True, text=True, timeout=5).stdout.strip()
+        return head.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def sha(data: bytes | str, n: int = 16) -> str:

@@ -135,7 +135,7 @@ def _blocks(
             "p",
             "Each claim below comes from a set of study notes on Transformers. Every verdict follows from a rule "
             "written in the experiment before it ran; the numbers, figures and rules are generated from `results/`. "
-            f"Built {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.",
+            f"Results as of {_as_of(results)} (the latest analysis among them).",
         ),
         ("h2", "At a glance", "at-a-glance"),
     ]
@@ -443,6 +443,12 @@ def readme_table(results: list[dict]) -> str:
         for r in results
     ]
     return _md_table(rows)
+
+
+def _as_of(results: list[dict]) -> str:
+    """The newest analysis time among the results: the report of unchanged results is the same bytes."""
+    times = [dt.datetime.fromisoformat(r["finished_at"]) for r in results if r.get("finished_at")]
+    return max(times).astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if times else "—"
 
 
 def build_report(results_root: Path, report_root: Path, readme: Path | None = None) -> None:

@@ -9,14 +9,19 @@ nothing that was committed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import inspect
 import json
+import math
 import os
 import shutil
 import socket
+import statistics
 import tempfile
+import time
 import traceback
+import uuid
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -26,14 +31,15 @@ import torch
 
 from .config import ConfigError
 from .data import CorpusError, corpus_files
-from .device import environment, git_commit, seed_all
+from .device import environment, seed_all
 from .experiment import PROFILES, Experiment, Output, RunContext, Verdict
-from .io import atomic_write_json
-from .launch import Launcher
+from .io import atomic_write_json, jsonable
+from .launch import Launcher, LauncherError
 from .provenance import (
     code_hash,
     config_hash,
     differences,
+    git_commit,
     grid_run_ids,
     reached_modules,
     result_problems,
@@ -66,6 +72,9 @@ class RunTask:
     path: str  # where the record goes
     progress: bool = False
     launcher: str = "local"
+    sweep_id: str = ""  # the invocation that asked for the run: tells its record from an earlier one
+    estimate_s: float | None = None  # the run's duration in an earlier record, if any (groups SLURM jobs)
+    job_group: str | None = None  # which of a sweep's SLURM jobs ran it ("3/12 (5 runs)")
 
     def record(self) -> dict:
         return {
@@ -77,9 +86,26 @@ class RunTask:
             "device": self.device,
             "launcher": self.launcher,
             "host": socket.gethostname(),
-            "job_id": os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID")),
+            "job_id": _slurm_job_id(),
+            "job_group": self.job_group,
+            "sweep_id": self.sweep_id,
             "started_at": now(),
         }
+
+    def recorded(self) -> bool:
+        """Whether this sweep already wrote the run's outcome: its record, or the marker of a failed rerun."""
+        return bool(self.sweep_id) and any(
+            (_read_json(Path(p)) or {}).get("sweep_id") == self.sweep_id
+            for p in (self.path, self.path + FAILED_MARKER)
+        )
+
+
+def _slurm_job_id() -> str | None:
+    """<array job>_<task> inside an array task, the job id in a plain job, None outside SLURM."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID")
 
 
 _LOADED: dict[str, Experiment] = {}
@@ -95,6 +121,7 @@ def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
     code no longer matches the sweep's code hash refuses to run rather than file a mislabelled result.
     """
     rec = task.record()
+    t0 = time.perf_counter()
     try:
         if exp is None:
             if task.experiment_file not in _LOADED:
@@ -115,6 +142,7 @@ def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
         rec["error"] = f"{type(e).__name__}: {e}"
         rec["traceback"] = traceback.format_exc()
     rec["finished_at"] = now()
+    rec["wall_s"] = round(time.perf_counter() - t0, 3)
     rec["threads"] = torch.get_num_threads()  # recorded, not keyed: see README (Runs and threads)
     rec["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
     if rec["status"] == "failed" and _ok(_load_record(Path(task.path), True)) is not None:
@@ -145,10 +173,13 @@ def check_seeds(seeds) -> list[int]:
     return seeds
 
 
-def _check_value(key: str, value, default) -> None:
-    """A --set value must have its profile default's type (int for int; int or float for float; a non-empty
-    list of like elements for a list), be finite where a NaN could slip in, and not be negative."""
-    where = f"--set {key}={value!r}"
+def _check_value(key: str, value, default, where: str | None = None) -> None:
+    """A --set value must have its profile default's shape and types: int for int; int or float for float;
+    finite; not negative. A list must be non-empty; a list of lists is a table of records (a [depth, lr]
+    cell), each row checked position by position against the default's first row; a flat list of mixed
+    kinds is one record; any other list is checked element by element, numbers as floats where any
+    default element is a float."""
+    where = where or f"--set {key}={value!r}"
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise BadInput(f"{where}: expected true/false (True or False)")
@@ -162,22 +193,44 @@ def _check_value(key: str, value, default) -> None:
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BadInput(f"{where}: expected a number")
-        if value != value:
-            raise BadInput(f"{where}: NaN is not a setting")
+        if not math.isfinite(value):
+            raise BadInput(f"{where}: must be a finite number")
         if value < 0:
             raise BadInput(f"{where}: must not be negative")
-        return  # +inf is allowed: a run that diverges is an outcome, recorded as such
+        return
     if isinstance(default, (list, tuple)):
         if not isinstance(value, (list, tuple)):
             raise BadInput(f"{where}: expected a list like {list(default)!r}")
         if not value:
             raise BadInput(f"{where}: the list must not be empty (the grid would have nothing to run)")
-        if default:
+        if not default:
+            return
+        if all(isinstance(d, (list, tuple)) for d in default):
+            for row in value:
+                _check_record(key, row, default[0], where)
+        elif len({_kind(d) for d in default}) > 1:
+            _check_record(key, value, default, where)
+        else:
+            proto = 0.0 if any(isinstance(d, float) for d in default) else default[0]
             for v in value:
-                _check_value(key, v, default[0])
+                _check_value(key, v, proto, where)
         return
     if isinstance(default, str) and not isinstance(value, str):
         raise BadInput(f"{where}: expected text")
+
+
+def _check_record(key: str, value, default, where: str) -> None:
+    if not isinstance(value, (list, tuple)) or len(value) != len(default):
+        raise BadInput(f"{where}: expected records of {len(default)} elements like {list(default)!r}")
+    for v, d in zip(value, default):
+        _check_value(key, v, d, where)
+
+
+def _kind(v) -> str:
+    """int and float are one kind (numbers)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return type(v).__name__
+    return "number"
 
 
 def resolve_profile(exp: Experiment, profile: str, seeds=None, overrides: dict | None = None) -> dict:
@@ -202,9 +255,10 @@ def resolve_profile(exp: Experiment, profile: str, seeds=None, overrides: dict |
 
 
 def check_grid(exp: Experiment, configs: list[dict]) -> None:
-    """Before any run: the grid is not empty, its seeds are distinct per config, and every model it implies
-    can be built (the fields a config shares with ModelConfig are validated together)."""
-    from .config import ModelConfig
+    """Before any run: the grid is not empty, its seeds are distinct per config, and every model and training
+    schedule it implies is valid (the fields a config shares with ModelConfig, and those it shares with
+    TrainConfig, are validated together: `--set steps=0` is refused here, not by every run failing)."""
+    from .config import ModelConfig, TrainConfig
 
     if not configs:
         raise BadInput(f"{exp.claim_id}: the grid is empty; nothing would run")
@@ -221,6 +275,17 @@ def check_grid(exp: Experiment, configs: list[dict]) -> None:
                 raise BadInput(f"{exp.claim_id}: invalid configuration: {e}") from None
             except TypeError:
                 continue  # a field of the same name with another meaning in this claim
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"seed"}
+    for cfg in configs:
+        shared = {k: v for k, v in cfg.items() if k in train_fields}
+        if "warmup" in shared and "steps" not in shared:
+            del shared["warmup"]  # checked against steps only where the config has both
+        try:
+            TrainConfig(**shared)
+        except ConfigError as e:
+            raise BadInput(f"{exp.claim_id}: invalid training setting: {e}") from None
+        except (TypeError, ValueError):
+            continue  # a field of the same name with another meaning in this claim
 
 
 def run_experiment(
@@ -245,6 +310,7 @@ def run_experiment(
     check_grid(exp, configs)
     claim_dir = results_root / exp.claim_id
     runs_dir = claim_dir / "runs"
+    new_dirs = [d for d in (results_root, claim_dir) if not d.exists()]
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
         probe = runs_dir / ".write-test"
@@ -252,9 +318,16 @@ def run_experiment(
         probe.unlink()
     except OSError as e:
         raise BadInput(f"cannot write results under {claim_dir}: {e.strerror or e}") from None
-    _check_corpus(exp)
-    with claim_lock(claim_dir, exp.claim_id):
-        return _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher)
+    try:
+        _check_corpus(exp)
+        with claim_lock(claim_dir, exp.claim_id):
+            return _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher)
+    except (BadInput, LauncherError):  # refused before any run (a corpus, a cluster): leave nothing behind
+        if claim_dir in new_dirs and not any(runs_dir.iterdir()):
+            shutil.rmtree(claim_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                new_dirs[0].rmdir()  # the results folder too, when this command made it and it is empty
+        raise
 
 
 @contextlib.contextmanager
@@ -312,17 +385,30 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
             )
         )
     launcher = launcher.resolve(times_code=exp.times_code, device=device, n_tasks=len(tasks))
-    tasks = [replace(t, progress=progress and launcher.in_process, launcher=launcher.name) for t in tasks]
+    sweep_id = uuid.uuid4().hex[:12]
+    estimates = _durations(runs_dir, device) if launcher.name == "slurm" and tasks else {}
+    tasks = [
+        replace(
+            t,
+            progress=progress and launcher.in_process,
+            launcher=launcher.name,
+            sweep_id=sweep_id,
+            estimate_s=estimates.get(t.config_hash, estimates.get(("part", t.config.get("part")))),
+        )
+        for t in tasks
+    ]
     fn = partial(execute_run, exp=exp) if launcher.in_process else execute_run
     for task, lost in launcher.map(
         fn, tasks, desc=f"{exp.claim_id} [{profile}]", claim_id=exp.claim_id, progress=progress
     ):
-        if lost is not None and _ok(_load_record(Path(task.path), True)) is None:
-            rec = task.record()
-            rec.update(
-                status="failed", error=lost.error, log=lost.log, log_tail=lost.log_tail, finished_at=now()
-            )
-            atomic_write_json(Path(task.path), rec)
+        if lost is None or task.recorded():  # a job lost after this run finished: the run stands
+            continue
+        rec = task.record()
+        rec.update(status="failed", error=lost.error, log=lost.log, log_tail=lost.log_tail, finished_at=now())
+        # never reported as a run: with an earlier good record (a forced rerun) the marker names the failure
+        good = _ok(_load_record(Path(task.path), True)) is not None
+        atomic_write_json(Path(task.path + (FAILED_MARKER if good else "")), rec)
+    _remove_partial_writes(tasks)
     records, failed = [], 0
     for task in tasks:
         marker = Path(task.path + FAILED_MARKER)
@@ -360,11 +446,43 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=claim_dir))
     try:
         result = analyse_records(exp, records, p, staging, meta, device)
-        _publish(staging, claim_dir, result)
+        changed = _publish(staging, claim_dir, result)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    log(f"{exp.claim_id}: verdict {result['verdict']} — {result['key_number']}")
+    same = "" if changed else " (as committed: files left untouched)"
+    log(f"{exp.claim_id}: verdict {result['verdict']} — {result['key_number']}{same}")
     return 0, result
+
+
+def _durations(runs_dir: Path, device: torch.device) -> dict:
+    """Run durations known from the records in a runs folder: by config hash (the same run, under any code),
+    and the median by part on the same device (for runs of that kind not yet run)."""
+    by_cfg, by_part = {}, {}
+    for path in runs_dir.glob("*.json"):
+        rec = _read_json(path)
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("device") != device.type:
+            continue
+        s = rec.get("wall_s")
+        if s is None:
+            try:
+                s = dt.datetime.fromisoformat(rec["finished_at"]) - dt.datetime.fromisoformat(
+                    rec["started_at"]
+                )
+                s = s.total_seconds()
+            except (KeyError, TypeError, ValueError):
+                continue
+        by_cfg[rec.get("config_hash")] = float(s)
+        by_part.setdefault(("part", (rec.get("config") or {}).get("part")), []).append(float(s))
+    return {**by_cfg, **{k: statistics.median(v) for k, v in by_part.items()}}
+
+
+def _remove_partial_writes(tasks) -> None:
+    """A worker killed while writing its record leaves the temporary file of the atomic write; once every
+    run of the sweep has ended, nothing writes those any more."""
+    for task in tasks:
+        path = Path(task.path)
+        for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def _sha_join(hashes) -> str:
@@ -420,14 +538,58 @@ def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path
     }
 
 
-def _publish(staging: Path, claim_dir: Path, result: dict) -> None:
-    """Move the staged tables and figures into place, then result.json last (each move atomic)."""
-    for src in sorted(staging.rglob("*")):
-        if src.is_file():
-            dst = claim_dir / src.relative_to(staging)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dst)
+# Fields that say when, where and from which commit an analysis ran, not what it found.
+CIRCUMSTANCES = ("git_commit", "started_at", "finished_at", "environment", "device_name", "versions")
+
+
+def _publish(staging: Path, claim_dir: Path, result: dict) -> bool:
+    """Move the staged tables and figures into place, then result.json last (each move atomic); returns
+    whether anything changed.
+
+    A re-analysis that reproduces the committed result (every file byte for byte, result.json in all but
+    CIRCUMSTANCES) leaves the committed files untouched, so its commit, dates and platform stay those of
+    the analysis that first produced them and `git status` stays clean.
+    """
+    changed = [
+        src
+        for src in sorted(staging.rglob("*"))
+        if src.is_file() and not _same_bytes(src, claim_dir / src.relative_to(staging))
+    ]
+    if not changed and _same_result(_read_json(claim_dir / "result.json"), result):
+        return False
+    for src in changed:
+        dst = claim_dir / src.relative_to(staging)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
     atomic_write_json(claim_dir / "result.json", result)
+    return True
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return b.stat().st_size == a.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _same_result(committed, fresh: dict) -> bool:
+    """Equal as stored (a JSON round trip), circumstances aside."""
+    if not isinstance(committed, dict):
+        return False
+
+    def stored(d):
+        return json.loads(
+            json.dumps({k: v for k, v in d.items() if k not in CIRCUMSTANCES}, default=jsonable)
+        )
+
+    return stored(committed) == stored(fresh)
 
 
 def _load_record(path: Path, force: bool = False) -> dict | None:

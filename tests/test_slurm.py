@@ -1,0 +1,196 @@
+"""`--launcher slurm` on a real single-node SLURM (slurmctld, slurmd, munge, slurmdbd for sacct), brought up
+from Debian's packages on the loopback by tests/slurm/cluster.sh and stopped by the PIDs it started.
+
+Checked: numbers identical to a local run apart from wall-clock fields, with runs packed into jobs once their
+durations are on record; threads equal to the CPUs allocated; a job cancelled mid-run recorded as failed and
+redone alone by the rerun; under --force a cancelled job reported as failed, the earlier record and
+result.json kept; an unknown partition answered in one line (exit 2) with nothing left behind.
+Skipped, with the reason, where SLURM cannot be brought up; failed instead under TFCLAIMS_REQUIRE_TOOLS.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tfclaims.registry import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "tests" / "slurm" / "cluster.sh"
+WALL_CLOCK = {"seconds", "steps_per_s"}  # metrics that time the run: the only ones a launcher may change
+
+# A toy claim in its own file (jobs load it by path). Run i sleeps $TOY_SLEEP_<i> seconds and, when it
+# starts, writes its job id to $TOY_STARTED_<i>, so that a test can cancel exactly the job running it.
+TOY = """
+import os, time
+import torch
+from tfclaims.experiment import Experiment, Verdict
+
+
+class Toy(Experiment):
+    claim_id = "toy"
+    title = "toy"
+    statement = "toy claim"
+    rule = "supported if the mean is positive"
+    profiles = {k: {"n": 4, "seeds": [0, 1]} for k in ("quick", "default", "full")}
+
+    def grid(self, p):
+        return self.with_seeds([{"i": i} for i in range(p["n"])], p["seeds"])
+
+    def run_one(self, cfg, ctx):
+        i = cfg["i"]
+        if os.environ.get(f"TOY_STARTED_{i}") and cfg["seed"] == 0:
+            env = os.environ
+            job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if "SLURM_ARRAY_JOB_ID" in env else env["SLURM_JOB_ID"]
+            open(os.environ[f"TOY_STARTED_{i}"], "w").write(job)
+        time.sleep(float(os.environ.get(f"TOY_SLEEP_{i}", "0")) if cfg["seed"] == 0 else 0)
+        return {"value": i + float(torch.rand(()))}
+
+    def analyse(self, runs, p, out):
+        mean = sum(r["metrics"]["value"] for r in runs) / len(runs)
+        return Verdict("supported" if mean > 0 else "refuted", "toy", f"mean {mean:.3f}", {"mean": mean})
+"""
+
+
+def _unavailable(why: str):
+    if os.environ.get("TFCLAIMS_REQUIRE_TOOLS"):
+        pytest.fail(f"SLURM test cluster: {why}, and TFCLAIMS_REQUIRE_TOOLS is set")
+    pytest.skip(f"SLURM test cluster: {why}")
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """What a client of a fresh single-node cluster adds to its environment (SLURM_CONF)."""
+    if os.geteuid() != 0:
+        _unavailable("needs root to run slurmd")
+    check = subprocess.run(["bash", str(SCRIPT), "check"], capture_output=True, text=True, timeout=120)
+    if check.returncode != 0:
+        _unavailable(check.stderr.strip() or "cluster.sh check failed")
+    state = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))  # short: the munge socket path is limited
+    up = subprocess.run(["bash", str(SCRIPT), "up", str(state)], capture_output=True, text=True, timeout=900)
+    try:
+        if up.returncode != 0:
+            _unavailable(up.stderr.strip().splitlines()[-1] if up.stderr.strip() else "up failed")
+        yield {"SLURM_CONF": str(state / "etc" / "slurm.conf")}
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "down", str(state)], capture_output=True, timeout=120)
+
+
+def tfclaims(env, root: Path, *args, claim="dk_scaling", launcher="slurm", **popen):
+    cmd = [sys.executable, "-m", "tfclaims", "run", claim, "--profile", "quick", "--results-dir", str(root)]
+    cmd += ["--no-report", "--no-progress", "--launcher", launcher, *args]
+    if launcher == "slurm":
+        cmd += ["--slurm-partition", "debug", "--slurm-poll", "1", "--log-dir", str(root.parent / "logs")]
+    env = {**os.environ, **env}
+    if popen:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def records(root: Path, claim: str) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (root / claim / "runs").glob("*.json")}
+
+
+def numbers(recs: dict[str, dict]) -> dict[str, dict]:
+    return {k: {m: v for m, v in r["metrics"].items() if m not in WALL_CLOCK} for k, r in recs.items()}
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    d = tmp_path / "experiments"
+    d.mkdir()
+    (d / "toy.py").write_text(textwrap.dedent(TOY))
+    monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(d))
+    return tmp_path
+
+
+def test_slurm_gives_the_local_numbers_and_packs_recorded_runs_into_jobs(slurm, tmp_path):
+    """Like with like: a run's float reductions depend on its thread count, so each SLURM sweep is compared
+    with a local sweep at the threads its jobs were allocated."""
+    one = tfclaims(slurm, tmp_path / "one", "--workers", str(os.cpu_count()), launcher="local-parallel")
+    both = tfclaims(slurm, tmp_path / "all", launcher="local")  # in process: torch's own thread count
+    assert one.returncode == both.returncode == 0, one.stderr + both.stderr
+    local1, local_all = records(tmp_path / "one", "dk_scaling"), records(tmp_path / "all", "dk_scaling")
+    assert {r["threads"] for r in local1.values()} == {1}
+    (threads,) = {r["threads"] for r in local_all.values()}
+
+    first = tfclaims(slurm, tmp_path / "slurm")  # no durations on record yet: one run a job
+    assert first.returncode == 0, first.stderr
+    assert "21 job(s) for 21 run(s)" in first.stderr and "1 CPU(s), no GPU, 4 GB" in first.stderr
+    sl = records(tmp_path / "slurm", "dk_scaling")
+    assert len(sl) == 21 and numbers(sl) == numbers(local1)
+    assert {r["threads"] for r in sl.values()} == {1}  # the CPUs allocated, not the machine's cores
+
+    again = tfclaims(slurm, tmp_path / "slurm", "--force", "--slurm-cpus", str(threads))  # durations known
+    assert again.returncode == 0, again.stderr
+    assert "1 job(s) for 21 run(s)" in again.stderr and f"{threads} CPU(s)" in again.stderr
+    packed = records(tmp_path / "slurm", "dk_scaling")
+    assert numbers(packed) == numbers(local_all)
+    assert {r["job_group"] for r in packed.values()} == {"1/1 (21 runs)"}
+    assert {r["threads"] for r in packed.values()} == {threads}
+
+
+def _wait_for(path: Path, timeout: float = 120) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never appeared")
+
+
+def _cancel_mid_run(env, toy, *args) -> subprocess.CompletedProcess:
+    env = {**env, "TOY_SLEEP_1": "60", "TOY_STARTED_1": str(toy / "started")}
+    proc = tfclaims(env, toy / "r", *args, claim="toy", popen=True)
+    try:
+        job = _wait_for(toy / "started")
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(proc.communicate()[1]) from None
+    subprocess.run(["scancel", job], env={**os.environ, **env}, check=True, timeout=60)
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_cancelled_job_is_a_failed_run_that_the_rerun_redoes_alone(slurm, toy):
+    done = _cancel_mid_run(slurm, toy)
+    assert done.returncode == 1, done.stderr
+    assert "8 runs (0 reused, 7 run, 1 failed)" in done.stderr and "analysis skipped" in done.stderr
+    failed = [r for r in records(toy / "r", "toy").values() if r["status"] == "failed"]
+    assert [(r["config"]["i"], r["config"]["seed"]) for r in failed] == [(1, 0)]
+    assert "CANCELLED" in failed[0]["error"] and not (toy / "r" / "toy" / "result.json").exists()
+    rerun = tfclaims(slurm, toy / "r", claim="toy")
+    assert rerun.returncode == 0, rerun.stderr
+    assert "8 runs (7 reused, 1 run, 0 failed)" in rerun.stderr
+    assert "1 job(s) for 1 run(s)" in rerun.stderr
+
+
+def test_under_force_a_cancelled_job_is_reported_failed_and_nothing_is_replaced(slurm, toy):
+    assert tfclaims(slurm, toy / "r", claim="toy", launcher="local").returncode == 0
+    before = {p: p.read_bytes() for p in (toy / "r" / "toy").rglob("*") if p.is_file()}
+    done = _cancel_mid_run(slurm, toy, "--force")  # durations on record: the 8 runs form one job
+    assert done.returncode == 1, done.stderr
+    # the job ran i = 0 (two seeds) and was cancelled in i = 1: every run it did not finish is failed
+    assert "1 job(s) for 8 run(s)" in done.stderr and "8 runs (0 reused, 2 run, 6 failed)" in done.stderr
+    assert "its earlier good record is kept" in done.stderr and "analysis skipped" in done.stderr
+    after = {p: p.read_bytes() for p in (toy / "r" / "toy").rglob("*") if p.is_file()}
+    assert after[toy / "r" / "toy" / "result.json"] == before[toy / "r" / "toy" / "result.json"]
+    assert {r["status"] for r in records(toy / "r", "toy").values()} == {"ok"}  # the earlier good records
+
+
+def test_an_unknown_partition_is_one_line_and_leaves_nothing_behind(slurm, tmp_path):
+    cmd = [sys.executable, "-m", "tfclaims", "run", "dk_scaling", "--profile", "quick", "--no-report"]
+    cmd += ["--results-dir", str(tmp_path / "r"), "--launcher", "slurm", "--slurm-partition", "nope"]
+    cmd += ["--log-dir", str(tmp_path / "logs")]
+    out = subprocess.run(cmd, env={**os.environ, **slurm}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: SLURM refused the jobs: invalid partition specified: nope; "
+        "Batch job submission failed: Invalid partition name specified"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no runs folder, no pickles, no script
