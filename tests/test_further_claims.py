@@ -9,7 +9,6 @@ import torch
 
 from tfclaims.additive import AdditiveAttention, DotAttention, make_attention
 from tfclaims.calibration import ece, reliability, top1
-from tfclaims.comparison import compare
 from tfclaims.config import ModelConfig
 from tfclaims.models import LM
 from tfclaims.norm_variants import (
@@ -225,18 +224,6 @@ def test_top1_drops_padding_targets():
     logits = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [1.0, 1.0]]])
     conf, correct = top1(logits, torch.tensor([[0, 0, -1]]))
     assert conf.shape == (2,) and correct.tolist() == [1.0, 0.0]
-
-
-def test_compare_outcomes():
-    a = {0: 2.00, 1: 2.10, 2: 2.05}
-    assert compare(a, {s: v - 0.2 for s, v in a.items()}).outcome == "lower"
-    assert compare(a, {s: v + 0.2 for s, v in a.items()}).outcome == "higher"
-    assert compare(a, {0: 2.06, 1: 2.03, 2: 2.04}).outcome == "equal"  # within the seed spread, CI holds 0
-    assert (
-        compare({0: 1.0, 1: 1.2, 2: 1.1}, {0: 1.5, 1: 1.1, 2: 1.45}).outcome == "unclear"
-    )  # |Δ| > spread, CI holds 0
-    c = compare(a, {0: None, 1: 2.0, 2: 2.1})
-    assert c.n == 2
 
 
 def test_additive_scores_chunked_over_queries_equal_the_whole_tensor(monkeypatch):

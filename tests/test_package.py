@@ -1,19 +1,15 @@
 """The package's shape: no import cycle among its modules (lazy imports inside functions included)."""
 
-import ast
 from pathlib import Path
 
 import tfclaims
-from tfclaims.provenance import _imported_lib_modules
+from tfclaims.reach import imported_modules
 
 PKG = Path(tfclaims.__file__).parent
 
 
 def _graph() -> dict[str, set[str]]:
-    return {
-        p.stem: set(_imported_lib_modules(ast.parse(p.read_text())).values()) - {p.stem}
-        for p in PKG.glob("*.py")
-    }
+    return {p.stem: imported_modules(p.stem) for p in PKG.glob("*.py")}
 
 
 def test_the_package_has_no_import_cycle():

@@ -127,16 +127,6 @@ def _time_decoders(
     return out
 
 
-def run_decode(cfg: dict, ctx) -> dict:
-    """One batch x context cell: every n_kv_heads with the `sdpa` backend, and MHA again as an A/A pair."""
-    return _time_decoders([(kv, "sdpa") for kv in cfg["kvs"]], cfg, ctx, aa=(cfg["kvs"][0], "sdpa"))
-
-
-def run_backends(cfg: dict, ctx) -> dict:
-    """The same cell with both attention backends."""
-    return _time_decoders([(kv, b) for b in ("sdpa", "explicit") for kv in cfg["kvs"]], cfg, ctx)
-
-
 def run_phases(cfg: dict, ctx) -> dict:
     """Prefill (a prompt through the cache) and one AdamW training step per n_kv_heads, each family timed in
     interleaved rounds."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import random
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -39,26 +37,6 @@ def synchronize(device: torch.device | str) -> None:
     """Wait for queued kernels so that wall-clock timings cover the work (a no-op on CPU)."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def git_commit(root: Path | None = None) -> str | None:
-    root = root or Path(__file__).resolve().parents[2]
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
-        )
-        if out.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def environment(device: torch.device) -> dict:

@@ -2,20 +2,16 @@
 
 A run record lives at results/<claim>/runs/<run_id>.json, run_id = hash(config hash, code hash).
 - The config hash covers the run config and the device type.
-- The code hash is decided by where code lives: the part's recipe (`Part.run`) and everything it reaches.
-  A recipe in a library module is hashed with its whole module and, transitively, every library module
-  that module imports (less the analysis-only ones). A recipe in the experiment file is hashed with the
-  module-level definitions it references, transitively, and the library modules those import. Comments,
-  docstrings and layout never count. Analysis, prose, profiles and other parts' recipes are not reached,
-  so editing them reruns nothing.
-`result_problems` says why a committed result no longer stands: changed code, parameters that are not
-its profile's, missing records — and, through `reanalysis_problems`, an analysis that would now give a
-different verdict or evidence from the same records.
+- The code hash covers the definitions the part's recipe (`Part.run`) reaches, wherever they live
+  (`reach`): moving a definition between modules, or editing analysis, plotting, prose, profiles or another
+  part's recipe, reruns nothing; editing a definition a run reaches reruns exactly the claims that reach it.
+`result_problems` says why a committed result no longer stands: changed code (naming the definitions that
+changed), parameters that are not its profile's, missing records — and, through `reanalysis_problems`, an
+analysis that would now give a different verdict or evidence from the same records.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import inspect
@@ -27,31 +23,10 @@ import torch
 
 from .config import ConfigError
 from .experiment import Experiment
+from .reach import PKG_DIR, Definition, code_digest, reached
 
-PKG_DIR = Path(__file__).resolve().parent
 # Where the project is published: CITATION.cff's repository-code and the figures' URLs (a test keeps them equal).
 REPOSITORY = "https://github.com/tfclaims/tfclaims"
-# Modules that shape analysis, files or the command line, never a run's numbers.
-ANALYSIS_ONLY = {
-    "plotting",
-    "stats",
-    "evidence",
-    "comparison",
-    "tables",
-    "report",
-    "forest",
-    "bibtex",
-    "runner",
-    "provenance",
-    "experiment",
-    "cli",
-    "registry",
-    "io",
-    "bench",
-    "launch",
-    "__init__",
-    "__main__",
-}
 
 
 # What the harness itself writes: uncommitted changes there say nothing about the code that ran.
@@ -82,156 +57,63 @@ def sha(data: bytes | str, n: int = 16) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:n]
 
 
-def _is_docstring(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    )
+def recipe_definitions(fn) -> list[Definition]:
+    """What one recipe (a module-level function) reaches."""
+    return reached(inspect.getsourcefile(fn), fn.__name__)
 
 
-def normalise(tree: ast.AST) -> str:
-    """Source regenerated from the syntax tree less docstrings: comments, blank lines and layout drop out."""
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list):
-            node.body = [c for c in body if not _is_docstring(c)] or [ast.Pass()]
-    return ast.unparse(tree)
+def _run_roots(exp: Experiment) -> dict[str, list[Definition]]:
+    """Per part, the definitions its runs reach. An experiment without parts is hashed whole: the class that
+    defines its `run_one` (a subclass that only changes the analysis shares its runs)."""
+    if exp.parts:
+        return {p.name: recipe_definitions(p.run) for p in exp.parts}
+    cls = next(k for k in type(exp).__mro__ if "run_one" in vars(k))
+    return {"": reached(inspect.getsourcefile(cls), cls.__name__)}
 
 
-def _imported_lib_modules(tree: ast.AST) -> dict[str, str]:
-    """name bound by an import -> the library module it comes from ('' for a whole-module import)."""
-    out: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
-                mod = node.module.split(".")[0]
-                out.update({a.asname or a.name: mod for a in node.names})
-            elif node.level == 1:
-                out.update({a.asname or a.name: a.name for a in node.names})
-            elif node.module and node.module.startswith("tfclaims"):
-                parts = node.module.split(".")
-                for a in node.names:
-                    out[a.asname or a.name] = parts[1] if len(parts) > 1 else a.name
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.startswith("tfclaims."):
-                    out[a.asname or a.name.split(".")[0]] = a.name.split(".")[1]
-    return {k: v for k, v in out.items() if (PKG_DIR / f"{v}.py").exists()}
-
-
-def lib_closure(modules) -> list[str]:
-    """Library modules that can change a run's numbers, reached from `modules` through imports."""
-    todo, seen = list(modules), set()
-    while todo:
-        m = todo.pop()
-        if m in seen or m in ANALYSIS_ONLY:
-            continue
-        seen.add(m)
-        todo.extend(_imported_lib_modules(ast.parse((PKG_DIR / f"{m}.py").read_text())).values())
-    return sorted(seen)
-
-
-def _lib_text(modules) -> list[str]:
-    return [f"{m}\n{normalise(ast.parse((PKG_DIR / f'{m}.py').read_text()))}" for m in lib_closure(modules)]
-
-
-def _top_level(tree: ast.Module) -> dict[str, ast.AST]:
-    defs: dict[str, ast.AST] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defs[node.name] = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                for n in ast.walk(t):
-                    if isinstance(n, ast.Name):
-                        defs[n.id] = node
-    return defs
-
-
-def reached_source(source: str, root: str) -> tuple[str, list[str]]:
-    """The module-level definitions of `source` that `root` reaches (by name, transitively), as normalised
-    source in file order, and the library modules they import."""
-    tree = ast.parse(source)
-    defs, imports = _top_level(tree), _imported_lib_modules(tree)
-    if root not in defs:
-        raise KeyError(f"{root!r} is not a module-level definition")
-    keep, mods, todo = set(), set(), [root]
-    while todo:
-        name = todo.pop()
-        node = defs[name]
-        if id(node) in keep:
-            continue
-        keep.add(id(node))
-        for n in ast.walk(node):
-            ref = n.id if isinstance(n, ast.Name) else None
-            if ref in defs and id(defs[ref]) not in keep:
-                todo.append(ref)
-            elif ref in imports:
-                mods.add(imports[ref])
-            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in imports:
-                mods.add(imports[n.value.id])
-    body = [node for node in tree.body if id(node) in keep]
-    return normalise(ast.Module(body=body, type_ignores=[])), sorted(mods)
-
-
-def recipe_hash(fn) -> str:
-    """The code hash of one recipe: what it reaches, wherever it lives."""
-    path = Path(inspect.getsourcefile(fn)).resolve()
-    if path.parent == PKG_DIR:
-        return sha("\n\0".join(_lib_text([path.stem])))
-    text, mods = reached_source(path.read_text(), fn.__name__)
-    return sha("\n\0".join([text, *_lib_text(mods)]))
+def code_definitions(exp: Experiment) -> dict[str, dict[str, str]]:
+    """Per part, each reached definition's digest by its qualified name (result.json's `code_definitions`):
+    what `make check-results` compares to name the definitions that changed."""
+    out: dict[str, dict[str, str]] = {}
+    for part, defs in _run_roots(exp).items():
+        digests: dict[str, list[str]] = {}
+        for d in defs:  # a module's import-time statements share one name
+            digests.setdefault(d.qualname, []).append(d.digest)
+        out[part] = {q: v[0] if len(v) == 1 else sha("".join(sorted(v))) for q, v in sorted(digests.items())}
+    return out
 
 
 def reached_modules(exp: Experiment) -> list[str]:
-    """Every run-path library module the experiment file imports, transitively."""
-    tree = ast.parse(Path(inspect.getsourcefile(type(exp))).read_text())
-    return lib_closure(_imported_lib_modules(tree).values())
+    """The library modules whose definitions some run of the experiment reaches."""
+    return sorted(
+        {d.module for defs in _run_roots(exp).values() for d in defs if not d.module.endswith(".py")}
+    )
 
 
 def run_code_hash(exp: Experiment, cfg: dict) -> str:
     """The code hash of the run a config asks for (its part's recipe)."""
     if exp.parts:
-        return recipe_hash(exp.part(cfg["part"]).run)
-    return legacy_code_hash(exp)
+        return code_digest(recipe_definitions(exp.part(cfg["part"]).run))
+    return code_digest(_run_roots(exp)[""])
 
 
 def code_hash(exp: Experiment) -> str:
-    """One hash for a claim: its parts' recipe hashes together (result.json's `code_hash`)."""
-    if exp.parts:
-        return sha("\0".join(f"{p.name}:{recipe_hash(p.run)}" for p in exp.parts))
-    return legacy_code_hash(exp)
+    """One hash for a claim: its parts' code hashes together (result.json's `code_hash`)."""
+    roots = _run_roots(exp)
+    if not exp.parts:
+        return code_digest(roots[""])
+    return sha("\0".join(f"{p.name}:{code_digest(roots[p.name])}" for p in exp.parts))
 
 
-def legacy_code_hash(exp: Experiment) -> str:
-    """For an experiment without parts: what its `run_one` method reaches in the experiment file."""
-    owner = next(k for k in type(exp).__mro__ if "run_one" in vars(k))  # the class that defines the run
-    src = Path(inspect.getsourcefile(owner)).read_text()
-    tree = ast.parse(src)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner.__name__)
-    methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    keep, todo = [], ["run_one"]
-    while todo:
-        m = todo.pop()
-        if m not in methods or methods[m] in keep:
-            continue
-        keep.append(methods[m])
-        todo += [
-            n.attr
-            for n in ast.walk(methods[m])
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
-        ]
-    names = {n.id for m in keep for n in ast.walk(m) if isinstance(n, ast.Name)}
-    parts, mods = [normalise(ast.Module(body=keep, type_ignores=[]))], set()
-    for name in sorted(names & set(_top_level(tree))):
-        text, m = reached_source(src, name)
-        parts.append(text)
-        mods.update(m)
-    imports = _imported_lib_modules(tree)
-    mods.update(imports[n] for n in names if n in imports)
-    return sha("\n\0".join([*parts, *_lib_text(sorted(mods))]))
+def changed_definitions(committed: dict | None, now: dict[str, dict[str, str]]) -> list[str]:
+    """The qualified names whose digest differs between a result's `code_definitions` and today's."""
+    if not committed:
+        return []
+    names = set()
+    for part in committed.keys() | now.keys():
+        a, b = committed.get(part, {}), now.get(part, {})
+        names |= {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    return sorted(names)
 
 
 def config_hash(claim_id: str, cfg: dict, device: torch.device | str) -> str:
@@ -268,7 +150,9 @@ def result_problems(exp: Experiment, res: dict, results_root: Path, resolve_prof
     rerun = f"rerun `make experiment NAME={cid}" + ("`" if profile == "default" else f" PROFILE={profile}`")
     p = resolve_profile(exp, profile)
     if res.get("code_hash") != code_hash(exp):
-        problems.append(f"stale (code changed since its results were produced; {rerun})")
+        changed = changed_definitions(res.get("code_definitions"), code_definitions(exp))
+        what = f": {', '.join(changed[:6])}{' …' if len(changed) > 6 else ''}" if changed else ""
+        problems.append(f"stale (code its runs reach changed since its results were produced{what}; {rerun})")
     elif res.get("params") != json.loads(json.dumps(p)):  # as stored in result.json
         problems.append(
             f"stale (its parameters are not the {profile} profile's: a --set or --seeds run, or the profile "

@@ -36,6 +36,7 @@ from .experiment import PROFILES, Experiment, Output, RunContext, Verdict
 from .io import atomic_write_json, jsonable
 from .launch import Launcher, LauncherError
 from .provenance import (
+    code_definitions,
     code_hash,
     config_hash,
     differences,
@@ -439,6 +440,7 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
         "device": device.type,
         "seeds": seeds_used,
         "code_hash": chash,
+        "code_definitions": code_definitions(exp),
         "config_hash": _sha_join(r["config_hash"] for r in records),
         "run_ids": sorted(r["run_id"] for r in records),
         "started_at": started,
@@ -530,6 +532,7 @@ def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path
         "git_commit": git_commit(),
         "config_hash": meta["config_hash"],
         "code_hash": meta["code_hash"],
+        "code_definitions": meta.get("code_definitions"),
         "run_ids": meta["run_ids"],
         "started_at": meta["started_at"],
         "finished_at": now(),

@@ -1,0 +1,189 @@
+"""The run cache is keyed by the definitions a run reaches, not by modules: moving code reruns nothing, editing a
+definition reruns exactly the claims whose runs reach it (and check-results names it), editing analysis
+reruns nothing; and a trace of every part of every claim finds no executed definition outside its closure."""
+
+import ast
+import functools
+import inspect
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tfclaims import reach
+from tfclaims.device import seed_all
+from tfclaims.experiment import RunContext
+from tfclaims.provenance import code_definitions, code_hash, result_problems
+from tfclaims.reach import PKG_DIR, code_digest, reached
+from tfclaims.registry import REPO_ROOT, load_all
+from tfclaims.runner import resolve_profile
+
+EXPS = load_all()
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir(exist_ok=True)
+    for name in list(pkg.iterdir()):
+        name.unlink()
+    for name, text in {"__init__.py": "", **files}.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    return pkg
+
+
+def _digest(pkg: Path, module: str = "a.py", root: str = "run") -> str:
+    return code_digest(reached(pkg / module, root, package_dir=pkg))
+
+
+RUN = """
+    from .b import helper
+
+    def run(cfg, ctx):
+        return helper(cfg)
+"""
+HELPER = """
+    SCALE = 2
+
+    def helper(x):  # what the run reaches
+        return x * SCALE
+
+    def analyse(runs):  # what it does not
+        return runs
+"""
+
+
+def test_moving_a_definition_to_another_module_changes_no_hash(tmp_path):
+    before = _digest(_package(tmp_path, {"a.py": RUN, "b.py": HELPER}))
+    # helper moves to c.py, b.py re-exports it; then helper moves into a.py itself
+    moved = {"a.py": RUN, "b.py": "from .c import helper\n", "c.py": HELPER}
+    assert _digest(_package(tmp_path, moved)) == before
+    inline = {"a.py": RUN.replace("from .b import helper", "") + HELPER}
+    assert _digest(_package(tmp_path, inline)) == before
+    # a name used through its module object is followed too
+    attr = {"a.py": "from . import b\n\ndef run(cfg, ctx):\n    return b.helper(cfg)\n", "b.py": HELPER}
+    pkg = _package(tmp_path, attr)
+    assert {d.name for d in reached(pkg / "a.py", "run", package_dir=pkg)} == {"run", "helper", "SCALE"}
+
+
+def test_a_hash_follows_the_code_that_runs_and_nothing_else(tmp_path):
+    before = _digest(_package(tmp_path, {"a.py": RUN, "b.py": HELPER}))
+    for edit in (
+        ("return runs", "return None"),  # an analysis the run never calls
+        ("# what the run reaches", "# why"),  # comments, docstrings and layout
+        ("# what the run reaches", '# why\n        """Doc."""'),
+    ):
+        assert _digest(_package(tmp_path, {"a.py": RUN, "b.py": HELPER.replace(*edit)})) == before
+    for edit in (("x * SCALE", "x + SCALE"), ("SCALE = 2", "SCALE = 3")):
+        assert _digest(_package(tmp_path, {"a.py": RUN, "b.py": HELPER.replace(*edit)})) != before
+    # a statement a reached module runs at import could set global state: it counts
+    side = HELPER + "\n    import torch\n    torch.set_default_dtype(torch.float64)\n"
+    assert _digest(_package(tmp_path, {"a.py": RUN, "b.py": side})) != before
+
+
+def _edited(monkeypatch, module: str, old: str, new: str) -> None:
+    """Serve `module`'s source with one edit, as if the file had been changed."""
+    path = PKG_DIR / f"{module}.py"
+    text = path.read_text()
+    assert old in text
+    real = reach._source
+    monkeypatch.setattr(reach, "_source", lambda p: text.replace(old, new) if p == path else real(p))
+
+
+def test_editing_one_function_stales_exactly_the_claims_that_reach_it(monkeypatch):
+    import tfclaims.positions as positions
+
+    fn = "positions.apply_rope"
+    before = {cid: code_hash(e) for cid, e in EXPS.items()}
+    reaching = {cid for cid, e in EXPS.items() if any(fn in d for d in code_definitions(e).values())}
+    assert reaching and reaching != set(EXPS)  # the test can tell
+    body = inspect.getsource(positions.apply_rope)
+    _edited(monkeypatch, "positions", body, body.rstrip("\n") + "\n    pass\n")  # one more statement
+    after = {cid: code_hash(e) for cid, e in EXPS.items()}
+    assert {cid for cid in EXPS if after[cid] != before[cid]} == reaching
+    # check-results names the definition that changed, from the committed per-definition digests
+    cid = sorted(reaching)[0]
+    res = json.loads((REPO_ROOT / "results" / cid / "result.json").read_text())
+    problems = result_problems(EXPS[cid], res, REPO_ROOT / "results", resolve_profile)
+    assert len(problems) == 1 and f"changed since its results were produced: {fn};" in problems[0]
+
+
+@pytest.mark.parametrize(
+    "module, old, new",
+    [("evidence", "def paired(", "def paired(_=None, "), ("plotting", "plt.close(fig)", "plt.close('all')")],
+)
+def test_editing_analysis_or_plotting_stales_nothing(monkeypatch, module, old, new):
+    before = {cid: code_hash(e) for cid, e in EXPS.items()}
+    _edited(monkeypatch, module, old, new)
+    assert {cid: code_hash(e) for cid, e in EXPS.items()} == before
+
+
+def _top_level(path: str) -> list[tuple[int, int, str]]:
+    tree = ast.parse(Path(path).read_text())
+    return [
+        (min([n.lineno, *(d.lineno for d in n.decorator_list)]), n.end_lineno, n.name)
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
+
+
+def _executed(fn) -> set[tuple[str, str]]:
+    """(module, top-level definition) of every library or experiment-file function that ran inside fn()."""
+    roots = (str(PKG_DIR), str(REPO_ROOT / "experiments"))
+    codes = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(roots):
+            codes.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    ranges, out = {}, set()
+    for code in codes:
+        path = Path(code.co_filename)
+        if code.co_filename not in ranges:
+            ranges[code.co_filename] = _top_level(code.co_filename)
+        owner = next((n for a, b, n in ranges[code.co_filename] if a <= code.co_firstlineno <= b), None)
+        if owner is not None:  # module-level code (imports) is not a run's
+            key = (
+                ".".join(path.relative_to(PKG_DIR).with_suffix("").parts)
+                if path.is_relative_to(PKG_DIR)
+                else str(path)
+            )
+            out.add((key, owner))
+    return out
+
+
+@pytest.mark.parametrize("cid", sorted(EXPS))
+def test_every_definition_a_run_executes_is_in_its_hash(cid):
+    """One run of each part (its first quick config), traced: what ran is what keys the run."""
+    exp = EXPS[cid]
+    configs = exp.grid(resolve_profile(exp, "quick"))
+    for part in exp.parts:
+        cfg = next(c for c in configs if c["part"] == part.name)
+        closure = {(d.module, d.name) for d in reached(inspect.getsourcefile(part.run), part.run.__name__)}
+        seed_all(int(cfg.get("seed", 0)))
+        ctx = RunContext(device=torch.device("cpu"), progress=False)
+        ran = _executed(functools.partial(part.run, cfg, ctx))
+        assert ran and ran <= closure, (
+            f"{cid}:{part.name} ran definitions outside its hash: {sorted(ran - closure)}"
+        )
+
+
+def test_the_trace_sees_a_definition_the_walk_missed(monkeypatch):
+    """A walk that stopped at the recipe's own module (as a string lookup would) is caught by the trace."""
+    exp = EXPS["dk_scaling"]
+    part = exp.part("train")
+    cfg = next(c for c in exp.grid(resolve_profile(exp, "quick")) if c["part"] == "train")
+    real = reach._resolve
+    monkeypatch.setattr(
+        reach, "_resolve", lambda mod, name, pkg, depth=0: real(mod, name, pkg) if name in mod.defs else None
+    )
+    closure = {(d.module, d.name) for d in reached(inspect.getsourcefile(part.run), part.run.__name__)}
+    ran = _executed(functools.partial(part.run, cfg, RunContext(device=torch.device("cpu"), progress=False)))
+    assert ("models", "LM") in ran - closure
