@@ -6,6 +6,7 @@ import ast
 import functools
 import inspect
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -26,9 +27,8 @@ EXPS = load_all()
 
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     pkg = tmp_path / "pkg"
-    pkg.mkdir(exist_ok=True)
-    for name in list(pkg.iterdir()):
-        name.unlink()
+    shutil.rmtree(pkg, ignore_errors=True)
+    pkg.mkdir()
     for name, text in {"__init__.py": "", **files}.items():
         (pkg / name).write_text(textwrap.dedent(text))
     return pkg
@@ -62,6 +62,17 @@ def test_moving_a_definition_to_another_module_changes_no_hash(tmp_path):
     assert _digest(_package(tmp_path, moved)) == before
     inline = {"a.py": RUN.replace("from .b import helper", "") + HELPER}
     assert _digest(_package(tmp_path, inline)) == before
+    # the module moves into a sub-package
+    pkg = _package(tmp_path, {"a.py": RUN.replace("from .b import", "from .sub.b import")})
+    (pkg / "sub").mkdir()
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text(textwrap.dedent(HELPER))
+    assert _digest(pkg) == before
+    assert {d.qualname for d in reached(pkg / "a.py", "run", package_dir=pkg)} == {
+        "a.run",
+        "sub.b.helper",
+        "sub.b.SCALE",
+    }
     # a name used through its module object is followed too
     attr = {"a.py": "from . import b\n\ndef run(cfg, ctx):\n    return b.helper(cfg)\n", "b.py": HELPER}
     pkg = _package(tmp_path, attr)

@@ -32,7 +32,9 @@ class Definition:
 
     @property
     def qualname(self) -> str:
-        return f"{Path(self.module).stem}.{self.name}"
+        """For messages: "positions.apply_rope", "nn.positions.apply_rope", "postnorm_warmup.run_train"."""
+        where = Path(self.module).stem if self.module.endswith(".py") else self.module
+        return f"{where}.{self.name}"
 
     @property
     def digest(self) -> str:
