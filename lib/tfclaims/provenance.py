@@ -13,7 +13,6 @@ analysis that would now give a different verdict or evidence from the same recor
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import json
 import subprocess
@@ -23,7 +22,7 @@ import torch
 
 from .config import ConfigError
 from .experiment import Experiment
-from .reach import PKG_DIR, Definition, code_digest, reached
+from .reach import PKG_DIR, Definition, code_digest, reached, sha
 
 # Where the project is published: CITATION.cff's repository-code and the figures' URLs (a test keeps them equal).
 REPOSITORY = "https://github.com/tfclaims/tfclaims"
@@ -51,10 +50,6 @@ def git_commit(root: Path = PKG_DIR.parents[1]) -> str | None:
         return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-def sha(data: bytes | str, n: int = 16) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:n]
 
 
 def recipe_definitions(fn) -> list[Definition]:

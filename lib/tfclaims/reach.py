@@ -38,7 +38,7 @@ class Definition:
 
     @property
     def digest(self) -> str:
-        return _sha(f"{self.name}\n{self.text}")
+        return sha(f"{self.name}\n{self.text}")
 
 
 class _Module:
@@ -126,8 +126,9 @@ def normalise(node: ast.AST) -> str:
     return ast.unparse(node)
 
 
-def _sha(text: str, n: int = 16) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
+def sha(data: bytes | str, n: int = 16) -> str:
+    """The project's short hash: the first n hex digits of SHA-256."""
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:n]
 
 
 @functools.lru_cache(maxsize=512)
@@ -208,4 +209,4 @@ def imported_modules(module: str, package_dir: Path = PKG_DIR) -> set[str]:
 
 def code_digest(defs: list[Definition]) -> str:
     """One hash for a set of definitions: their names and normalised texts, not their modules."""
-    return _sha("\n\0".join(sorted({d.digest for d in defs})))
+    return sha("\n\0".join(sorted({d.digest for d in defs})))
