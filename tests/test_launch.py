@@ -20,43 +20,7 @@ from tfclaims.provenance import code_hash
 from tfclaims.registry import load_file
 from tfclaims.runner import RunTask, execute_run, run_experiment
 
-# A toy claim in its own file, as workers in other processes load it by path. Each execution appends a
-# line to $TOY_CALLS; $TOY_SLEEP slows runs down; the run i=1, seed 0 kills its own process once when
-# $TOY_DIE_ONCE names a file that does not exist yet (a pre-empted or OOM-killed job), and every time
-# with $TOY_DIE_ALWAYS.
-TOY = """
-import os, signal, time
-import torch
-from tfclaims.experiment import Experiment, Verdict
-
-
-class Toy(Experiment):
-    claim_id = "toy"
-    title = "toy"
-    statement = "toy claim"
-    rule = "supported if the mean is positive"
-    profiles = {"quick": {"n": 3, "seeds": [0, 1]}, "default": {"n": 12, "seeds": [0, 1, 2]},
-                "full": {"n": 12, "seeds": [0, 1, 2]}}
-
-    def grid(self, p):
-        return self.with_seeds([{"i": i} for i in range(p["n"])], p["seeds"])
-
-    def run_one(self, cfg, ctx):
-        with open(os.environ["TOY_CALLS"], "a") as f:
-            f.write(f"{cfg['i']},{cfg['seed']}\\n")
-        die = os.environ.get("TOY_DIE_ONCE")
-        if die and (cfg["i"], cfg["seed"]) == (1, 0) and not os.path.exists(die):
-            open(die, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
-        if os.environ.get("TOY_DIE_ALWAYS") and (cfg["i"], cfg["seed"]) == (1, 0):
-            os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(float(os.environ.get("TOY_SLEEP", "0")))
-        return {"value": cfg["i"] + float(torch.rand(())), "pid": os.getpid()}
-
-    def analyse(self, runs, p, out):
-        mean = sum(r["metrics"]["value"] for r in runs) / len(runs)
-        return Verdict("supported" if mean > 0 else "refuted", "toy", f"mean {mean:.3f}", {"mean": mean})
-"""
+from toys import TOY
 
 
 @pytest.fixture

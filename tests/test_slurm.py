@@ -21,40 +21,10 @@ import pytest
 
 from tfclaims.registry import REPO_ROOT
 
+from toys import TOY
+
 SCRIPT = REPO_ROOT / "tests" / "slurm" / "cluster.sh"
 WALL_CLOCK = {"seconds", "steps_per_s"}  # metrics that time the run: the only ones a launcher may change
-
-# A toy claim in its own file (jobs load it by path). Run i sleeps $TOY_SLEEP_<i> seconds and, when it
-# starts, writes its job id to $TOY_STARTED_<i>, so that a test can cancel exactly the job running it.
-TOY = """
-import os, time
-import torch
-from tfclaims.experiment import Experiment, Verdict
-
-
-class Toy(Experiment):
-    claim_id = "toy"
-    title = "toy"
-    statement = "toy claim"
-    rule = "supported if the mean is positive"
-    profiles = {k: {"n": 4, "seeds": [0, 1]} for k in ("quick", "default", "full")}
-
-    def grid(self, p):
-        return self.with_seeds([{"i": i} for i in range(p["n"])], p["seeds"])
-
-    def run_one(self, cfg, ctx):
-        i = cfg["i"]
-        if os.environ.get(f"TOY_STARTED_{i}") and cfg["seed"] == 0:
-            env = os.environ
-            job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if "SLURM_ARRAY_JOB_ID" in env else env["SLURM_JOB_ID"]
-            open(os.environ[f"TOY_STARTED_{i}"], "w").write(job)
-        time.sleep(float(os.environ.get(f"TOY_SLEEP_{i}", "0")) if cfg["seed"] == 0 else 0)
-        return {"value": i + float(torch.rand(()))}
-
-    def analyse(self, runs, p, out):
-        mean = sum(r["metrics"]["value"] for r in runs) / len(runs)
-        return Verdict("supported" if mean > 0 else "refuted", "toy", f"mean {mean:.3f}", {"mean": mean})
-"""
 
 
 def _unavailable(why: str):
@@ -160,23 +130,23 @@ def _cancel_mid_run(env, toy, *args) -> subprocess.CompletedProcess:
 def test_a_cancelled_job_is_a_failed_run_that_the_rerun_redoes_alone(slurm, toy):
     done = _cancel_mid_run(slurm, toy)
     assert done.returncode == 1, done.stderr
-    assert "8 runs (0 reused, 7 run, 1 failed)" in done.stderr and "analysis skipped" in done.stderr
+    assert "6 runs (0 reused, 5 run, 1 failed)" in done.stderr and "analysis skipped" in done.stderr
     failed = [r for r in records(toy / "r", "toy").values() if r["status"] == "failed"]
     assert [(r["config"]["i"], r["config"]["seed"]) for r in failed] == [(1, 0)]
     assert "CANCELLED" in failed[0]["error"] and not (toy / "r" / "toy" / "result.json").exists()
     rerun = tfclaims(slurm, toy / "r", claim="toy")
     assert rerun.returncode == 0, rerun.stderr
-    assert "8 runs (7 reused, 1 run, 0 failed)" in rerun.stderr
+    assert "6 runs (5 reused, 1 run, 0 failed)" in rerun.stderr
     assert "1 job(s) for 1 run(s)" in rerun.stderr
 
 
 def test_under_force_a_cancelled_job_is_reported_failed_and_nothing_is_replaced(slurm, toy):
     assert tfclaims(slurm, toy / "r", claim="toy", launcher="local").returncode == 0
     before = {p: p.read_bytes() for p in (toy / "r" / "toy").rglob("*") if p.is_file()}
-    done = _cancel_mid_run(slurm, toy, "--force")  # durations on record: the 8 runs form one job
+    done = _cancel_mid_run(slurm, toy, "--force")  # durations on record: the 6 runs form one job
     assert done.returncode == 1, done.stderr
     # the job ran i = 0 (two seeds) and was cancelled in i = 1: every run it did not finish is failed
-    assert "1 job(s) for 8 run(s)" in done.stderr and "8 runs (0 reused, 2 run, 6 failed)" in done.stderr
+    assert "1 job(s) for 6 run(s)" in done.stderr and "6 runs (0 reused, 2 run, 4 failed)" in done.stderr
     assert "its earlier good record is kept" in done.stderr and "analysis skipped" in done.stderr
     after = {p: p.read_bytes() for p in (toy / "r" / "toy").rglob("*") if p.is_file()}
     assert after[toy / "r" / "toy" / "result.json"] == before[toy / "r" / "toy" / "result.json"]

@@ -1,0 +1,49 @@
+"""A toy claim that launcher tests write to a file of its own (workers and SLURM jobs load it by path).
+
+Environment hooks, read inside each run:
+- $TOY_CALLS: a file each execution appends "i,seed" to;
+- $TOY_SLEEP: seconds every run sleeps; $TOY_SLEEP_<i>: seconds run i (seed 0) sleeps;
+- $TOY_STARTED_<i>: a file run i (seed 0) writes its SLURM job id to when it starts (to cancel that job);
+- $TOY_DIE_ONCE: the run i=1, seed 0 kills its own process once, when this names a file that does not exist
+  yet (a pre-empted or OOM-killed job); $TOY_DIE_ALWAYS: every time.
+"""
+
+TOY = """
+import os, signal, time
+import torch
+from tfclaims.experiment import Experiment, Verdict
+
+
+class Toy(Experiment):
+    claim_id = "toy"
+    title = "toy"
+    statement = "toy claim"
+    rule = "supported if the mean is positive"
+    profiles = {"quick": {"n": 3, "seeds": [0, 1]}, "default": {"n": 12, "seeds": [0, 1, 2]},
+                "full": {"n": 12, "seeds": [0, 1, 2]}}
+
+    def grid(self, p):
+        return self.with_seeds([{"i": i} for i in range(p["n"])], p["seeds"])
+
+    def run_one(self, cfg, ctx):
+        i, seed, env = cfg["i"], cfg["seed"], os.environ
+        if env.get("TOY_CALLS"):
+            with open(env["TOY_CALLS"], "a") as f:
+                f.write(f"{i},{seed}\\n")
+        if seed == 0 and env.get(f"TOY_STARTED_{i}"):
+            array = "SLURM_ARRAY_JOB_ID" in env
+            job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if array else env["SLURM_JOB_ID"]
+            open(env[f"TOY_STARTED_{i}"], "w").write(job)
+        die = env.get("TOY_DIE_ONCE")
+        if die and (i, seed) == (1, 0) and not os.path.exists(die):
+            open(die, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if env.get("TOY_DIE_ALWAYS") and (i, seed) == (1, 0):
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(float(env.get("TOY_SLEEP", "0")) + (float(env.get(f"TOY_SLEEP_{i}", "0")) if seed == 0 else 0))
+        return {"value": i + float(torch.rand(())), "pid": os.getpid()}
+
+    def analyse(self, runs, p, out):
+        mean = sum(r["metrics"]["value"] for r in runs) / len(runs)
+        return Verdict("supported" if mean > 0 else "refuted", "toy", f"mean {mean:.3f}", {"mean": mean})
+"""
