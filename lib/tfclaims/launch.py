@@ -185,19 +185,11 @@ class Launcher:
             for last_try in (False, True):
                 broken = []
                 for task, done in _pool_round(fn, todo, n, n_gpu, threads):
-                    if done or last_try:
-                        bar.update()
-                        yield (
-                            task,
-                            None
-                            if done
-                            else Lost(
-                                "a worker process died (killed, or out of memory) while this run was pending, "
-                                "twice"
-                            ),
-                        )
-                    else:
-                        broken.append(task)
+                    if not (done or last_try):
+                        broken.append(task)  # its worker died: one more try in a fresh pool
+                        continue
+                    bar.update()
+                    yield task, None if done else _DIED_TWICE
                 if not broken:
                     break
                 todo = broken
@@ -264,6 +256,9 @@ class Launcher:
                     for task in group:
                         bar.update()
                         yield task, lost
+
+
+_DIED_TWICE = Lost("a worker process died (killed, or out of memory) while this run was pending, twice")
 
 
 def _pool_round(fn, tasks, n: int, n_gpu: int, threads: int):
