@@ -283,6 +283,20 @@ def test_a_reanalysis_that_changes_a_figure_republishes_it_with_its_provenance(t
     assert json.loads((tmp_path / "toy" / "result.json").read_text())["git_commit"] == "f" * 40
 
 
+def test_a_result_filed_from_a_dirty_tree_takes_the_clean_commit_of_a_reanalysis(tmp_path, monkeypatch):
+    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "a" * 40 + "-dirty")
+    run(tmp_path, Drawn())
+    before = _files(tmp_path)
+    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "b" * 40)
+    run(tmp_path, Drawn())
+    after = _files(tmp_path)
+    assert {p.name for p in after if after[p] != before[p]} == {"result.json"}  # figures and tables untouched
+    assert json.loads((tmp_path / "toy" / "result.json").read_text())["git_commit"] == "b" * 40
+    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "c" * 40)
+    run(tmp_path, Drawn())  # a clean commit is never replaced by another for the same result
+    assert json.loads((tmp_path / "toy" / "result.json").read_text())["git_commit"] == "b" * 40
+
+
 def test_the_commit_is_read_once_and_ignores_the_harness_outputs(tmp_path):
     import subprocess
 

@@ -551,14 +551,16 @@ def _publish(staging: Path, claim_dir: Path, result: dict) -> bool:
 
     A re-analysis that reproduces the committed result (every file byte for byte, result.json in all but
     CIRCUMSTANCES) leaves the committed files untouched, so its commit, dates and platform stay those of
-    the analysis that first produced them and `git status` stays clean.
+    the analysis that first produced them and `git status` stays clean; unless the committed result names no
+    clean commit and this analysis ran from one: then result.json takes it, so that its figures can be cited.
     """
     changed = [
         src
         for src in sorted(staging.rglob("*"))
         if src.is_file() and not _same_bytes(src, claim_dir / src.relative_to(staging))
     ]
-    if not changed and _same_result(_read_json(claim_dir / "result.json"), result):
+    committed = _read_json(claim_dir / "result.json")
+    if not changed and _same_result(committed, result) and not _newly_citable(committed, result):
         return False
     for src in changed:
         dst = claim_dir / src.relative_to(staging)
@@ -566,6 +568,15 @@ def _publish(staging: Path, claim_dir: Path, result: dict) -> bool:
         os.replace(src, dst)
     atomic_write_json(claim_dir / "result.json", result)
     return True
+
+
+def _newly_citable(committed: dict, fresh: dict) -> bool:
+    """The committed result's commit is unknown or dirty, and the fresh analysis ran from a clean one."""
+
+    def clean(c) -> bool:
+        return bool(c) and not str(c).endswith("-dirty")
+
+    return not clean(committed.get("git_commit")) and clean(fresh.get("git_commit"))
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
