@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.additive import AA, KINDS, attention_timing, retrieval_task, score_variance
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.stats import loglog_fit, mean_ci
+from tfclaims.claims.additive_vs_dot import AA, KINDS, attention_timing, retrieval_task, score_variance
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.stats import loglog_fit, mean_ci
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
 
 FLAT = 0.1  # |log-log slope| of score variance vs d within this: "does not grow with d"
 LINEAR = (0.9, 1.1)  # the unscaled dot product's slope, Var ∝ d
@@ -390,7 +390,7 @@ class AdditiveVsDot(Experiment):
         )
 
     def plot_task(self, task, p, out):
-        from tfclaims.comparison import plot_curves
+        from tfclaims.evidence.curves import plot_curves
         from tfclaims.plotting import subplots
 
         dims = p["task_dims"]

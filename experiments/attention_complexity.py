@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from tfclaims import evidence as ev
-from tfclaims.attention_cost import (
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.stats import loglog_fit
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.measure.attention_cost import (
     UNITS,
     run_flop_counts,
     run_time_sweep,
@@ -19,10 +21,13 @@ from tfclaims.attention_cost import (
     unit_config,
     unit_flops,
 )
-from tfclaims.config import PRESETS
-from tfclaims.counting import attention_flops, attention_score_flops, block_flops, score_crossover_length
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.stats import loglog_fit
+from tfclaims.measure.counting import (
+    attention_flops,
+    attention_score_flops,
+    block_flops,
+    score_crossover_length,
+)
+from tfclaims.nn.config import PRESETS
 
 # Pre-registered (fixed before any timing was looked at).
 EXP_MARGIN = (
@@ -167,7 +172,7 @@ class AttentionComplexity(Experiment):
         "Two parts. `count`: torch's FlopCounterMode with SDPA forced onto the MATH backend (the fused CPU kernel has no "
         "FLOP formula and counts zero) over the library's Attention (explicit and SDPA backends, causal and not) and "
         "Block, on the meta device (same dispatched operations, no memory), for a grid of n, d and h, and GPT-2 small's "
-        "whole forward; each count is compared with the closed forms in `tfclaims.counting`. Convention: a multiply-add "
+        "whole forward; each count is compared with the closed forms in `tfclaims.measure.counting`. Convention: a multiply-add "
         "is 2 FLOPs, only matmuls count (norms, softmax, GELU and biases are not), causal masking is not discounted (the "
         "MATH and explicit paths compute the full n×n scores). `time`: one run per sweep (n at each width, d at fixed n "
         "and head size h = d/head size, h at fixed d and n); in each, `timing.time_interleaved` times every size and unit "

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.comparison import curve, plot_curves
-from tfclaims.config import ConfigError
-from tfclaims.dk_recipes import dk_init_probe, dk_monte_carlo, dk_overrides, dk_train
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.small_lm import model_config
-from tfclaims.tables import COMPARISON_COLUMNS, comparison_table
+from tfclaims.claims.dk_scaling import dk_init_probe, dk_monte_carlo, dk_overrides, dk_train
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.curves import curve, plot_curves
+from tfclaims.evidence.tables import COMPARISON_COLUMNS, comparison_table
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.nn.config import ConfigError
+from tfclaims.train.small_lm import model_config
 
 LAW_TOL = 0.10  # Monte Carlo Var(q.k)/d_k (and the scaled variance) must lie within 10% of 1
 SAT_MAX_P = 0.9  # unscaled mean max probability at the largest d_k must exceed this

@@ -8,15 +8,15 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
-from tfclaims import evidence as ev
-from tfclaims.comparison import plot_curves
-from tfclaims.config import ModelConfig
-from tfclaims.data import eval_windows, load_corpus
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.models import LM
-from tfclaims.small_lm import run_fields, train_profile, train_small
-from tfclaims.stats import mean_ci
-from tfclaims.tables import COMPARISON_COLUMNS, comparison_table
+from tfclaims.data.corpus import eval_windows, load_corpus
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.curves import plot_curves
+from tfclaims.evidence.stats import mean_ci
+from tfclaims.evidence.tables import COMPARISON_COLUMNS, comparison_table
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.nn.config import ModelConfig
+from tfclaims.nn.models import LM
+from tfclaims.train.small_lm import run_fields, train_profile, train_small
 
 UNIT_TOL = 0.10  # "unit variance": within 1 ± 0.10
 MARGIN = 0.02  # nats: |with − without| inside this is "no difference" (TOST)

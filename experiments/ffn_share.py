@@ -10,13 +10,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from tfclaims import ffn_flops as ff
-from tfclaims import modern_presets as mp
-from tfclaims.config import ConfigError, ModelConfig
-from tfclaims.counting import active_ffn_params, attention_params, embedding_params, ffn_params
-from tfclaims.evidence import combine, exact_check
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.models import n_params
+from tfclaims.claims import ffn_share as fs
+from tfclaims.evidence.decisions import combine, exact_check
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.measure.counting import active_ffn_params, attention_params, embedding_params, ffn_params
+from tfclaims.nn.config import ConfigError, ModelConfig
+from tfclaims.nn.models import n_params
 
 # Pre-registered, fixed before the run.
 TOL = 0.02  # "about 2/3": |FFN / (attention + FFN) − 2/3| ≤ 0.02
@@ -45,8 +44,8 @@ def _textbook(c: ModelConfig) -> bool:
 
 def preset_grid(p: dict) -> list[dict]:
     for name in p["presets"]:
-        if name not in mp.CATALOGUE:
-            raise ConfigError(f"unknown preset {name!r}; known: {', '.join(mp.CATALOGUE)}")
+        if name not in fs.CATALOGUE:
+            raise ConfigError(f"unknown preset {name!r}; known: {', '.join(fs.CATALOGUE)}")
     return [{"preset": name} for name in p["presets"]]
 
 
@@ -56,11 +55,11 @@ def flop_grid(p: dict) -> list[dict]:
 
 def count_preset(cfg: dict, ctx) -> dict:
     """Closed-form counts of one published configuration beside the counts of its instantiated modules."""
-    a = mp.CATALOGUE[cfg["preset"]]
+    a = fs.CATALOGUE[cfg["preset"]]
     c = a.config
-    attn, ffn, block = attention_params(c), ffn_params(c), mp.block_params(a)
+    attn, ffn, block = attention_params(c), ffn_params(c), fs.block_params(a)
     with torch.device("meta"):
-        model = mp.build(a)
+        model = fs.build(a)
         blk = model.blocks[0]
         counted = {
             "attention": n_params(blk.attn),
@@ -68,12 +67,12 @@ def count_preset(cfg: dict, ctx) -> dict:
             "block": n_params(blk),
             "model": n_params(model),
         }
-        closed = {"attention": attn, "ffn": ffn, "block": block, "model": mp.built_params(a)}
+        closed = {"attention": attn, "ffn": ffn, "block": block, "model": fs.built_params(a)}
         # the original Transformer's layers, against torch's own
         if a.encoder_decoder and c.bias and c.ffn == "relu":
             counted["torch_encoder_layer"] = n_params(nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.ff))
             counted["torch_decoder_layer"] = n_params(nn.TransformerDecoderLayer(c.d_model, c.n_heads, c.ff))
-            closed |= {"torch_encoder_layer": block, "torch_decoder_layer": mp.decoder_block_params(a)}
+            closed |= {"torch_encoder_layer": block, "torch_decoder_layer": fs.decoder_block_params(a)}
     return {
         "d_model": c.d_model,
         "n_heads": c.n_heads,
@@ -91,10 +90,10 @@ def count_preset(cfg: dict, ctx) -> dict:
         "block": block,
         # a decoder block of an encoder–decoder: self- and cross-attention beside the same FFN
         "decoder_attention": 2 * attn if a.encoder_decoder else None,
-        "decoder_block": mp.decoder_block_params(a) or None,
-        "embeddings": embedding_params(c) + mp.head_params(a),
-        "total": mp.model_params(a),
-        "ffn_total": mp.ffn_total(a),
+        "decoder_block": fs.decoder_block_params(a) or None,
+        "embeddings": embedding_params(c) + fs.head_params(a),
+        "total": fs.model_params(a),
+        "ffn_total": fs.ffn_total(a),
         "standard_width": _textbook(c),
         "closed": closed,
         "counted": counted,
@@ -105,25 +104,25 @@ def count_preset(cfg: dict, ctx) -> dict:
 
 def flop_curve(cfg: dict, ctx) -> dict:
     """Per-token forward FLOPs of one block at each context: FFN, attention projections, scores (see ffn_flops)."""
-    a = mp.CATALOGUE[cfg["preset"]]
+    a = fs.CATALOGUE[cfg["preset"]]
     c = a.config
-    rows = [ff.token_flops(c, n, causal=c.causal, window=a.window) for n in cfg["contexts"]]
+    rows = [fs.token_flops(c, n, causal=c.causal, window=a.window) for n in cfg["contexts"]]
     # a dense log-spaced grid for the figure's curves: 16 steps between neighbouring contexts
     ns = np.geomspace(cfg["contexts"][0], cfg["contexts"][-1], 16 * len(cfg["contexts"]) - 15)
-    curve = [ff.token_flops(c, float(n), causal=c.causal, window=a.window)["ffn_share"] for n in ns]
+    curve = [fs.token_flops(c, float(n), causal=c.causal, window=a.window)["ffn_share"] for n in ns]
     return {
         "causal": c.causal,
         "window": a.window,
         "ffn": rows[0]["ffn"],
         "projections": rows[0]["projections"],
-        "score_per_key": ff.score_flops_per_key(c),
+        "score_per_key": fs.score_flops_per_key(c),
         "contexts": list(cfg["contexts"]),
         "scores": [r["scores"] for r in rows],
         "ffn_share": [r["ffn_share"] for r in rows],
         "curve_n": [float(n) for n in ns],
         "curve_ffn_share": curve,
-        "crossover": ff.crossover(c, causal=c.causal, window=a.window),  # the model's own masking
-        "crossover_all_keys": ff.crossover(c, causal=False, window=a.window),  # every query charged all keys
+        "crossover": fs.crossover(c, causal=c.causal, window=a.window),  # the model's own masking
+        "crossover_all_keys": fs.crossover(c, causal=False, window=a.window),  # every query charged all keys
     }
 
 
@@ -198,7 +197,7 @@ class FFNShare(Experiment):
     method = (
         "Two parts. `counts`: for each published configuration (GPT-2, BERT, the original Transformer, LLaMA, "
         "LLaMA-2-70B, Mixtral, and Llama-3-8B, Mistral-7B, Gemma-7B, Falcon-7B, T5 v1.1 base and a generic parallel "
-        "block; widths from each model's config.json, listed in `tfclaims.modern_presets`), closed-form counts beside "
+        "block; widths from each model's config.json, listed in `tfclaims.claims.ffn_share`), closed-form counts beside "
         "the library's modules instantiated on the meta device: attention, FFN, block and whole model (a parallel block "
         "is built from the library's attention, FFN and norm with one norm feeding both; an encoder–decoder's encoder "
         "stack is built, its decoder block is counted in closed form and checked against torch's "
@@ -239,8 +238,8 @@ class FFNShare(Experiment):
             ],
             "contexts": CONTEXTS[::2],
         },
-        "default": {"presets": list(mp.CATALOGUE), "contexts": CONTEXTS},
-        "full": {"presets": list(mp.CATALOGUE), "contexts": CONTEXTS},
+        "default": {"presets": list(fs.CATALOGUE), "contexts": CONTEXTS},
+        "full": {"presets": list(fs.CATALOGUE), "contexts": CONTEXTS},
     }
     parts = (Part("counts", preset_grid, count_preset), Part("flops", flop_grid, flop_curve))
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.attention_cost import ITEMSIZE, VARIANTS, classify, cuda_peak, run_saved_bytes  # noqa: F401
-from tfclaims.config import ModelConfig
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.peak_memory import run_peak_memory
-from tfclaims.stats import loglog_fit
+from tfclaims.claims.flash_memory import run_peak_memory
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.stats import loglog_fit
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.measure.attention_cost import ITEMSIZE, VARIANTS, classify, cuda_peak, run_saved_bytes  # noqa: F401
+from tfclaims.nn.config import ModelConfig
 
 # Pre-registered (fixed before running).
 FIT_FROM = 16  # fit saved bytes in n over n >= 16 * head size

@@ -8,13 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.convert import lm_config, run_quality
-from tfclaims.counting import lm_forward_flops
-from tfclaims.decode import decode_config, kv_list, run_phases
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.gqa_decode import run_decode_backends
-from tfclaims.stats import mean_ci
+from tfclaims.claims.gqa_throughput import lm_config, run_decode_backends, run_phases, run_quality
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.stats import mean_ci
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.measure.counting import lm_forward_flops
+from tfclaims.train.decode import decode_config, kv_list
 
 BAND = (1.30, 1.40)  # "30–40%" as a speed-up of tokens/s over MHA
 MATCH_SHARE = 0.75  # the band check is supported if it is shown to hold in at least this share of the cells

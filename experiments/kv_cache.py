@@ -5,13 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.cache_scaling import linear_model_config, run_cached_linear
-from tfclaims.config import PRESETS
-from tfclaims.counting import kv_cache_bytes
-from tfclaims.decode import run_generate, run_step_counts, run_steps, step_model_config
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.stats import loglog_fit
+from tfclaims.claims.kv_cache import (
+    linear_model_config,
+    run_cached_linear,
+    run_generate,
+    run_step_counts,
+    run_steps,
+    step_model_config,
+)
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.stats import loglog_fit
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.measure.counting import kv_cache_bytes
+from tfclaims.nn.config import PRESETS
 
 # Pre-registered (fixed before any timing was looked at).
 FIT_FROM = 16  # fit per-step time over contexts n >= 16 d

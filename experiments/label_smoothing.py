@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.comparison import plot_curves
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.stats import mean_ci
-from tfclaims.subword_lm import subword_fields, subword_profile
-from tfclaims.subword_recipes import ECE_BINS as N_BINS
-from tfclaims.subword_recipes import smoothing_train
-from tfclaims.tables import comparison_table
+from tfclaims.claims.label_smoothing import ECE_BINS as N_BINS
+from tfclaims.claims.label_smoothing import smoothing_train
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.curves import plot_curves
+from tfclaims.evidence.stats import mean_ci
+from tfclaims.evidence.tables import comparison_table
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.train.small_lm import subword_fields, subword_profile
 
 E0 = 0.0  # the baseline; every other ε of the profile is compared with it, Holm across the ε of one measure
 READOUTS = {
@@ -85,14 +85,14 @@ class LabelSmoothing(Experiment):
     ]
     anchor_number = "Transformer: PPL 4.67 → 4.92, BLEU 25.3 → 25.8 with ε = 0.1"
     method = (
-        "A subword LM (byte-level BPE, 4096 tokens, `tfclaims.bpe`) trained for many epochs on a small slice of the "
+        "A subword LM (byte-level BPE, 4096 tokens, `tfclaims.data.bpe`) trained for many epochs on a small slice of the "
         "training text, so that it over-fits and grows over-confident, with ε ∈ {0, 0.05, 0.1, 0.2} on the same seeds "
         "(same init and data order). The held-out plays are split in two halves: a calibration split (early stopping "
         "and the temperature) and a test split (every reported number). At every evaluation, with plain (unsmoothed) "
         "cross-entropy: the loss on the training slice, and on the test split the loss, top-1 accuracy, mean "
         f"confidence and expected calibration error (ECE, {N_BINS} equal-width confidence bins). At the end, for the "
         "last model and for the early-stopped one, a temperature T* is fitted on the calibration split (the NLL "
-        "minimum over T, `tfclaims.calibration.fit_temperature`) and the test split is scored again at T*. A null "
+        "minimum over T, `tfclaims.measure.calibration.fit_temperature`) and the test split is scored again at T*. A null "
         f"pair (ε = 0 rerun at seeds s + {NULL_OFFSET}) gives the noise floor of every measure."
     )
     rule = (

@@ -10,8 +10,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from tfclaims.comparison import plot_curves
-from tfclaims.evidence import (
+from tfclaims.claims.layernorm_variants import swap_run
+from tfclaims.evidence.curves import plot_curves
+from tfclaims.evidence.decisions import (
     combine,
     exact_check,
     holm,
@@ -23,10 +24,9 @@ from tfclaims.evidence import (
     seed_values,
     with_noise,
 )
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.norm_swap import swap_run
-from tfclaims.norm_variants import NotesLayerNorm, NotesRMSNorm, gain, relative_difference
-from tfclaims.small_lm import run_fields, train_profile
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.nn.norm_variants import NotesLayerNorm, NotesRMSNorm, gain, relative_difference
+from tfclaims.train.small_lm import run_fields, train_profile
 
 PAIRS = {"layer": ("notes_layer", "LayerNorm"), "rms": ("notes_rms", "RMSNorm")}  # standard -> (notes, name)
 COL = {"layer": "LN", "rms": "RMS"}

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.batch_stats import INV_KEYS, LM_KEYS, NORMS, bn_mlp, build_lm, padded_lm
-from tfclaims.config import ConfigError
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.stats import mean_ci
-from tfclaims.tables import comparison_table
+from tfclaims.claims.norm_padding import INV_KEYS, LM_KEYS, NORMS, bn_mlp, build_lm, padded_lm
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.stats import mean_ci
+from tfclaims.evidence.tables import comparison_table
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.nn.config import ConfigError
 
 LABEL = {
     "layer": "LN",
@@ -347,7 +347,7 @@ class NormPadding(Experiment):
                 "In train mode BatchNorm lets an output see later tokens through the batch statistics; training could exploit that "
                 "leak, while eval mode (running statistics, what is reported as the validation loss) cannot.",
                 "PowerNorm follows the authors' released code (group scaling per head makes its forward pass per-token; after "
-                "the warm-up it uses running statistics only), with the two pad-related departures stated in `tfclaims.powernorm`.",
+                "the warm-up it uses running statistics only), with the two pad-related departures stated in `tfclaims.nn.powernorm`.",
                 "Why counting pads helps BN here is not isolated: the BN variants differ only in which positions enter the "
                 "statistics. Early training (a few hundred steps) may favour different norms than training to convergence.",
                 "No positive control detects an effect of the margin's size in this setup, so a cell equivalent within the margin "

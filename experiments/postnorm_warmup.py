@@ -9,15 +9,15 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.config import ConfigError
-from tfclaims.data import load_corpus
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.models import LM
-from tfclaims.probes import model_config, run_probe, train_config
-from tfclaims.stats import loglog_fit, mean_ci
-from tfclaims.tables import comparison_table
-from tfclaims.train import train_lm
+from tfclaims.claims.postnorm_warmup import model_config, run_probe, train_config
+from tfclaims.data.corpus import load_corpus
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.stats import loglog_fit, mean_ci
+from tfclaims.evidence.tables import comparison_table
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.nn.config import ConfigError
+from tfclaims.nn.models import LM
+from tfclaims.train.loop import train_lm
 
 PLACEMENTS = ("post", "pre", "deepnorm")
 COLORS = {"post": "C3", "pre": "C0", "deepnorm": "C2"}

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tfclaims import evidence as ev
-from tfclaims.comparison import plot_curves
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.norm_timing import AA, FUSED, IMPLS, norm_alone, step_timing
-from tfclaims.norm_variants import VARIANTS
-from tfclaims.small_lm import model_config, run_fields, train_profile, train_small
+from tfclaims.claims.rmsnorm import AA, FUSED, IMPLS, norm_alone, step_timing
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.curves import plot_curves
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.nn.norm_variants import VARIANTS
+from tfclaims.train.small_lm import model_config, run_fields, train_profile, train_small
 
 QUALITY_MARGIN = 0.05  # nats/char: |Δ final val loss| within this is "the same quality" (TOST)
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned

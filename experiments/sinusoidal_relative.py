@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tfclaims.evidence import (
+from tfclaims.claims.sinusoidal_relative import identity_run, learned_run, length_run, offset_dot
+from tfclaims.evidence.decisions import (
     combine,
     exact_check,
     holm,
@@ -22,12 +23,9 @@ from tfclaims.evidence import (
     seed_values,
     with_noise,
 )
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.length_eval import length_run
-from tfclaims.pe_probes import identity_run, learned_run
-from tfclaims.relative_pe import offset_dot
-from tfclaims.small_lm import run_fields, train_profile
-from tfclaims.tables import comparison_table
+from tfclaims.evidence.tables import comparison_table
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.train.small_lm import run_fields, train_profile
 
 TOL = 1e-6  # "float precision": about 8 float32 ulps of 1 (table entries are rounded to float32)
 NULL_OFFSET = 1000  # the null pairs: the learned-table run and the sinusoidal length arm at seeds s + 1000
@@ -203,7 +201,7 @@ class SinusoidalRelative(Experiment):
     ]
     anchor_number = "Learned vs sinusoidal: 25.7 vs 25.8 BLEU (Vaswani et al. Table 3)"
     method = (
-        "Part `identity`, on `tfclaims.positions.sinusoidal_table` (float32 entries): build M_k from the angle-addition "
+        "Part `identity`, on `tfclaims.nn.positions.sinusoidal_table` (float32 entries): build M_k from the angle-addition "
         "formulas and measure max |M_k·PE(p) − PE(p+k)| over every position p and offsets k, in float32 and in float64 "
         "arithmetic, at two widths; check that M_k is orthogonal and that M_k·M_1 = M_(k+1); and the dot products "
         "PE(p)·PE(p+k): their spread over p for each k, against the closed form Σ_i cos(k·ω_i). Part `length` (the "
@@ -488,7 +486,7 @@ class SinusoidalRelative(Experiment):
     @staticmethod
     def length_table(runs, p, out) -> pd.DataFrame:
         """Per arm: learned count, loss at each length, the increases, the moved windows, the offset-only share."""
-        from tfclaims.stats import mean_ci
+        from tfclaims.evidence.stats import mean_ci
 
         T, mults, ks = p["seq_len"], sorted(p["mults"]), p["shift_mults"]
         rows, runs_rows = [], []
@@ -715,8 +713,8 @@ class SinusoidalRelative(Experiment):
 
 # ---------------------------------------------------------------------------- figures (length part)
 def plot_length(runs, p, out):
+    from tfclaims.evidence.stats import mean_ci
     from tfclaims.plotting import band, log_ticks, subplots
-    from tfclaims.stats import mean_ci
 
     T, mults = p["seq_len"], sorted(p["mults"])
     fig, (a, b, c) = subplots(3, width=4.5, height=3.7)

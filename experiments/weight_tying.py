@@ -7,13 +7,13 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from tfclaims import evidence as ev
-from tfclaims.comparison import plot_curves
-from tfclaims.experiment import Experiment, Output, Part, SubVerdict, Verdict
-from tfclaims.stats import mean_ci
-from tfclaims.subword_lm import subword_fields, subword_profile
-from tfclaims.subword_recipes import matched_d_ff, tying_counts, tying_train
-from tfclaims.tables import comparison_table
+from tfclaims.claims.weight_tying import matched_d_ff, tying_counts, tying_train
+from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.curves import plot_curves
+from tfclaims.evidence.stats import mean_ci
+from tfclaims.evidence.tables import comparison_table
+from tfclaims.harness.experiment import Experiment, Output, Part, SubVerdict, Verdict
+from tfclaims.train.small_lm import subword_fields, subword_profile
 
 COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
 MARGIN = 0.02  # nats: |Δ final loss| inside this is "no difference" (TOST)
@@ -53,7 +53,7 @@ def steps_to_target(m: dict) -> float | None:
 @cache
 def vocab_size(vocab: int) -> int:
     """The trained tokenizer's vocabulary (loads the tokenised corpus once per process, not per grid call)."""
-    from tfclaims.bpe import load_bpe_corpus
+    from tfclaims.data.bpe import load_bpe_corpus
 
     return load_bpe_corpus(vocab).vocab_size
 
@@ -98,9 +98,9 @@ class WeightTying(Experiment):
     ]
     anchor_number = "PTB LSTM: 80.97 → 75.96 test perplexity with tying"
     method = (
-        "(1) Parameter counts of each arm, closed form (`tfclaims.counting`) against the instantiated model, and the "
+        "(1) Parameter counts of each arm, closed form (`tfclaims.measure.counting`) against the instantiated model, and the "
         "share V·d represents for published configurations. (2) Training: a subword LM (byte-level BPE with a 4096-token "
-        "vocabulary trained on the training works, `tfclaims.bpe`) in three arms on the same seeds (same data order): "
+        "vocabulary trained on the training works, `tfclaims.data.bpe`) in three arms on the same seeds (same data order): "
         "tied; untied (the head a separate matrix with the same init scale); and a parameter-matched control, tied with "
         "its FFN widened until it has the untied model's parameter count (an untied model cut to the tied count would "
         "lose its whole FFN at this vocabulary). Convergence speed is the number of steps until the validation loss "

@@ -1,5 +1,14 @@
+import os
+
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    # Under pytest-xdist the workers share the cores: one intra-op thread pool each, sized to its share.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(autouse=True)

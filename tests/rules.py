@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from tfclaims.experiment import Experiment, Output
-from tfclaims.registry import load
+from tfclaims.harness.experiment import Experiment, Output
+from tfclaims.harness.registry import load
 
 # Synthetic timing rounds: a load shared by every callable of a round, and each callable's own jitter.
 ROUNDS = 8

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.attention import Attention, KVCache, build_mask
-from tfclaims.config import ModelConfig
-from tfclaims.models import LM
+from tfclaims.nn.attention import Attention, KVCache, build_mask
+from tfclaims.nn.config import ModelConfig
+from tfclaims.nn.models import LM
 
 
 def reference(att: Attention, x, *, causal, pad_mask=None):

@@ -6,11 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims import attention_cost as fm
-from tfclaims.attention import Attention, KVCache
-from tfclaims.blocks import Block
-from tfclaims.config import ModelConfig
-from tfclaims.counting import (
+from tfclaims.measure import attention_cost as fm
+from tfclaims.measure.counters import count_flops, saved_bytes
+from tfclaims.measure.counting import (
     attention_flops,
     attention_projection_flops,
     attention_score_flops,
@@ -20,8 +18,10 @@ from tfclaims.counting import (
     lm_forward_flops,
     score_crossover_length,
 )
-from tfclaims.measure import count_flops, saved_bytes
-from tfclaims.models import LM
+from tfclaims.nn.attention import Attention, KVCache
+from tfclaims.nn.blocks import Block
+from tfclaims.nn.config import ModelConfig
+from tfclaims.nn.models import LM
 
 
 @pytest.mark.parametrize(
@@ -128,8 +128,8 @@ def test_kv_cache_bytes_equal_closed_form(kv):
 
 
 def test_time_sweep_times_every_unit_and_an_a_a_pair_of_one_callable():
-    from tfclaims.attention_cost import run_time_sweep
-    from tfclaims.experiment import RunContext
+    from tfclaims.harness.experiment import RunContext
+    from tfclaims.measure.attention_cost import run_time_sweep
 
     cfg = {"points": [[16, 2, 8], [16, 2, 16]], "units": ["attention_sdpa", "dense"], "aa": ["dense", 16, 2, 16],
            "warmup": 0, "repeats": 2, "threads": 1}  # fmt: skip

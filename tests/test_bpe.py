@@ -9,8 +9,8 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from tfclaims import bpe
-from tfclaims.data import VAL_WORKS, Corpus, corpus_files
+from tfclaims.data import bpe
+from tfclaims.data.corpus import VAL_WORKS, Corpus, corpus_files
 
 V = 1000  # not a power of two, so "as asked" is not a coincidence with a default
 SMALL_V = 300  # 256 bytes + the padding token + 43 merges

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.calibration import T_BOUNDS, ece, fit_temperature, nll_at, reliability, scores, top1
+from tfclaims.measure.calibration import T_BOUNDS, ece, fit_temperature, nll_at, reliability, scores, top1
 
 
 def sampled(n: int, c: int, t0: float, seed: int = 0, scale: float = 3.0):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tfclaims.cli import main
-from tfclaims.registry import REPO_ROOT, load_all
+from tfclaims.harness.registry import REPO_ROOT, load_all
 
 CLAIMS = list(load_all())
 
@@ -169,7 +169,7 @@ def test_report_marks_results_that_no_longer_match_the_code(tmp_path, monkeypatc
         )
         == 0
     )
-    monkeypatch.setattr("tfclaims.provenance.code_hash", lambda exp: "changed")
+    monkeypatch.setattr("tfclaims.harness.provenance.code_hash", lambda exp: "changed")
     assert main(["report", "--results-dir", str(root), "--report-dir", str(report)]) == 0
     md = (report / "report.md").read_text()
     assert "(out of date)" in md and "**Out of date.** This result no longer matches the code: stale" in md

@@ -1,6 +1,6 @@
 import pytest
 
-from tfclaims.config import ConfigError, ModelConfig, TrainConfig
+from tfclaims.nn.config import ConfigError, ModelConfig, TrainConfig
 
 
 @pytest.mark.parametrize(

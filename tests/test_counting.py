@@ -1,4 +1,4 @@
-"""Parameter counts: closed forms (tfclaims.counting) = instantiated modules = independent implementations."""
+"""Parameter counts: closed forms (tfclaims.measure.counting) = instantiated modules = independent implementations."""
 
 import itertools
 
@@ -6,15 +6,15 @@ import pytest
 import torch
 from torch import nn
 
-from tfclaims.config import PRESETS, ModelConfig
-from tfclaims.counting import (
+from tfclaims.measure.counting import (
     attention_params,
     block_params,
     cross_attention_block_params,
     ffn_params,
     model_params,
 )
-from tfclaims.models import LM, Encoder, n_params
+from tfclaims.nn.config import PRESETS, ModelConfig
+from tfclaims.nn.models import LM, Encoder, n_params
 
 GRID = [
     dict(norm=norm, ffn=ffn, bias=bias, n_kv_heads=kv, tie_weights=tie, pos=pos, n_experts=ne)

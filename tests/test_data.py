@@ -2,7 +2,7 @@
 
 import torch
 
-from tfclaims.data import PAD, VAL_WORKS, corpus_files, load_corpus, pad_batch, random_windows
+from tfclaims.data.corpus import PAD, VAL_WORKS, corpus_files, load_corpus, pad_batch, random_windows
 
 
 def test_split_by_whole_works_and_cached(tmp_path, monkeypatch):

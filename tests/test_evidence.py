@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tfclaims import evidence as ev
+from tfclaims.evidence import decisions as ev
 
 RNG = np.random.default_rng(7)
 A = {s: 3.0 + RNG.normal(0, 0.05) for s in range(8)}

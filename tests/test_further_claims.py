@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.additive import AdditiveAttention, DotAttention, make_attention
-from tfclaims.calibration import ece, reliability, top1
-from tfclaims.config import ModelConfig
-from tfclaims.models import LM
-from tfclaims.norm_variants import (
+from tfclaims.claims.additive_vs_dot import AdditiveAttention, DotAttention, make_attention
+from tfclaims.claims.sinusoidal_relative import offset_dot, shift_fit_residual, shift_matrix, toeplitz_r2
+from tfclaims.measure.calibration import ece, reliability, top1
+from tfclaims.measure.timing import grad_call, kernels, time_interleaved
+from tfclaims.nn.config import ModelConfig
+from tfclaims.nn.models import LM
+from tfclaims.nn.norm_variants import (
     EagerLayerNorm,
     EagerRMSNorm,
     NotesLayerNorm,
@@ -20,10 +22,8 @@ from tfclaims.norm_variants import (
     relative_difference,
     swap_norms,
 )
-from tfclaims.norms import LayerNorm, RMSNorm
-from tfclaims.positions import sinusoidal_table
-from tfclaims.relative_pe import offset_dot, shift_fit_residual, shift_matrix, toeplitz_r2
-from tfclaims.timing import grad_call, kernels, time_interleaved
+from tfclaims.nn.norms import LayerNorm, RMSNorm
+from tfclaims.nn.positions import sinusoidal_table
 
 
 # ---------------------------------------------------------------- sinusoidal shift identity
@@ -132,7 +132,7 @@ def test_where_the_notes_variants_agree_with_torch_and_where_not():
 @pytest.mark.parametrize("kind", ["layer", "notes_layer", "rms", "notes_rms", "eager_layer", "eager_rms"])
 @pytest.mark.parametrize("scale", [1e-6, 3e-3, 1.0, 50.0])
 def test_closed_form_gain_matches_every_variant(kind, scale):
-    from tfclaims.norm_variants import make_variant
+    from tfclaims.nn.norm_variants import make_variant
 
     d, eps = 32, 1e-5
     x = torch.randn(64, d, dtype=torch.float64) * scale + (0.0 if "rms" in kind else 3 * scale)
@@ -229,7 +229,7 @@ def test_top1_drops_padding_targets():
 def test_additive_scores_chunked_over_queries_equal_the_whole_tensor(monkeypatch):
     """The additive score is built one query chunk at a time (cache-sized); the result is the (B, T, S, d_h)
     formula's (up to float rounding: the head's matmul sees differently shaped blocks), whatever the chunk size."""
-    import tfclaims.additive as additive
+    import tfclaims.claims.additive_vs_dot as additive
 
     torch.manual_seed(0)
     m = additive.make_attention("additive", 16, 24, 32)

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from tfclaims import device as device_mod
-from tfclaims.config import ModelConfig
-from tfclaims.counting import kv_cache_bytes
-from tfclaims.decode import decode_config
 from tfclaims.device import environment
-from tfclaims.registry import load_all
-from tfclaims.timing import time_call
+from tfclaims.harness.registry import load_all
+from tfclaims.measure.counting import kv_cache_bytes
+from tfclaims.measure.timing import time_call
+from tfclaims.nn.config import ModelConfig
+from tfclaims.train.decode import decode_config
 
 EXPS = load_all()
 GPU_BYTES = 80 * 2**30  # the `full` profiles are sized for one 80 GB GPU (A100/H100)
@@ -37,7 +37,7 @@ def test_environment_records_cuda_and_tf32(monkeypatch):
 
 
 def test_cuda_peak_memory_is_peak_minus_resident(monkeypatch):
-    from tfclaims.attention_cost import cuda_peak
+    from tfclaims.measure.attention_cost import cuda_peak
 
     calls = []
     for name in ("synchronize", "reset_peak_memory_stats"):

@@ -4,12 +4,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.attention import KVCache
-from tfclaims.config import ModelConfig
-from tfclaims.convert import convert_kv_heads, pool_heads
-from tfclaims.counting import kv_cache_bytes
-from tfclaims.decode import filled_decoder, kv_list, weight_read_bytes
-from tfclaims.models import LM, n_params
+from tfclaims.claims.gqa_throughput import convert_kv_heads, pool_heads
+from tfclaims.measure.counting import kv_cache_bytes
+from tfclaims.nn.attention import KVCache
+from tfclaims.nn.config import ModelConfig
+from tfclaims.nn.models import LM, n_params
+from tfclaims.train.decode import filled_decoder, kv_list, weight_read_bytes
 
 
 def mha(pos="learned", backend="sdpa", **kw):
@@ -156,7 +156,7 @@ def test_explicit_gqa_never_materialises_repeated_keys_or_values(kv):
     """A decoding step reads each K/V head in place: no tensor of the repeated (B, h, S, dk) size appears."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from tfclaims.attention import Attention
+    from tfclaims.nn.attention import Attention
 
     class Sizes(TorchDispatchMode):
         def __init__(self):

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tfclaims.launch import Launcher, LauncherError
-from tfclaims.provenance import code_hash
-from tfclaims.registry import load_file
-from tfclaims.runner import RunTask, execute_run, run_experiment
+from tfclaims.harness.launch import Launcher, LauncherError
+from tfclaims.harness.provenance import code_hash
+from tfclaims.harness.registry import load_file
+from tfclaims.harness.runner import RunTask, execute_run, run_experiment
 
 from toys import TOY
 
@@ -102,7 +102,7 @@ def test_lost_job_is_recorded_with_its_log_and_retried(toy, tmp_path, monkeypatc
 
 def test_a_job_slurm_lost_with_its_node_is_submitted_once_more(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
-    monkeypatch.setattr("tfclaims.launch._state", lambda job: "NODE_FAIL")
+    monkeypatch.setattr("tfclaims.harness.launch._state", lambda job: "NODE_FAIL")
     launcher = Launcher("slurm", cluster="local", log_dir=tmp_path / "logs", gpus=0)
     rc, res = sweep(toy, tmp_path, launcher, seeds=[0])
     assert rc == 0 and res["n_runs"] == 3 and calls(tmp_path).count((1, 0)) == 2
@@ -315,7 +315,7 @@ def test_slurm_requests_follow_the_device_and_every_value_can_be_overridden():
 def test_runs_are_packed_by_recorded_duration_in_grid_order():
     from dataclasses import dataclass
 
-    from tfclaims.launch import group_runs
+    from tfclaims.harness.launch import group_runs
 
     @dataclass(frozen=True)
     class T:
@@ -330,7 +330,7 @@ def test_runs_are_packed_by_recorded_duration_in_grid_order():
 
 
 def test_threads_come_from_the_allocation(monkeypatch):
-    from tfclaims.launch import allocated_cpus
+    from tfclaims.harness.launch import allocated_cpus
 
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
     assert allocated_cpus() == 3
@@ -339,7 +339,7 @@ def test_threads_come_from_the_allocation(monkeypatch):
 
 
 def test_slurm_without_accounting_is_refused_before_submitting(tmp_path, monkeypatch):
-    from tfclaims.launch import _check_slurm
+    from tfclaims.harness.launch import _check_slurm
 
     for name, body in (
         ("sbatch", "exit 0"),

@@ -2,11 +2,11 @@
 
 import torch
 
-from tfclaims.attention import Attention
-from tfclaims.config import ModelConfig
-from tfclaims.counting import matmul_flops
-from tfclaims.measure import copy_bandwidth, count_flops, saved_bytes
-from tfclaims.timing import time_call
+from tfclaims.measure.counters import copy_bandwidth, count_flops, saved_bytes
+from tfclaims.measure.counting import matmul_flops
+from tfclaims.measure.timing import time_call
+from tfclaims.nn.attention import Attention
+from tfclaims.nn.config import ModelConfig
 
 
 def test_saved_bytes_on_a_hand_computed_case():
@@ -40,7 +40,7 @@ def test_stats_against_scipy_and_closed_forms():
     import numpy as np
     from scipy import stats as sps
 
-    from tfclaims.stats import cohens_d, loglog_fit, mean_ci, welch
+    from tfclaims.evidence.stats import cohens_d, loglog_fit, mean_ci, welch
 
     x = [1.0, 2.0, 3.0, 4.0]
     ci = mean_ci(x)
@@ -62,7 +62,7 @@ def test_stats_against_scipy_and_closed_forms():
 def test_cpu_peak_follows_allocations_and_frees():
     """The profiler-based peak is the most bytes held at once: two 4 MB tensors alive together, one freed, a
     2 MB one allocated after -> 8 MB, not the 10 MB ever allocated nor the 6 MB held at the end."""
-    from tfclaims.peak_memory import cpu_peak
+    from tfclaims.claims.flash_memory import cpu_peak
 
     def alloc():
         a = torch.empty(1_000_000)
@@ -76,7 +76,7 @@ def test_cpu_peak_follows_allocations_and_frees():
 
 
 def test_bench_flags_a_loaded_machine_and_pairs_ratios():
-    from tfclaims.bench import _loaded, _ratio
+    from tfclaims.harness.bench import _loaded, _ratio
 
     assert not _loaded([1.9, 2.3], threads=2)  # the bench's own two threads
     assert _loaded([0.4, 2.8], threads=2)  # and more than half a core of something else

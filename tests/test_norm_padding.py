@@ -5,12 +5,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims import batch_stats as NP
-from tfclaims.batch_stats import NORMS
-from tfclaims.data import PAD, pad_batch
-from tfclaims.norms import TokenBatchNorm
-from tfclaims.powernorm import PowerNorm, group_scaling
-from tfclaims.registry import load
+from tfclaims.claims import norm_padding as NP
+from tfclaims.claims.norm_padding import NORMS
+from tfclaims.data.corpus import PAD, pad_batch
+from tfclaims.harness.registry import load
+from tfclaims.nn.norms import TokenBatchNorm
+from tfclaims.nn.powernorm import PowerNorm, group_scaling
 
 EXP = load("norm_padding")
 V = 20
@@ -415,7 +415,7 @@ def test_default_profile_has_small_batch_post_norm_window_arms_and_a_null_pair_p
     ],
 )
 def test_grid_rejects_bad_arms_null_cells_and_pad_fractions(change):
-    from tfclaims.config import ConfigError
+    from tfclaims.nn.config import ConfigError
 
     EXP.grid({**EXP.profiles["quick"], "null_cells": []})  # the quick profile itself is fine
     with pytest.raises(ConfigError):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tfclaims.norms import LayerNorm, RMSNorm, TokenBatchNorm, make_norm
+from tfclaims.nn.norms import LayerNorm, RMSNorm, TokenBatchNorm, make_norm
 
 
 def test_layernorm_matches_torch_and_formula():
@@ -82,7 +82,7 @@ def test_fused_norms_match_the_builtins():
     compute, forward and backward."""
     import torch.nn.functional as F
 
-    from tfclaims.norm_timing import build_norm
+    from tfclaims.claims.rmsnorm import build_norm
 
     torch.manual_seed(0)
     x = torch.randn(64, 48, requires_grad=True)

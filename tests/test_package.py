@@ -1,19 +1,55 @@
-"""The package's shape: no import cycle among its modules (lazy imports inside functions included)."""
+"""The package's shape: no import cycle among its modules or its sub-packages (lazy imports inside functions
+included), imports that point one way (a claim's recipes on the library, the harness on no claim), and nothing
+outside the run-side packages that a run can reach."""
 
 from pathlib import Path
 
+import pytest
+
 import tfclaims
-from tfclaims.reach import imported_modules
+from tfclaims.harness.provenance import reached_modules
+from tfclaims.harness.reach import imported_modules
+from tfclaims.harness.registry import REPO_ROOT, load_all
 
 PKG = Path(tfclaims.__file__).parent
 
+# What each part of the package may import (besides itself). The foundation modules (io, device, plotting) sit
+# below everything; `cli` is the entry point above everything but the claims' recipes.
+FOUNDATION = {"io", "device", "plotting"}
+MAY_IMPORT = {
+    "io": set(),
+    "device": set(),
+    "plotting": {"io"},
+    "nn": set(),
+    "data": {"io"},
+    "measure": {"nn", "device"},
+    "train": {"nn", "data", "measure", "device"},
+    "claims": {"nn", "data", "measure", "train", "device", "io"},
+    "evidence": {"plotting"},
+    "harness": {"nn", "data", "measure", "train", "evidence", *FOUNDATION},
+    "report": {"harness", "evidence", *FOUNDATION},
+    "cli": {"nn", "data", "harness", "report", "evidence", *FOUNDATION},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+# Where the code a run executes may live: a run's numbers never depend on statistics, reports or the harness.
+RUN_SIDE = {"nn", "data", "measure", "train", "claims", "device", "io"}
+
+
+def _modules() -> list[str]:
+    return sorted(".".join(p.relative_to(PKG).with_suffix("").parts) for p in PKG.rglob("*.py"))
+
 
 def _graph() -> dict[str, set[str]]:
-    return {p.stem: imported_modules(p.stem) for p in PKG.glob("*.py")}
+    return {m: imported_modules(m) for m in _modules()}
 
 
-def test_the_package_has_no_import_cycle():
-    graph, state, cycles = _graph(), {}, []
+def _part(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state, cycles = {}, []
 
     def visit(m, path):
         state[m] = "open"
@@ -27,10 +63,54 @@ def test_the_package_has_no_import_cycle():
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
-    assert cycles == []
+    return cycles
 
 
-def test_the_graph_sees_imports():
+def test_the_package_has_no_import_cycle():
+    assert _cycles(_graph()) == []
+
+
+def test_the_sub_packages_have_no_import_cycle():
+    parts: dict[str, set[str]] = {}
+    for m, deps in _graph().items():
+        parts.setdefault(_part(m), set()).update(_part(d) for d in deps if _part(d) != _part(m))
+    assert _cycles(parts) == []
+
+
+def test_every_part_of_the_package_is_placed():
+    assert {_part(m) for m in _modules()} == MAY_IMPORT.keys()
+
+
+def test_imports_point_one_way():
+    wrong = [
+        f"{m} imports {d}"
+        for m, deps in _graph().items()
+        for d in deps
+        if _part(d) != _part(m) and _part(d) not in MAY_IMPORT[_part(m)]
+    ]
+    assert wrong == []
+
+
+def test_the_direction_check_sees_a_wrong_import():
+    """The harness importing a claim's recipe, or the model library importing the trainer, is caught."""
+    assert "claims" not in MAY_IMPORT["harness"] and "train" not in MAY_IMPORT["nn"]
     g = _graph()
-    assert "provenance" in g["runner"] and "experiment" in g["registry"]
-    assert "cli" not in g["experiment"]
+    assert "harness.provenance" in g["harness.runner"] and "harness.experiment" in g["harness.registry"]
+    assert "nn.config" in g["claims.dk_scaling"] or "train.small_lm" in g["claims.dk_scaling"]
+    assert "cli" not in g["harness.experiment"]
+
+
+@pytest.mark.parametrize("cid", sorted(load_all()))
+def test_no_run_reaches_analysis_report_or_harness_code(cid):
+    """The package boundary is the analysis boundary: editing statistics, figures, the report or the harness
+    can never mark a run stale."""
+    outside = [m for m in reached_modules(load_all()[cid]) if _part(m) not in RUN_SIDE]
+    assert outside == []
+
+
+def test_the_readme_architecture_names_every_sub_package():
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("## Architecture") :]
+    section = section[: section.index("\n## ", 1)]
+    missing = [p for p in MAY_IMPORT if (PKG / p).is_dir() and f"{p}/" not in section]
+    assert missing == []

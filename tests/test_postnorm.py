@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfclaims import probes as M
-from tfclaims.blocks import Block, deepnorm_constants
-from tfclaims.config import ConfigError, ModelConfig
-from tfclaims.data import load_corpus, unigram_xent
-from tfclaims.models import LM
-from tfclaims.registry import load
-from tfclaims.train import lr_at, train_lm
+from tfclaims.claims import postnorm_warmup as M
+from tfclaims.data.corpus import load_corpus, unigram_xent
+from tfclaims.harness.registry import load
+from tfclaims.nn.blocks import Block, deepnorm_constants
+from tfclaims.nn.config import ConfigError, ModelConfig
+from tfclaims.nn.models import LM
+from tfclaims.train.loop import lr_at, train_lm
 
 EXP = load("postnorm_warmup")
 M_run_train = sys.modules[type(EXP).__module__].run_train
@@ -175,7 +175,7 @@ def test_grid_rejects_a_malformed_or_repeated_cell():
 
 
 def test_training_run_logs_block_gradients_every_grad_every_steps(corpus):
-    from tfclaims.experiment import RunContext
+    from tfclaims.harness.experiment import RunContext
 
     cfg = {c["part"]: c for c in EXP.grid(EXP.profiles["quick"])}["train"]
     m = M_run_train(cfg, RunContext(device=torch.device("cpu"), progress=False))

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tfclaims import reach
 from tfclaims.device import seed_all
-from tfclaims.experiment import RunContext
-from tfclaims.provenance import code_definitions, code_hash, result_problems
-from tfclaims.reach import PKG_DIR, code_digest, reached
-from tfclaims.registry import REPO_ROOT, load_all
-from tfclaims.runner import resolve_profile
+from tfclaims.harness import reach
+from tfclaims.harness.experiment import RunContext
+from tfclaims.harness.provenance import changed_definitions, code_definitions, code_hash, result_problems
+from tfclaims.harness.reach import PKG_DIR, code_digest, reached
+from tfclaims.harness.registry import REPO_ROOT, load_all
+from tfclaims.harness.runner import resolve_profile
 
 EXPS = load_all()
 
@@ -79,6 +79,13 @@ def test_moving_a_definition_to_another_module_changes_no_hash(tmp_path):
     assert {d.name for d in reached(pkg / "a.py", "run", package_dir=pkg)} == {"run", "helper", "SCALE"}
 
 
+def test_check_results_names_what_changed_not_what_only_moved():
+    committed = {"train": {"b.helper": "d1", "a.run": "d2", "b.gone": "d4"}}
+    now = {"train": {"sub.b.helper": "d1", "a.run": "d3"}}  # helper moved; run edited; gone removed
+    assert changed_definitions(committed, now) == ["a.run", "b.gone"]
+    assert changed_definitions(committed, committed) == [] and changed_definitions(None, now) == []
+
+
 def test_a_hash_follows_the_code_that_runs_and_nothing_else(tmp_path):
     before = _digest(_package(tmp_path, {"a.py": RUN, "b.py": HELPER}))
     for edit in (
@@ -96,7 +103,7 @@ def test_a_hash_follows_the_code_that_runs_and_nothing_else(tmp_path):
 
 def _edited(monkeypatch, module: str, old: str, new: str) -> None:
     """Serve `module`'s source with one edit, as if the file had been changed."""
-    path = PKG_DIR / f"{module}.py"
+    path = PKG_DIR.joinpath(*module.split(".")).with_suffix(".py")
     text = path.read_text()
     assert old in text
     real = reach._source
@@ -104,14 +111,14 @@ def _edited(monkeypatch, module: str, old: str, new: str) -> None:
 
 
 def test_editing_one_function_stales_exactly_the_claims_that_reach_it(monkeypatch):
-    import tfclaims.positions as positions
+    import tfclaims.nn.positions as positions
 
-    fn = "positions.apply_rope"
+    fn = "nn.positions.apply_rope"
     before = {cid: code_hash(e) for cid, e in EXPS.items()}
     reaching = {cid for cid, e in EXPS.items() if any(fn in d for d in code_definitions(e).values())}
     assert reaching and reaching != set(EXPS)  # the test can tell
     body = inspect.getsource(positions.apply_rope)
-    _edited(monkeypatch, "positions", body, body.rstrip("\n") + "\n    pass\n")  # one more statement
+    _edited(monkeypatch, "nn.positions", body, body.rstrip("\n") + "\n    pass\n")  # one more statement
     after = {cid: code_hash(e) for cid, e in EXPS.items()}
     assert {cid for cid in EXPS if after[cid] != before[cid]} == reaching
     # check-results names the definition that changed, from the committed per-definition digests
@@ -123,7 +130,11 @@ def test_editing_one_function_stales_exactly_the_claims_that_reach_it(monkeypatc
 
 @pytest.mark.parametrize(
     "module, old, new",
-    [("evidence", "def paired(", "def paired(_=None, "), ("plotting", "plt.close(fig)", "plt.close('all')")],
+    [
+        ("evidence.decisions", "def paired(", "def paired(_=None, "),
+        ("plotting", "plt.close(fig)", "plt.close('all')"),
+        ("report.build", "def build_report(", "def build_report(_=None, "),
+    ],
 )
 def test_editing_analysis_or_plotting_stales_nothing(monkeypatch, module, old, new):
     before = {cid: code_hash(e) for cid, e in EXPS.items()}
@@ -197,4 +208,4 @@ def test_the_trace_sees_a_definition_the_walk_missed(monkeypatch):
     )
     closure = {(d.module, d.name) for d in reached(inspect.getsourcefile(part.run), part.run.__name__)}
     ran = _executed(functools.partial(part.run, cfg, RunContext(device=torch.device("cpu"), progress=False)))
-    assert ("models", "LM") in ran - closure
+    assert ("nn.models", "LM") in ran - closure

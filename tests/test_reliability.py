@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from tfclaims.cli import main
-from tfclaims.registry import REPO_ROOT, load_all
+from tfclaims.harness.registry import REPO_ROOT, load_all
 
 TOY = textwrap.dedent(
     """
     import os
     import time
 
-    from tfclaims import evidence as ev
-    from tfclaims.experiment import Experiment, Part, SubVerdict, Verdict
+    from tfclaims.evidence import decisions as ev
+    from tfclaims.harness.experiment import Experiment, Part, SubVerdict, Verdict
 
 
     def grid(p):
@@ -135,7 +135,7 @@ def test_reliability_set_values_are_typed_and_range_checked(toy, capsys, setting
     ],
 )
 def test_reliability_list_settings_of_records_are_typed_by_position(cells, ok):
-    from tfclaims.runner import BadInput, resolve_profile
+    from tfclaims.harness.runner import BadInput, resolve_profile
 
     exp = load_all()["postnorm_warmup"]
     if ok:
@@ -183,7 +183,7 @@ def test_reliability_malformed_result_json_is_one_line(toy, capsys, content):
 
 
 def test_reliability_disk_full_is_one_line_and_keeps_finished_runs(toy, capsys, monkeypatch):
-    import tfclaims.runner as runner
+    import tfclaims.harness.runner as runner
 
     real, calls = runner.atomic_write_json, []
 
@@ -216,7 +216,7 @@ def test_reliability_reproduce_with_no_claims_fails(toy, capsys):
 
 # 5: one sweep per claim folder at a time
 def test_reliability_second_sweep_of_a_claim_says_who_holds_it(toy, capsys):
-    from tfclaims.runner import claim_lock
+    from tfclaims.harness.runner import claim_lock
 
     (toy / "r" / "toy").mkdir(parents=True)
     with claim_lock(toy / "r" / "toy", "toy"):

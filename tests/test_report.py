@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tfclaims.bibtex import figure_entry, latex_escape, render_bib
-from tfclaims.forest import forest_rows, plot_forest
-from tfclaims.provenance import REPOSITORY
-from tfclaims.registry import REPO_ROOT
-from tfclaims.report import LONG_TABLE, _blocks, _seeds, claim_scale, render_html, render_md
+from tfclaims.harness.provenance import REPOSITORY
+from tfclaims.harness.registry import REPO_ROOT
+from tfclaims.report.bibtex import figure_entry, latex_escape, render_bib
+from tfclaims.report.build import LONG_TABLE, _blocks, _seeds, claim_scale, render_html, render_md
+from tfclaims.report.forest import forest_rows, plot_forest
 
 COMMITTED_BIB = REPO_ROOT / "report" / "figures.bib"
 COMMITTED_HTML = REPO_ROOT / "report" / "index.html"

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from tfclaims.additive import AA, INITS, KINDS
-from tfclaims.registry import load
+from tfclaims.claims.additive_vs_dot import AA, INITS, KINDS
+from tfclaims.harness.registry import load
 
 from rules import analyse, decisions, record, sub_verdict, timed
 

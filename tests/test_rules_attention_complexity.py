@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from tfclaims.attention_cost import unit_config, unit_flops
-from tfclaims.registry import load
+from tfclaims.harness.registry import load
+from tfclaims.measure.attention_cost import unit_config, unit_flops
 
 from rules import analyse, decisions, quartiles, record
 

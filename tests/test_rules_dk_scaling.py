@@ -9,7 +9,7 @@ null pair are built to make each cell go either way, stay undecided, or fail to 
 import numpy as np
 import pytest
 
-from tfclaims.registry import load
+from tfclaims.harness.registry import load
 
 from rules import analyse, comparison, decisions, record, sub_verdict
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tfclaims import evidence as ev
-from tfclaims.registry import load
+from tfclaims.evidence import decisions as ev
+from tfclaims.harness.registry import load
 
 from rules import analyse, comparison, decisions, find_sub, record, sub_verdict
 

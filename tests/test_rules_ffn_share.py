@@ -8,9 +8,9 @@ from functools import partial
 
 import pytest
 
-from tfclaims.experiment import RunContext
-from tfclaims.modern_presets import CATALOGUE
-from tfclaims.registry import load
+from tfclaims.claims.ffn_share import CATALOGUE
+from tfclaims.harness.experiment import RunContext
+from tfclaims.harness.registry import load
 
 import rules
 from rules import analyse, decisions, record

@@ -4,8 +4,8 @@ size in the fit range, is shown to end inconclusive rather than counted."""
 
 import pytest
 
-from tfclaims.attention_cost import VARIANTS, hand_bytes
-from tfclaims.registry import load
+from tfclaims.harness.registry import load
+from tfclaims.measure.attention_cost import VARIANTS, hand_bytes
 
 from rules import analyse, comparisons, record
 

@@ -5,7 +5,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from tfclaims.registry import load
+from tfclaims.harness.registry import load
 
 import rules
 from rules import analyse, comparison, find_sub, record

@@ -6,9 +6,9 @@ naive rule gets wrong is an exponent whose point estimate crosses a bound while 
 import numpy as np
 import pytest
 
-from tfclaims.config import ModelConfig
-from tfclaims.counting import kv_cache_bytes, lm_forward_flops
-from tfclaims.registry import load
+from tfclaims.harness.registry import load
+from tfclaims.measure.counting import kv_cache_bytes, lm_forward_flops
+from tfclaims.nn.config import ModelConfig
 
 from rules import analyse, comparison, find_sub, quartiles, record
 

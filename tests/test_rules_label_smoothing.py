@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfclaims.registry import load
+from tfclaims.harness.registry import load
 
 from rules import analyse, comparison, decisions, find_sub, record, sub_verdict
 

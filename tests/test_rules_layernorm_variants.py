@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.models import LM
-from tfclaims.norm_swap import CLASSES, NORM_TYPES, eval_loss, swap_formula, swap_losses
-from tfclaims.registry import load
-from tfclaims.small_lm import model_config
-from tfclaims.train import evaluate
+from tfclaims.claims.layernorm_variants import CLASSES, NORM_TYPES, swap_formula, swap_losses
+from tfclaims.harness.registry import load
+from tfclaims.nn.models import LM
+from tfclaims.train.loop import evaluate
+from tfclaims.train.loop import evaluate as eval_loss
+from tfclaims.train.small_lm import model_config
 
 from rules import analyse, comparison, decisions, record, subs
 

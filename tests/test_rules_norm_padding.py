@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from tfclaims.batch_stats import NORMS
-from tfclaims.registry import load
+from tfclaims.claims.norm_padding import NORMS
+from tfclaims.harness.registry import load
 
 from rules import analyse, comparison, decisions, find_sub, record, sub_verdict
 

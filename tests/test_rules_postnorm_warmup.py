@@ -12,8 +12,8 @@ from functools import partial
 import numpy as np
 import pytest
 
-from tfclaims.experiment import Output
-from tfclaims.registry import load
+from tfclaims.harness.experiment import Output
+from tfclaims.harness.registry import load
 
 import rules
 from rules import analyse, decisions, record

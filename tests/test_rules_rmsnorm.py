@@ -8,8 +8,8 @@ final losses share a seed-to-seed spread between the arms."""
 import numpy as np
 import pytest
 
-from tfclaims.norm_timing import AA, FUSED, IMPLS
-from tfclaims.registry import load
+from tfclaims.claims.rmsnorm import AA, FUSED, IMPLS
+from tfclaims.harness.registry import load
 
 from rules import analyse, decisions, record, sub_verdict, timed
 

@@ -4,14 +4,17 @@ exclusions, not-applicable learned cells and noise floor; the learned-table sub-
 (TOST) and thresholds. Then the measures themselves: the offset-only share in closed form, and the length recipe's
 pieces on tiny models."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
-from tfclaims.length_eval import forward_at, offset_share, position_logits, position_losses
-from tfclaims.models import LM
-from tfclaims.registry import load
-from tfclaims.small_lm import model_config
+from tfclaims.claims.sinusoidal_relative import offset_share, position_logits, position_losses
+from tfclaims.harness.registry import load
+from tfclaims.nn.attention import KVCache
+from tfclaims.nn.models import LM
+from tfclaims.train.small_lm import model_config
 
 from rules import analyse, comparison, decisions, find_sub, record
 
@@ -309,14 +312,35 @@ def test_a_longer_max_seq_len_changes_no_parameter_and_no_output_of_the_fixed_ar
 
 
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "rope", "none"])
-def test_forward_at_start_zero_is_the_model_and_relative_arms_ignore_the_start(pos):
+def test_a_start_position_is_the_model_at_zero_and_relative_arms_ignore_it(pos):
     m = _tiny(pos, 8 if pos == "learned" else 32)
     x = torch.randint(1, 20, (3, 8))
-    assert torch.equal(forward_at(m, x, 0), m(x))
+    assert torch.equal(m(x, start=0), m(x))
     if pos in ("rope", "none"):  # attention sees offsets only: moving the window changes nothing
-        assert torch.allclose(forward_at(m, x, 16), m(x), atol=1e-5)
+        assert torch.allclose(m(x, start=16), m(x), atol=1e-5)
     if pos == "sinusoidal":
-        assert not torch.allclose(forward_at(m, x, 16), m(x), atol=1e-3)
+        assert not torch.allclose(m(x, start=16), m(x), atol=1e-3)
+
+
+def test_a_start_position_reads_the_learned_table_from_that_row():
+    m = _tiny("learned", 24)
+    shifted = copy.deepcopy(m)
+    with torch.no_grad():
+        shifted.stack.pos.weight[:8] = m.stack.pos.weight[16:24]
+    x = torch.randint(1, 20, (3, 8))
+    assert torch.equal(m(x, start=16), shifted(x))
+    with pytest.raises(ValueError, match="exceeds max_seq_len"):
+        m(x, start=17)
+
+
+def test_a_start_position_agrees_with_decoding_from_a_cache():
+    m = _tiny("rope", 32).eval()
+    x = torch.randint(1, 20, (2, 12))
+    cache = KVCache.for_model(m.cfg, 2, 12)
+    m(x[:, :5], cache=cache)
+    assert torch.allclose(m(x[:, 5:], cache=cache), m(x)[:, 5:], atol=1e-5)
+    with pytest.raises(ValueError, match="contradicts"):
+        m(x[:, :1], cache=cache, start=3)
 
 
 def test_position_logits_rope_is_offset_only_and_nope_has_none():

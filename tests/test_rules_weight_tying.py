@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from tfclaims.counting import model_params
-from tfclaims.registry import load
-from tfclaims.small_lm import model_config
-from tfclaims.subword_recipes import TYING_ARMS, matched_d_ff
+from tfclaims.claims.weight_tying import TYING_ARMS, matched_d_ff
+from tfclaims.harness.registry import load
+from tfclaims.measure.counting import model_params
+from tfclaims.train.small_lm import model_config
 
 from rules import analyse, comparison, decisions, find_sub, record, sub_verdict
 

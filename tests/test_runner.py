@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from tfclaims.experiment import Experiment, SubVerdict, Verdict
-from tfclaims.runner import BadInput, run_experiment, stale_results
+from tfclaims.harness.experiment import Experiment, SubVerdict, Verdict
+from tfclaims.harness.runner import BadInput, run_experiment, stale_results
 
 CALLS = []
 
@@ -178,7 +178,7 @@ def test_result_json_fields(tmp_path):
 def test_stale_detection(tmp_path, monkeypatch):
     run(tmp_path, profile="default")
     assert stale_results({"toy": Toy()}, tmp_path) == []
-    monkeypatch.setattr("tfclaims.provenance.code_hash", lambda exp: "changed")
+    monkeypatch.setattr("tfclaims.harness.provenance.code_hash", lambda exp: "changed")
     assert "stale" in stale_results({"toy": Toy()}, tmp_path)[0]
 
 
@@ -216,7 +216,7 @@ def test_check_results_reanalyses_and_notices_a_changed_verdict(tmp_path):
 
 
 def test_comparisons_and_noise_floor_reach_result_json(tmp_path):
-    from tfclaims import evidence as ev
+    from tfclaims.evidence import decisions as ev
 
     class WithEvidence(Toy):
         def analyse(self, runs, p, out):
@@ -263,8 +263,8 @@ def test_a_reanalysis_that_changes_nothing_leaves_every_file_untouched(tmp_path,
     run(tmp_path, Drawn())
     before = _files(tmp_path)
     # another commit, platform and time: circumstances of the analysis, not what it found
-    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "0" * 40 + "-dirty")
-    monkeypatch.setattr("tfclaims.runner.now", lambda: "2099-01-01T00:00:00+00:00")
+    monkeypatch.setattr("tfclaims.harness.runner.git_commit", lambda: "0" * 40 + "-dirty")
+    monkeypatch.setattr("tfclaims.harness.runner.now", lambda: "2099-01-01T00:00:00+00:00")
     rc, res = run(tmp_path, Drawn())
     assert rc == 0 and res["git_commit"].startswith("0" * 40)
     assert _files(tmp_path) == before  # same bytes and the same modification times
@@ -273,7 +273,7 @@ def test_a_reanalysis_that_changes_nothing_leaves_every_file_untouched(tmp_path,
 def test_a_reanalysis_that_changes_a_figure_republishes_it_with_its_provenance(tmp_path, monkeypatch):
     run(tmp_path, Drawn())
     before = _files(tmp_path)
-    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "f" * 40)
+    monkeypatch.setattr("tfclaims.harness.runner.git_commit", lambda: "f" * 40)
     exp = Drawn()
     exp.label = "value (nats)"
     run(tmp_path, exp)
@@ -284,15 +284,15 @@ def test_a_reanalysis_that_changes_a_figure_republishes_it_with_its_provenance(t
 
 
 def test_a_result_filed_from_a_dirty_tree_takes_the_clean_commit_of_a_reanalysis(tmp_path, monkeypatch):
-    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "a" * 40 + "-dirty")
+    monkeypatch.setattr("tfclaims.harness.runner.git_commit", lambda: "a" * 40 + "-dirty")
     run(tmp_path, Drawn())
     before = _files(tmp_path)
-    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "b" * 40)
+    monkeypatch.setattr("tfclaims.harness.runner.git_commit", lambda: "b" * 40)
     run(tmp_path, Drawn())
     after = _files(tmp_path)
     assert {p.name for p in after if after[p] != before[p]} == {"result.json"}  # figures and tables untouched
     assert json.loads((tmp_path / "toy" / "result.json").read_text())["git_commit"] == "b" * 40
-    monkeypatch.setattr("tfclaims.runner.git_commit", lambda: "c" * 40)
+    monkeypatch.setattr("tfclaims.harness.runner.git_commit", lambda: "c" * 40)
     run(tmp_path, Drawn())  # a clean commit is never replaced by another for the same result
     assert json.loads((tmp_path / "toy" / "result.json").read_text())["git_commit"] == "b" * 40
 
@@ -300,7 +300,7 @@ def test_a_result_filed_from_a_dirty_tree_takes_the_clean_commit_of_a_reanalysis
 def test_the_commit_is_read_once_and_ignores_the_harness_outputs(tmp_path):
     import subprocess
 
-    from tfclaims.provenance import git_commit
+    from tfclaims.harness.provenance import git_commit
 
     def git(*a):
         subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)

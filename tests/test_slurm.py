@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from tfclaims.registry import REPO_ROOT
+from tfclaims.harness.registry import REPO_ROOT
 
 from toys import TOY
 
+# one cluster for the module: its tests stay on one pytest-xdist worker (make test uses --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("slurm")
 SCRIPT = REPO_ROOT / "tests" / "slurm" / "cluster.sh"
 WALL_CLOCK = {"seconds", "steps_per_s"}  # metrics that time the run: the only ones a launcher may change
 

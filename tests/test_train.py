@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from tfclaims.config import ModelConfig, TrainConfig
-from tfclaims.data import load_corpus
-from tfclaims.models import LM
-from tfclaims.train import lr_at, train_lm
+from tfclaims.data.corpus import load_corpus
+from tfclaims.nn.config import ModelConfig, TrainConfig
+from tfclaims.nn.models import LM
+from tfclaims.train.loop import lr_at, train_lm
 
 
 @pytest.fixture(scope="module")

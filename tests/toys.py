@@ -11,7 +11,7 @@ Environment hooks, read inside each run:
 TOY = """
 import os, signal, time
 import torch
-from tfclaims.experiment import Experiment, Verdict
+from tfclaims.harness.experiment import Experiment, Verdict
 
 
 class Toy(Experiment):

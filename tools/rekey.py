@@ -1,86 +1,159 @@
-"""Re-key committed run records from the module-level run cache to the definition-level one, without rerunning.
+"""Re-key committed run records after a change to code they reach, when rerunning some of them shows the change
+does not move their numbers.
 
-A record may be re-keyed only if it stands for today's code under the scheme that filed it: the claim's
-result.json carries the code hash that the old scheme (provenance.py at --before) computes for today's
-code, its parameters are its profile's, and every run it names is on disk. Then each named record is
-written under the run id the new scheme gives it, with `rekeyed` holding its old run id and code hash, and
-the old file is removed; result.json gets the new run ids, code hash and per-definition digests.
+A refactor (a definition moved, two copies merged, a helper extracted) changes the code hash of every run that
+reaches it, and so its run id: the cache would rerun the claim. When the refactor does not change what a run
+computes, its records can stand for today's code. This tool shows it part by part and re-keys only what it shows:
 
-    .venv/bin/python tools/rekey.py --before <commit>   # the commit whose provenance.py filed the records
+- the claim's result.json is the one committed at --since (where `make check-results` passed), its parameters
+  are today's profile, and its runs are today's grid (the same config hashes);
+- for every part whose code hash changed, the --verify fastest records are rerun with today's code, on the
+  device and with the threads that filed them, and their metrics must equal the committed ones exactly (wall-clock fields aside);
+- then every record of a verified part is written under its new run id, with `rekeyed` listing its earlier run
+  ids and code hashes, the commit and the records rerun to verify it. A part whose reruns differ (timings never
+  repeat) is left alone: `make experiment` reruns exactly those runs, and re-analyses the claim.
+
+    .venv/bin/python tools/rekey.py --since <commit> [--verify 2] [--dry-run] [claim ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import datetime as dt
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import torch
+
+from tfclaims.harness.provenance import config_hash, grid_run_ids, run_code_hash, run_id
+from tfclaims.harness.registry import REPO_ROOT, load_all
+from tfclaims.harness.runner import RunTask, execute_run, resolve_profile
 from tfclaims.io import atomic_write_json
-from tfclaims.provenance import code_definitions, code_hash, grid_run_ids, run_code_hash, run_id
-from tfclaims.registry import REPO_ROOT, load_all
-from tfclaims.runner import resolve_profile
+
+# Metrics that measure the machine, not the computation: left out when reruns are compared.
+WALL_CLOCK = frozenset({"seconds", "steps_per_s", "wall_s"})
 
 
-def old_provenance(commit: str):
-    """provenance.py as it was at `commit`, loaded inside the package so that its relative imports work."""
-    src = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "show", f"{commit}:lib/tfclaims/provenance.py"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    spec = importlib.util.spec_from_loader("tfclaims._provenance_before", loader=None)
-    mod = importlib.util.module_from_spec(spec)
-    mod.__package__ = "tfclaims"
-    mod.__file__ = str(REPO_ROOT / "lib" / "tfclaims" / "provenance.py")  # its PKG_DIR: today's modules
-    exec(compile(src, f"{commit}:provenance.py", "exec"), mod.__dict__)
-    return mod
+def computed(metrics):
+    """The metrics less wall-clock fields, at every depth, as JSON stores them."""
+    if isinstance(metrics, dict):
+        return {k: computed(v) for k, v in metrics.items() if k not in WALL_CLOCK}
+    if isinstance(metrics, list):
+        return [computed(v) for v in metrics]
+    return metrics
 
 
-def rekey(cid, exp, old, root: Path, dry: bool) -> str:
+def duration(rec: dict) -> float:
+    try:
+        t = dt.datetime.fromisoformat(rec["finished_at"]) - dt.datetime.fromisoformat(rec["started_at"])
+        return t.total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return float("inf")
+
+
+def committed_at(commit: str, path: Path) -> str | None:
+    rel = path.resolve().relative_to(REPO_ROOT)
+    out = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "show", f"{commit}:{rel}"], capture_output=True, text=True
+    )
+    return out.stdout if out.returncode == 0 else None
+
+
+def rerun_equal(exp, rec: dict, scratch: Path) -> tuple[bool, str]:
+    """Rerun one record's config with today's code; (same numbers, the rerun's run id)."""
+    cfg, device = rec["config"], rec["device"]
+    chash = run_code_hash(exp, cfg)
+    rid = run_id(config_hash(exp.claim_id, cfg, device), chash)
+    path = scratch / f"{rid}.json"
+    task = RunTask(
+        experiment_file=str(REPO_ROOT / "experiments" / f"{exp.claim_id}.py"), claim_id=exp.claim_id, config=cfg, config_hash=rec["config_hash"],
+        code_hash=chash, run_id=rid, device=device, path=str(path),
+    )  # fmt: skip
+    torch.set_num_threads(rec.get("threads") or torch.get_num_threads())  # as filed: reductions follow it
+    execute_run(task, exp)
+    fresh = json.loads(path.read_text())
+    same = fresh.get("status") == "ok" and computed(fresh["metrics"]) == computed(rec["metrics"])
+    return same, rid
+
+
+def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool) -> str:
     res_path = root / cid / "result.json"
-    res = json.loads(res_path.read_text())
-    problems = old.result_problems(exp, res, root, resolve_profile)
-    if problems:
-        return f"{cid}: not re-keyed ({'; '.join(problems)})"
+    if not res_path.exists():
+        return f"{cid}: no result"
+    text = res_path.read_text()
+    if committed_at(since, res_path) != text:
+        return f"{cid}: not re-keyed (result.json is not the one committed at {since})"
+    res = json.loads(text)
+    p = resolve_profile(exp, res.get("profile", "default"))
+    if res.get("params") != json.loads(json.dumps(p)):
+        return f"{cid}: not re-keyed (its parameters are not today's profile)"
     runs = root / cid / "runs"
-    renamed = {}
-    for rid in res["run_ids"]:
-        rec = json.loads((runs / f"{rid}.json").read_text())
-        new_code = run_code_hash(exp, rec["config"])
-        new_rid = run_id(rec["config_hash"], new_code)
-        rec["rekeyed"] = {"run_id": rid, "code_hash": rec["code_hash"], "by": "tools/rekey.py"}
-        rec["run_id"], rec["code_hash"] = new_rid, new_code
-        renamed[rid] = (new_rid, rec)
-    expected = sorted(grid_run_ids(exp, res["params"], res["device"]))
-    if sorted(r for r, _ in renamed.values()) != expected:
-        return f"{cid}: not re-keyed (the new run ids are not the grid's)"
-    if not dry:
-        for rid, (new_rid, rec) in renamed.items():
-            atomic_write_json(runs / f"{new_rid}.json", rec)
-            if new_rid != rid:
-                (runs / f"{rid}.json").unlink()
-        fresh = {}
-        for k, v in res.items():
-            fresh[k] = v
-            if k == "code_hash":
-                fresh["code_definitions"] = code_definitions(exp)
-        fresh.update(run_ids=expected, code_hash=code_hash(exp))
-        atomic_write_json(res_path, fresh)
-    return f"{cid}: {len(renamed)} records re-keyed (code hash {res['code_hash']} -> {code_hash(exp)})"
+    recs = {r: json.loads((runs / f"{r}.json").read_text()) for r in res["run_ids"]}
+    grid = sorted(grid_run_ids(exp, p, res["device"]))
+    if sorted(recs) == grid:
+        return f"{cid}: up to date (nothing to re-key)"
+    cfg_hashes = sorted(config_hash(cid, c, res["device"]) for c in exp.grid(p))
+    if sorted(r["config_hash"] for r in recs.values()) != cfg_hashes:
+        return f"{cid}: not re-keyed (its runs are not today's grid)"
+    by_part: dict[str, list[dict]] = {}
+    for rec in recs.values():
+        if run_code_hash(exp, rec["config"]) != rec["code_hash"]:
+            by_part.setdefault(rec["config"].get("part", ""), []).append(rec)
+    lines, moved = [], 0
+    with tempfile.TemporaryDirectory() as scratch:
+        for part, part_recs in sorted(by_part.items()):
+            sample = sorted(part_recs, key=duration)[:n_verify]
+            checks = [rerun_equal(exp, rec, Path(scratch)) for rec in sample]
+            if not all(same for same, _ in checks):
+                lines.append(
+                    f"  {part or '-'}: {len(part_recs)} records left to rerun (a rerun gave other numbers)"
+                )
+                continue
+            verified = [rid for _, rid in checks]
+            lines.append(
+                f"  {part or '-'}: {len(part_recs)} records re-keyed ({len(sample)} rerun, the same numbers)"
+            )
+            for rec in part_recs:
+                old_rid, new_code = rec["run_id"], run_code_hash(exp, rec["config"])
+                history = rec.get("rekeyed", [])
+                history = history if isinstance(history, list) else [history]
+                entry = {
+                    "run_id": old_rid,
+                    "code_hash": rec["code_hash"],
+                    "since": since,
+                    "verified_by": verified,
+                }
+                rec["rekeyed"] = [*history, entry]
+                rec["code_hash"], rec["run_id"] = new_code, run_id(rec["config_hash"], new_code)
+                if not dry:
+                    atomic_write_json(runs / f"{rec['run_id']}.json", rec)
+                    (runs / f"{old_rid}.json").unlink()
+                moved += 1
+    return "\n".join([f"{cid}: {moved} records re-keyed{' (dry run)' if dry else ''}", *lines])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", required=True, help="the commit whose provenance.py filed the records")
+    ap.add_argument("--since", required=True, help="the commit whose committed results were up to date")
+    ap.add_argument("--verify", type=int, default=2, help="records rerun per changed part (default 2)")
     ap.add_argument("--results-dir", default=str(REPO_ROOT / "results"))
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("claims", nargs="*", help="claim ids (default: all)")
     args = ap.parse_args()
-    old = old_provenance(args.before)
-    lines = [rekey(cid, exp, old, Path(args.results_dir), args.dry_run) for cid, exp in load_all().items()]
-    print("\n".join(lines))
-    return 1 if any("not re-keyed" in line for line in lines) else 0
+    if args.verify < 1:
+        ap.error("--verify must be at least 1: a re-key is shown by rerunning, never assumed")
+    exps = load_all()
+    unknown = sorted(set(args.claims) - exps.keys())
+    if unknown:
+        ap.error(f"unknown claim(s): {', '.join(unknown)}")
+    for cid in args.claims or sorted(exps):
+        print(
+            rekey(cid, exps[cid], args.since, Path(args.results_dir), args.verify, args.dry_run), flush=True
+        )
+    return 0
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ import threading
 from multiprocessing import util as mp_util
 from pathlib import Path
 
-from .config import ConfigError
-from .data import CorpusError
+from .data.corpus import CorpusError
 from .device import DeviceError
-from .experiment import PROFILES, Experiment
-from .launch import LAUNCHERS, Launcher, LauncherError
-from .registry import REPO_ROOT
-from .runner import MAX_SEEDS, BadInput, run_experiment
+from .harness.experiment import PROFILES, Experiment
+from .harness.launch import LAUNCHERS, Launcher, LauncherError
+from .harness.registry import REPO_ROOT
+from .harness.runner import MAX_SEEDS, BadInput, run_experiment
+from .nn.config import ConfigError
 
 
 def results_root(arg: str | None) -> Path:
@@ -233,7 +233,7 @@ def _run(exps: list[Experiment], args) -> int:
         )
         code = max(code, rc)
     if report is not None and any(root.glob("*/result.json")):
-        from .report import build_report
+        from .report.build import build_report
 
         build_report(root, report)
     return code
@@ -297,7 +297,7 @@ def main(argv=None) -> int:
     sub.add_parser("bench", help="library speed against an independent implementation")
     args = ap.parse_args(argv)
 
-    from .registry import load_all
+    from .harness.registry import load_all
 
     def go() -> int:
         broken: list[tuple[str, str]] = []
@@ -320,13 +320,13 @@ def main(argv=None) -> int:
                 raise BadInput("no claims found under experiments/: nothing to reproduce")
             return max(_run(list(exps.values()), args), 1 if broken else 0)
         if args.cmd == "report":
-            from .report import build_report
+            from .report.build import build_report
 
             root = results_root(args.results_dir)
             build_report(root, report_root(args.report_dir, root))
             return 0
         if args.cmd == "check-results":
-            from .runner import stale_results
+            from .harness.runner import stale_results
 
             problems = stale_results(exps, results_root(args.results_dir), reanalyse=True)
             for line in problems:
@@ -336,7 +336,7 @@ def main(argv=None) -> int:
             )
             return 1 if problems else 0
         if args.cmd == "bench":
-            from .bench import main as bench_main
+            from .harness.bench import main as bench_main
 
             return bench_main()
         return 2

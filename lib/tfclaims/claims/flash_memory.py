@@ -1,0 +1,69 @@
+"""Peak memory of an attention forward + backward: what Dao et al.'s 10×/20× compare, beside the bytes saved.
+
+On CUDA: `attention_cost.cuda_peak` (`torch.cuda.max_memory_allocated` after a reset, less what was allocated
+before). On the CPU, where
+torch keeps no allocator statistics, the profiler's memory view: every allocation and free it records (ops'
+own allocations and the frees between them) in time order, summed; the peak of that running sum is the most
+memory the call held at once beyond what existed before it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from ..measure.attention_cost import cuda_peak
+from ..nn.attention import Attention, build_mask
+from ..nn.config import ModelConfig
+
+
+def _fwd_bwd(fn) -> None:
+    fn().float().square().sum().backward()
+
+
+def cpu_peak(fn) -> int:
+    """Peak bytes held at once by fn() on the CPU beyond what was allocated before it (profiler memory events)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    moves = []
+    for e in prof.events():
+        b = e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage
+        if b:
+            moves.append((e.time_range.start, b))
+    cur = peak = 0
+    for _, b in sorted(moves, key=lambda m: m[0]):
+        cur += b
+        peak = max(peak, cur)
+    return int(peak)
+
+
+def peak_bytes(fn, device) -> int:
+    """Peak bytes of forward + backward of fn() (a scalar loss of its output), beyond what existed before."""
+    return cuda_peak(fn) if torch.device(device).type == "cuda" else cpu_peak(lambda: _fwd_bwd(fn))
+
+
+def run_peak_memory(cfg: dict, ctx) -> dict:
+    """Peak memory of forward + backward (a scalar loss of the output) of the attention core on leaf q, k, v,
+    batch 1, at one n: the explicit path (n×n scores kept) and the fused kernel, each plain and causal."""
+    n, h, dk, dev = cfg["n"], cfg["heads"], cfg["head_dim"], ctx.device
+    c = ModelConfig(d_model=h * dk, n_heads=h, max_seq_len=n, causal=True, attn_backend="explicit")
+    with torch.device(dev):
+        core = Attention(c)
+        q, k, v = (torch.randn(1, h, n, dk, requires_grad=True) for _ in range(3))
+        mask = build_mask(n, n, causal=True, device=dev)
+    fns = {
+        "explicit": lambda: core._explicit(q, k, v, None),
+        "explicit_causal": lambda: core._explicit(q, k, v, mask),
+        "fused": lambda: F.scaled_dot_product_attention(q, k, v),
+        "fused_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    }
+    out = {}
+    for name, fn in fns.items():
+        _fwd_bwd(fn)  # warm-up: first-call workspaces are not the kernel's memory
+        for t in (q, k, v):
+            t.grad = None
+        out[name] = peak_bytes(fn, dev)
+        for t in (q, k, v):
+            t.grad = None
+    return {"peak_bytes": out, "device": str(dev)}

@@ -1,0 +1,1 @@
+"""The text: the Shakespeare corpus (characters) and its byte-level BPE view."""

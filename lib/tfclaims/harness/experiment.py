@@ -1,0 +1,167 @@
+"""What a claim's experiment declares, and what its analysis returns.
+
+An experiment file subclasses `Experiment` and declares:
+  claim_id, title, statement (the claim in our words), notes_say, anchors, method, rule (the
+  pre-registered verdict rule with its margins, fixed before running), profiles {quick, default, full},
+  parts: the kinds of run it makes, each a `Part(name, grid, run)`: grid(p) -> run configs (plain JSON
+  dicts, each with its own 'seed' where seeds matter) and run(cfg, ctx) -> metrics, a recipe that lives
+  in the library or as a module-level function of the experiment file;
+  and analyse(runs, p, out) -> Verdict, whose comparisons come from `tfclaims.evidence.decisions`.
+The runner does the rest: caching (keyed by the code each part's recipe reaches), atomic records,
+progress, staged publication of result.json with its tables and figures, the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+VERDICTS = ("supported", "refuted", "mixed", "inconclusive")
+PROFILES = ("quick", "default", "full")
+
+
+@dataclass
+class RunContext:
+    """What run_one gets beside its config."""
+
+    device: torch.device
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Part:
+    """One kind of run: `grid(p)` gives its configs, `run(cfg, ctx)` turns one config into metrics.
+
+    `run` must be a module-level function (of a library module, or of the experiment file): the run cache is
+    keyed by the code it reaches, so editing an analysis or another part's recipe reruns nothing here."""
+
+    name: str
+    grid: Callable[[dict], list[dict]]
+    run: Callable[[dict, RunContext], dict]
+
+    def __post_init__(self):
+        if "." in getattr(self.run, "__qualname__", ".") or "<" in self.run.__qualname__:
+            raise TypeError(f"part {self.name!r}: run must be a module-level function, got {self.run!r}")
+
+
+@dataclass
+class SubVerdict:
+    name: str
+    verdict: str
+    detail: str
+    comparisons: list[str] = field(default_factory=list)  # ids of the comparisons it aggregates
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    summary: str  # one or two sentences: what the data says, with numbers
+    key_number: str  # the headline number for the summary table
+    evidence: dict = field(default_factory=dict)  # the numbers the rule used
+    sub_verdicts: list[SubVerdict] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+    comparisons: list = field(default_factory=list)  # evidence.Comparison: every decision the rule used
+    noise_floor: list = field(default_factory=list)  # evidence.Comparison: null pairs (training claims)
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+
+@dataclass
+class Output:
+    """Where analyse() puts tables and figures; records them for result.json and the report."""
+
+    claim_dir: Path
+    claim_id: str
+    figures: dict = field(default_factory=dict)
+    tables: list = field(default_factory=list)
+
+    def table(
+        self, name: str, df: pd.DataFrame, title: str, *, in_report: bool = True, floatfmt: str = ".4g"
+    ) -> None:
+        from ..io import atomic_write_text
+
+        path = self.claim_dir / f"{name}.csv"
+        atomic_write_text(path, df.to_csv(index=False))
+        self.tables.append(
+            {
+                "name": name,
+                "title": title,
+                "csv": path.name,
+                "markdown": _markdown(df, floatfmt) if in_report else None,
+            }
+        )
+
+    def figure(self, name: str, fig, caption: str) -> None:
+        from ..plotting import save_figure
+
+        paths = save_figure(fig, self.claim_dir / "figures", name)
+        fig_id = f"fig-{self.claim_id}-{name}"
+        self.figures[fig_id] = {
+            "png": f"figures/{paths[0].name}",
+            "svg": f"figures/{paths[1].name}",
+            "caption": caption,
+        }
+
+
+def _markdown(df: pd.DataFrame, floatfmt: str) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return "—" if v != v else format(v, floatfmt)
+        return "—" if v is None else str(v)
+
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    sep = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, sep, *rows])
+
+
+class Experiment:
+    claim_id: str = ""
+    title: str = ""
+    order: int = 100  # position in the report
+    times_code: bool = (
+        False  # True: runs measure wall-clock time, so the `auto` launcher runs them one at a time
+    )
+    statement: str = ""
+    notes_say: str = ""
+    anchors: list[str] = []
+    anchor_number: str = ""
+    method: str = ""
+    rule: str = ""
+    profiles: dict[str, dict] = {}
+    parts: tuple[Part, ...] = ()
+
+    def grid(self, p: dict) -> list[dict]:
+        """Every part's configs, each tagged with its part's name."""
+        return [{"part": part.name, **c} for part in self.parts for c in part.grid(p)]
+
+    def part(self, name: str) -> Part:
+        for part in self.parts:
+            if part.name == name:
+                return part
+        raise KeyError(f"{self.claim_id} has no part {name!r}")
+
+    def run_one(self, cfg: dict, ctx: RunContext) -> dict:
+        return self.part(cfg["part"]).run(cfg, ctx)
+
+    def analyse(self, runs: list[dict], p: dict, out: Output) -> Verdict:
+        raise NotImplementedError
+
+    @staticmethod
+    def runs_of(runs: list[dict], part: str) -> list[dict]:
+        """The records of one part."""
+        return [r for r in runs if r["config"].get("part") == part]
+
+    @staticmethod
+    def with_seeds(configs: list[dict], seeds) -> list[dict]:
+        return [{**c, "seed": s} for c in configs for s in seeds]

@@ -1,0 +1,442 @@
+"""Where runs execute: in this process, in local worker processes, or as SLURM jobs through submitit.
+
+Every launcher maps the same picklable function over the pending runs of a sweep. The function writes
+its run record itself, atomically, into results/<claim>/runs/, so results flow into one cache whichever
+launcher (or machine) produced them, and a sweep may be split and finished anywhere. A launcher only
+reports runs whose worker or job was lost (killed, cancelled, pre-empted, out of time or memory) so that
+the caller can record them as failed, with the log, and retry them on the next invocation.
+
+SLURM jobs ask for what the runs use: no GPU and one CPU per job for CPU runs (one thread is as fast as
+two at these sizes), one GPU and 4 CPUs for CUDA runs, and a stated memory; runs whose duration is known
+from earlier records are packed into jobs of about `job_min` minutes, so that seconds-long runs do not each
+pay the scheduler. Cluster defaults come from environment variables (TFCLAIMS_SLURM_PARTITION, ..._ACCOUNT,
+..._QOS, ..._TIME_MIN, ..._JOB_MIN, ..._GPUS, ..._CPUS, ..._MEM_GB, ..._ARRAY_PARALLELISM, ..._POLL_S,
+TFCLAIMS_SUBMITIT_CLUSTER); command-line options override them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+import submitit
+import torch
+from tqdm.auto import tqdm
+
+from ..device import DEVICES, DeviceError, resolve_device
+from .registry import REPO_ROOT
+
+LAUNCHERS = ("auto", "local", "local-parallel", "slurm")
+SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
+_ENV = "TFCLAIMS_SLURM_"
+
+
+class LauncherError(ValueError):
+    """An invalid launcher option; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A run whose worker or job ended without writing a record."""
+
+    error: str
+    log: str | None = None
+    log_tail: str | None = None
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str = "local"
+    workers: int = 0  # local-parallel: 0 = one per GPU, else one per CPU core pair
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = 120  # limit per job
+    job_min: float = 10.0  # work per job when run durations are known from earlier records
+    gpus: int | None = None  # per job; None: 1 for CUDA runs, 0 for CPU runs
+    cpus: int | None = None  # per job; None: 1 for CPU runs (the threads a run uses), 4 for CUDA runs
+    mem_gb: float | None = None  # per job; None: 4 for CPU runs, 16 for CUDA runs
+    array_parallelism: int = 64  # jobs of one array running at once
+    poll_s: float = 15.0  # how often the job states are asked for (one sacct call for all jobs)
+    cluster: str = "slurm"  # submitit backend; "local" runs the same job path on this machine
+    log_dir: Path = field(default_factory=lambda: REPO_ROOT / "logs")
+
+    def __post_init__(self):
+        if self.name not in LAUNCHERS:
+            raise LauncherError(f"unknown launcher {self.name!r}; choose one of {', '.join(LAUNCHERS)}")
+        if self.cluster not in SUBMITIT_CLUSTERS:
+            raise LauncherError(
+                f"unknown submitit cluster {self.cluster!r}; choose one of {', '.join(SUBMITIT_CLUSTERS)}"
+            )
+        for name in ("workers", "gpus"):
+            if (getattr(self, name) or 0) < 0:
+                raise LauncherError(f"launcher option {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("time_min", "cpus", "array_parallelism"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise LauncherError(f"launcher option {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("mem_gb", "job_min", "poll_s"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise LauncherError(f"launcher option {name} must be > 0, got {getattr(self, name)}")
+
+    @classmethod
+    def from_options(cls, name: str = "local", env: dict | None = None, **options) -> Launcher:
+        """Options given (not None) override TFCLAIMS_SLURM_* / TFCLAIMS_SUBMITIT_CLUSTER, which override defaults."""
+        env = os.environ if env is None else env
+        kw: dict = {"name": name}
+        for f in fields(cls):
+            raw = env.get(_ENV + f.name.upper())
+            if f.name == "cluster":
+                raw = env.get("TFCLAIMS_SUBMITIT_CLUSTER")
+            if raw is not None and f.name not in ("name", "log_dir"):
+                kw[f.name] = _parse_env(f.name, raw, f.type)
+        kw.update({k: v for k, v in options.items() if v is not None})
+        if "log_dir" in kw:
+            kw["log_dir"] = Path(kw["log_dir"])
+        return cls(**kw)
+
+    @property
+    def in_process(self) -> bool:
+        return self.name in ("local", "auto")
+
+    def resolve(self, *, times_code: bool, device: torch.device, n_tasks: int) -> Launcher:
+        """`auto`, decided per sweep: one single-threaded worker per CPU core for training runs on the CPU (torch's
+        intra-op threads buy little at these sizes while two processes use both cores), in process otherwise —
+        for claims that time code (a run needs the machine to itself), on a GPU, or when one run is pending."""
+        if self.name != "auto":
+            return self
+        cores = os.cpu_count() or 1
+        if times_code or device.type != "cpu" or cores < 2 or n_tasks < 2:
+            return replace(self, name="local")
+        return replace(self, name="local-parallel", workers=min(cores, n_tasks))
+
+    def device(self, spec: str) -> torch.device:
+        """The device type runs will use (it enters each run's hash).
+
+        Local launchers check this machine. SLURM jobs run elsewhere: `auto` means CUDA when the jobs are
+        given GPUs (--slurm-gpus), else the CPU; the job itself checks that it got what it asked for.
+        """
+        if self.name != "slurm":
+            return resolve_device(spec)
+        if spec not in DEVICES:
+            return resolve_device(spec)  # raises the standard message
+        if spec == "cuda" and self.gpus == 0:
+            raise DeviceError("--device cuda with --slurm-gpus 0: the jobs would have no GPU")
+        if spec == "cpu" and self.gpus:
+            raise LauncherError(
+                f"--device cpu with --slurm-gpus {self.gpus}: the jobs would hold GPUs they never use"
+            )
+        if spec == "auto":
+            return torch.device("cuda" if self.gpus else "cpu")
+        return torch.device(spec)
+
+    def request(self, device: torch.device) -> dict:
+        """What each SLURM job asks for, defaults following the device."""
+        cuda = device.type == "cuda"
+        return {
+            "partition": self.partition,
+            "account": self.account,
+            "qos": self.qos,
+            "gpus": (1 if cuda else 0) if self.gpus is None else self.gpus,
+            "cpus": (4 if cuda else 1) if self.cpus is None else self.cpus,
+            "mem_gb": (16.0 if cuda else 4.0) if self.mem_gb is None else self.mem_gb,
+            "time_min": self.time_min,
+        }
+
+    def map(
+        self, fn: Callable, tasks: Sequence, *, desc: str, claim_id: str, progress: bool = True
+    ) -> Iterator[tuple[object, Lost | None]]:
+        """Run fn(task) for every task; yield (task, None) when it returned, (task, Lost) when it was lost."""
+        if not tasks:
+            return iter(())
+        if self.name in ("local", "auto"):
+            return self._local(fn, tasks, desc, progress)
+        if self.name == "local-parallel":
+            return self._parallel(fn, tasks, desc, progress)
+        return self._submitit(fn, tasks, desc, claim_id, progress)
+
+    # -- backends -------------------------------------------------------------------------------
+
+    def _local(self, fn, tasks, desc, progress):
+        for task in tqdm(tasks, desc=desc, disable=not progress, unit="run"):
+            fn(task)
+            yield task, None
+
+    def _parallel(self, fn, tasks, desc, progress):
+        """A pool of spawned workers. A worker that dies (killed, out of memory) breaks the pool and every run
+        it had not finished; those runs get one more try in a fresh pool, then count as lost."""
+        n_gpu = torch.cuda.device_count()
+        n = self.workers or n_gpu or max(1, (os.cpu_count() or 2) // 2)
+        threads = max(1, (os.cpu_count() or 1) // n)
+        bar = tqdm(total=len(tasks), desc=f"{desc} ×{n}", disable=not progress, unit="run")
+        todo = list(tasks)
+        try:
+            for last_try in (False, True):
+                broken = []
+                for task, done in _pool_round(fn, todo, n, n_gpu, threads):
+                    if not (done or last_try):
+                        broken.append(task)  # its worker died: one more try in a fresh pool
+                        continue
+                    bar.update()
+                    yield task, None if done else _DIED_TWICE
+                if not broken:
+                    break
+                todo = broken
+        finally:
+            bar.close()
+
+    def _submitit(self, fn, tasks, desc, claim_id, progress):
+        """One array job per sweep, each array task running a group of runs one after another."""
+        if self.cluster == "slurm":
+            _check_slurm()
+        req = self.request(torch.device(tasks[0].device))
+        groups = group_runs(tasks, self.job_min * 60)
+        folder = self.log_dir / claim_id
+        ex = submitit.AutoExecutor(folder=folder / "%j", cluster=self.cluster)
+        extra = {k: v for k, v in (("account", req["account"]), ("qos", req["qos"])) if v}
+        ex.update_parameters(
+            name=f"tfclaims-{claim_id}",
+            timeout_min=req["time_min"],
+            cpus_per_task=req["cpus"],
+            mem_gb=req["mem_gb"],
+            slurm_partition=req["partition"],
+            slurm_array_parallelism=self.array_parallelism,
+            slurm_additional_parameters=extra or None,
+            **({"gpus_per_node": req["gpus"]} if req["gpus"] else {}),
+        )
+        jobs = _submit(ex, _Job(fn), groups, folder)
+        n_known = sum(t.estimate_s is not None for t in tasks)
+        print(
+            f"{claim_id}: SLURM job {jobs[0].job_id.split('_')[0]}: {len(groups)} job(s) for {len(tasks)} run(s) "
+            f"({n_known} with a recorded duration, packed to about {self.job_min:g} min a job; the rest one a "
+            f"job); each asks for {_describe(req)}; logs in {folder}/{_log_pattern(jobs)}/",
+            file=sys.stderr,
+        )
+        poll = 1.0 if self.cluster != "slurm" else self.poll_s
+        pending = {job: (group, False) for job, group in zip(jobs, groups)}
+        with tqdm(
+            total=len(tasks), desc=f"{desc} [{self.cluster} jobs]", disable=not progress, unit="run"
+        ) as bar:
+            wait_s = min(poll, 2.0)  # a first look soon: a quick sweep may be done in seconds
+            while pending:
+                time.sleep(wait_s)
+                wait_s = poll
+                _refresh(pending)
+                for job in [j for j in pending if j.done()]:
+                    group, retried = pending.pop(job)
+                    try:
+                        job.result()
+                        lost = None
+                    except Exception as e:  # UncompletedJobError, FailedJobError: the job died
+                        state = _state(job)
+                        if state.split()[0] in RETRIED_STATES and not retried:
+                            with _quiet():
+                                pending[ex.submit(_Job(fn), group)] = (group, True)
+                            print(
+                                f"{claim_id}: job {job.job_id} ended {state}; its runs are tried once more",
+                                file=sys.stderr,
+                            )
+                            continue
+                        lost = Lost(
+                            f"job {job.job_id} ended without a record ({state}): {str(e).splitlines()[0]}",
+                            str(job.paths.stderr),
+                            _tail(job.paths.stderr),
+                        )
+                    for task in group:
+                        bar.update()
+                        yield task, lost
+
+
+_DIED_TWICE = Lost("a worker process died (killed, or out of memory) while this run was pending, twice")
+
+
+def _pool_round(fn, tasks, n: int, n_gpu: int, threads: int):
+    """Run tasks in one pool of n spawned workers; yield (task, True) when a run returned, (task, False) when
+    the pool broke before it did."""
+    ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
+    gpu_ids = ctx.Queue()
+    for i in range(n):
+        gpu_ids.put(i % n_gpu if n_gpu else None)
+    pool = ProcessPoolExecutor(
+        n, mp_context=ctx, initializer=_init_worker, initargs=(gpu_ids, threads, os.getpid())
+    )
+    try:
+        pending = {pool.submit(fn, t): t for t in tasks}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                task = pending.pop(fut)
+                try:
+                    fut.result()
+                    yield task, True
+                except BrokenProcessPool:
+                    yield task, False
+    except BaseException:  # Ctrl-C, SIGTERM: stop now rather than finish the queue
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()  # a run cut short leaves no record (records are written atomically)
+        raise
+    pool.shutdown()
+    gpu_ids.close()
+
+
+# Job states in which SLURM lost the job through no fault of its runs: they are submitted once more.
+RETRIED_STATES = ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "REQUEUED")
+
+
+def group_runs(tasks, target_s: float) -> list[list]:
+    """Consecutive runs packed into groups of about target_s seconds of recorded run time; a run whose
+    duration is unknown (`estimate_s` None) is a group of its own. Each task learns its group."""
+    groups: list[list] = []
+    cur, cur_s = [], 0.0
+    for t in tasks:
+        if t.estimate_s is None:
+            groups.append([t])
+            continue
+        cur.append(t)
+        cur_s += t.estimate_s
+        if cur_s >= target_s:
+            groups.append(cur)
+            cur, cur_s = [], 0.0
+    if cur:
+        groups.append(cur)
+    n = len(groups)
+    return [[replace(t, job_group=f"{k + 1}/{n} ({len(g)} runs)") for t in g] for k, g in enumerate(groups)]
+
+
+class _Job(submitit.helpers.Checkpointable):
+    """One array task: its group's runs one after another, with as many threads as CPUs were allocated.
+
+    On pre-emption or time-out SLURM requeues the job; the requeued job skips the runs this sweep already
+    recorded."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, group):
+        torch.set_num_threads(allocated_cpus())
+        return [self.fn(t) for t in group if not t.recorded()]
+
+
+def allocated_cpus() -> int:
+    """The CPUs this process may use: SLURM's allocation, else the CPU affinity mask, else all cores."""
+    if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _check_slurm() -> None:
+    """sbatch to submit, and sacct (SLURM accounting) to learn how a job ended: submitit reads job states
+    from it, so without it a dead job would be waited for forever."""
+    if shutil.which("sbatch") is None:
+        raise LauncherError(
+            "--launcher slurm needs SLURM's sbatch on PATH and found none "
+            "(run from a login node, or use --submitit-cluster local to run the jobs on this machine)"
+        )
+    try:
+        out = subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, text=True, timeout=60)
+        why = out.stderr.strip().splitlines()[-1] if out.returncode else None
+    except (OSError, subprocess.SubprocessError) as e:
+        why = str(e)
+    if why:
+        raise LauncherError(f"--launcher slurm needs SLURM accounting (sacct) to follow its jobs: {why}")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """submitit prints sbatch's complaints to stderr before raising; the caller says it in one line."""
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def _submit(ex, job_fn, groups, folder: Path) -> list:
+    """Submit the array; a refusal is one line with sbatch's own words, and leaves no file behind."""
+    before = set(folder.rglob("*")) if folder.exists() else None
+    try:
+        with _quiet():
+            return ex.map_array(job_fn, groups)
+    except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError, OSError) as e:
+        for path in sorted(set(folder.rglob("*")) - (before or set()), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
+        if before is None:
+            shutil.rmtree(folder, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                folder.parent.rmdir()  # the log folder, when this submission created it
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        said = [ln.removeprefix("sbatch: error: ") for ln in lines if ln.startswith("sbatch: error:")]
+        raise LauncherError(
+            f"SLURM refused the jobs: {'; '.join(said or lines[-1:]) or type(e).__name__}"
+        ) from None
+
+
+def _refresh(pending: dict) -> None:
+    """One sacct call for every job of the sweep (left to itself, submitit backs off to minutes)."""
+    watcher = getattr(next(iter(pending)), "watcher", None)  # shared by the jobs of one cluster
+    if watcher is not None:
+        with contextlib.suppress(Exception), _quiet():
+            watcher.update()
+
+
+def _state(job) -> str:
+    with contextlib.suppress(Exception), _quiet():
+        return str(job.state)
+    return "UNKNOWN"
+
+
+def _describe(req: dict) -> str:
+    where = ", ".join(f"{k} {req[k]}" for k in ("partition", "account", "qos") if req[k])
+    gpus = f"{req['gpus']} GPU(s)" if req["gpus"] else "no GPU"
+    return f"{req['cpus']} CPU(s), {gpus}, {req['mem_gb']:g} GB, {req['time_min']} min" + (
+        f", {where}" if where else ""
+    )
+
+
+def _log_pattern(jobs) -> str:
+    """The real log folder: <array job id>_<task> for an array, the job id for a single job."""
+    first = str(jobs[0].job_id)
+    return f"{first.split('_')[0]}_<task>" if "_" in first else first
+
+
+def _init_worker(gpu_ids, threads: int, parent: int) -> None:
+    def watch():  # a worker whose parent died (killed, even with SIGKILL) exits instead of lingering
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+    gpu = gpu_ids.get()
+    if gpu is not None:
+        torch.cuda.set_device(gpu)
+    torch.set_num_threads(threads)
+
+
+def _tail(path: Path, n: int = 20) -> str | None:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return None
+
+
+def _parse_env(name: str, raw: str, typ) -> object:
+    try:
+        if "float" in str(typ):
+            return float(raw)
+        if "int" in str(typ):
+            return int(raw)
+    except ValueError:
+        raise LauncherError(f"{_ENV}{name.upper()}={raw!r} is not a number") from None
+    return raw

@@ -1,0 +1,212 @@
+"""The code a run executes: the definitions its recipe reaches, wherever they live.
+
+From a root definition (a part's recipe, a module-level function of a library module or of an experiment
+file) every name it uses is followed to the definition it denotes: a function, a class (whole, methods
+included) or a module-level constant of the same module, or of a library module through `from .x import y`,
+`from tfclaims.x import y` or `x.y` (re-exports followed), lazy imports inside functions included. What is
+reached is hashed definition by definition, normalised (no comments, docstrings, import statements or
+layout) and keyed by its own name, not by its module: moving a definition to another module changes no hash,
+and editing a definition that no run reaches (analysis, plotting, the command line) reruns nothing. The
+statements a reached module runs at import (other than definitions and imports) count too: they could set
+global state. Names the walk cannot see (a definition looked up by a string at run time) are not followed;
+tests/test_reach.py traces every part of every claim and fails on an executed definition outside its closure.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+PKG_DIR = Path(__file__).resolve().parents[1]  # the tfclaims package
+PKG = PKG_DIR.name
+
+
+@dataclass(frozen=True)
+class Definition:
+    module: str  # a library module ("attention"), or the path of an experiment file
+    name: str
+    text: str  # normalised source
+
+    @property
+    def qualname(self) -> str:
+        """For messages: "positions.apply_rope", "nn.positions.apply_rope", "postnorm_warmup.run_train"."""
+        where = Path(self.module).stem if self.module.endswith(".py") else self.module
+        return f"{where}.{self.name}"
+
+    @property
+    def digest(self) -> str:
+        return sha(f"{self.name}\n{self.text}")
+
+
+class _Module:
+    """One parsed source file: its top-level definitions, import-time statements and imported names."""
+
+    def __init__(self, key: str, source: str, package_dir: Path):
+        tree = ast.parse(source)
+        self.key, self.package_dir = key, package_dir
+        self._texts: dict[int, str] = {}
+        self.defs: dict[str, ast.AST] = {}
+        self.side: list[ast.AST] = []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.defs[node.name] = node
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for n in (n for t in targets for n in ast.walk(t)):
+                    if isinstance(n, ast.Name):
+                        self.defs.setdefault(n.id, node)
+            elif not (isinstance(node, (ast.Import, ast.ImportFrom)) or _is_docstring(node)):
+                self.side.append(node)
+        # local name -> ("def", module, name) for `from M import name`, ("mod", module) for a module
+        self.imports: dict[str, tuple] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = self._library_module(node)
+                if base is None:
+                    continue
+                for a in node.names:
+                    local = a.asname or a.name
+                    if base == "" or _exists(package_dir, _join(base, a.name)):
+                        self.imports[local] = ("mod", _join(base, a.name))
+                    else:
+                        self.imports[local] = ("def", base, a.name)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith(PKG + ".") and a.asname:
+                        self.imports[a.asname] = ("mod", a.name.split(".", 1)[1])
+
+    def text(self, node: ast.AST) -> str:
+        """A top-level node's normalised source (computed once: modules are parsed once per source text)."""
+        if id(node) not in self._texts:
+            self._texts[id(node)] = normalise(node)
+        return self._texts[id(node)]
+
+    def _library_module(self, node: ast.ImportFrom) -> str | None:
+        """The library module (dotted, relative to the package; "" for the package) an import names."""
+        if node.level:
+            if self.key.endswith(".py"):
+                return None  # a relative import in a file outside the package
+            parts = self.key.split(".")[: -node.level] if node.level <= self.key.count(".") + 1 else []
+            return _join(".".join(parts), node.module or "")
+        mod = node.module or ""
+        if mod == PKG or mod.startswith(PKG + "."):
+            return mod[len(PKG) + 1 :]
+        return None
+
+
+def _join(a: str, b: str) -> str:
+    return ".".join(p for p in (a, b) if p)
+
+
+def _exists(package_dir: Path, dotted: str) -> bool:
+    path = package_dir.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _is_docstring(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def normalise(node: ast.AST) -> str:
+    """Source regenerated from the syntax tree less docstrings and import statements: comments, blank lines,
+    layout and where a name is imported from drop out."""
+    node = ast.parse(ast.unparse(node))  # a copy
+    for n in ast.walk(node):
+        body = getattr(n, "body", None)
+        if isinstance(body, list):
+            kept = [c for c in body if not (_is_docstring(c) or isinstance(c, (ast.Import, ast.ImportFrom)))]
+            n.body = kept or [ast.Pass()]
+    return ast.unparse(node)
+
+
+def sha(data: bytes | str, n: int = 16) -> str:
+    """The project's short hash: the first n hex digits of SHA-256."""
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:n]
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(key: str, source: str, package_dir: Path) -> _Module:
+    return _Module(key, source, package_dir)
+
+
+def _load(key: str, package_dir: Path) -> _Module | None:
+    """A library module by dotted name, or a file by path."""
+    if key.endswith(".py"):
+        path = Path(key)
+    else:
+        path = package_dir.joinpath(*key.split(".")).with_suffix(".py")
+        if not path.exists():
+            path = package_dir.joinpath(*key.split("."), "__init__.py")
+    if not path.exists():
+        return None
+    return _parse(key, _source(path), package_dir)
+
+
+def _source(path: Path) -> str:
+    return path.read_text()
+
+
+def _resolve(mod: _Module, name: str, package_dir: Path, depth: int = 0) -> tuple[_Module, str] | None:
+    """The module and definition a name denotes as seen from `mod`, through re-exports."""
+    if name in mod.defs:
+        return mod, name
+    imp = mod.imports.get(name)
+    if imp is None or imp[0] != "def" or depth > 20:
+        return None
+    target = _load(imp[1], package_dir)
+    return None if target is None else _resolve(target, imp[2], package_dir, depth + 1)
+
+
+def reached(path: Path | str, root: str, package_dir: Path = PKG_DIR) -> list[Definition]:
+    """Every definition `root` (a top-level name of the file at `path`) reaches, and the import-time
+    statements of the modules they live in, as `Definition`s in a stable order."""
+    path = Path(path).resolve()
+    key = (
+        ".".join(path.relative_to(package_dir).with_suffix("").parts)
+        if path.is_relative_to(package_dir)
+        else str(path)
+    )
+    start = _load(key, package_dir)
+    if start is None or root not in start.defs:
+        raise KeyError(f"{root!r} is not a top-level definition of {path}")
+    seen: dict[tuple[str, str], Definition] = {}
+    modules: dict[str, _Module] = {}
+    todo = [(start, root)]
+    while todo:
+        mod, name = todo.pop()
+        if (mod.key, name) in seen:
+            continue
+        node = mod.defs[name]
+        seen[(mod.key, name)] = Definition(mod.key, name, mod.text(node))
+        modules[mod.key] = mod
+        for n in ast.walk(node):
+            found = None
+            if isinstance(n, ast.Name):
+                found = _resolve(mod, n.id, package_dir)
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+                imp = mod.imports.get(n.value.id)
+                if imp is not None and imp[0] == "mod":
+                    target = _load(imp[1], package_dir)
+                    found = None if target is None else _resolve(target, n.attr, package_dir)
+            if found is not None and (found[0].key, found[1]) not in seen:
+                todo.append(found)
+    side = [Definition(m.key, "<import-time>", m.text(s)) for m in modules.values() for s in m.side]
+    return sorted([*seen.values(), *side], key=lambda d: (d.name, d.text))
+
+
+def imported_modules(module: str, package_dir: Path = PKG_DIR) -> set[str]:
+    """The library modules a library module imports (lazy imports inside functions included)."""
+    mod = _load(module, package_dir)
+    return {imp[1] for imp in mod.imports.values()} - {module} if mod is not None else set()
+
+
+def code_digest(defs: list[Definition]) -> str:
+    """One hash for a set of definitions: their names and normalised texts, not their modules."""
+    return sha("\n\0".join(sorted({d.digest for d in defs})))

@@ -1,0 +1,713 @@
+"""Expand an experiment's grid, reuse cached runs, run the rest, write records atomically, analyse, publish.
+
+Run ids and code hashes come from `provenance`. A rerun skips records that exist with status 'ok'; failed
+runs are retried; `force` reruns everything. The analysis writes its tables and figures into a staging
+folder; they are published beside result.json only when it completed, so a failing analysis changes
+nothing that was committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import inspect
+import json
+import math
+import os
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..data.corpus import CorpusError, corpus_files
+from ..device import environment, seed_all
+from ..io import atomic_write_json, jsonable
+from ..nn.config import ConfigError
+from .experiment import PROFILES, Experiment, Output, RunContext, Verdict
+from .launch import Launcher, LauncherError
+from .provenance import (
+    code_definitions,
+    code_hash,
+    config_hash,
+    differences,
+    git_commit,
+    grid_run_ids,
+    reached_modules,
+    result_problems,
+    run_code_hash,
+    run_id,
+    sha,
+)
+from .registry import load_file
+
+
+class BadInput(Exception):
+    """User error: one line, exit code 2."""
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One pending (config, seed) run: everything a worker on any machine needs to run it and file it."""
+
+    experiment_file: str
+    claim_id: str
+    config: dict
+    config_hash: str
+    code_hash: str
+    run_id: str
+    device: str  # device type; it is part of config_hash
+    path: str  # where the record goes
+    progress: bool = False
+    launcher: str = "local"
+    sweep_id: str = ""  # the invocation that asked for the run: tells its record from an earlier one
+    estimate_s: float | None = None  # the run's duration in an earlier record, if any (groups SLURM jobs)
+    job_group: str | None = None  # which of a sweep's SLURM jobs ran it ("3/12 (5 runs)")
+
+    def record(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "claim_id": self.claim_id,
+            "config": self.config,
+            "config_hash": self.config_hash,
+            "code_hash": self.code_hash,
+            "device": self.device,
+            "launcher": self.launcher,
+            "host": socket.gethostname(),
+            "job_id": _slurm_job_id(),
+            "job_group": self.job_group,
+            "sweep_id": self.sweep_id,
+            "started_at": now(),
+        }
+
+    def recorded(self) -> bool:
+        """Whether this sweep already wrote the run's outcome: its record, or the marker of a failed rerun."""
+        return bool(self.sweep_id) and any(
+            (_read_json(Path(p)) or {}).get("sweep_id") == self.sweep_id
+            for p in (self.path, self.path + FAILED_MARKER)
+        )
+
+
+def _slurm_job_id() -> str | None:
+    """<array job>_<task> inside an array task, the job id in a plain job, None outside SLURM."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID")
+
+
+_LOADED: dict[str, Experiment] = {}
+
+
+FAILED_MARKER = ".failed"  # beside a kept record: <run_id>.json.failed holds the failed rerun's record
+
+
+def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
+    """Run one task and write its record atomically; returns the status. Runs in the caller or a worker.
+
+    An exception in the run is recorded as a failed run (the sweep goes on); a worker whose copy of the
+    code no longer matches the sweep's code hash refuses to run rather than file a mislabelled result.
+    """
+    rec = task.record()
+    t0 = time.perf_counter()
+    try:
+        if exp is None:
+            if task.experiment_file not in _LOADED:
+                _LOADED[task.experiment_file] = load_file(Path(task.experiment_file))
+            exp = _LOADED[task.experiment_file]
+            if run_code_hash(exp, task.config) != task.code_hash:
+                raise RuntimeError(
+                    f"the code on {rec['host']} differs from the code the sweep was launched with"
+                )
+        if task.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"no CUDA GPU in this worker on {rec['host']}")
+        seed_all(int(task.config.get("seed", 0)))
+        device = torch.device(task.device)
+        rec["metrics"] = exp.run_one(task.config, RunContext(device=device, progress=task.progress))
+        rec["status"] = "ok"
+    except Exception as e:  # a failing run is logged and kept; the others go on
+        rec["status"] = "failed"
+        rec["error"] = f"{type(e).__name__}: {e}"
+        rec["traceback"] = traceback.format_exc()
+    rec["finished_at"] = now()
+    rec["wall_s"] = round(time.perf_counter() - t0, 3)
+    rec["threads"] = torch.get_num_threads()  # recorded, not keyed: see README (Runs and threads)
+    rec["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
+    if rec["status"] == "failed" and _ok(_load_record(Path(task.path), True)) is not None:
+        # a forced rerun that failed never replaces a good record; the sweep learns of it from a marker
+        atomic_write_json(Path(task.path + FAILED_MARKER), rec)
+        return rec["status"]
+    atomic_write_json(Path(task.path), rec)
+    return rec["status"]
+
+
+MAX_SEED = 2**31 - 1
+MAX_SEEDS = 10_000
+
+
+def check_seeds(seeds) -> list[int]:
+    """Seeds are distinct integers in [0, 2^31): a seed counted twice would deflate every p-value."""
+    seeds = list(seeds)
+    if not seeds:
+        raise BadInput("--seeds: give at least one seed")
+    if len(seeds) > MAX_SEEDS:
+        raise BadInput(f"--seeds: {len(seeds)} seeds is more than {MAX_SEEDS}")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
+            raise BadInput(f"--seeds: {s!r} is not an integer in [0, {MAX_SEED}]")
+    dup = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dup:
+        raise BadInput(f"--seeds: seed(s) {dup} given twice; each seed must be one independent run")
+    return seeds
+
+
+def _check_value(key: str, value, default, where: str | None = None) -> None:
+    """A --set value must have its profile default's shape and types: int for int; int or float for float;
+    finite; not negative. A list must be non-empty; a list of lists is a table of records (a [depth, lr]
+    cell), each row checked position by position against the default's first row; a flat list of mixed
+    kinds is one record; any other list is checked element by element, numbers as floats where any
+    default element is a float."""
+    where = where or f"--set {key}={value!r}"
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise BadInput(f"{where}: expected true/false (True or False)")
+        return
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BadInput(f"{where}: expected an integer")
+        if value < 0:
+            raise BadInput(f"{where}: must not be negative")
+        return
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadInput(f"{where}: expected a number")
+        if not math.isfinite(value):
+            raise BadInput(f"{where}: must be a finite number")
+        if value < 0:
+            raise BadInput(f"{where}: must not be negative")
+        return
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)):
+            raise BadInput(f"{where}: expected a list like {list(default)!r}")
+        if not value:
+            raise BadInput(f"{where}: the list must not be empty (the grid would have nothing to run)")
+        if not default:
+            return
+        if all(isinstance(d, (list, tuple)) for d in default):
+            for row in value:
+                _check_record(key, row, default[0], where)
+        elif len({_kind(d) for d in default}) > 1:
+            _check_record(key, value, default, where)
+        else:
+            proto = 0.0 if any(isinstance(d, float) for d in default) else default[0]
+            for v in value:
+                _check_value(key, v, proto, where)
+        return
+    if isinstance(default, str) and not isinstance(value, str):
+        raise BadInput(f"{where}: expected text")
+
+
+def _check_record(key: str, value, default, where: str) -> None:
+    if not isinstance(value, (list, tuple)) or len(value) != len(default):
+        raise BadInput(f"{where}: expected records of {len(default)} elements like {list(default)!r}")
+    for v, d in zip(value, default):
+        _check_value(key, v, d, where)
+
+
+def _kind(v) -> str:
+    """int and float are one kind (numbers)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return type(v).__name__
+    return "number"
+
+
+def resolve_profile(exp: Experiment, profile: str, seeds=None, overrides: dict | None = None) -> dict:
+    """The profile's parameters with --set overrides (typed and range-checked) and --seeds applied."""
+    if profile not in PROFILES:
+        raise BadInput(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    p = dict(exp.profiles[profile])
+    for k, v in (overrides or {}).items():
+        if k == "seeds" and "seeds" in p:
+            raise BadInput("--set seeds=...: use --seeds (e.g. --seeds 5 or --seeds 0,3,7)")
+        if k not in p:
+            raise BadInput(
+                f"--set {k}: {exp.claim_id} profile {profile!r} has no parameter {k!r} (it has: {', '.join(sorted(p))})"
+            )
+        _check_value(k, v, p[k])
+        p[k] = v
+    if seeds is not None:
+        if "seeds" not in p:
+            raise BadInput(f"{exp.claim_id} takes no seeds (its runs are deterministic)")
+        p["seeds"] = check_seeds(seeds)
+    return p
+
+
+def check_grid(exp: Experiment, configs: list[dict]) -> None:
+    """Before any run: the grid is not empty, its seeds are distinct per config, and every model and training
+    schedule it implies is valid (the fields a config shares with ModelConfig, and those it shares with
+    TrainConfig, are validated together: `--set steps=0` is refused here, not by every run failing)."""
+    from ..nn.config import ModelConfig, TrainConfig
+
+    if not configs:
+        raise BadInput(f"{exp.claim_id}: the grid is empty; nothing would run")
+    keys = [json.dumps(c, sort_keys=True) for c in configs]
+    if len(set(keys)) != len(keys):
+        raise BadInput(f"{exp.claim_id}: the grid repeats a run (a seed or setting given twice)")
+    shape = ("d_model", "n_heads", "n_layers", "n_kv_heads", "head_dim", "d_ff", "vocab_size")
+    for cfg in configs:
+        shared = {k: v for k, v in cfg.items() if k in shape}
+        if "d_model" in shared or "n_heads" in shared:
+            try:
+                ModelConfig(**shared)
+            except ConfigError as e:
+                raise BadInput(f"{exp.claim_id}: invalid configuration: {e}") from None
+            except TypeError:
+                continue  # a field of the same name with another meaning in this claim
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"seed"}
+    for cfg in configs:
+        shared = {k: v for k, v in cfg.items() if k in train_fields}
+        if "warmup" in shared and "steps" not in shared:
+            del shared["warmup"]  # checked against steps only where the config has both
+        try:
+            TrainConfig(**shared)
+        except ConfigError as e:
+            raise BadInput(f"{exp.claim_id}: invalid training setting: {e}") from None
+        except (TypeError, ValueError):
+            continue  # a field of the same name with another meaning in this claim
+
+
+def run_experiment(
+    exp: Experiment,
+    *,
+    profile: str = "default",
+    device: torch.device,
+    results_root: Path,
+    seeds=None,
+    overrides: dict | None = None,
+    force: bool = False,
+    progress: bool = True,
+    log=print,
+    launcher: Launcher | None = None,
+) -> tuple[int, dict | None]:
+    """Run (or reuse) every run of the grid and analyse. Returns (exit code, result dict or None)."""
+    p = resolve_profile(exp, profile, seeds, overrides)
+    try:
+        configs = exp.grid(p)
+    except ConfigError as e:
+        raise BadInput(f"{exp.claim_id}: invalid configuration: {e}") from None
+    check_grid(exp, configs)
+    claim_dir = results_root / exp.claim_id
+    runs_dir = claim_dir / "runs"
+    new_dirs = [d for d in (results_root, claim_dir) if not d.exists()]
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        probe = runs_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise BadInput(f"cannot write results under {claim_dir}: {e.strerror or e}") from None
+    try:
+        _check_corpus(exp)
+        with claim_lock(claim_dir, exp.claim_id):
+            return _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher)
+    except (BadInput, LauncherError):  # refused before any run (a corpus, a cluster): leave nothing behind
+        if claim_dir in new_dirs and not any(runs_dir.iterdir()):
+            shutil.rmtree(claim_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                new_dirs[0].rmdir()  # the results folder too, when this command made it and it is empty
+        raise
+
+
+@contextlib.contextmanager
+def claim_lock(claim_dir: Path, claim_id: str):
+    """One sweep at a time per claim folder: a second one says which process holds it and stops (exit 2), so
+    two sweeps can never interleave their publications of one claim's tables and result.json."""
+    from filelock import FileLock, Timeout
+
+    lock, owner = FileLock(str(claim_dir / ".lock")), claim_dir / ".lock.owner"
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        who = owner.read_text().strip() if owner.exists() else "another process"
+        raise BadInput(
+            f"{claim_id}: another sweep holds {claim_dir} ({who}); wait for it to finish, then rerun"
+        ) from None
+    try:
+        owner.write_text(f"pid {os.getpid()} on {socket.gethostname()} since {now()}")
+        yield
+    finally:
+        owner.unlink(missing_ok=True)
+        lock.release()
+
+
+def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher):
+    runs_dir = claim_dir / "runs"
+    started = now()
+    chash = code_hash(exp)
+    part_hash: dict[str, str] = {}
+    launcher = launcher or Launcher()
+    src = inspect.getsourcefile(type(exp))
+    tasks, paths, n_reused = [], [], 0
+    for cfg in configs:
+        cfg_h = config_hash(exp.claim_id, cfg, device)
+        key = cfg.get("part", "") if exp.parts else ""
+        if key not in part_hash:
+            part_hash[key] = run_code_hash(exp, cfg)
+        rid = run_id(cfg_h, part_hash[key])
+        path = runs_dir / f"{rid}.json"
+        paths.append(path)
+        rec = _load_record(path, force)
+        if rec is not None and rec.get("status") == "ok" and not force:
+            n_reused += 1
+            continue
+        tasks.append(
+            RunTask(
+                src,
+                exp.claim_id,
+                cfg,
+                cfg_h,
+                part_hash[key],
+                rid,
+                device.type,
+                str(path),
+            )
+        )
+    launcher = launcher.resolve(times_code=exp.times_code, device=device, n_tasks=len(tasks))
+    sweep_id = uuid.uuid4().hex[:12]
+    estimates = _durations(runs_dir, device) if launcher.name == "slurm" and tasks else {}
+    tasks = [
+        replace(
+            t,
+            progress=progress and launcher.in_process,
+            launcher=launcher.name,
+            sweep_id=sweep_id,
+            estimate_s=estimates.get(t.config_hash, estimates.get(("part", t.config.get("part")))),
+        )
+        for t in tasks
+    ]
+    fn = partial(execute_run, exp=exp) if launcher.in_process else execute_run
+    for task, lost in launcher.map(
+        fn, tasks, desc=f"{exp.claim_id} [{profile}]", claim_id=exp.claim_id, progress=progress
+    ):
+        if lost is None or task.recorded():  # a job lost after this run finished: the run stands
+            continue
+        rec = task.record()
+        rec.update(status="failed", error=lost.error, log=lost.log, log_tail=lost.log_tail, finished_at=now())
+        # never reported as a run: with an earlier good record (a forced rerun) the marker names the failure
+        good = _ok(_load_record(Path(task.path), True)) is not None
+        atomic_write_json(Path(task.path + (FAILED_MARKER if good else "")), rec)
+    _remove_partial_writes(tasks)
+    records, failed = [], 0
+    for task in tasks:
+        marker = Path(task.path + FAILED_MARKER)
+        if marker.exists():
+            failed += 1
+            err = (_load_record(marker, True) or {}).get("error")
+            log(f"run {task.run_id} of {exp.claim_id} failed ({err}); its earlier good record is kept")
+            marker.unlink()
+    for path in paths:
+        rec = _load_record(path, True) or {"status": "failed", "error": "no record"}
+        if rec.get("status") != "ok":
+            failed += 1
+            log(f"run {path.stem} of {exp.claim_id} failed: {rec.get('error')}")
+        records.append(rec)
+    log(
+        f"{exp.claim_id}: {len(configs)} runs ({n_reused} reused, {len(configs) - n_reused - failed} run, {failed} failed)"
+    )
+    if failed:
+        log(
+            f"{exp.claim_id}: analysis skipped because {failed} run(s) failed; result.json left as it was (records in {runs_dir})"
+        )
+        return 1, None
+
+    seeds_used = sorted({c["seed"] for c in configs if "seed" in c})
+    meta = {
+        "profile": profile,
+        "params": p,
+        "device": device.type,
+        "seeds": seeds_used,
+        "code_hash": chash,
+        "code_definitions": code_definitions(exp),
+        "config_hash": _sha_join(r["config_hash"] for r in records),
+        "run_ids": sorted(r["run_id"] for r in records),
+        "started_at": started,
+    }
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=claim_dir))
+    try:
+        result = analyse_records(exp, records, p, staging, meta, device)
+        changed = _publish(staging, claim_dir, result)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    same = "" if changed else " (as committed: files left untouched)"
+    log(f"{exp.claim_id}: verdict {result['verdict']} — {result['key_number']}{same}")
+    return 0, result
+
+
+def _durations(runs_dir: Path, device: torch.device) -> dict:
+    """Run durations known from the records in a runs folder: by config hash (the same run, under any code),
+    and the median by part on the same device (for runs of that kind not yet run)."""
+    by_cfg, by_part = {}, {}
+    for path in runs_dir.glob("*.json"):
+        rec = _read_json(path)
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("device") != device.type:
+            continue
+        s = rec.get("wall_s")
+        if s is None:
+            try:
+                s = dt.datetime.fromisoformat(rec["finished_at"]) - dt.datetime.fromisoformat(
+                    rec["started_at"]
+                )
+                s = s.total_seconds()
+            except (KeyError, TypeError, ValueError):
+                continue
+        by_cfg[rec.get("config_hash")] = float(s)
+        by_part.setdefault(("part", (rec.get("config") or {}).get("part")), []).append(float(s))
+    return {**by_cfg, **{k: statistics.median(v) for k, v in by_part.items()}}
+
+
+def _remove_partial_writes(tasks) -> None:
+    """A worker killed while writing its record leaves the temporary file of the atomic write; once every
+    run of the sweep has ended, nothing writes those any more."""
+    for task in tasks:
+        path = Path(task.path)
+        for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+def _sha_join(hashes) -> str:
+    return sha("".join(sorted(hashes)))
+
+
+def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path, meta: dict, device) -> dict:
+    """Run the experiment's analysis over run records, writing tables and figures under `out_dir`;
+    returns the result dict (what result.json holds)."""
+    out = Output(claim_dir=out_dir, claim_id=exp.claim_id)
+    verdict: Verdict = exp.analyse(records, p, out)
+    for name, cmps, title in (
+        ("comparisons", verdict.comparisons, "Every decision the rule used (one row per comparison)"),
+        ("noise_floor", verdict.noise_floor, "Null pairs: what chance alone gives at this scale"),
+    ):
+        if cmps:
+            out.table(name, pd.DataFrame([c.as_dict() for c in cmps]), title, in_report=False)
+    env = environment(device)
+    return {
+        "claim_id": exp.claim_id,
+        "title": exp.title,
+        "statement": exp.statement,
+        "notes_say": exp.notes_say,
+        "verdict": verdict.verdict,
+        "summary": verdict.summary,
+        "key_number": verdict.key_number,
+        "rule": exp.rule,
+        "evidence": verdict.evidence,
+        "sub_verdicts": [vars(s) for s in verdict.sub_verdicts],
+        "comparisons": [c.as_dict() for c in verdict.comparisons],
+        "noise_floor": [c.as_dict() for c in verdict.noise_floor],
+        "anchors": exp.anchors,
+        "anchor_number": exp.anchor_number,
+        "method": exp.method,
+        "caveats": verdict.caveats,
+        "profile": meta["profile"],
+        "params": meta["params"],
+        "device": meta["device"],
+        "device_name": env["device_name"],
+        "seeds": meta["seeds"],
+        "n_runs": len(records),
+        "n_diverged": sum(1 for r in records if (r.get("metrics") or {}).get("diverged_at") is not None),
+        "versions": env["versions"],
+        "environment": env,
+        "git_commit": git_commit(),
+        "config_hash": meta["config_hash"],
+        "code_hash": meta["code_hash"],
+        "code_definitions": meta.get("code_definitions"),
+        "run_ids": meta["run_ids"],
+        "started_at": meta["started_at"],
+        "finished_at": now(),
+        "figures": out.figures,
+        "tables": out.tables,
+    }
+
+
+# Fields that say when, where and from which commit an analysis ran, not what it found.
+CIRCUMSTANCES = ("git_commit", "started_at", "finished_at", "environment", "device_name", "versions")
+
+
+def _publish(staging: Path, claim_dir: Path, result: dict) -> bool:
+    """Move the staged tables and figures into place, then result.json last (each move atomic); returns
+    whether anything changed.
+
+    A re-analysis that reproduces the committed result (every file byte for byte, result.json in all but
+    CIRCUMSTANCES) leaves the committed files untouched, so its commit, dates and platform stay those of
+    the analysis that first produced them and `git status` stays clean; unless the committed result names no
+    clean commit and this analysis ran from one: then result.json takes it, so that its figures can be cited.
+    """
+    changed = [
+        src
+        for src in sorted(staging.rglob("*"))
+        if src.is_file() and not _same_bytes(src, claim_dir / src.relative_to(staging))
+    ]
+    committed = _read_json(claim_dir / "result.json")
+    if not changed and _same_result(committed, result) and not _newly_citable(committed, result):
+        return False
+    for src in changed:
+        dst = claim_dir / src.relative_to(staging)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+    atomic_write_json(claim_dir / "result.json", result)
+    return True
+
+
+def _newly_citable(committed: dict, fresh: dict) -> bool:
+    """The committed result's commit is unknown or dirty, and the fresh analysis ran from a clean one."""
+
+    def clean(c) -> bool:
+        return bool(c) and not str(c).endswith("-dirty")
+
+    return not clean(committed.get("git_commit")) and clean(fresh.get("git_commit"))
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return b.stat().st_size == a.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _same_result(committed, fresh: dict) -> bool:
+    """Equal as stored (a JSON round trip), circumstances aside."""
+    if not isinstance(committed, dict):
+        return False
+
+    def stored(d):
+        return json.loads(
+            json.dumps({k: v for k, v in d.items() if k not in CIRCUMSTANCES}, default=jsonable)
+        )
+
+    return stored(committed) == stored(fresh)
+
+
+def _load_record(path: Path, force: bool = False) -> dict | None:
+    """A record, or None when absent. An unreadable or malformed one is bad input (nothing overwrites it)
+    unless forced."""
+    if not path.exists():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+        problem = _record_problem(rec)
+    except (OSError, ValueError) as e:
+        problem = type(e).__name__
+    if problem is None:
+        return rec
+    if force:
+        return None
+    raise BadInput(
+        f"corrupt run record {path} ({problem}); delete it (or pass --force) to rerun that run"
+    ) from None
+
+
+def _record_problem(rec) -> str | None:
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    if rec.get("status") not in ("ok", "failed"):
+        return "no status"
+    if rec["status"] == "ok" and not (
+        isinstance(rec.get("metrics"), dict) and isinstance(rec.get("config"), dict)
+    ):
+        return "an ok record without metrics or config"
+    return None
+
+
+def _ok(rec: dict | None) -> dict | None:
+    return rec if rec is not None and rec.get("status") == "ok" else None
+
+
+def _check_corpus(exp: Experiment) -> None:
+    """Fail before any run, in one line, when the experiment reads the corpus and its package is missing."""
+    if "data" in reached_modules(exp):
+        try:
+            corpus_files()
+        except CorpusError as e:
+            raise BadInput(str(e)) from None
+
+
+def load_result(path: Path) -> dict:
+    """A claim's result.json; a corrupt or malformed one is bad input (one line), never silently skipped."""
+    try:
+        res = json.loads(Path(path).read_text())
+        ok = isinstance(res, dict) and all(k in res for k in ("claim_id", "verdict", "profile"))
+        problem = None if ok else "not a result: it lacks claim_id, verdict or profile"
+    except (OSError, ValueError) as e:
+        problem = type(e).__name__
+    if problem:
+        raise BadInput(f"corrupt result file {path} ({problem}); rerun that claim to regenerate it") from None
+    return res
+
+
+def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[str]:
+    """Re-run the analysis on the committed records; a verdict or evidence that would change is a problem."""
+    runs_dir = results_root / exp.claim_id / "runs"
+    records = []
+    order = grid_run_ids(exp, res.get("params", {}), res.get("device", "cpu"))
+    if sorted(order) != sorted(res.get("run_ids", [])):
+        return []  # reported by result_problems
+    for rid in order:  # the grid's order, as the sweep handed them to the analysis
+        rec = _load_record(runs_dir / f"{rid}.json")
+        if rec is None:
+            return []  # reported by result_problems
+        records.append(rec)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            fresh = analyse_records(
+                exp, records, res.get("params", {}), Path(tmp), {**res, "device": res.get("device", "cpu")},
+                torch.device("cpu"),
+            )  # fmt: skip
+        except Exception as e:  # an analysis that no longer runs on its own records is stale too
+            return [f"re-analysis of the committed runs fails: {type(e).__name__}: {e}"]
+    diff = differences(res, fresh)
+    if not diff:
+        return []
+    was, now_ = res.get("verdict"), fresh.get("verdict")
+    change = f" (verdict {was} → {now_})" if was != now_ else ""
+    return [
+        f"re-analysis of the committed runs changes {', '.join(diff)}{change}; rerun `make experiment NAME={exp.claim_id}`"
+    ]
+
+
+def stale_results(
+    experiments: dict[str, Experiment], results_root: Path, reanalyse: bool = False
+) -> list[str]:
+    """Claims whose committed result.json is missing or was produced by code or settings that no longer match."""
+    problems = []
+    for cid, exp in experiments.items():
+        path = results_root / cid / "result.json"
+        if not path.exists():
+            problems.append(f"{cid}: no result.json")
+            continue
+        res = load_result(path)
+        if res.get("profile") != "default":
+            problems.append(f"{cid}: committed result is from profile {res.get('profile')!r}, not 'default'")
+        found = result_problems(exp, res, results_root, resolve_profile)
+        if not found and reanalyse:
+            found = reanalysis_problems(exp, res, results_root)
+        problems += [f"{cid}: {m}" for m in found]
+    return problems

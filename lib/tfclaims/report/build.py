@@ -1,0 +1,481 @@
+"""Compile every result.json into report/report.md, report/index.html, report/figures.bib and the
+README's verdict table. Figures are referenced in place (../results/<claim>/figures/...), so the HTML
+opens from disk inside the repository with every image loading."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import os
+import re
+from pathlib import Path
+
+from ..harness.provenance import REPOSITORY, result_problems
+from ..harness.registry import REPO_ROOT, load_all
+from ..harness.runner import BadInput, load_result, resolve_profile
+from ..io import atomic_write_text
+from .bibtex import render_bib
+from .forest import forest_rows, plot_forest
+
+README_START, README_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
+BADGE = {"supported": "#2e7d32", "refuted": "#c62828", "mixed": "#ef6c00", "inconclusive": "#616161"}
+
+
+def load_results(results_root: Path) -> list[dict]:
+    exps = load_all(broken=[])
+    order = list(exps)
+    found = {}
+    for path in results_root.glob("*/result.json"):
+        res = load_result(path)
+        if res.get("claim_id") in exps:
+            res["stale"] = result_problems(exps[res["claim_id"]], res, results_root, resolve_profile)
+        found[res["claim_id"]] = res
+    return [found[c] for c in order if c in found] + [r for c, r in sorted(found.items()) if c not in order]
+
+
+def _rel(results_root: Path, report_root: Path, claim: str, path: str) -> str:
+    """Path of a results file relative to the report folder (how the HTML finds it on disk)."""
+    return Path(os.path.relpath((results_root / claim / path).resolve(), report_root.resolve())).as_posix()
+
+
+VERDICT_MARK = {"supported": "🟢", "refuted": "🔴", "mixed": "🟠", "inconclusive": "⚪"}
+LONG_TABLE = 8  # rows beyond which a table is collapsed (its CSV is linked beside it)
+
+
+def _si(n: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:.3g}"
+
+
+def _span(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return _si(lo) if lo == hi else f"{_si(lo)}–{_si(hi)}"
+
+
+def claim_scale(results_root: Path, r: dict) -> str:
+    """What the claim's training runs were: parameters, steps and tokens per run (ranges over its runs), read
+    from its run records; claims without training runs say they measure or count."""
+    params, steps, tokens = [], [], []
+    for rid in r.get("run_ids", []):
+        try:
+            rec = json.loads((results_root / r["claim_id"] / "runs" / f"{rid}.json").read_text())
+        except (OSError, ValueError):
+            continue  # a missing record is reported as out of date elsewhere
+        m, cfg = rec.get("metrics") or {}, rec.get("config", {})
+        trained = any(k in m for k in ("train_loss", "train_loss_last", "val_loss"))
+        if not trained or not isinstance(cfg.get("steps"), int):
+            continue
+        n = m.get("n_params", m.get("params"))
+        if isinstance(n, (int, float)):
+            params.append(n)
+        steps.append(cfg["steps"])
+        if cfg.get("batch") and cfg.get("seq_len"):
+            tokens.append(cfg["steps"] * cfg["batch"] * cfg["seq_len"])
+    if not steps:
+        return "no training (measures or counts)"
+    out = (f"{_span(params)} params, " if params else "") + f"{_span(steps)} steps"
+    return out + (f", {_span(tokens)} tokens/run" if tokens else "")
+
+
+NULL_SEEDS = 1000  # the experiments' null pairs rerun the baseline at seeds s + 1000
+
+
+def _seeds(r: dict) -> str:
+    """How many seeds, with the null pairs' seeds counted apart."""
+    s = r.get("seeds") or []
+    main, null = [x for x in s if x < NULL_SEEDS], [x for x in s if x >= NULL_SEEDS]
+    if not s:
+        return "—"
+    out = (
+        f"{len(main)} ({main[0]}–{main[-1]})"
+        if len(main) > 2
+        else f"{len(main)} ({', '.join(map(str, main))})"
+    )
+    return out + (f" + {len(null)} null-pair" if null else "")
+
+
+def _device(r: dict) -> str:
+    return f"{r['device']}" + (f" ({r['device_name']})" if r.get("device_name") else "")
+
+
+def _commit(r: dict) -> str:
+    """The commit exactly as recorded: a `-dirty` suffix is kept and explained."""
+    c = r.get("git_commit") or "unknown"
+    return f"`{c[:12]}-dirty` (uncommitted changes)" if c.endswith("-dirty") else f"`{c[:12]}`"
+
+
+def _table_block(title: str, rows: list[list[str]], csv_link: str | None) -> list[tuple]:
+    """A titled table; a long one is collapsed, with its CSV linked in the open."""
+    link = [("p", f"Data: [`{csv_link[0]}`]({csv_link[1]})")] if csv_link else []
+    if len(rows) - 1 > LONG_TABLE:
+        return [("details", f"{title} ({len(rows) - 1} rows)", [("table", rows)]), *link]
+    return [("h3", title), ("table", rows), *link]
+
+
+def _blocks(
+    results: list[dict], results_root: Path, report_root: Path, summary_fig: str | None = None
+) -> list[tuple]:
+    """The report as a list of (kind, payload) blocks rendered to both Markdown and HTML."""
+    rel = lambda cid, path: _rel(results_root, report_root, cid, path)  # noqa: E731
+
+    def figure(cid: str, number: int, fig_id: str, f: dict) -> tuple:
+        return (
+            "figure",
+            rel(cid, f["png"]),
+            f"Figure {number} (`{fig_id}`). {f['caption']}",
+            rel(cid, f["svg"]),
+        )
+
+    B: list[tuple] = [
+        ("h1", "Transformer claims, tested"),
+        (
+            "p",
+            "Each claim below comes from a set of study notes on Transformers. Every verdict follows from a rule "
+            "written in the experiment before it ran; the numbers, figures and rules are generated from `results/`. "
+            f"Results as of {_as_of(results)} (the latest analysis among them).",
+        ),
+        ("h2", "At a glance", "at-a-glance"),
+    ]
+    rows = [["Claim", "Verdict", "Key number (this project)", "Scale (per run)", "Seeds", "Device"]]
+    for r in results:
+        rows.append(
+            [
+                f"[`{r['claim_id']}`](#{r['claim_id']}) {r.get('title', '')}",
+                _verdict_cell(r),
+                r.get("key_number", ""),
+                claim_scale(results_root, r),
+                _seeds(r),
+                _device(r),
+            ]
+        )
+    B.append(("table", rows))
+    B.append(("h3", "How to read a verdict", "how-to-read"))
+    B.append(
+        (
+            "ul",
+            [
+                "🟢 **supported**: the claimed effect is significant in the claimed direction (95% CI excludes 0; "
+                "p ≤ 0.05 after Holm's correction across the cells of one sub-verdict) where the claim says it applies.",
+                "🔴 **refuted**: the opposite effect is significant, or the two arms are equivalent within a margin "
+                "declared before running (two one-sided tests) and a positive control in the same setup detected "
+                "an effect of the margin's size.",
+                "🟠 **mixed**: supported in part of the measured range and refuted in another (named in the detail).",
+                "⚪ **inconclusive**: anything else — including a null that this scale cannot resolve; the detail gives "
+                "the smallest effect it could have detected.",
+                "Each **comparison** is arm b − arm a over seeds (paired where the arms share seeds), with its 95% CI, "
+                "p (Holm-adjusted), the declared margin and its decision: `a_better`, `b_better`, `equivalent`, "
+                "`undecided` or `excluded`. **excluded**: neither arm learned (its loss stayed within the declared "
+                "distance of the unigram level) — two failures compared say nothing, so the cell counts neither way.",
+                "The **noise floor** is a null pair: the baseline arm run again with seeds offset; an effect inside "
+                "its interval is what chance alone gives at this scale.",
+                "**Scale** is per training run (parameters, optimiser steps, tokens seen); a verdict holds at that "
+                "scale, not beyond it. A **commit** ending in `-dirty` was produced with uncommitted changes in the "
+                "working tree; the code hash beside it identifies the code on the run's path, which "
+                "`make check-results` compares with the committed code.",
+            ],
+        )
+    )
+    if summary_fig:
+        B.append(
+            (
+                "figure",
+                summary_fig,
+                "Summary. Each claim (shaded row, coloured by its verdict) and each of its sub-claims: the deciding "
+                "comparison (arm b − arm a) with its 95% CI, in units of the row's threshold (its declared margin, "
+                "else its noise floor, else its CI half-width); grey band: the noise floor of a null pair; ticks: the "
+                "declared margin. The effect in its own units is printed at the right.",
+                summary_fig.replace(".png", ".svg"),
+            )
+        )
+    fig_no = 0
+    for i, r in enumerate(results, 1):
+        cid = r["claim_id"]
+        B.append(("h2", f"{i}. `{cid}` — {r.get('title', '')}", cid))
+        B.append(("verdict", r["verdict"], r.get("summary", "")))
+        if r.get("stale"):
+            B.append(
+                (
+                    "p",
+                    "**Out of date.** This result no longer matches the code: " + "; ".join(r["stale"]) + ".",
+                )
+            )
+        B.append(
+            (
+                "p",
+                f"**Claim.** {r['statement']}"
+                + (f" **The notes say:** {r['notes_say']}" if r.get("notes_say") else "")
+                + f" **Scale:** {claim_scale(results_root, r)}; seeds {_seeds(r)}; {_device(r)}.",
+            )
+        )
+        figs = list(r.get("figures", {}).items())
+        for fig_id, f in figs[:1]:  # the key figure leads
+            fig_no += 1
+            B.append(figure(cid, fig_no, fig_id, f))
+        if r.get("sub_verdicts"):
+            B.append(("h3", "Sub-verdicts"))
+            B.append(
+                (
+                    "table",
+                    [["Question", "Verdict", "Detail"]]
+                    + [[s["name"], _badge_md(s["verdict"]), s["detail"]] for s in r["sub_verdicts"]],
+                )
+            )
+        if r.get("comparisons"):
+            B += _table_block("Comparisons", comparison_rows(r["comparisons"]), (f"results/{cid}/comparisons.csv", rel(cid, "comparisons.csv")) if (results_root / cid / "comparisons.csv").exists() else None)  # fmt: skip
+        if r.get("noise_floor"):
+            B += _table_block("Noise floor (null pairs)", comparison_rows(r["noise_floor"]), (f"results/{cid}/noise_floor.csv", rel(cid, "noise_floor.csv")) if (results_root / cid / "noise_floor.csv").exists() else None)  # fmt: skip
+        B.append(("h3", "Pre-registered rule"))
+        B.append(("quote", r["rule"]))
+        if r.get("anchors"):
+            B.append(("h3", "Anchors (what the papers measured)"))
+            B.append(("ul", r["anchors"]))
+        B.append(("h3", "Method"))
+        B.append(("p", r.get("method", "")))
+        for fig_id, f in figs[1:]:
+            fig_no += 1
+            B.append(figure(cid, fig_no, fig_id, f))
+        for t in r.get("tables", []):
+            if t.get("markdown"):
+                n_rows = len(_parse_md_table(t["markdown"])) - 1
+                link = ("p", f"Data: [`results/{cid}/{t['csv']}`]({rel(cid, t['csv'])})")
+                if n_rows > LONG_TABLE:
+                    B += [("details", f"{t['title']} ({n_rows} rows)", [("mdtable", t["markdown"])]), link]
+                else:
+                    B += [("h3", t["title"]), ("mdtable", t["markdown"]), link]
+        if r.get("caveats"):
+            B.append(("h3", "Caveats"))
+            B.append(("ul", r["caveats"]))
+        v = r.get("versions", {})
+        B.append(
+            (
+                "p",
+                f"*Provenance.* Profile `{r['profile']}` on {_device(r)}, seeds {r.get('seeds') or '—'}, "
+                f"{r['n_runs']} runs ({r.get('n_diverged', 0)} diverged); torch {v.get('torch', '?')}, python {v.get('python', '?')}; "
+                f"commit {_commit(r)}, code hash `{r['code_hash']}`, config hash `{r['config_hash']}`.",
+            )
+        )
+    B.append(("h2", "Citing a figure", "citing"))
+    B.append(
+        (
+            "p",
+            "Every figure has a stable id `fig-<claim-id>-<name>`; `report/figures.bib` holds a BibTeX entry for each "
+            "(short title, the commit that produced it, the SHA-256 of the figure file and its URL). "
+            "Cite the project with `CITATION.cff`.",
+        )
+    )
+    return B
+
+
+def _num(v, fmt: str = ".3g") -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def comparison_rows(cmps: list[dict]) -> list[list[str]]:
+    """One row per comparison of result.json: what was compared, the effect with its CI, and the decision."""
+    rows = [
+        [
+            "Comparison",
+            "Metric",
+            "b − a",
+            "95% CI",
+            "p",
+            "n",
+            "Margin",
+            "Noise floor",
+            "Learned (a, b)",
+            "Decision",
+        ]
+    ]
+    for c in cmps:
+        learned = (
+            f"{c['learned_a']}/{c.get('n_a')}, {c['learned_b']}/{c.get('n_b')}"
+            if c.get("learned_a") is not None
+            else "—"
+        )
+        ci = f"[{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else "—"
+        rows.append(
+            [
+                f"`{c['id']}`: {c.get('arm_b', 'b')} vs {c.get('arm_a', 'a')}",
+                f"{c.get('metric', '')} ({c.get('better', '')} is better)"
+                if c.get("better")
+                else c.get("metric", ""),
+                _num(c.get("diff"), "+.3g"),
+                ci,
+                _num(c.get("p"), ".2g"),
+                str(c.get("n", "—")),
+                _num(c.get("margin"), "g"),
+                _num(c.get("noise"), ".2g"),
+                learned,
+                f"**{c['decision']}**" + (f" ({c['note']})" if c.get("note") else ""),
+            ]
+        )
+    return rows
+
+
+def _inline_html(text: str) -> str:
+    s = html.escape(text, quote=False)
+    s = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', s)
+    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+    s = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
+    for v, mark in VERDICT_MARK.items():  # a verdict with its mark becomes a coloured badge
+        s = s.replace(
+            f"{mark} <strong>{v}</strong>", f'<span class="badge" style="background:{BADGE[v]}">{v}</span>'
+        )
+    return s
+
+
+def _md_table(rows) -> str:
+    esc = [[str(c).replace("|", "\\|").replace("\n", " ") for c in row] for row in rows]
+    return "\n".join(
+        ["| " + " | ".join(esc[0]) + " |", "|" + "|".join("---" for _ in esc[0]) + "|"]
+        + ["| " + " | ".join(r) + " |" for r in esc[1:]]
+    )
+
+
+def _parse_md_table(md: str) -> list[list[str]]:
+    lines = [ln for ln in md.strip().splitlines() if not re.match(r"^\|[-|: ]+\|$", ln)]
+    return [[c.strip() for c in ln.strip().strip("|").split(" | ")] for ln in lines]
+
+
+def render_md(blocks) -> str:
+    out = []
+    for b in blocks:
+        k = b[0]
+        if k in ("h1", "h2", "h3"):
+            anchor = f'<a id="{b[2]}"></a>\n' if len(b) > 2 else ""
+            out.append(f"{anchor}{'#' * int(k[1])} {b[1]}")
+        elif k == "p":
+            out.append(b[1])
+        elif k == "quote":
+            out.append("> " + b[1].replace("\n", "\n> "))
+        elif k == "ul":
+            out.append("\n".join(f"- {x}" for x in b[1]))
+        elif k == "table":
+            out.append(_md_table(b[1]))
+        elif k == "mdtable":
+            out.append(b[1])
+        elif k == "verdict":
+            out.append(f"**Verdict: {b[1]}.** {b[2]}")
+        elif k == "figure":
+            out.append(f"![{b[2]}]({b[1]})\n\n*{b[2]}* ([SVG]({b[3]}))")
+        elif k == "details":  # GitHub renders Markdown inside <details> after a blank line
+            out.append(f"<details><summary>{b[1]}</summary>\n\n{render_md(b[2]).strip()}\n\n</details>")
+    return "\n\n".join(out) + "\n"
+
+
+def _html_body(blocks) -> list[str]:
+    body = []
+    for b in blocks:
+        k = b[0]
+        if k in ("h1", "h2", "h3"):
+            ident = f' id="{b[2]}"' if len(b) > 2 else ""
+            body.append(f"<{k}{ident}>{_inline_html(b[1])}</{k}>")
+        elif k == "p":
+            body.append(f"<p>{_inline_html(b[1])}</p>")
+        elif k == "quote":
+            body.append(f"<blockquote>{_inline_html(b[1])}</blockquote>")
+        elif k == "ul":
+            body.append("<ul>" + "".join(f"<li>{_inline_html(x)}</li>" for x in b[1]) + "</ul>")
+        elif k in ("table", "mdtable"):
+            rows = b[1] if k == "table" else _parse_md_table(b[1])
+            head = "".join(f"<th>{_inline_html(c)}</th>" for c in rows[0])
+            trs = "".join(
+                "<tr>" + "".join(f"<td>{_inline_html(str(c))}</td>" for c in row) + "</tr>"
+                for row in rows[1:]
+            )
+            body.append(
+                f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table></div>'
+            )
+        elif k == "verdict":
+            body.append(
+                f'<p><span class="badge" style="background:{BADGE.get(b[1], "#444")}">{b[1]}</span> {_inline_html(b[2])}</p>'
+            )
+        elif k == "figure":
+            body.append(
+                f'<figure><a href="{b[3]}"><img src="{b[1]}" alt="{html.escape(b[2])}"></a><figcaption>{_inline_html(b[2])}</figcaption></figure>'
+            )
+        elif k == "details":
+            body.append(
+                f"<details><summary>{_inline_html(b[1])}</summary>"
+                + "\n".join(_html_body(b[2]))
+                + "</details>"
+            )
+    return body
+
+
+def render_html(blocks) -> str:
+    body = _html_body(blocks)
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;line-height:1.5;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}"
+        "th{background:#f4f4f4}img{max-width:100%}figure{margin:1.5em 0}figcaption{font-size:.9em;color:#444}"
+        "blockquote{border-left:4px solid #ccc;margin:1em 0;padding:.2em 1em;color:#333;background:#fafafa}"
+        ".badge{color:#fff;border-radius:4px;padding:2px 8px;font-weight:600;white-space:nowrap}code{background:#f2f2f2;padding:0 3px}"
+        ".scroll{overflow-x:auto;max-width:100%}h1,h2,h3,p,li,figcaption,blockquote{overflow-wrap:anywhere}"
+        "details{margin:1em 0}summary{cursor:pointer;font-weight:600}"
+    )
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Transformer claims, tested</title><style>{style}</style></head>\n<body>\n'
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+def _badge_md(verdict: str) -> str:
+    return f"{VERDICT_MARK.get(verdict, '')} **{verdict}**".strip()
+
+
+def _verdict_cell(r: dict) -> str:
+    return _badge_md(r["verdict"]) + (" (out of date)" if r.get("stale") else "")
+
+
+def readme_table(results: list[dict]) -> str:
+    rows = [["Claim", "Verdict", "Key number"]]
+    rows += [
+        [
+            f"[`{r['claim_id']}`](report/report.md#{r['claim_id']})",
+            _verdict_cell(r),
+            r.get("key_number", ""),
+        ]
+        for r in results
+    ]
+    return _md_table(rows)
+
+
+def _as_of(results: list[dict]) -> str:
+    """The newest analysis time among the results: the report of unchanged results is the same bytes."""
+    times = [dt.datetime.fromisoformat(r["finished_at"]) for r in results if r.get("finished_at")]
+    return max(times).astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if times else "—"
+
+
+def build_report(results_root: Path, report_root: Path, readme: Path | None = None) -> None:
+    """report.md, index.html and figures.bib from one results folder; the README's table only when that folder
+    is the repository's own results/ and the report goes to its report/. A missing or empty results folder is
+    an error: it never empties a report."""
+    if not results_root.is_dir():
+        raise BadInput(f"no results folder at {results_root}")
+    results = load_results(results_root)
+    if not results:
+        raise BadInput(f"no result.json under {results_root}: nothing to report (run a claim first)")
+    try:
+        report_root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"cannot write the report under {report_root}: {e.strerror or e}") from None
+    plot_forest(forest_rows(results), report_root / "figures", "summary")
+    blocks = _blocks(results, results_root, report_root, summary_fig="figures/summary.png")
+    atomic_write_text(report_root / "report.md", render_md(blocks))
+    atomic_write_text(report_root / "index.html", render_html(blocks))
+    atomic_write_text(report_root / "figures.bib", render_bib(results, results_root, REPOSITORY))
+    own = (
+        report_root.resolve() == (REPO_ROOT / "report").resolve()
+        and results_root.resolve() == (REPO_ROOT / "results").resolve()
+    )
+    readme = readme or (REPO_ROOT / "README.md" if own else None)
+    if readme is not None and readme.exists():
+        text = readme.read_text()
+        if README_START in text and README_END in text:
+            a, b = text.index(README_START) + len(README_START), text.index(README_END)
+            atomic_write_text(readme, text[:a] + "\n" + readme_table(results) + "\n" + text[b:])

@@ -1,0 +1,158 @@
+"""The report's summary figure: every claim and sub-claim on one forest plot.
+
+Effects come in many units (nats, log seconds, slopes, bytes), so each row is drawn in units of its own
+threshold: the comparison's declared margin where it has one, else its noise floor (the null pair's
+spread), else its 95% CI half-width. On that scale ±1 is "as large as the threshold"; the effect in its
+own units is printed at the right of the row. Each sub-verdict shows its deciding comparison: the one
+with the smallest (Holm-adjusted) p among those with an interval, else its first numeric one."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+VERDICT_COLOR = {"supported": "#2e7d32", "refuted": "#c62828", "mixed": "#ef6c00", "inconclusive": "#757575"}
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str  # "claim · sub-claim"
+    verdict: str
+    header: bool = False  # a claim's own row (its overall verdict, no effect)
+    x: float | None = None  # effect ÷ scale
+    lo: float | None = None
+    hi: float | None = None
+    noise: float | None = None  # noise floor ÷ scale (drawn as a band ±noise)
+    margin: float | None = None  # declared margin ÷ scale (drawn as ticks ±margin)
+    unit: str = ""  # what the row is divided by: margin, noise floor or CI half-width
+    text: str = ""  # the effect in its own units
+    excluded: bool = False
+
+
+def _short(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1].rstrip() + "…"
+
+
+def _fmt(v: float) -> str:
+    return format(v, ".3g")
+
+
+def _deciding(cmps: list[dict]) -> dict | None:
+    numeric = [c for c in cmps if isinstance(c.get("diff"), (int, float)) and math.isfinite(c["diff"])]
+    with_ci = [c for c in numeric if c.get("ci_low") is not None and c.get("ci_high") is not None]
+    live = [c for c in with_ci if c.get("decision") != "excluded"] or with_ci
+    if live:
+        return min(live, key=lambda c: (c.get("p") if c.get("p") is not None else math.inf, -abs(c["diff"])))
+    return numeric[0] if numeric else None
+
+
+def _row(claim: str, sub: dict, cmp: dict | None) -> Row:
+    label = f"{claim} · {_short(sub['name'], 52)}"
+    if cmp is None:
+        return Row(label, sub["verdict"], text="no numeric comparison")
+    diff, lo, hi = cmp["diff"], cmp.get("ci_low"), cmp.get("ci_high")
+    margin, noise = cmp.get("margin") or 0.0, cmp.get("noise")
+    if margin > 0:
+        scale, unit = margin, "margin"
+    elif noise:
+        scale, unit = noise, "noise floor"
+    elif lo is not None and hi is not None and hi > lo:
+        scale, unit = (hi - lo) / 2, "CI half-width"
+    else:
+        scale, unit = None, ""
+    ci = f" [{_fmt(lo)}, {_fmt(hi)}]" if lo is not None and hi is not None and hi > lo else ""
+    floor = f", floor ±{_fmt(noise)}" if noise else ""
+    text = f"{_fmt(diff)}{ci}{floor} · {_short(cmp.get('metric', ''), 30)}"
+    if scale is None:
+        return Row(label, sub["verdict"], text=text, excluded=cmp.get("decision") == "excluded")
+    return Row(
+        label,
+        sub["verdict"],
+        x=diff / scale,
+        lo=None if not ci else lo / scale,
+        hi=None if not ci else hi / scale,
+        noise=noise / scale if noise else None,
+        margin=margin / scale if margin > 0 else None,
+        unit=unit,
+        text=text,
+        excluded=cmp.get("decision") == "excluded",
+    )
+
+
+def forest_rows(results: list[dict]) -> list[Row]:
+    """A header row per claim, then one row per sub-verdict with its deciding comparison."""
+    rows = []
+    for r in results:
+        rows.append(Row(r["claim_id"], r["verdict"], header=True))
+        by_id = {c["id"]: c for c in r.get("comparisons", [])}
+        for sub in r.get("sub_verdicts", []):
+            cmps = [by_id[i] for i in sub.get("comparisons", []) if i in by_id]
+            rows.append(_row(r["claim_id"], sub, _deciding(cmps)))
+    return rows
+
+
+def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[Path, Path]:
+    """A tall forest plot, one line per row, coloured by verdict; saved as PNG and SVG."""
+    import matplotlib.lines as mlines
+
+    from ..plotting import plt, save_figure
+
+    n = len(rows)
+    fig, ax = plt.subplots(figsize=(16, 1.6 + 0.2 * n))
+    lim = 1000.0
+    for i, row in enumerate(rows):
+        y = n - 1 - i
+        color = VERDICT_COLOR.get(row.verdict, "#444")
+        if row.header:
+            ax.axhspan(y - 0.5, y + 0.5, color=color, alpha=0.12, lw=0)
+            continue
+        if row.noise:
+            ax.fill_betweenx([y - 0.3, y + 0.3], -row.noise, row.noise, color="#9e9e9e", alpha=0.35, lw=0)
+        if row.margin:
+            ax.plot([-row.margin, row.margin], [y, y], "|", color="k", ms=9, mew=1.2)
+        if row.x is None:
+            ax.plot(0, y, "d", mfc="white", mec=color, ms=5)
+            continue
+        clip = lambda v: max(-lim, min(lim, v))  # noqa: E731
+        if row.lo is not None:
+            ax.plot([clip(row.lo), clip(row.hi)], [y, y], color=color, lw=1.6)
+        ax.plot(clip(row.x), y, "o", color=color, mfc="white" if row.excluded else color, ms=5)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks([n - 1 - i for i in range(n)])
+    ax.set_yticklabels([r.label for r in rows], fontsize=7)
+    for tick, row in zip(ax.get_yticklabels(), rows):
+        if row.header:
+            tick.set_fontweight("bold")
+            tick.set_color(VERDICT_COLOR.get(row.verdict, "#444"))
+    right = ax.secondary_yaxis("right")
+    right.set_yticks([n - 1 - i for i in range(n)])
+    right.set_yticklabels(
+        [(r.verdict.upper() if r.header else r.text + (f"  (÷ {r.unit})" if r.unit else "")) for r in rows],
+        fontsize=6.5,
+    )
+    right.tick_params(length=0)
+    ax.tick_params(axis="y", length=0)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel("effect (arm b − arm a) in units of the row's threshold: its declared margin, else its noise floor, else its CI half-width (symmetric log scale)")  # fmt: skip
+    ax.set_title(
+        "Every claim and sub-claim: the deciding comparison, 95% CI, noise floor and margin",
+        fontsize=10,
+        pad=24,
+    )
+    handles = [mlines.Line2D([], [], color=c, marker="o", lw=1.6, label=v) for v, c in VERDICT_COLOR.items()]
+    handles += [
+        mlines.Line2D(
+            [], [], color="#757575", marker="o", mfc="white", lw=0, label="excluded (no arm learned)"
+        ),
+        mlines.Line2D(
+            [], [], color="#757575", marker="d", mfc="white", lw=0, label="exact check or no interval"
+        ),
+        mlines.Line2D([], [], color="#9e9e9e", lw=6, alpha=0.5, label="noise floor (null pair)"),
+        mlines.Line2D([], [], color="k", marker="|", lw=0, ms=9, label="± declared margin"),
+    ]
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), fontsize=7.5, frameon=False)  # fmt: skip
+    return save_figure(fig, folder, name)

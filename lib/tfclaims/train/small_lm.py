@@ -1,0 +1,119 @@
+"""The small LM that the further claims train: one recipe per profile, so every claim that compares two
+variants of a model trains them the same way (same sizes, schedule, data, evaluation).
+
+Two views of the same text: characters (`TRAIN_PROFILES`, 85 symbols), and byte-level BPE subwords
+(`SUBWORD_PROFILES`, V = 4096) for the claims that act through the vocabulary (`weight_tying`,
+`label_smoothing`): with V = 4096 the embedding is a large share of a small model, as in GPT-2 small (V·d
+is 31% of it), where with 85 characters it is 5%. A subword run config carries `vocab`; that is the switch.
+
+A claim's run config carries the recipe's fields (`run_fields` / `subword_fields`) plus its own switches
+and a seed; `train_small` builds the model (ModelConfig overrides, then an optional `prepare(model)` hook,
+e.g. to swap modules), trains it with `train.loop.train_lm` and returns the metrics and the trained model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from ..data.bpe import DEFAULT_VOCAB, load_bpe_corpus
+from ..data.corpus import load_corpus
+from ..nn.config import ModelConfig, TrainConfig
+from ..nn.models import LM, n_params
+from .loop import train_lm
+
+TRAIN_PROFILES: dict[str, dict] = {
+    "quick": {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "batch": 8, "steps": 12, "lr": 3e-3, "eval_every": 6, "eval_batches": 2, "seeds": [0, 1]},
+    "default": {"d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 64, "batch": 32, "steps": 180, "lr": 3e-3, "eval_every": 45, "eval_batches": 4, "seeds": [0, 1, 2]},
+    "full": {"d_model": 256, "n_layers": 4, "n_heads": 8, "seq_len": 128, "batch": 64, "steps": 3000, "lr": 1e-3, "eval_every": 250, "eval_batches": 16, "seeds": [0, 1, 2, 3, 4]},
+}  # fmt: skip
+TRAIN_KEYS = (
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "seq_len",
+    "batch",
+    "steps",
+    "lr",
+    "eval_every",
+    "eval_batches",
+)
+
+SUBWORD_PROFILES: dict[str, dict] = {
+    "quick": {"vocab": DEFAULT_VOCAB, "d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "batch": 8, "steps": 12, "lr": 3e-3, "eval_every": 6, "eval_batches": 2, "seeds": [0, 1]},
+    "default": {"vocab": DEFAULT_VOCAB, "d_model": 128, "n_layers": 4, "n_heads": 4, "seq_len": 128, "batch": 32, "steps": 600, "lr": 2e-3, "eval_every": 50, "eval_batches": 8, "seeds": list(range(8))},
+    "full": {"vocab": DEFAULT_VOCAB, "d_model": 384, "n_layers": 6, "n_heads": 6, "seq_len": 256, "batch": 64, "steps": 5000, "lr": 1e-3, "eval_every": 250, "eval_batches": 32, "seeds": list(range(8))},
+}  # fmt: skip
+SUBWORD_KEYS = ("vocab", *TRAIN_KEYS)
+
+
+def train_profile(name: str, **extra) -> dict:
+    """A profile dict: the recipe's sizes for `name` plus a claim's own parameters."""
+    return {**TRAIN_PROFILES[name], **extra}
+
+
+def run_fields(p: dict) -> dict:
+    """The recipe's fields of a profile, to put in every training run's config."""
+    return {k: p[k] for k in TRAIN_KEYS}
+
+
+def subword_profile(name: str, **extra) -> dict:
+    """A profile dict: the subword recipe's sizes for `name` plus a claim's own parameters."""
+    return {**SUBWORD_PROFILES[name], **extra}
+
+
+def subword_fields(p: dict) -> dict:
+    """The recipe's fields of a profile, to put in every training run's config."""
+    return {k: p[k] for k in SUBWORD_KEYS}
+
+
+def model_config(cfg: dict, vocab_size: int, **overrides) -> ModelConfig:
+    base = {
+        "vocab_size": vocab_size,
+        "d_model": cfg["d_model"],
+        "n_layers": cfg["n_layers"],
+        "n_heads": cfg["n_heads"],
+        "max_seq_len": cfg["seq_len"],
+    }
+    return ModelConfig(**{**base, **overrides})
+
+
+def train_config(cfg: dict) -> TrainConfig:
+    """AdamW with 10% linear warm-up then cosine decay; seeded by the run's seed (data order)."""
+    return TrainConfig(
+        steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["steps"] // 10,
+        eval_every=cfg["eval_every"], eval_batches=cfg["eval_batches"], seed=cfg.get("seed", 0),
+    )  # fmt: skip
+
+
+def train_small(
+    cfg: dict,
+    ctx,
+    *,
+    model_kw: dict | None = None,
+    prepare: Callable[[nn.Module], object] | None = None,
+    label_smoothing: float = 0.0,
+    on_eval: Callable | None = None,
+    sample: Callable | None = None,
+    val_batches: list | None = None,
+    desc: str = "train",
+) -> tuple[dict, LM]:
+    """Train one small LM for a run config (on subwords when it names a `vocab`); returns (metrics without
+    per-layer gradient norms, model)."""
+    corpus = load_bpe_corpus(cfg["vocab"]) if "vocab" in cfg else load_corpus()
+    model = LM(model_config(cfg, corpus.vocab_size, **(model_kw or {})))
+    if prepare is not None:
+        prepare(model)
+    res = train_lm(
+        model, train_config(cfg), corpus, ctx.device, label_smoothing=label_smoothing, on_eval=on_eval,
+        sample=sample, val_batches=val_batches, progress=ctx.progress, desc=desc,
+    )  # fmt: skip
+    for k in ("grad_norms", "grad_steps"):
+        res.pop(k, None)
+    if not res["probes"]:
+        res.pop("probes")
+    res["n_params"] = n_params(model)
+    if "vocab" in cfg:
+        res["tokenizer"] = corpus.describe()
+    return res, model
