@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test
 PROFILE ?= default
 NAME ?=
 ARGS ?=
-# test processes (pytest-xdist): one per core; tests that share a SLURM cluster stay on one worker
+# test processes (pytest-xdist): one per core; a test file stays on one worker (test_slurm shares one cluster)
 TEST_WORKERS ?= auto
 # where runs execute: local (default), local-parallel or slurm (see README: Running on a cluster)
 LAUNCHER ?=
@@ -30,7 +30,7 @@ $(TEST_STAMP): $(STAMP)
 setup: $(STAMP)
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 reproduce: $(STAMP)
 	$(BIN)/python -m tfclaims reproduce --profile $(PROFILE) $(LAUNCH) $(ARGS)

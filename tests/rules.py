@@ -21,11 +21,13 @@ def record(config: dict, metrics: dict, run_id: str) -> dict:
     return {"config": config, "metrics": metrics, "status": "ok", "run_id": run_id}
 
 
-def analyse(claim: str | Experiment, records, params: dict | str, tmp_path):
-    """The claim's verdict on `records`; `params` is the profile's settings, or the name of one of its profiles."""
+def analyse(claim: str | Experiment, records, params: dict | str, tmp_path, render: bool = False):
+    """The claim's verdict on `records`; `params` is the profile's settings, or the name of one of its profiles.
+    Figures are built but written only with `render` (png + svg take seconds; every claim's figures are
+    written in its end-to-end quick test)."""
     exp = load(claim) if isinstance(claim, str) else claim
     params = exp.profiles[params] if isinstance(params, str) else params
-    return exp.analyse(records, params, Output(claim_dir=tmp_path, claim_id=exp.claim_id))
+    return exp.analyse(records, params, Output(claim_dir=tmp_path, claim_id=exp.claim_id, render=render))
 
 
 def decisions(verdict, prefix: str = "") -> dict:

@@ -73,7 +73,7 @@ def records(overrides: dict | None = None, *, cross: float = 0.0, flops: dict | 
 
 
 def test_supported_when_counts_match_textbook_shares_are_two_thirds_and_every_block_reaches_66(tmp_path):
-    v = analyse(EXP, records(), P, tmp_path)
+    v = analyse(EXP, records(), P, tmp_path, render=True)
     assert v.verdict == "supported"
     assert all(d == "equivalent" for d in decisions(v).values())
     assert subs(v) == {

@@ -12,7 +12,6 @@ from functools import partial
 import numpy as np
 import pytest
 
-from tfclaims.harness.experiment import Output
 from tfclaims.harness.registry import load
 
 import rules
@@ -81,17 +80,6 @@ def records(loss, *, null=None, **probe_kw):
             m = train_metrics(loss(c["placement"], c["warmup"] > 0, c["depth"], c["seed"]), c["depth"])
         out.append(record(c, m, f"r{i}"))
     return out
-
-
-@pytest.fixture(autouse=True)
-def _no_render(request, monkeypatch):
-    """Figures are built by analyse but rendered (png + svg, seconds each) only in the first test."""
-    import matplotlib.pyplot as plt
-
-    if "supported_and" not in request.node.name:
-        monkeypatch.setattr(Output, "figure", lambda self, name, fig, caption: None)
-    yield
-    plt.close("all")
 
 
 def anchor_like(pl, wu, d, s):

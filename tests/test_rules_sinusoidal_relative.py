@@ -234,7 +234,7 @@ def test_sinusoidal_relative_rule_a_failed_arm_is_excluded_and_named(tmp_path):
 
 
 def test_sinusoidal_relative_rule_learned_beyond_T_is_not_applicable_and_nothing_crashes(tmp_path):
-    v = analyse(EXP, records(), P, tmp_path)
+    v = analyse(EXP, records(), P, tmp_path, render=True)
     assert not [c for c in v.comparisons if "learned" in c.id and ("2x" in c.id or "4x" in c.id)]
     tab = (tmp_path / "length.csv").read_text().splitlines()
     learned_row = next(r for r in tab if r.startswith("learned,"))

@@ -84,6 +84,7 @@ class Output:
     claim_id: str
     figures: dict = field(default_factory=dict)
     tables: list = field(default_factory=list)
+    render: bool = True  # False: figures are built but not written (rule tests on synthetic records)
 
     def table(
         self, name: str, df: pd.DataFrame, title: str, *, in_report: bool = True, floatfmt: str = ".4g"
@@ -102,10 +103,14 @@ class Output:
         )
 
     def figure(self, name: str, fig, caption: str) -> None:
-        from ..plotting import save_figure
+        from ..plotting import plt, save_figure
 
-        paths = save_figure(fig, self.claim_dir / "figures", name)
         fig_id = f"fig-{self.claim_id}-{name}"
+        if not self.render:
+            plt.close(fig)
+            self.figures[fig_id] = {"png": None, "svg": None, "caption": caption}
+            return
+        paths = save_figure(fig, self.claim_dir / "figures", name)
         self.figures[fig_id] = {
             "png": f"figures/{paths[0].name}",
             "svg": f"figures/{paths[1].name}",

@@ -235,11 +235,16 @@ class Launcher:
                 _refresh(pending)
                 for job in [j for j in pending if j.done()]:
                     group, retried = pending.pop(job)
+                    state = _state(job)
                     try:
+                        # no result is coming: do not wait for one. A local job writes its result on this
+                        # machine's disk before its process exits, so one that exited without it died.
+                        local_died = self.cluster == "local" and not job.paths.result_pickle.exists()
+                        if state.split()[0] in DIED_STATES or local_died:
+                            raise RuntimeError(f"the job ended {state} without a result")
                         job.result()
                         lost = None
                     except Exception as e:  # UncompletedJobError, FailedJobError: the job died
-                        state = _state(job)
                         if state.split()[0] in RETRIED_STATES and not retried:
                             with _quiet():
                                 pending[ex.submit(_Job(fn), group)] = (group, True)
@@ -294,6 +299,10 @@ def _pool_round(fn, tasks, n: int, n_gpu: int, threads: int):
 
 # Job states in which SLURM lost the job through no fault of its runs: they are submitted once more.
 RETRIED_STATES = ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "REQUEUED")
+# States of a job that ended without returning (SLURM's, and INTERRUPTED: submitit's local executor for a
+# killed process). Its result file will never appear, so the launcher does not wait out submitit's 15 s
+# allowance for a slow shared filesystem (meant for jobs that did finish).
+DIED_STATES = (*RETRIED_STATES, "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "INTERRUPTED")
 
 
 def group_runs(tasks, target_s: float) -> list[list]:
