@@ -8,10 +8,12 @@ computes, its records can stand for today's code. This tool shows it part by par
 - the claim's result.json is the one committed at --since (where `make check-results` passed), its parameters
   are today's profile, and its runs are today's grid (the same config hashes);
 - for every part whose code hash changed, the --verify fastest records are rerun with today's code, on the
-  device and with the threads that filed them, and their metrics must equal the committed ones exactly (wall-clock fields aside);
+  device and with the threads that filed them, and their metrics must equal the committed ones exactly
+  (wall-clock fields aside);
 - then every record of a verified part is written under its new run id, with `rekeyed` listing its earlier run
   ids and code hashes, the commit and the records rerun to verify it. A part whose reruns differ (timings never
-  repeat) is left alone: `make experiment` reruns exactly those runs, and re-analyses the claim.
+  repeat) is left alone: `make experiment` reruns exactly those runs, and re-analyses the claim. The records
+  those reruns supersede stay in runs/ (no longer named by result.json) until they are removed; git keeps them.
 
     .venv/bin/python tools/rekey.py --since <commit> [--verify 2] [--dry-run] [claim ...]
 """
@@ -149,10 +151,13 @@ def main() -> int:
     unknown = sorted(set(args.claims) - exps.keys())
     if unknown:
         ap.error(f"unknown claim(s): {', '.join(unknown)}")
+    git = ["git", "-C", str(REPO_ROOT), "rev-parse", "--verify", f"{args.since}^{{commit}}"]
+    since = subprocess.run(git, capture_output=True, text=True)
+    if since.returncode != 0:
+        ap.error(f"--since {args.since!r} is not a commit of this repository")
     for cid in args.claims or sorted(exps):
-        print(
-            rekey(cid, exps[cid], args.since, Path(args.results_dir), args.verify, args.dry_run), flush=True
-        )
+        line = rekey(cid, exps[cid], since.stdout.strip(), Path(args.results_dir), args.verify, args.dry_run)
+        print(line, flush=True)
     return 0
 
 
