@@ -4,7 +4,7 @@ import torch
 
 from tfclaims.measure.counters import copy_bandwidth, count_flops, saved_bytes
 from tfclaims.measure.counting import matmul_flops
-from tfclaims.measure.timing import time_call
+from tfclaims.measure.timing import time_call, time_interleaved
 from tfclaims.nn.attention import Attention
 from tfclaims.nn.config import ModelConfig
 
@@ -34,6 +34,26 @@ def test_time_call_and_bandwidth_return_sane_numbers():
     t = time_call(lambda: torch.ones(1000).sum(), repeats=3)
     assert 0 < t["q25"] <= t["median"] <= t["q75"] and len(t["times"]) == 3
     assert copy_bandwidth(1 << 20, repeats=2) > 1e6
+
+
+def test_interleaved_rounds_run_in_a_seeded_permutation_so_no_callable_keeps_one_neighbour():
+    ran = []
+    fns = {k: (lambda k=k: ran.append(k)) for k in "abcd"}
+    t = time_interleaved(fns, repeats=24, warmup=0, min_sample=0, seed=3)
+    rounds = [ran[4 * r : 4 * r + 4] for r in range(24)]
+    # what ran is what was recorded: each round a permutation, every name's place in it
+    assert all(sorted(r) == list("abcd") for r in rounds)
+    assert all(r.index(k) == t[k]["positions"][i] for i, r in enumerate(rounds) for k in "abcd")
+    # seeded: the same orders again; another seed, other orders
+    again = time_interleaved(fns, repeats=24, warmup=0, min_sample=0, seed=3)
+    assert all(again[k]["positions"] == t[k]["positions"] for k in "abcd")
+    other = time_interleaved(fns, repeats=24, warmup=0, min_sample=0, seed=4)
+    assert any(other[k]["positions"] != t[k]["positions"] for k in "abcd")
+    # a rotation would give "b" the same predecessor in 3 rounds of 4; here it varies, and every name
+    # both opens and closes some round
+    before_b = {r[r.index("b") - 1] for r in rounds if r.index("b") > 0}
+    assert len(before_b) >= 2
+    assert {r[0] for r in rounds} == {r[-1] for r in rounds} == set("abcd")
 
 
 def test_stats_against_scipy_and_closed_forms():

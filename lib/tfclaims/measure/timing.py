@@ -2,7 +2,9 @@
 call runs.
 
 Timing A then B lets a change in background load land on one of them; interleaving them round by round
-(A, B, C, then B, C, A, ...: the order rotates) spreads it over all, and the per-round ratios are paired.
+spreads it over all, and the per-round ratios are paired. The order within a round is a fresh seeded
+permutation (recorded as each callable's `positions`): a rotation would keep the cyclic order, so that each
+callable always ran right after the same neighbour and inherited the state it left (caches, clocks).
 Each sample times `inner` back-to-back calls (chosen so a sample lasts at least `min_sample` seconds; 0
 times single calls) and divides. CUDA is synchronised before and after every sample. The machine's load
 average is recorded beside the numbers, so a measurement taken under load can be flagged.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import statistics
 import sys
 import time
@@ -39,9 +42,11 @@ def time_interleaved(
     repeats: int = 10,
     warmup: int = 2,
     min_sample: float = 2e-3,
+    seed: int = 0,
 ) -> dict:
-    """Per name: median, q25, q75 of the seconds per call, the per-round `times` (paired across names), the
-    calls per sample `inner`, and `load` (1-minute load average before and after)."""
+    """Per name: median, q25, q75 of the seconds per call, the per-round `times` (paired across names), its
+    place in each round's order `positions`, the calls per sample `inner`, and `load` (1-minute load average
+    before and after)."""
     load0 = _load()
     inner = {}
     for name, fn in fns.items():
@@ -55,10 +60,12 @@ def time_interleaved(
         fn()
         synchronize(device)
         inner[name] = max(1, int(min_sample / max(time.perf_counter() - t0, 1e-9)))
-    names = list(fns)
+    names, order = list(fns), random.Random(seed)
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for r in range(repeats):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
+    positions: dict[str, list[int]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for pos, name in enumerate(order.sample(names, len(names))):
+            positions[name].append(pos)
             fn = fns[name]
             synchronize(device)
             t0 = time.perf_counter()
@@ -74,6 +81,7 @@ def time_interleaved(
             "q25": q[0],
             "q75": q[2],
             "times": ts,
+            "positions": positions[name],
             "inner": inner[name],
             "load": [load0, _load()],
         }
