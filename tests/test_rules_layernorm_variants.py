@@ -16,7 +16,6 @@ from tfclaims.claims.layernorm_variants import CLASSES, NORM_TYPES, swap_formula
 from tfclaims.harness.registry import load
 from tfclaims.nn.models import LM
 from tfclaims.train.loop import evaluate
-from tfclaims.train.loop import evaluate as eval_loss
 from tfclaims.train.small_lm import model_config
 
 from rules import analyse, comparison, decisions, record, subs
@@ -231,9 +230,9 @@ def test_swap_to_the_same_formula_leaves_the_loss_bit_identical(family):
     model, bs = tiny_lm(family), batches()
     for formula, eps in (("torch", 1e-5), ("notes", 1e-6)):
         swap_formula(model, family, formula, eps)
-        before = eval_loss(model, bs, "cpu")
+        before = evaluate(model, bs, "cpu")
         swap_formula(model, family, formula, eps)  # fresh modules of the same formula, same tensors
-        assert eval_loss(model, bs, "cpu") == before
+        assert evaluate(model, bs, "cpu") == before
     # a round trip through the other formula comes back to the very same number, in both precisions
     ref = swap_losses(model, family, {"own": ["notes", 1e-6]}, ["float32", "bfloat16"], bs, "cpu")
     trip = swap_losses(model, family, {"torch": ["torch", 1e-5], "own": ["notes", 1e-6]}, ["float32", "bfloat16"], bs, "cpu")  # fmt: skip

@@ -21,7 +21,6 @@ computes, its records can stand for today's code. This tool shows it part by par
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import torch
 
 from tfclaims.harness.provenance import config_hash, grid_run_ids, run_code_hash, run_id
 from tfclaims.harness.registry import REPO_ROOT, load_all
-from tfclaims.harness.runner import RunTask, execute_run, resolve_profile
+from tfclaims.harness.runner import RunTask, execute_run, record_seconds, resolve_profile
 from tfclaims.io import atomic_write_json
 
 # Metrics that measure the machine, not the computation: left out when reruns are compared.
@@ -48,12 +47,10 @@ def computed(metrics):
     return metrics
 
 
-def duration(rec: dict) -> float:
-    try:
-        t = dt.datetime.fromisoformat(rec["finished_at"]) - dt.datetime.fromisoformat(rec["started_at"])
-        return t.total_seconds()
-    except (KeyError, TypeError, ValueError):
-        return float("inf")
+def _seconds(rec: dict) -> float:
+    """A record's duration for choosing the fastest ones; unknown sorts last."""
+    s = record_seconds(rec)
+    return float("inf") if s is None else s
 
 
 def committed_at(commit: str, path: Path) -> str | None:
@@ -107,7 +104,7 @@ def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool) -> st
     lines, moved = [], 0
     with tempfile.TemporaryDirectory() as scratch:
         for part, part_recs in sorted(by_part.items()):
-            sample = sorted(part_recs, key=duration)[:n_verify]
+            sample = sorted(part_recs, key=_seconds)[:n_verify]
             checks = [rerun_equal(exp, rec, Path(scratch)) for rec in sample]
             if not all(same for same, _ in checks):
                 lines.append(

@@ -179,9 +179,8 @@ def run_phases(cfg: dict, ctx) -> dict:
             def step(tm=tm, opt=opt, x=x):
                 lm_loss(tm(x[:, :-1]), x[:, 1:]).backward()
                 opt.step()
-                opt.zero_grad(
-                    set_to_none=True
-                )  # free the gradients: every variant stays resident while timed
+                # free the gradients: every variant stays resident while timed
+                opt.zero_grad(set_to_none=True)
 
             pre[kv], train[kv] = prefill, step
             info[kv] = {"n_kv_heads": kv, "params": n_params(model)}

@@ -18,7 +18,6 @@ from ..train.small_lm import train_small
 ECE_BINS = 15  # equal-width confidence bins of the expected calibration error
 
 
-# ------------------------------------------------------------------ label_smoothing
 @torch.no_grad()
 def _logits(model, batches, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits (N, V) and targets (N,) of fixed (x, y) batches, on the CPU."""
@@ -83,7 +82,7 @@ def smoothing_train(cfg: dict, ctx) -> dict:
         return random_windows(data, cfg["batch"], cfg["seq_len"], gen)
 
     res, model = train_small(cfg, ctx, label_smoothing=cfg["eps"], on_eval=probe, sample=sample,
-                               val_batches=sets["cal"], desc=f"ε={cfg['eps']} seed {cfg['seed']}")  # fmt: skip
+                             val_batches=sets["cal"], desc=f"ε={cfg['eps']} seed {cfg['seed']}")  # fmt: skip
     res["epochs"] = cfg["steps"] * cfg["batch"] * cfg["seq_len"] / data.numel()
     if res.get("diverged_at") is not None:
         return res

@@ -14,7 +14,6 @@ from ..nn.config import PRESETS
 from ..nn.models import LM, n_params
 from ..train.small_lm import model_config, train_small
 
-# ------------------------------------------------------------------ weight_tying
 TYING_ARMS = ("tied", "untied", "tied-wide")  # tied-wide: tied, FFN widened to the untied parameter count
 
 

@@ -456,6 +456,17 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
     return 0, result
 
 
+def record_seconds(rec: dict) -> float | None:
+    """How long a recorded run took: its `wall_s`, else finished − started (records filed before `wall_s`)."""
+    if rec.get("wall_s") is not None:
+        return float(rec["wall_s"])
+    try:
+        t = dt.datetime.fromisoformat(rec["finished_at"]) - dt.datetime.fromisoformat(rec["started_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return t.total_seconds()
+
+
 def _durations(runs_dir: Path, device: torch.device) -> dict:
     """Run durations known from the records in a runs folder: by config hash (the same run, under any code),
     and the median by part on the same device (for runs of that kind not yet run)."""
@@ -464,16 +475,10 @@ def _durations(runs_dir: Path, device: torch.device) -> dict:
         rec = _read_json(path)
         if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("device") != device.type:
             continue
-        s = rec.get("wall_s")
+        s = record_seconds(rec)
         if s is None:
-            try:
-                s = dt.datetime.fromisoformat(rec["finished_at"]) - dt.datetime.fromisoformat(
-                    rec["started_at"]
-                )
-                s = s.total_seconds()
-            except (KeyError, TypeError, ValueError):
-                continue
-        by_cfg[rec.get("config_hash")] = float(s)
+            continue
+        by_cfg[rec.get("config_hash")] = s
         by_part.setdefault(("part", (rec.get("config") or {}).get("part")), []).append(float(s))
     return {**by_cfg, **{k: statistics.median(v) for k, v in by_part.items()}}
 
