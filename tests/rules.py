@@ -50,6 +50,16 @@ def find_sub(verdict, prefix: str, *, exact: bool = False):
     return next(s for s in verdict.sub_verdicts if (s.name == prefix if exact else s.name.startswith(prefix)))
 
 
+def sub(verdict, id: str):
+    """The sub-verdict of the declared sub-claim `id`."""
+    return next(s for s in verdict.sub_verdicts if s.id == id)
+
+
+def verdicts(verdict) -> dict:
+    """sub-claim id -> its verdict."""
+    return {s.id: s.verdict for s in verdict.sub_verdicts}
+
+
 def sub_verdict(verdict, prefix: str) -> str:
     """The verdict of the first sub-verdict whose name starts with `prefix`."""
     return find_sub(verdict, prefix).verdict

@@ -135,7 +135,7 @@ def _cmp(id, decision):
 
 
 @pytest.mark.parametrize(
-    "decisions, control, require, verdict",
+    "decisions, control, where, verdict",
     [
         (["b_better", "b_better"], None, "any", "supported"),
         (["b_better", "undecided"], None, "any", "supported"),
@@ -147,11 +147,19 @@ def _cmp(id, decision):
         (["undecided", "undecided"], None, "any", "inconclusive"),
         (["excluded", "excluded"], None, "any", "inconclusive"),
         (["excluded", "b_better"], None, "all", "supported"),  # excluded cells count neither way
+        # the claim says it holds throughout: one cell against it, none for it, refutes
+        (["a_better", "undecided"], None, "all", "refuted"),
+        (["a_better", "a_better"], None, "all", "refuted"),
+        (["b_better", "b_better", "undecided", "undecided"], None, 0.5, "supported"),
+        (["b_better", "undecided", "undecided", "undecided"], None, 0.5, "inconclusive"),
+        (["b_better", "a_better", "undecided", "undecided"], None, 0.5, "mixed"),
+        (["a_better", "a_better", "undecided", "undecided"], None, 0.5, "refuted"),
+        (["a_better", "undecided", "undecided", "undecided"], None, 0.5, "inconclusive"),
     ],
 )
-def test_the_verdict_ladder(decisions, control, require, verdict):
+def test_the_verdict_ladder(decisions, control, where, verdict):
     cs = [_cmp(f"c{i}", d) for i, d in enumerate(decisions)]
-    lad = ev.ladder(cs, "b_better", positive_control=control, require=require)
+    lad = ev.ladder(cs, "b_better", positive_control=control, where=where)
     assert lad.verdict == verdict
     if "excluded" in decisions:
         assert "excluded" in lad.detail

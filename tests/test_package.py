@@ -26,6 +26,7 @@ MAY_IMPORT = {
     "train": {"nn", "data", "measure", "device"},
     "claims": {"nn", "data", "measure", "train", "device", "io"},
     "evidence": {"plotting"},
+    "analysis": {"evidence", "nn", "data", "measure", "train", *FOUNDATION},
     "harness": {"nn", "data", "measure", "train", "evidence", *FOUNDATION},
     "report": {"harness", "evidence", *FOUNDATION},
     "cli": {"nn", "data", "harness", "report", "evidence", *FOUNDATION},

@@ -122,7 +122,7 @@ def test_report_leads_with_verdict_figure_and_comparisons(tmp_path):
         _blocks([res], tmp_path / "results", tmp_path / "report", summary_fig="figures/summary.png")
     )
     sec = md[md.index('<a id="toy_claim">') :]
-    order = [sec.index(s) for s in ("**Verdict: mixed.**", "![Figure 1", "### Sub-verdicts", "Comparisons (", "### Pre-registered rule")]  # fmt: skip
+    order = [sec.index(s) for s in ("**Verdict: mixed.**", "![Figure 1", "### Sub-claims (the evidence)", "Comparisons (", "### Pre-registered rule")]  # fmt: skip
     assert order == sorted(order)
     assert "<details><summary>Comparisons (10 rows)</summary>" in sec  # long: collapsed, its CSV linked
     assert "[`results/toy_claim/comparisons.csv`](../results/toy_claim/comparisons.csv)" in sec

@@ -9,9 +9,10 @@ null pair are built to make each cell go either way, stay undecided, or fail to 
 import numpy as np
 import pytest
 
+from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, decisions, record, sub_verdict
+from rules import analyse, comparison, decisions, record, verdicts
 
 EXP = load("dk_scaling")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -21,10 +22,6 @@ W8 = {0: 0.004, 1: -0.003, 2: 0.002, 3: -0.003}  # per-seed wobble of an arm dif
 W32 = {0: -0.003, 1: 0.004, 2: -0.003, 3: 0.002}  # W32 − W8 sums to zero over seeds: a flat gap has slope 0
 Z = np.random.default_rng(0).normal(0.0, 0.3, 64)  # per-query ln|J| noise, the same draws at every d_k
 
-TRAINING = "Unscaled training"
-SATURATION = "Unscaled softmax"
-HARM = "Reported: the harm grows"
-LOGIT = "Reported: large initial logits"
 
 
 def mc_rows(law=1.0, unscaled_slope=-0.8, scaled_slope=0.0, max_p=0.95):
@@ -90,72 +87,69 @@ def gap_arms(gap8, gap32):
 
 
 def train_cells(v):
-    return {k: d for k, d in decisions(v).items() if k.endswith(":unscaled-vs-scaled")}
+    return decisions(v, "training/")
 
 
 def test_dk_scaling_rule_supported_when_law_holds_softmax_saturates_and_unscaled_trains_worse(tmp_path):
     v = analyse(EXP, records(scaled_better), P, tmp_path)
     assert v.verdict == "supported"
-    assert train_cells(v) == {
-        "dk8:unscaled-vs-scaled": "a_better",
-        "dk32:unscaled-vs-scaled": "a_better",
-    }  # a = scaled
-    assert sub_verdict(v, TRAINING) == "supported"
-    assert sub_verdict(v, "Var(q·k)") == "supported" and sub_verdict(v, "Additive") == "supported"
-    assert sub_verdict(v, SATURATION) == "supported"
+    assert train_cells(v) == {"training/dk8": "a_better", "training/dk32": "a_better"}  # a = scaled
+    assert verdicts(v) == {
+        "law": "supported", "saturation": "supported", "flat": "supported",
+        "one-hot": "supported", "additive": "supported", "training": "supported", "harm": "inconclusive",
+        "logit": "inconclusive", "logit-trend": "inconclusive",
+    }  # fmt: skip
+    kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
+    assert kinds["law"] == ("check", True) and kinds["training"] == ("effect", True)
+    assert kinds["harm"] == ("effect", False)
     d = decisions(v)
-    assert all(d[k] == "equivalent" for k in d if k.startswith(("law:", "additive:")))
-    assert d["sat:scaled-flat"] == "equivalent" and d["sat:max-p-unscaled-dk64"] == "equivalent"
+    assert all(d[k] == "inside" for k in d if k.startswith(("law", "additive", "one-hot")))
+    assert d["flat"] == "inside"
     # the unscaled Jacobian falls by the declared 0.8 in ln per doubling: significantly negative
-    u = comparison(v, "sat:ln|J|-slope-unscaled")
-    assert (
-        u.decision == "a_better" and u.diff == pytest.approx(-0.8, abs=1e-6) and u.n == 64 * len(P["mc_dks"])
-    )
-    s = comparison(v, "sat:ln|J|-slope-scaled")
-    assert abs(s.diff) < 1e-6 and -0.05 < s.ci_low < s.ci_high < 0.05
-    assert v.noise_floor and [c.id for c in v.noise_floor] == [f"null:dk{P['null_dk']}"]
-    cell = comparison(v, "dk32:unscaled-vs-scaled")
+    u = comparison(v, "saturation")
+    assert u.decision == "b_better" and u.diff == pytest.approx(-0.8, abs=1e-6) and u.n == 64 * len(P["mc_dks"])
+    s = comparison(v, "flat")
+    assert abs(s.diff) < 1e-6 and -0.05 < s.ci_low < s.ci_high < 0.05 and s.level == pytest.approx(0.9)
+    assert [c.id for c in v.noise_floor] == ["null"]
+    cell = comparison(v, "training/dk32")
     assert cell.paired and cell.n == 4 and cell.noise is not None and cell.margin == 0.02
-    assert cell.diff == pytest.approx(0.3) and cell.arm_a == "scaled d_k=32"
-    assert {"harm-vs-dk", "logit-std4-vs-1", "loss-vs-logit-std"} <= set(d)
-    assert v.evidence["law_ok"] is True and v.evidence["saturation"] == "supported"
-    assert v.evidence["training"]["verdict"] == "supported"
+    assert cell.diff == pytest.approx(0.3) and cell.arm_a == "scaled"
+    assert {"harm", "logit", "logit-trend"} <= set(d)  # one logit std in this profile: one cell
+    assert v.evidence["sub_verdicts"]["training"] == "supported"
 
 
 def test_dk_scaling_rule_training_refuted_when_unscaled_trains_significantly_better(tmp_path):
     v = analyse(EXP, records(lambda dk, scaled, s: 2.9 if scaled else 2.6), P, tmp_path)
     assert set(train_cells(v).values()) == {"b_better"}
-    assert sub_verdict(v, TRAINING) == "refuted"
-    assert sub_verdict(v, "Var(q·k)") == "supported" and sub_verdict(v, SATURATION) == "supported"
-    assert v.verdict == "mixed"  # law and saturation hold, training refutes
+    assert verdicts(v)["training"] == "refuted" and verdicts(v)["saturation"] == "supported"
+    assert v.verdict == "mixed"  # saturation holds, training refutes
 
 
-def test_dk_scaling_rule_refuted_when_the_variance_law_fails(tmp_path):
-    v = analyse(EXP, records(scaled_better, law=1.5), P, tmp_path)
-    assert sub_verdict(v, "Var(q·k)") == "refuted"
-    assert {d for k, d in decisions(v).items() if k.startswith("law:")} == {"undecided"}
-    assert sub_verdict(v, TRAINING) == "supported"  # training still supports: the failed law overrides it
-    assert v.verdict == "refuted"
+def test_dk_scaling_rule_a_failing_variance_law_stops_the_claim(tmp_path):
+    """The law is an identity the Monte Carlo relies on: failing it is a bug, not evidence against the claim."""
+    with pytest.raises(CheckFailed, match="law"):
+        analyse(EXP, records(scaled_better, law=1.5), P, tmp_path)
 
 
 @pytest.mark.parametrize(
-    "mc, sat, failing",
+    "mc, failing, sub_v, decision, verdict",
     [
-        # unscaled Jacobians do NOT fall with d_k: the trend is not significantly negative -> refuted
-        ({"unscaled_slope": 0.0}, "refuted", "sat:ln|J|-slope-unscaled"),
-        # unscaled falls, but the scaled Jacobian is not flat (-0.2 per doubling) -> mixed
-        ({"scaled_slope": -0.2}, "mixed", "sat:scaled-flat"),
-        # unscaled falls, scaled flat, but max p at the largest d_k is not above 0.9 -> mixed
-        ({"max_p": 0.5}, "mixed", "sat:max-p-unscaled-dk64"),
+        # unscaled Jacobians do not fall with d_k: no significant slope, so saturation cannot be shown
+        ({"unscaled_slope": 0.0}, "saturation", "inconclusive", "undecided", "inconclusive"),
+        # unscaled Jacobians grow with d_k: the opposite of the claim
+        ({"unscaled_slope": 0.5}, "saturation", "refuted", "a_better", "mixed"),
+        # the scaled Jacobian is not flat (-0.2 per doubling): shown outside ±0.05
+        ({"scaled_slope": -0.2}, "flat", "refuted", "outside", "mixed"),
+        # max p at the largest d_k is not above 0.9
+        ({"max_p": 0.5}, "one-hot", "refuted", "outside", "mixed"),
     ],
 )
-def test_dk_scaling_rule_saturation_failing_makes_the_verdict_mixed(tmp_path, mc, sat, failing):
+def test_dk_scaling_rule_each_saturation_sub_claim_decides_alone(tmp_path, mc, failing, sub_v, decision, verdict):
     v = analyse(EXP, records(scaled_better, **mc), P, tmp_path)
-    assert sub_verdict(v, SATURATION) == sat
-    assert v.evidence["saturation"] == sat
-    assert decisions(v)[failing] == "undecided"
-    assert sub_verdict(v, TRAINING) == "supported" and sub_verdict(v, "Var(q·k)") == "supported"
-    assert v.verdict == "mixed"
+    assert verdicts(v)[failing] == sub_v
+    assert decisions(v)[failing if failing != "one-hot" else "one-hot"] == decision
+    assert verdicts(v)["training"] == "supported"
+    assert v.verdict == verdict
 
 
 def test_dk_scaling_rule_equivalent_training_without_positive_control_is_inconclusive(tmp_path):
@@ -163,7 +157,7 @@ def test_dk_scaling_rule_equivalent_training_without_positive_control_is_inconcl
     wobble = {0: 0.003, 1: -0.002, 2: 0.001, 3: -0.003}
     v = analyse(EXP, records(lambda dk, scaled, s: 2.6 + (0.001 + wobble[s] if scaled else 0.0)), P, tmp_path)
     assert set(train_cells(v).values()) == {"equivalent"}
-    assert sub_verdict(v, TRAINING) == "inconclusive"
+    assert verdicts(v)["training"] == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
@@ -171,16 +165,33 @@ def test_dk_scaling_rule_underpowered_null_is_inconclusive(tmp_path):
     noise = {0: 0.3, 1: -0.25, 2: 0.1, 3: -0.2}
     v = analyse(EXP, records(lambda dk, scaled, s: 2.6 + (0.0 if scaled else noise[s])), P, tmp_path)
     assert set(train_cells(v).values()) == {"undecided"}
-    assert sub_verdict(v, TRAINING) == "inconclusive"
+    assert verdicts(v)["training"] == "inconclusive"
     assert v.verdict == "inconclusive"
-    assert all(c.mde is not None and c.mde > 0 for c in v.comparisons if c.id.endswith(":unscaled-vs-scaled"))
+    assert all(c.mde is not None and c.mde > 0 for c in v.comparisons if c.id.startswith("training/"))
+
+
+def test_dk_scaling_rule_an_effect_inside_the_null_pairs_spread_does_not_count(tmp_path):
+    """Unscaled worse by 0.03 in every seed (p tiny), but the null pair's seeds differ by up to ±0.1: the
+    training effect is inside the noise floor, so it is undecided and training is not supported."""
+    null = {0: 0.1, 1: -0.08, 2: 0.06, 3: -0.1}
+
+    def train(dk, scaled, s):
+        return 2.6 if scaled else 2.63 + 0.0005 * s
+
+    recs = records(train)
+    for r in recs:
+        if r["config"]["part"] == "null":
+            r["metrics"]["final_val"] += null[r["config"]["seed"] % 1000]
+    v = analyse(EXP, recs, P, tmp_path)
+    for c in (comparison(v, "training/dk8"), comparison(v, "training/dk32")):
+        assert c.p < 0.05 and c.in_noise and c.decision == "undecided"
+    assert verdicts(v)["training"] == "inconclusive"
 
 
 def test_dk_scaling_rule_mixed_when_cells_disagree(tmp_path):
     v = analyse(EXP, records(lambda dk, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (2.9 if scaled else 2.6)), P, tmp_path)  # fmt: skip
-    cells = train_cells(v)
-    assert cells == {"dk32:unscaled-vs-scaled": "a_better", "dk8:unscaled-vs-scaled": "b_better"}
-    assert sub_verdict(v, TRAINING) == "mixed"
+    assert train_cells(v) == {"training/dk32": "a_better", "training/dk8": "b_better"}
+    assert verdicts(v)["training"] == "mixed"
     assert v.verdict == "mixed"
 
 
@@ -189,16 +200,14 @@ def test_dk_scaling_rule_cell_where_neither_arm_learned_is_excluded_not_counted(
     v = analyse(
         EXP, records(lambda dk, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (UNIGRAM if scaled else 4.0)), P, tmp_path
     )  # fmt: skip
-    cells = train_cells(v)
-    assert cells == {"dk8:unscaled-vs-scaled": "excluded", "dk32:unscaled-vs-scaled": "a_better"}
-    assert sub_verdict(v, TRAINING) == "supported"
-    assert v.evidence["training"]["excluded"] == ["dk8:unscaled-vs-scaled"]
-    ex = comparison(v, "dk8:unscaled-vs-scaled")
+    assert train_cells(v) == {"training/dk8": "excluded", "training/dk32": "a_better"}
+    assert verdicts(v)["training"] == "supported"
+    ex = comparison(v, "training/dk8")
     assert ex.learned_a == 0 and ex.learned_b == 0 and ex.p is None
     # with d_k = 8 left out each seed has one d_k level: no harm trend at all (not one driven by the 0.7 gap)
-    h = comparison(v, "harm-vs-dk")
+    h = comparison(v, "harm")
     assert h.n == 0 and h.diff is None and h.decision == "undecided"
-    assert sub_verdict(v, HARM) == "inconclusive"
+    assert verdicts(v)["harm"] == "inconclusive"
 
 
 @pytest.mark.parametrize(
@@ -212,11 +221,11 @@ def test_dk_scaling_rule_cell_where_neither_arm_learned_is_excluded_not_counted(
 def test_dk_scaling_rule_harm_trend_across_dk(tmp_path, gap8, gap32, decision, verdict):
     v = analyse(EXP, records(gap_arms(gap8, gap32)), P, tmp_path)
     assert set(train_cells(v).values()) == {"a_better"}  # scaled better in every cell, whatever the trend
-    h = comparison(v, "harm-vs-dk")
+    h = comparison(v, "harm")
     assert h.n == 4 and h.paired and h.arm_a == "slope in log2 d_k"
     assert h.diff == pytest.approx((gap32 - gap8) / (np.log2(32) - np.log2(8)), abs=1e-9)
     assert h.decision == decision
-    assert sub_verdict(v, HARM) == verdict and v.evidence["harm_trend"] == verdict
+    assert verdicts(v)["harm"] == verdict
     assert v.verdict == "supported"  # the trend is reported beside the overall verdict, not in it
 
 
@@ -231,12 +240,10 @@ def test_dk_scaling_rule_excluded_dk_cell_is_left_out_of_the_harm_trend(tmp_path
         return 2.6 if scaled else 2.6 + (0.2 + W8[s] if dk == 16 else 0.4 + W32[s])
 
     v = analyse(EXP, records(train, params=p3), p3, tmp_path)
-    assert train_cells(v) == {
-        "dk8:unscaled-vs-scaled": "excluded", "dk16:unscaled-vs-scaled": "a_better", "dk32:unscaled-vs-scaled": "a_better",
-    }  # fmt: skip
-    h = comparison(v, "harm-vs-dk")
+    assert train_cells(v) == {"training/dk8": "excluded", "training/dk16": "a_better", "training/dk32": "a_better"}
+    h = comparison(v, "harm")
     assert h.n == 4 and h.diff == pytest.approx(0.2, abs=1e-9) and h.decision == "b_better"
-    assert sub_verdict(v, HARM) == "supported"
+    assert verdicts(v)["harm"] == "supported"
 
 
 @pytest.mark.parametrize(
@@ -248,13 +255,11 @@ def test_dk_scaling_rule_excluded_dk_cell_is_left_out_of_the_harm_trend(tmp_path
 )
 def test_dk_scaling_rule_logit_scale_alone(tmp_path, effect, cell, trend, verdict):
     v = analyse(EXP, records(scaled_better, lambda s, seed: 2.6 + effect + W8[seed]), P, tmp_path)
-    c = comparison(v, "logit-std4-vs-1")  # a = initial logit std 1 (the training arm at ref_dk), b = std 4
+    c = comparison(v, "logit")  # a = initial logit std 1 (the training arm at ref_dk), b = std 4
     assert c.decision == cell and c.n == 4 and c.noise is not None
     assert c.diff == pytest.approx(effect + np.mean(list(W8.values())), abs=1e-9)
-    t = comparison(v, "loss-vs-logit-std")
+    t = comparison(v, "logit-trend")
     assert t.decision == trend and t.n == 4
-    assert t.diff == pytest.approx(
-        (effect + np.mean(list(W8.values()))) / np.log2(4), abs=1e-9
-    )  # per doubling of s
-    assert sub_verdict(v, LOGIT) == verdict and v.evidence["logit_scale"] == verdict
+    assert t.diff == pytest.approx((effect + np.mean(list(W8.values()))) / np.log2(4), abs=1e-9)  # per doubling of s
+    assert verdicts(v)["logit"] == verdict and verdicts(v)["logit-trend"] == verdict
     assert v.verdict == "supported"  # reported beside the overall verdict, not in it

@@ -1,24 +1,24 @@
-"""Where numbers become decisions: the one module every claim's rule goes through.
+"""Where numbers become decisions: comparisons, Holm's correction, the noise floor and the verdict ladder.
 
-A rule compares two arms over seeds and turns the comparison into a `Comparison` with a decision; a
-sub-verdict aggregates the comparisons of its cells (Holm-corrected) through the verdict ladder.
+A comparison sets arm b against arm a over units (seeds, timing rounds) and decides; a sub-verdict aggregates
+the comparisons of its cells through the verdict ladder. `declare` says what to compare, `evaluate` runs it.
 
 Conventions, the same for every claim:
-- `diff` is b − a: the mean over seeds of the paired differences (paired designs), the difference of
-  the means (unpaired), the difference of success rates (binary), or of restricted mean times (time to
-  event). `better` says which direction of the metric is good ('lower' for a loss, 'higher' for an
-  accuracy), so a decision names the arm that is better, whatever the metric's sign.
-- decision: 'a_better' / 'b_better' when the difference is significant (p ≤ alpha, after Holm where
-  several cells feed one sub-verdict); 'equivalent' when a two-one-sided test (TOST) against the margin
-  the experiment declared before running passes; 'excluded' when neither arm learned in any seed (two
-  failures compared say nothing either way); otherwise 'undecided', with the minimum detectable effect
-  (80% power at this n and this noise) stated.
+- `diff` is b − a: the mean over units of the paired differences (paired designs), the difference of the means
+  (unpaired), the difference of success rates (binary), of restricted mean times (time to event), a slope
+  (trend) or observed − expected (exact). `better` says which direction of the metric is good ('lower' for a
+  loss), so a decision names the better arm whatever the metric's sign.
+- decisions: 'a_better' / 'b_better' when the difference is significant (p ≤ alpha after Holm) and larger
+  than the noise floor; 'equivalent' when two one-sided tests (TOST) against the declared ±margin pass;
+  'inside' / 'outside' for a claimed interval [lo, hi] (the interval at the comparison's level lies inside,
+  or wholly outside) and for exact numbers against declared bounds; 'excluded' when neither arm learned in
+  any seed; otherwise 'undecided', with the minimum detectable effect (80% power) stated.
+- The noise floor is a decision input: an effect no larger than its null pair's largest |CI bound| is at
+  most 'undecided', however small its p.
+- Holm's correction runs across a family; each interval is drawn at the level Holm tested its comparison at
+  (α/(m − k + 1) for the k-th smallest p, and the first failing step's level for every later one), so an
+  interval excludes 0 exactly when the adjusted p ≤ α.
 - Duplicate seeds are an error: a seed counted twice deflates every p-value.
-
-The verdict ladder (`ladder`): `supported` = the claimed direction is significant where the claim says
-it applies; `refuted` = the opposite is significant, or equivalence within the margin is shown *and* a
-positive control in the same setup detected an effect of the margin's size; `mixed` = both, in different
-cells (they are named); otherwise `inconclusive`. An underpowered null is never `refuted`.
 
 Tests come from `scipy.stats` and `statsmodels` (TOST, Newcombe intervals, log-rank, power); Holm's
 adjustment is its closed form, checked against statsmodels in the tests.
@@ -34,9 +34,10 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from scipy import stats
 
-DECISIONS = ("a_better", "b_better", "equivalent", "undecided", "excluded")
+DECISIONS = ("a_better", "b_better", "equivalent", "inside", "outside", "undecided", "excluded")
 ALPHA = 0.05
 POWER = 0.8  # for the minimum detectable effect
+CLAIMED = ("a_better", "b_better", "equivalent", "inside")
 
 
 class EvidenceError(ValueError):
@@ -69,7 +70,7 @@ class Comparison:
     arm_b: str
     better: str  # 'lower' or 'higher': which direction of the metric is good
     test: str  # the test behind p
-    n: int  # seeds paired (paired), or the smaller arm's size
+    n: int  # units paired (paired), or the smaller arm's size
     paired: bool
     mean_a: float | None
     mean_b: float | None
@@ -78,8 +79,8 @@ class Comparison:
     ci_high: float | None
     p: float | None  # after Holm, where a family was corrected
     p_raw: float | None
-    margin: float | None = None
-    p_equiv: float | None = None  # TOST, after Holm
+    margin: float | None = None  # TOST ±margin (reported on directional claims)
+    p_equiv: float | None = None  # TOST against ±margin, or against [lo, hi] for an interval; after Holm
     p_equiv_raw: float | None = None
     mde: float | None = None  # minimum detectable |diff| at 80% power, this n and this noise
     learned_a: int | None = None  # seeds of arm a that learned (training arms only)
@@ -90,6 +91,11 @@ class Comparison:
     note: str = ""
     decision: str = "undecided"
     alpha: float = ALPHA
+    lo: float | None = None  # a claimed interval [lo, hi] for diff (None: unbounded on that side)
+    hi: float | None = None
+    se: float | None = None  # standard error of diff and its degrees of freedom (t-based tests)
+    dof: float | None = None
+    level: float = 1 - ALPHA  # the confidence level of [ci_low, ci_high]
 
     def __post_init__(self):
         if self.better not in ("lower", "higher"):
@@ -103,6 +109,16 @@ class Comparison:
     @property
     def excluded(self) -> bool:
         return self.decision == "excluded"
+
+    @property
+    def interval(self) -> bool:
+        """Whether the comparison tests a claimed interval (inside / outside) rather than a direction."""
+        return self.lo is not None or self.hi is not None
+
+    @property
+    def in_noise(self) -> bool:
+        """The effect is no larger than the noise floor's largest |CI bound|."""
+        return self.noise is not None and _finite(self.diff) and abs(self.diff) <= self.noise
 
     def short(self, fmt: str = "+.3f") -> str:
         """The effect for a key number: the difference, or why there is none (never 'nan')."""
@@ -120,31 +136,45 @@ class Comparison:
         def f(v):
             return "—" if v is None else format(v, fmt)
 
-        ci = f" [{f(self.ci_low)}, {f(self.ci_high)}]" if self.ci_low is not None else ""
+        level = "" if abs(self.level - 0.95) < 1e-9 else f" {100 * self.level:.3g}%"
+        ci = f" [{f(self.ci_low)}, {f(self.ci_high)}]{level}" if self.ci_low is not None else ""
         p = "—" if self.p is None else f"{self.p:.2g}"
         extra = ""
-        if self.decision == "equivalent":
+        if self.interval:
+            extra = f", claimed in [{f(self.lo)}, {f(self.hi)}]"
+            if self.p_equiv is not None:
+                extra += f" (p = {self.p_equiv:.2g})"
+        elif self.decision == "equivalent":
             extra = f", within ±{self.margin:g} (TOST p = {self.p_equiv:.2g})"
-        elif self.decision == "undecided" and self.mde is not None:
-            extra = f", detectable ≥ {self.mde:.2g}"
+        if self.decision == "undecided" and self.mde is not None:
+            extra += f", detectable ≥ {self.mde:.2g}"
         if self.noise is not None:
-            extra += f", noise floor ±{self.noise:.2g}"
+            extra += f", noise floor ±{self.noise:.2g}" + (" (inside it)" if self.in_noise else "")
         learned = (
             f", learned {self.learned_a}/{self.n_a} vs {self.learned_b}/{self.n_b}"
             if self.learned_a is not None
             else ""
         )
-        what = (
-            f"{self.arm_b} − {self.arm_a}" if self.arm_b else self.arm_a
-        )  # a trend has one 'arm': its slope
+        what = f"{self.arm_b} − {self.arm_a}" if self.arm_b else self.arm_a  # a trend has one 'arm'
         return f"{what}: {f(self.diff)}{unit}{ci} (p = {p}, n = {self.n}{learned}{extra}): {self.decision}"
 
 
+def _outside(c: Comparison) -> bool:
+    """The whole interval [ci_low, ci_high] lies outside the claimed [lo, hi]."""
+    if c.ci_low is None or c.ci_high is None:
+        return False
+    return (c.lo is not None and c.ci_high < c.lo) or (c.hi is not None and c.ci_low > c.hi)
+
+
 def decide(c: Comparison) -> str:
-    """The decision for a comparison's numbers (re-applied after Holm)."""
-    if c.decision == "excluded":
-        return "excluded"
-    if c.p is not None and c.p <= c.alpha and c.diff is not None and c.diff != 0:
+    """The decision for a comparison's numbers (re-applied after Holm and after the noise floor is attached)."""
+    if c.decision == "excluded" or c.test == "exact":
+        return c.decision
+    if c.interval:
+        if c.p_equiv is not None and c.p_equiv <= c.alpha:
+            return "inside"
+        return "outside" if _outside(c) else "undecided"
+    if c.p is not None and c.p <= c.alpha and c.diff is not None and c.diff != 0 and not c.in_noise:
         b_larger = c.diff > 0
         return "b_better" if b_larger == (c.better == "higher") else "a_better"
     if c.p_equiv is not None and c.p_equiv <= c.alpha:
@@ -212,6 +242,29 @@ def _mde(sd: float, n: int, alpha: float, paired: bool, n_b: int | None = None) 
     return float(np.asarray(es).item() * sd)
 
 
+def _bounds(margin: float | None, interval) -> tuple[float | None, float | None, float | None, float | None]:
+    """(lo, hi) of the claimed interval and the (low, upp) a TOST tests against (±margin without one)."""
+    lo, hi = interval if interval is not None else (None, None)
+    if interval is not None:
+        return lo, hi, -math.inf if lo is None else lo, math.inf if hi is None else hi
+    if margin is None:
+        return None, None, None, None
+    return None, None, -margin, margin
+
+
+def _tost(d: np.ndarray, low: float, upp: float) -> float:
+    """Two one-sided tests that the mean of d lies in [low, upp] (one side when the other is infinite)."""
+    from statsmodels.stats.weightstats import ttost_paired
+
+    if math.isinf(low) and math.isinf(upp):
+        return 0.0
+    if math.isinf(low):
+        return float(stats.ttest_1samp(d, upp, alternative="less").pvalue)
+    if math.isinf(upp):
+        return float(stats.ttest_1samp(d, low, alternative="greater").pvalue)
+    return float(ttost_paired(d, np.zeros_like(d), low, upp)[0])
+
+
 # ------------------------------------------------------------------ comparisons
 def paired(
     id: str,
@@ -224,28 +277,29 @@ def paired(
     arm_a: str = "a",
     arm_b: str = "b",
     margin: float | None = None,
+    interval: tuple[float | None, float | None] | None = None,
     learned_a: Mapping | None = None,
     learned_b: Mapping | None = None,
     alpha: float = ALPHA,
 ) -> Comparison:
-    """Paired t-test of b − a over the seeds both arms share (non-finite values, e.g. diverged runs, drop out
-    and are noted); TOST against ±margin when a margin is declared."""
-    from statsmodels.stats.weightstats import ttost_paired
-
+    """Paired t-test of b − a over the units both arms share (non-finite values, e.g. diverged runs, drop out and
+    are noted); TOST against ±margin, or against a claimed interval [lo, hi] of b − a."""
     a, b = _as_map(a, arm_a), _as_map(b, arm_b)
-    seeds = sorted(s for s in set(a) & set(b) if _finite(a[s]) and _finite(b[s]))
-    dropped = sorted((set(a) | set(b)) - set(seeds))
+    units = sorted(s for s in set(a) & set(b) if _finite(a[s]) and _finite(b[s]))
+    dropped = sorted((set(a) | set(b)) - set(units))
     la, na = _counts(learned_a)
     lb, nb = _counts(learned_b)
-    xa = np.array([a[s] for s in seeds], float)
-    xb = np.array([b[s] for s in seeds], float)
+    xa = np.array([a[s] for s in units], float)
+    xb = np.array([b[s] for s in units], float)
     d = xb - xa
     n = int(d.size)
+    lo, hi, low, upp = _bounds(margin, interval)
     note = f"seeds {dropped} left out (missing or non-finite)" if dropped else ""
     base = dict(
         id=id, sub_claim=sub_claim, metric=metric, arm_a=arm_a, arm_b=arm_b, better=better,
         test="paired t", n=n, paired=True, margin=margin, learned_a=la, learned_b=lb, n_a=na, n_b=nb,
         alpha=alpha, mean_a=float(xa.mean()) if n else None, mean_b=float(xb.mean()) if n else None,
+        lo=lo, hi=hi,
     )  # fmt: skip
     if la == 0 and lb == 0:
         return Comparison(
@@ -258,19 +312,20 @@ def paired(
                        p_raw=None, note=(note + "; " if note else "") + "fewer than 2 paired seeds")
         )  # fmt: skip
     mean, sd = float(d.mean()), float(d.std(ddof=1))
-    if sd == 0:  # every seed gave the same difference: the t statistic is undefined, the answer is not
+    se, dof = sd / math.sqrt(n), float(n - 1)
+    if sd == 0:  # every unit gave the same difference: the t statistic is undefined, the answer is not
         p = 1.0 if mean == 0 else 0.0
-        lo = hi = mean
-        p_eq = None if margin is None else (0.0 if abs(mean) < margin else 1.0)
+        lo_ci = hi_ci = mean
+        p_eq = None if low is None else (0.0 if low < mean < upp else 1.0)
     else:
         res = stats.ttest_rel(xb, xa)
         p = float(res.pvalue)
         ci = res.confidence_interval(1 - alpha)
-        lo, hi = float(ci.low), float(ci.high)
-        p_eq = None if margin is None else float(ttost_paired(xb, xa, -margin, margin)[0])
+        lo_ci, hi_ci = float(ci.low), float(ci.high)
+        p_eq = None if low is None else _tost(d, low, upp)
     return _finish(
-        Comparison(**base, diff=mean, ci_low=lo, ci_high=hi, p=p, p_raw=p, p_equiv=p_eq, p_equiv_raw=p_eq,
-                   mde=_mde(sd, n, alpha, True), note=note)
+        Comparison(**base, diff=mean, ci_low=lo_ci, ci_high=hi_ci, p=p, p_raw=p, p_equiv=p_eq,
+                   p_equiv_raw=p_eq, mde=_mde(sd, n, alpha, True), note=note, se=se, dof=dof)
     )  # fmt: skip
 
 
@@ -282,44 +337,57 @@ def trend(
     x_name: str = "x",
     better: str = "higher",
     sub_claim: str = "",
+    interval: tuple[float | None, float | None] | None = None,
     alpha: float = ALPHA,
 ) -> Comparison:
     """A pre-declared trend test: the least-squares slope of y on x. `points` maps a unit to its (x, y) points.
     Several units (seeds, each measured at every level): one slope per unit and a one-sample t-test of the slopes
     (the paired design's trend test). One unit (independent samples, e.g. Monte Carlo draws): ordinary least
     squares over its points (scipy.stats.linregress). `diff` is the slope; 'b_better' means a significant slope
-    in the direction `better` names ('higher': increasing), 'a_better' one against it."""
+    in the direction `better` names ('higher': increasing), 'a_better' one against it; with a claimed interval
+    [lo, hi] for the slope, 'inside' / 'outside'."""
     units = {
         u: [(float(x), float(y)) for x, y in pts if _finite(x) and _finite(y)] for u, pts in points.items()
     }
     units = {u: pts for u, pts in units.items() if len({x for x, _ in pts}) >= 2}
+    lo, hi, low, upp = _bounds(None, interval)
     base = dict(
         id=id, sub_claim=sub_claim, metric=metric, arm_a=f"slope in {x_name}", arm_b="", better=better,
-        paired=len(units) > 1, mean_a=None, mean_b=None, alpha=alpha,
+        paired=len(units) > 1, mean_a=None, mean_b=None, alpha=alpha, lo=lo, hi=hi,
     )  # fmt: skip
     if not units:
         return Comparison(**base, test="trend", n=0, diff=None, ci_low=None, ci_high=None, p=None, p_raw=None,
                           note="no unit with two levels")  # fmt: skip
+    p_eq = None
     if len(units) == 1:
         (pts,) = units.values()
         x, y = np.array(pts).T
         res = stats.linregress(x, y)
-        tcrit = stats.t.ppf(1 - alpha / 2, len(x) - 2)
-        slope, p = float(res.slope), float(res.pvalue)
-        lo, hi = float(slope - tcrit * res.stderr), float(slope + tcrit * res.stderr)
+        dof = len(x) - 2
+        tcrit = stats.t.ppf(1 - alpha / 2, dof)
+        slope, p, se = float(res.slope), float(res.pvalue), float(res.stderr)
+        lo_ci, hi_ci = float(slope - tcrit * se), float(slope + tcrit * se)
+        if low is not None and se > 0:  # one-sided t tests of the OLS slope against each bound
+            p_lo = 0.0 if math.isinf(low) else float(stats.t.sf((slope - low) / se, dof))
+            p_hi = 0.0 if math.isinf(upp) else float(stats.t.cdf((slope - upp) / se, dof))
+            p_eq = max(p_lo, p_hi)
         test, n = "OLS slope", len(x)
     else:
         slopes = np.array([stats.linregress(*np.array(pts).T).slope for pts in units.values()], float)
         slope, n = float(slopes.mean()), len(slopes)
+        dof, se = float(n - 1), float(slopes.std(ddof=1) / math.sqrt(n))
         if slopes.std(ddof=1) == 0:
-            p, lo, hi = (1.0 if slope == 0 else 0.0), slope, slope
+            p, lo_ci, hi_ci = (1.0 if slope == 0 else 0.0), slope, slope
+            p_eq = None if low is None else (0.0 if low < slope < upp else 1.0)
         else:
             res = stats.ttest_1samp(slopes, 0.0)
             ci = res.confidence_interval(1 - alpha)
-            p, lo, hi = float(res.pvalue), float(ci.low), float(ci.high)
+            p, lo_ci, hi_ci = float(res.pvalue), float(ci.low), float(ci.high)
+            p_eq = None if low is None else _tost(slopes, low, upp)
         test = "per-unit slopes, one-sample t"
     return _finish(
-        Comparison(**base, test=test, n=n, diff=slope, ci_low=lo, ci_high=hi, p=p, p_raw=p,
+        Comparison(**base, test=test, n=n, diff=slope, ci_low=lo_ci, ci_high=hi_ci, p=p, p_raw=p,
+                   p_equiv=p_eq, p_equiv_raw=p_eq, se=se, dof=dof,
                    note=f"{n} {'points' if len(units) == 1 else 'units'}")
     )  # fmt: skip
 
@@ -335,6 +403,7 @@ def unpaired(
     arm_a: str = "a",
     arm_b: str = "b",
     margin: float | None = None,
+    interval: tuple[float | None, float | None] | None = None,
     learned_a: Mapping | None = None,
     learned_b: Mapping | None = None,
     alpha: float = ALPHA,
@@ -347,11 +416,13 @@ def unpaired(
     xa, xb = np.array(va, float), np.array(vb, float)
     la, na = _counts(learned_a)
     lb, nb = _counts(learned_b)
+    lo, hi, low, upp = _bounds(margin, interval)
     base = dict(
         id=id, sub_claim=sub_claim, metric=metric, arm_a=arm_a, arm_b=arm_b, better=better,
         test="Welch t", n=int(min(xa.size, xb.size)), paired=False, margin=margin, learned_a=la,
         learned_b=lb, n_a=na if na is not None else int(xa.size), n_b=nb if nb is not None else int(xb.size),
         alpha=alpha, mean_a=float(xa.mean()) if xa.size else None, mean_b=float(xb.mean()) if xb.size else None,
+        lo=lo, hi=hi,
     )  # fmt: skip
     diff = float(xb.mean() - xa.mean()) if xa.size and xb.size else None
     if la == 0 and lb == 0:
@@ -361,21 +432,36 @@ def unpaired(
         return _finish(Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=None, p_raw=None,
                                   note="fewer than 2 values in an arm"))  # fmt: skip
     sa, sb = float(xa.std(ddof=1)), float(xb.std(ddof=1))
+    se = dof = None
     if sa == 0 and sb == 0:
         p = 1.0 if diff == 0 else 0.0
-        lo = hi = diff
-        p_eq = None if margin is None else (0.0 if abs(diff) < margin else 1.0)
+        lo_ci = hi_ci = diff
+        p_eq = None if low is None else (0.0 if low < diff < upp else 1.0)
     else:
         res = stats.ttest_ind(xb, xa, equal_var=False)
         p = float(res.pvalue)
         ci = res.confidence_interval(1 - alpha)
-        lo, hi = float(ci.low), float(ci.high)
-        p_eq = None if margin is None else float(ttost_ind(xb, xa, -margin, margin, usevar="unequal")[0])
+        lo_ci, hi_ci = float(ci.low), float(ci.high)
+        se, dof = math.sqrt(sa**2 / xa.size + sb**2 / xb.size), float(res.df)
+        if low is None:
+            p_eq = None
+        elif math.isinf(low) or math.isinf(upp):  # one side: a shifted one-sided Welch test
+            shift, alt = (upp, "less") if math.isinf(low) else (low, "greater")
+            p_eq = float(stats.ttest_ind(xb - shift, xa, equal_var=False, alternative=alt).pvalue)
+        else:
+            p_eq = float(ttost_ind(xb, xa, low, upp, usevar="unequal")[0])
     pooled = math.sqrt((sa**2 + sb**2) / 2)
     return _finish(
-        Comparison(**base, diff=diff, ci_low=lo, ci_high=hi, p=p, p_raw=p, p_equiv=p_eq, p_equiv_raw=p_eq,
-                   mde=_mde(pooled, int(xa.size), alpha, False, int(xb.size)))
+        Comparison(**base, diff=diff, ci_low=lo_ci, ci_high=hi_ci, p=p, p_raw=p, p_equiv=p_eq, p_equiv_raw=p_eq,
+                   mde=_mde(pooled, int(xa.size), alpha, False, int(xb.size)), se=se, dof=dof)
     )  # fmt: skip
+
+
+def _newcombe(kb: int, nb: int, ka: int, na: int, alpha: float) -> tuple[float, float]:
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    lo, hi = confint_proportions_2indep(kb, nb, ka, na, method="newcomb", compare="diff", alpha=alpha)
+    return float(lo), float(hi)
 
 
 def binary(
@@ -392,8 +478,6 @@ def binary(
 ) -> Comparison:
     """Success rates of two arms (e.g. learned / did not learn): Fisher's exact test, Newcombe's CI of rate_b −
     rate_a. a, b: seed -> bool (or a list of bools)."""
-    from statsmodels.stats.proportion import confint_proportions_2indep
-
     fa = list(_as_map(a, arm_a).values()) if isinstance(a, Mapping) else list(a)
     fb = list(_as_map(b, arm_b).values()) if isinstance(b, Mapping) else list(b)
     ka, kb, na, nb = sum(map(bool, fa)), sum(map(bool, fb)), len(fa), len(fb)
@@ -406,10 +490,8 @@ def binary(
         return _finish(Comparison(**base, diff=None, ci_low=None, ci_high=None, p=None, p_raw=None,
                                   note="an arm has no runs"))  # fmt: skip
     p = float(stats.fisher_exact([[kb, nb - kb], [ka, na - ka]]).pvalue)
-    lo, hi = confint_proportions_2indep(kb, nb, ka, na, method="newcomb", compare="diff", alpha=alpha)
-    return _finish(
-        Comparison(**base, diff=kb / nb - ka / na, ci_low=float(lo), ci_high=float(hi), p=p, p_raw=p)
-    )
+    lo, hi = _newcombe(kb, nb, ka, na, alpha)
+    return _finish(Comparison(**base, diff=kb / nb - ka / na, ci_low=lo, ci_high=hi, p=p, p_raw=p))
 
 
 def escape_step(steps, losses, threshold: float, window: int = 3) -> int | None:
@@ -467,6 +549,30 @@ def time_to_event(
     return _finish(Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=p, p_raw=p))
 
 
+def exact_check(
+    id: str,
+    ok: bool,
+    *,
+    sub_claim: str,
+    metric: str,
+    observed,
+    expected,
+    note: str = "",
+    lo: float | None = None,
+    hi: float | None = None,
+) -> Comparison:
+    """An exact number against its declared bounds (an identity, a count against its closed form, a fitted
+    number against a declared range), stated beside the comparisons: 'inside' when `ok`, else 'outside'."""
+    return Comparison(
+        id=id, sub_claim=sub_claim, metric=metric, arm_a="expected", arm_b="observed", better="lower",
+        test="exact", n=1, paired=False, mean_a=_clean(expected), mean_b=_clean(observed),
+        diff=_clean(observed - expected) if _finite(observed) and _finite(expected) else None,
+        ci_low=None, ci_high=None, p=None, p_raw=None, margin=None, lo=lo, hi=hi,
+        note=note if ok else ("outside the declared bounds" + (f": {note}" if note else "")),
+        decision="inside" if ok else "outside",
+    )  # fmt: skip
+
+
 # ------------------------------------------------------------------ families and the noise floor
 def holm_adjust(pvalues) -> np.ndarray:
     """Holm's step-down adjusted p-values: the k-th smallest p times (m − k + 1), made monotone, capped at 1.
@@ -480,17 +586,49 @@ def holm_adjust(pvalues) -> np.ndarray:
     return out
 
 
+def holm_levels(pvalues, alpha: float = ALPHA) -> np.ndarray:
+    """The level Holm's step-down tested each p at: α/(m − k + 1) for the k-th smallest, and the first failing
+    step's level for every later one (so that a test is rejected exactly when p ≤ its level)."""
+    p = np.asarray(pvalues, float)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    steps = alpha / (m - np.arange(m))
+    fail = np.nonzero(p[order] > steps)[0]
+    stop = fail[0] if fail.size else m
+    out = np.empty(m)
+    out[order] = steps[np.minimum(np.arange(m), stop)]
+    return out
+
+
+def _ci_at(c: Comparison, level: float) -> Comparison:
+    """The comparison with its interval redrawn at `level` (t intervals from se and dof; Newcombe's from the
+    counts); unchanged where neither is known."""
+    if c.test == "Fisher exact" and c.n_a and c.n_b and c.mean_a is not None and c.mean_b is not None:
+        ka, kb = round(c.mean_a * c.n_a), round(c.mean_b * c.n_b)
+        lo, hi = _newcombe(kb, c.n_b, ka, c.n_a, 1 - level)
+        return replace(c, ci_low=lo, ci_high=hi, level=level)
+    if c.se is None or c.dof is None or c.diff is None or c.dof <= 0:
+        return c
+    h = float(stats.t.ppf((1 + level) / 2, c.dof) * c.se)
+    return replace(c, ci_low=c.diff - h, ci_high=c.diff + h, level=level)
+
+
 def holm(comparisons: list[Comparison], alpha: float = ALPHA) -> list[Comparison]:
-    """Holm's correction across the cells one sub-verdict aggregates (excluded cells take no part); both the
-    difference p-values and the TOST p-values are adjusted, then the decisions are re-applied."""
+    """Holm's correction across the comparisons of one family (excluded cells take no part): the difference
+    p-values and the TOST p-values are adjusted, each interval is redrawn at the level Holm tested it at (an
+    interval claim's at 1 − 2·level, the TOST's), then the decisions are re-applied."""
     out = list(comparisons)
     for raw, adj in (("p_raw", "p"), ("p_equiv_raw", "p_equiv")):
         idx = [i for i, c in enumerate(out) if not c.excluded and getattr(c, raw) is not None]
-        if len(idx) < 2:
+        if not idx:
             continue
-        padj = holm_adjust([getattr(out[i], raw) for i in idx])
-        for i, q in zip(idx, padj):
-            out[i] = replace(out[i], **{adj: float(q)})
+        ps = [getattr(out[i], raw) for i in idx]
+        padj, levels = holm_adjust(ps), holm_levels(ps, alpha)
+        for i, q, a in zip(idx, padj, levels):
+            c = replace(out[i], **{adj: float(q)})
+            if (raw == "p_raw") != c.interval:  # the interval follows the test that decides the comparison
+                c = _ci_at(c, 1 - a if raw == "p_raw" else 1 - 2 * a)
+            out[i] = c
     return [_finish(c) for c in out]
 
 
@@ -504,16 +642,17 @@ def noise_floor(
     better: str = "lower",
     sub_claim: str = "noise floor",
     arm: str = "baseline",
+    arm_b: str | None = None,
     margin: float | None = None,
 ) -> Comparison:
-    """The null pair: one arm run twice, identical but for a seed offset (seed s beside seed s + offset).
-    Whatever it shows is what chance alone gives at this scale; it should be 'undecided' (or equivalent)."""
-    base_m, off_m = _as_map(base, arm), _as_map(offset, arm + " (seed offset)")
+    """The null pair: one arm run twice, identical but for a seed offset (seed s beside seed s + offset), or
+    one callable timed twice under two names (offset 0). Whatever it shows is what chance alone gives at this
+    scale; it should be 'undecided' (or equivalent)."""
+    base_m, off_m = _as_map(base, arm), _as_map(offset, arm + " (again)")
     shifted = {s - seed_offset: v for s, v in off_m.items()}
-    return paired(
-        id, base_m, shifted, metric=metric, better=better, sub_claim=sub_claim, arm_a=arm,
-        arm_b=f"{arm} (seeds + {seed_offset})", margin=margin,
-    )  # fmt: skip
+    again = arm_b or (f"{arm} (seeds + {seed_offset})" if seed_offset else f"{arm} (again)")
+    return paired(id, base_m, shifted, metric=metric, better=better, sub_claim=sub_claim, arm_a=arm,
+                  arm_b=again, margin=margin)  # fmt: skip
 
 
 def noise_bound(floor: Comparison) -> float | None:
@@ -524,9 +663,10 @@ def noise_bound(floor: Comparison) -> float | None:
 
 
 def with_noise(comparisons: list[Comparison], floors: list[Comparison]) -> list[Comparison]:
-    """Attach to each comparison the noise floor of its metric (matched by metric name)."""
+    """Attach to each comparison the noise floor of its metric (matched by metric name) and re-decide: an effect
+    inside its noise floor is at most undecided."""
     by_metric = {f.metric: noise_bound(f) for f in floors}
-    return [replace(c, noise=by_metric.get(c.metric, c.noise)) for c in comparisons]
+    return [_finish(replace(c, noise=by_metric.get(c.metric, c.noise))) for c in comparisons]
 
 
 # ------------------------------------------------------------------ the verdict ladder
@@ -540,56 +680,81 @@ class Ladder:
     excluded: tuple[str, ...] = ()
 
 
+def beyond_margin(c: Comparison) -> bool:
+    """The whole CI lies outside ±margin (with no margin, a significant difference is enough)."""
+    if c.margin is None:
+        return True
+    if c.ci_low is None or c.ci_high is None:
+        return False
+    return c.ci_low > c.margin or c.ci_high < -c.margin
+
+
+def role(c: Comparison, claimed: str, positive_control: bool = False) -> str:
+    """What one comparison says of a claim: 'support', 'refute', 'undecided' or 'excluded'.
+
+    claimed 'a_better' / 'b_better': the claimed arm significantly better supports, the other refutes; an
+      'equivalent' comparison refutes only beside a positive control that detected an effect of the margin's
+      size in the same setup. claimed 'inside': inside the claimed interval supports, outside refutes.
+      claimed 'equivalent' (±margin): TOST passing supports; a significant difference beyond the margin refutes.
+    """
+    if claimed not in CLAIMED:
+        raise EvidenceError(f"claimed must be one of {CLAIMED}, got {claimed!r}")
+    if c.excluded:
+        return "excluded"
+    if claimed == "inside":
+        return {"inside": "support", "outside": "refute"}.get(c.decision, "undecided")
+    if claimed == "equivalent":
+        if c.p_equiv is not None and c.p_equiv <= c.alpha:
+            return "support"
+        sig = c.decision in ("a_better", "b_better")
+        return "refute" if sig and beyond_margin(c) else "undecided"
+    if c.decision == claimed:
+        return "support"
+    opposite = "a_better" if claimed == "b_better" else "b_better"
+    if c.decision == opposite or (c.decision == "equivalent" and positive_control):
+        return "refute"
+    return "undecided"
+
+
 def ladder(
     comparisons: list[Comparison],
     claimed: str,
     *,
     positive_control: bool | None = None,
-    require: str = "any",
+    where: str | float = "any",
     label: Callable[[Comparison], str] | None = None,
 ) -> Ladder:
     """A sub-verdict from the (already Holm-corrected) comparisons of its cells.
 
-    claimed: the decision the claim predicts: 'a_better' or 'b_better' for a claimed effect, 'equivalent'
-      for a claimed absence of one ("interchangeable"): then equivalence within the declared margin
-      supports it and a difference significantly outside the margin (either way) refutes it.
-    positive_control: True when a positive control in the same setup detected an effect of the margin's
-      size; only then does equivalence refute (otherwise an equivalent cell is an undecided one).
-    require: 'any' — supported if some cell supports and none refutes; 'all' — supported only if every
-      non-excluded cell supports (the claim says it holds throughout the range).
+    where: 'any' — supported if some comparison supports and none refutes; 'all' — supported only if every
+      non-excluded comparison supports (the claim says it holds throughout its range); a share q in (0, 1] —
+      supported if at least q of the non-excluded comparisons support. Whatever `where` says: refuted if some
+      comparison refutes and none supports (for a share: at least q refute); mixed if some support and some
+      refute (and the share is not reached); otherwise inconclusive.
     """
-    if claimed not in ("a_better", "b_better", "equivalent"):
-        raise EvidenceError(f"claimed must be 'a_better', 'b_better' or 'equivalent', got {claimed!r}")
-    if require not in ("any", "all"):
-        raise EvidenceError(f"require must be 'any' or 'all', got {require!r}")
-    opposite = {"a_better": ("b_better",), "b_better": ("a_better",), "equivalent": ("a_better", "b_better")}
+    if not (where in ("any", "all") or (isinstance(where, float) and 0 < where <= 1)):
+        raise EvidenceError(f"where must be 'any', 'all' or a share in (0, 1], got {where!r}")
     name = label or (lambda c: c.id)
-    sup, ref, und, exc = [], [], [], []
+    by = {"support": [], "refute": [], "undecided": [], "excluded": []}
     for c in comparisons:
-        if c.excluded:
-            exc.append(c)
-        elif claimed == "equivalent":
-            # equivalence shown (TOST) supports, whether or not a difference inside the margin is also
-            # significant; only a difference significantly outside the margin refutes
-            if c.p_equiv is not None and c.p_equiv <= c.alpha:
-                sup.append(c)
-            elif c.decision in opposite[claimed] and beyond_margin(c):
-                ref.append(c)
-            else:
-                und.append(c)
-        elif c.decision == claimed:
-            sup.append(c)
-        elif c.decision in opposite[claimed] or (c.decision == "equivalent" and positive_control):
-            ref.append(c)
+        by[role(c, claimed, bool(positive_control))].append(c)
+    sup, ref, und, exc = by["support"], by["refute"], by["undecided"], by["excluded"]
+    n = len(sup) + len(ref) + len(und)
+    if isinstance(where, float):
+        need = where * n
+        if n and len(sup) >= need:
+            verdict = "supported"
+        elif sup and ref:
+            verdict = "mixed"
+        elif ref and len(ref) >= need:
+            verdict = "refuted"
         else:
-            und.append(c)
-    if not sup and not ref and not und:
-        verdict = "inconclusive"
+            verdict = "inconclusive"
     elif sup and ref:
         verdict = "mixed"
-    elif sup and (require == "any" or not und):
+    elif sup and (where == "any" or not und):
         verdict = "supported"
-    elif ref and not sup and (require == "any" or not und):
+    elif ref:
         verdict = "refuted"
     else:
         verdict = "inconclusive"
@@ -600,10 +765,13 @@ def ladder(
         parts.append("fails in " + ", ".join(map(name, ref)))
     if und:
         mdes = [c.mde for c in und if c.mde is not None]
-        eq = [c for c in und if c.decision == "equivalent" and claimed != "equivalent"]
         s = "undecided in " + ", ".join(map(name, und))
         if mdes:
             s += f" (smallest detectable effect there: {min(mdes):.3g}–{max(mdes):.3g})"
+        noisy = [c for c in und if c.in_noise and c.p is not None and c.p <= c.alpha]
+        if noisy:
+            s += "; " + ", ".join(map(name, noisy)) + " significant but inside the noise floor"
+        eq = [c for c in und if c.decision == "equivalent" and claimed in ("a_better", "b_better")]
         if eq:
             s += (
                 "; " + ", ".join(map(name, eq)) + " equivalent within the margin, but no positive control in"
@@ -624,15 +792,6 @@ def ladder(
     )
 
 
-def beyond_margin(c: Comparison) -> bool:
-    """The whole CI lies outside ±margin (with no margin, a significant difference is enough)."""
-    if c.margin is None:
-        return True
-    if c.ci_low is None or c.ci_high is None:
-        return False
-    return c.ci_low > c.margin or c.ci_high < -c.margin
-
-
 def combine(verdicts: Iterable[str]) -> str:
     """An overall verdict from sub-verdicts that the claim needs together: all supported → supported; all
     refuted → refuted; any supported beside any refuted (or any mixed) → mixed; otherwise inconclusive."""
@@ -644,19 +803,3 @@ def combine(verdicts: Iterable[str]) -> str:
     if "mixed" in v or ("supported" in v and "refuted" in v):
         return "mixed"
     return "inconclusive"
-
-
-def exact_check(
-    id: str, ok: bool, *, sub_claim: str, metric: str, observed, expected, note: str = ""
-) -> Comparison:
-    """An exact check (an identity, a count against its closed form), stated beside the comparisons. Stored in
-    result.json's `comparisons` with the same fields: a passing check is 'equivalent' (margin 0), a failing
-    one 'undecided' with the note saying so."""
-    return Comparison(
-        id=id, sub_claim=sub_claim, metric=metric, arm_a="expected", arm_b="observed", better="lower",
-        test="exact", n=1, paired=False, mean_a=_clean(expected), mean_b=_clean(observed),
-        diff=_clean(observed - expected) if _finite(observed) and _finite(expected) else None,
-        ci_low=None, ci_high=None, p=None, p_raw=None, margin=0.0,
-        note=note if ok else ("exact check failed" + (f": {note}" if note else "")),
-        decision="equivalent" if ok else "undecided",
-    )  # fmt: skip

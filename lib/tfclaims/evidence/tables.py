@@ -1,8 +1,14 @@
-"""Tables the analyses write: shaping only, never a run's numbers (analysis-only, outside every code hash)."""
+"""Tables: the tidy observation tables the declarations are evaluated on, and the comparison tables the
+analyses write (shaping only, never a run's numbers; analysis-only, outside every code hash)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 import pandas as pd
+
+from .declare import Readout
 
 # The columns of a comparisons table, in order: what was compared, the effect and its interval, the
 # equivalence test, the power, whether each arm learned, and the decision.
@@ -13,3 +19,32 @@ COMPARISON_COLUMNS = ("id", "metric", "arm_a", "arm_b", "n", "mean_a", "mean_b",
 def comparison_table(cmps, cols=COMPARISON_COLUMNS) -> pd.DataFrame:
     """One row per comparison (`decisions.Comparison`), the fields `cols` of its `as_dict()`, in that order."""
     return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps], columns=list(cols))
+
+
+def _scalar(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def runs_table(
+    records: Iterable[dict], readouts: Iterable[Readout], unit: str = "seed", **extra
+) -> pd.DataFrame:
+    """One row per run record: its scalar config fields, `unit` (the config field that pairs runs across arms,
+    by default the seed), its `run_id`, each readout's value, and `extra` columns (name -> fn(config, metrics))."""
+    rows = []
+    for r in records:
+        c, m = r["config"], r["metrics"]
+        row = {k: v for k, v in c.items() if _scalar(v)}
+        row["unit"] = c.get(unit, 0)
+        row["run_id"] = r.get("run_id")
+        row.update({rd.column: rd.fn(m) for rd in readouts})
+        row.update({k: fn(c, m) for k, fn in extra.items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def timing_rows(times: Iterable[float], **fields) -> list[dict]:
+    """One row per interleaved timing round: `fields`, the round as `unit`, seconds and log seconds per call."""
+    return [
+        {**fields, "unit": i, "seconds": t, "log_time": math.log(t) if t > 0 else math.nan}
+        for i, t in enumerate(times)
+    ]

@@ -1,12 +1,13 @@
 """What a claim's experiment declares, and what its analysis returns.
 
 An experiment file subclasses `Experiment` and declares:
-  claim_id, title, statement (the claim in our words), notes_say, anchors, method, rule (the
-  pre-registered verdict rule with its margins, fixed before running), profiles {quick, default, full},
-  parts: the kinds of run it makes, each a `Part(name, grid, run)`: grid(p) -> run configs (plain JSON
-  dicts, each with its own 'seed' where seeds matter) and run(cfg, ctx) -> metrics, a recipe that lives
-  in the library or as a module-level function of the experiment file;
-  and analyse(runs, p, out) -> Verdict, whose comparisons come from `tfclaims.evidence.decisions`.
+  claim_id, title, statement (the claim in our words), notes_say, anchors, method, profiles {quick, default,
+  full}; parts: the kinds of run it makes, each a `Part(name, grid, run)`: grid(p) -> run configs (plain JSON
+  dicts, each with its own 'seed' where seeds matter) and run(cfg, ctx) -> metrics, a recipe that lives in the
+  library or as a module-level function of the experiment file; declare(p) -> `evidence.declare.Declaration`,
+  its sub-claims as data, fixed before running (the rule text is rendered from it); and analyse(runs, p, out)
+  -> Verdict: observation tables from the records, `evidence.evaluate` over them, the claim's own tables and
+  figures, `verdict_from` the evaluation.
 The runner does the rest: caching (keyed by the code each part's recipe reaches), atomic records,
 progress, staged publication of result.json with its tables and figures, the report.
 """
@@ -19,6 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+
+from ..evidence.declare import Declaration
+from ..evidence.evaluate import Evaluation
+from ..evidence.rules import render
 
 VERDICTS = ("supported", "refuted", "mixed", "inconclusive")
 PROFILES = ("quick", "default", "full")
@@ -54,6 +59,10 @@ class SubVerdict:
     verdict: str
     detail: str
     comparisons: list[str] = field(default_factory=list)  # ids of the comparisons it aggregates
+    id: str = ""
+    kind: str = "effect"  # 'effect' (evidence) or 'check' (an identity the harness relies on)
+    counts: bool = True  # in the overall verdict, or reported beside it
+    reported: list[str] = field(default_factory=list)  # comparisons in cells reported, not counted
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -142,7 +151,7 @@ class Experiment:
     anchors: list[str] = []
     anchor_number: str = ""
     method: str = ""
-    rule: str = ""
+    rule: str = ""  # rendered from declare(p) where the experiment declares its sub-claims
     profiles: dict[str, dict] = {}
     parts: tuple[Part, ...] = ()
 
@@ -159,6 +168,15 @@ class Experiment:
     def run_one(self, cfg: dict, ctx: RunContext) -> dict:
         return self.part(cfg["part"]).run(cfg, ctx)
 
+    def declare(self, p: dict) -> Declaration | None:
+        """The sub-claims as data (see `evidence.declare`); None for an experiment that writes its rule."""
+        return None
+
+    def rule_text(self, p: dict) -> str:
+        """The rule, rendered from the declarations the analysis runs."""
+        decl = self.declare(p)
+        return self.rule if decl is None else render(decl)
+
     def analyse(self, runs: list[dict], p: dict, out: Output) -> Verdict:
         raise NotImplementedError
 
@@ -170,3 +188,31 @@ class Experiment:
     @staticmethod
     def with_seeds(configs: list[dict], seeds) -> list[dict]:
         return [{**c, "seed": s} for c in configs for s in seeds]
+
+
+def verdict_from(
+    result: Evaluation,
+    *,
+    key_number: str,
+    summary: str = "",
+    caveats: list[str] | None = None,
+    evidence: dict | None = None,
+) -> Verdict:
+    """The Verdict of an evaluation: its sub-verdicts (checks and effects), comparisons and null pairs; the
+    summary starts with what each counted effect found."""
+    subs = [
+        SubVerdict(s.statement, s.verdict, s.detail, s.comparisons, id=s.id, kind=s.kind, counts=s.counts,
+                   reported=s.reported)
+        for s in result.subs
+    ]  # fmt: skip
+    found = "; ".join(f"({s.id}) {s.statement}: {s.verdict}" for s in result.subs if s.kind == "effect" and s.counts)
+    return Verdict(
+        verdict=result.verdict,
+        summary=(found + ". " if found else "") + summary,
+        key_number=key_number,
+        evidence={"sub_verdicts": result.verdicts(), **(evidence or {})},
+        sub_verdicts=subs,
+        caveats=list(caveats or []),
+        comparisons=list(result.comparisons),
+        noise_floor=list(result.floors),
+    )

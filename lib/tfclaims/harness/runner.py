@@ -31,6 +31,7 @@ import torch
 
 from ..data.corpus import CorpusError, corpus_files
 from ..device import environment, seed_all
+from ..evidence.evaluate import CheckFailed
 from ..io import atomic_write_json, jsonable
 from ..nn.config import ConfigError
 from .experiment import PROFILES, Experiment, Output, RunContext, Verdict
@@ -447,7 +448,11 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
     }
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=claim_dir))
     try:
-        result = analyse_records(exp, records, p, staging, meta, device)
+        try:
+            result = analyse_records(exp, records, p, staging, meta, device)
+        except CheckFailed as e:
+            log(f"error: {exp.claim_id}: {e}; result.json left as it was")
+            return 1, None
         changed = _publish(staging, claim_dir, result)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -516,7 +521,7 @@ def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path
         "verdict": verdict.verdict,
         "summary": verdict.summary,
         "key_number": verdict.key_number,
-        "rule": exp.rule,
+        "rule": exp.rule_text(p),
         "evidence": verdict.evidence,
         "sub_verdicts": [vars(s) for s in verdict.sub_verdicts],
         "comparisons": [c.as_dict() for c in verdict.comparisons],

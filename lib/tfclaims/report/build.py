@@ -214,13 +214,25 @@ def _blocks(
         for fig_id, f in figs[:1]:  # the key figure leads
             fig_no += 1
             B.append(figure(cid, fig_no, fig_id, f))
-        if r.get("sub_verdicts"):
-            B.append(("h3", "Sub-verdicts"))
+        effects = [s for s in r.get("sub_verdicts", []) if s.get("kind", "effect") == "effect"]
+        checks = [s for s in r.get("sub_verdicts", []) if s.get("kind") == "check"]
+        if effects:
+            B.append(("h3", "Sub-claims (the evidence)"))
             B.append(
                 (
                     "table",
-                    [["Question", "Verdict", "Detail"]]
-                    + [[s["name"], _badge_md(s["verdict"]), s["detail"]] for s in r["sub_verdicts"]],
+                    [["Sub-claim", "Verdict", "In the verdict", "Detail"]]
+                    + [[_sub_name(s), _badge_md(s["verdict"]), "yes" if s.get("counts", True) else "reported",
+                        s["detail"]] for s in effects],
+                )
+            )  # fmt: skip
+        if checks:
+            B.append(("h3", "Checks (identities the harness relies on; a failing check stops the claim)"))
+            B.append(
+                (
+                    "table",
+                    [["Check", "Result", "Detail"]]
+                    + [[_sub_name(s), "passes" if s["verdict"] == "supported" else "fails", s["detail"]] for s in checks],
                 )
             )
         if r.get("comparisons"):
@@ -340,6 +352,11 @@ def _parse_md_table(md: str) -> list[list[str]]:
     return [[c.strip() for c in ln.strip().strip("|").split(" | ")] for ln in lines]
 
 
+def _sub_name(s: dict) -> str:
+    """A sub-verdict's name, led by its declared id where it has one."""
+    return f"({s['id']}) {s['name']}" if s.get("id") else s["name"]
+
+
 def render_md(blocks) -> str:
     out = []
     for b in blocks:
@@ -376,7 +393,8 @@ def _html_body(blocks) -> list[str]:
         elif k == "p":
             body.append(f"<p>{_inline_html(b[1])}</p>")
         elif k == "quote":
-            body.append(f"<blockquote>{_inline_html(b[1])}</blockquote>")
+            paras = "".join(f"<p>{_inline_html(x)}</p>" for x in b[1].split("\n\n"))
+            body.append(f"<blockquote>{paras}</blockquote>")
         elif k == "ul":
             body.append("<ul>" + "".join(f"<li>{_inline_html(x)}</li>" for x in b[1]) + "</ul>")
         elif k in ("table", "mdtable"):

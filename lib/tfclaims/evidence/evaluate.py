@@ -1,0 +1,329 @@
+"""Running a claim's declarations over its observation tables: comparisons, Holm within each family, the noise
+floor as a decision input, the learned-at-all guard, sub-verdicts through the ladder, the overall verdict.
+
+The overall verdict comes from the counted `effect` sub-claims (`decisions.combine`); `check` sub-claims are
+identities the harness relies on, and a failing one stops the claim (`CheckFailed`): it is a bug, not evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from . import decisions as ev
+from .declare import Arm, Bound, Cell, Declaration, NullPair, Readout, SubClaim, Trend, Within
+
+
+class CheckFailed(RuntimeError):
+    """A declared identity does not hold: the harness is wrong, so no verdict is issued."""
+
+
+@dataclass
+class SubResult:
+    id: str
+    statement: str
+    kind: str
+    counts: bool
+    verdict: str
+    detail: str
+    comparisons: list[str] = field(default_factory=list)  # the counted comparisons' ids
+    reported: list[str] = field(default_factory=list)  # comparisons in cells reported, not counted
+
+
+@dataclass
+class Evaluation:
+    declaration: Declaration
+    comparisons: list[ev.Comparison]
+    floors: list[ev.Comparison]
+    subs: list[SubResult]
+    verdict: str
+
+    def sub(self, id: str) -> SubResult:
+        return next(s for s in self.subs if s.id == id)
+
+    def get(self, cid: str) -> ev.Comparison | None:
+        return next((c for c in self.comparisons if c.id == cid), None)
+
+    def of(self, sub_id: str, reported: bool = False) -> list[ev.Comparison]:
+        """The comparisons of one sub-claim, in cell order (its reported cells' with `reported`)."""
+        s = self.sub(sub_id)
+        ids = s.reported if reported else s.comparisons
+        return [c for c in self.comparisons if c.id in ids]
+
+    def verdicts(self) -> dict[str, str]:
+        return {s.id: s.verdict for s in self.subs}
+
+
+# ------------------------------------------------------------------ selecting rows
+def _table(tables: dict, name: str) -> pd.DataFrame:
+    if name not in tables:
+        raise ev.EvidenceError(f"no observation table {name!r} (have {sorted(tables)})")
+    return tables[name]
+
+
+def select(df: pd.DataFrame, fields: dict) -> pd.DataFrame:
+    """Rows whose fields equal `fields` (None matches a missing value)."""
+    mask = np.ones(len(df), bool)
+    for k, v in fields.items():
+        if k not in df.columns:
+            raise ev.EvidenceError(f"an observation table has no column {k!r} (columns: {list(df.columns)})")
+        mask &= df[k].isna().to_numpy() if v is None else (df[k] == v).to_numpy()
+    return df[mask]
+
+
+def _rows(df: pd.DataFrame, cell: Cell, arm: Arm | None) -> pd.DataFrame:
+    return select(df, {**cell.fields, **(arm.fields if arm is not None else {})})
+
+
+def _value(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def unit_values(rows: pd.DataFrame, column: str) -> dict:
+    """unit -> value of `column` (None where missing); a unit seen twice is an error."""
+    if column not in rows.columns:
+        raise ev.EvidenceError(f"an observation table has no column {column!r}")
+    units = rows["unit"].tolist()
+    if len(set(units)) != len(units):
+        dup = sorted({u for u in units if units.count(u) > 1})
+        raise ev.EvidenceError(
+            f"unit(s) {dup} appear twice in one arm of one cell: each must be one observation"
+        )
+    return {_value(u): _value(v) for u, v in zip(units, rows[column].tolist())}
+
+
+def _arm_values(df, cell, arm: Arm | None, other: dict, column: str) -> dict:
+    """An arm's values in a cell; a constant arm (or no arm: 0) gives its value at every unit of `other`."""
+    if arm is None or arm.const is not None:
+        v = 0.0 if arm is None else arm.const
+        return {u: v for u in other}
+    return unit_values(_rows(df, cell, arm), column)
+
+
+def comparison_id(sc: SubClaim, cell: Cell | None, readout: Readout | None) -> str:
+    """The id of the comparison of one sub-claim in one cell on one readout: `sub[/cell][/readout]`."""
+    parts = [sc.id]
+    if cell is not None and len(sc.cells) > 1:
+        parts.append(cell.label)
+    if readout is not None and len(sc.readouts) > 1:
+        parts.append(readout.column)
+    return "/".join(parts)
+
+
+# ------------------------------------------------------------------ null pairs
+def _floors(null: NullPair, tables) -> list[tuple[dict, str, ev.Comparison]]:
+    df = _table(tables, null.table)
+    out = []
+    for cell in null.cells:
+        for r in null.readouts:
+            a = unit_values(_rows(df, cell, null.a), r.column)
+            b = unit_values(_rows(df, cell, null.b), r.column)
+            parts = [null.id] + ([cell.label] if len(null.cells) > 1 else []) + ([r.column] if len(null.readouts) > 1 else [])  # fmt: skip
+            c = ev.noise_floor(
+                "/".join(parts), a, b, seed_offset=null.seed_offset, metric=r.label, better=r.better,
+                arm=null.a.label, arm_b=null.b.label,
+            )  # fmt: skip
+            out.append((cell.fields, r.column, c))
+    return out
+
+
+def _noise_for(floors, sc: SubClaim, cell: Cell, readout: Readout) -> float | None:
+    """The floor of the sub-claim's null pair on this readout: the null pair's cell whose fields the comparison
+    shares (its cell and arm a); a null pair declared without cells floors every comparison."""
+    if sc.noise is None:
+        return None
+    here = {**cell.fields, **(sc.a.fields if sc.a is not None else {})}
+    for fields, column, c in floors.get(sc.noise, []):
+        if column == readout.column and all(k in here and here[k] == v for k, v in fields.items()):
+            return ev.noise_bound(c)
+    return None
+
+
+# ------------------------------------------------------------------ one sub-claim
+def _guard(df, cell, sc: SubClaim, arm: Arm | None) -> dict | None:
+    if sc.guard is None or arm is None or arm.const is not None:
+        return None
+    return {u: bool(v) for u, v in unit_values(_rows(df, cell, arm), sc.guard.column).items()}
+
+
+def _compare(sc: SubClaim, df, cell: Cell, r: Readout, noise: float | None) -> ev.Comparison:
+    b = unit_values(_rows(df, cell, sc.b), r.column)
+    a = _arm_values(df, cell, sc.a, b, r.column)
+    ga, gb = _guard(df, cell, sc, sc.a), _guard(df, cell, sc, sc.b)
+    cid = comparison_id(sc, cell, r)
+    names = dict(sub_claim=sc.id, arm_a=sc.a.label if sc.a is not None else "0", arm_b=sc.b.label)
+    interval = (sc.claim.lo, sc.claim.hi) if isinstance(sc.claim, Within) else None
+    if r.test == "paired":
+        c = ev.paired(cid, a, b, metric=r.label, better=r.better, margin=sc.margin, interval=interval,
+                      learned_a=ga, learned_b=gb, **names)  # fmt: skip
+    elif r.test == "welch":
+        c = ev.unpaired(cid, a, b, metric=r.label, better=r.better, margin=sc.margin, interval=interval,
+                        learned_a=ga, learned_b=gb, **names)  # fmt: skip
+    elif r.test == "fisher":
+        c = ev.binary(cid, {u: bool(v) for u, v in a.items()}, {u: bool(v) for u, v in b.items()},
+                      metric=r.label, better=r.better, **names)  # fmt: skip
+    else:
+        c = ev.time_to_event(cid, a, b, horizon=r.horizon, metric=r.label, **names)
+    if ga is not None and gb is not None:
+        c = replace(c, learned_a=sum(ga.values()), learned_b=sum(gb.values()), n_a=len(ga), n_b=len(gb))
+        if not any(ga.values()) and not any(gb.values()):
+            c = replace(c, decision="excluded", note="neither arm learned in any seed")
+    return replace(c, noise=noise)
+
+
+def _trend(sc: SubClaim, df, cells: list[Cell], r: Readout) -> ev.Comparison:
+    t: Trend = sc.claim
+    points: dict = {}
+    for cell in cells:
+        rows_b = _rows(df, cell, sc.b)
+        if sc.guard is not None and sc.a is not None:
+            ga, gb = _guard(df, cell, sc, sc.a), _guard(df, cell, sc, sc.b)
+            if ga and gb and not any(ga.values()) and not any(gb.values()):
+                continue  # a cell where neither arm learned says nothing
+        if len(cells) == 1:  # no cells declared: every row is a point
+            for u, x, y in zip(rows_b["unit"], rows_b[t.x], rows_b[r.column]):
+                points.setdefault(_value(u), []).append((_value(x), _value(y)))
+            continue
+        xs = set(rows_b[t.x].tolist())
+        if len(xs) != 1:
+            raise ev.EvidenceError(
+                f"{sc.id}: cell {cell.label} has {len(xs)} values of {t.x!r}; a trend needs one"
+            )
+        (x,) = xs
+        b = unit_values(rows_b, r.column)
+        a = _arm_values(df, cell, sc.a, b, r.column) if sc.a is not None else dict.fromkeys(b, 0.0)
+        for u, vb in b.items():
+            if vb is not None and a.get(u) is not None:
+                points.setdefault(u, []).append((_value(x), vb - a[u]))
+    better = {"up": "higher", "down": "lower"}.get(t.direction, r.better)
+    interval = None if t.direction else (t.lo, t.hi)
+    what = r.label if sc.a is None else f"{sc.b.label} − {sc.a.label}, {r.label}"
+    return ev.trend(comparison_id(sc, None, r), points, metric=f"{what} per unit of {t.x}", x_name=t.x, better=better,
+                    sub_claim=sc.id, interval=interval)  # fmt: skip
+
+
+def _exact(sc: SubClaim, df, cell: Cell, r: Readout) -> ev.Comparison:
+    lo, hi = sc.claim.bounds(cell.label)
+    vals = [_value(v) for v in _rows(df, cell, sc.b)[r.column].tolist()]
+
+    def miss(v) -> float:
+        if v is None or not math.isfinite(v):
+            return math.inf
+        return max(0.0, (lo - v) if lo is not None else 0.0, (v - hi) if hi is not None else 0.0)
+
+    if not vals:
+        return ev.exact_check(comparison_id(sc, cell, r), False, sub_claim=sc.id, metric=r.label, observed=None,
+                              expected=None, note="no row", lo=lo, hi=hi)  # fmt: skip
+    worst = max(vals, key=miss) if any(miss(v) > 0 for v in vals) else vals[-1]
+    expected = lo if hi is None else hi if lo is None else (lo + hi) / 2
+    span = "" if len(vals) == 1 else f"{len(vals)} rows, "
+    note = f"{span}declared [{'−∞' if lo is None else format(lo, '.4g')}, {'∞' if hi is None else format(hi, '.4g')}]"
+    return ev.exact_check(comparison_id(sc, cell, r), all(miss(v) == 0 for v in vals), sub_claim=sc.id, metric=r.label,
+                          observed=worst, expected=expected, note=note, lo=lo, hi=hi)  # fmt: skip
+
+
+def _sort_cells(sc: SubClaim, df) -> tuple[list[Cell], list[Cell], list[Cell]]:
+    """(counted, reported, left out) cells by the sub-claim's declared cell rules."""
+    counted, reported, dropped = [], [], []
+    for cell in sc.cells:
+        if sc.keep_if is not None or sc.count_if is not None:
+            ra, rb = _rows(df, cell, sc.a), _rows(df, cell, sc.b)
+            if sc.keep_if is not None and not sc.keep_if.fn(ra, rb):
+                dropped.append(cell)
+                continue
+            if sc.count_if is not None and not sc.count_if.fn(ra, rb):
+                reported.append(cell)
+                continue
+        counted.append(cell)
+    return counted, reported, dropped
+
+
+def _comparisons(sc: SubClaim, df, cells: list[Cell], floors) -> list[ev.Comparison]:
+    if isinstance(sc.claim, Trend):
+        return [_trend(sc, df, cells, r) for r in sc.readouts] if cells else []
+    if isinstance(sc.claim, Bound):
+        return [_exact(sc, df, cell, r) for cell in cells for r in sc.readouts]
+    return [_compare(sc, df, cell, r, _noise_for(floors, sc, cell, r)) for cell in cells for r in sc.readouts]
+
+
+def _label(sc: SubClaim):
+    def name(c: ev.Comparison) -> str:
+        return c.id[len(sc.id) + 1 :] or sc.id if c.id.startswith(sc.id + "/") else c.id
+
+    return name
+
+
+def _control(sc: SubClaim, done: dict[str, tuple[SubClaim, list[ev.Comparison]]]) -> bool:
+    if sc.control is None:
+        return False
+    ctrl, cmps = done[sc.control]
+    return any(ev.role(c, ctrl.claimed) == "support" and ev.beyond_margin(c) for c in cmps)
+
+
+def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped) -> str:
+    unit = {r.label: r for r in sc.readouts}
+
+    def txt(c: ev.Comparison) -> str:
+        if c.test == "exact":
+            return f"{c.id}: {'—' if c.mean_b is None else format(c.mean_b, '.4g')} ({c.note}): {c.decision}"
+        r = unit.get(c.metric)
+        return c.text(f" {r.unit}" if r is not None and r.unit else "", r.fmt if r is not None else "+.3f")
+
+    parts = [lad.detail + (". " + "; ".join(map(txt, counted)) if counted else "")]
+    if reported:
+        parts.append(f"Reported, not counted (cells where {sc.count_if.text} does not hold): " + "; ".join(map(txt, reported)))  # fmt: skip
+    if dropped:
+        parts.append(f"Left out (cells where {sc.keep_if.text} does not hold): " + ", ".join(c.label for c in dropped))  # fmt: skip
+    return ". ".join(parts)
+
+
+def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
+    """Every declared sub-claim's comparisons and sub-verdict, and the overall verdict."""
+    floors: dict[str, list] = {n.id: _floors(n, tables) for n in decl.nulls}
+    raw: dict[str, tuple[list, list, list]] = {}
+    for sc in decl.subclaims:
+        try:
+            df = _table(tables, sc.table)
+            counted, reported, dropped = _sort_cells(sc, df)
+            raw[sc.id] = (
+                _comparisons(sc, df, counted, floors),
+                _comparisons(sc, df, reported, floors),
+                dropped,
+            )
+        except ev.EvidenceError as e:
+            raise ev.EvidenceError(f"sub-claim {sc.id}: {e}") from None
+    # Holm within each family (counted comparisons), and among each sub-claim's reported ones
+    fams: dict[str, list[str]] = {}
+    for sc in decl.subclaims:
+        fams.setdefault(sc.family or sc.id, []).append(sc.id)
+    adjusted: dict[str, ev.Comparison] = {}
+    for members in fams.values():
+        for c in ev.holm([c for m in members for c in raw[m][0]]):
+            adjusted[c.id] = c
+    for sc in decl.subclaims:
+        for c in ev.holm(raw[sc.id][1]):
+            adjusted[c.id] = replace(c, sub_claim=f"{sc.id} (reported)")
+    failed, subs, comps, done = [], [], [], {}
+    for sc in decl.subclaims:
+        counted = [adjusted[c.id] for c in raw[sc.id][0]]
+        reported = [adjusted[c.id] for c in raw[sc.id][1]]
+        lad = ev.ladder(
+            counted, sc.claimed, positive_control=_control(sc, done), where=sc.where, label=_label(sc)
+        )
+        if sc.kind == "check" and lad.verdict != "supported":
+            failed.append(f"{sc.id} ({sc.statement}): " + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.decision != "inside"))  # fmt: skip
+        done[sc.id] = (sc, counted)
+        comps += counted + reported
+        subs.append(SubResult(sc.id, sc.statement, sc.kind, sc.counts, lad.verdict,
+                              _detail(sc, lad, counted, reported, raw[sc.id][2]), [c.id for c in counted],
+                              [c.id for c in reported]))  # fmt: skip
+    if failed:
+        raise CheckFailed("check failed (a bug in the harness, not evidence): " + " | ".join(failed))
+    effects = [s.verdict for s in subs if s.kind == "effect" and s.counts]
+    verdict = ev.combine(effects) if effects else "inconclusive"
+    return Evaluation(decl, comps, [c for fs in floors.values() for _, _, c in fs], subs, verdict)

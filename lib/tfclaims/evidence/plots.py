@@ -1,0 +1,73 @@
+"""Standard figures drawn from declarations: the arms of a sub-claim over training (seed bands), its effect
+over a grid of cells (a heat map), and a log-log fit with its exponent. An experiment draws by hand only
+what is particular to it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .curves import curve
+from .declare import SubClaim
+from .evaluate import Evaluation, comparison_id, select
+from .stats import LogLogFit, loglog_fit
+
+
+def arm_bands(ax, records: list[dict], table, sc: SubClaim, *, key: str = "val_loss", cells=None) -> None:
+    """Mean and 95% band over seeds of `key` against the evaluation step, for arm a (dashed) and arm b (solid)
+    of each cell of a sub-claim (or of the given cells): the runs are the rows of its observation table (a
+    `tables.runs_table`, which names each row's run)."""
+    from ..plotting import band
+
+    by_id = {r.get("run_id"): r for r in records}
+    for i, cell in enumerate(cells if cells is not None else sc.cells):
+        for arm, ls in ((sc.a, "--"), (sc.b, "-")):
+            if arm is None or arm.const is not None:
+                continue
+            rs = [
+                by_id[rid] for rid in select(table, {**cell.fields, **arm.fields})["run_id"] if rid in by_id
+            ]
+            steps, mean, lo, hi = curve(rs, key)
+            if len(steps):
+                name = arm.label if len(sc.cells) == 1 else f"{cell.label}: {arm.label}"
+                band(ax, steps, mean, lo, hi, label=f"{name} (n={len(rs)})", color=f"C{i % 10}", ls=ls)
+
+
+def effect_heatmap(
+    ax, result: Evaluation, sc: SubClaim, row: str, col: str, *, fmt: str = "+.2f", unit: str = ""
+):
+    """The sub-claim's effect (b − a) in each cell, laid out by two of the cells' fields; each cell is labelled
+    with its effect and decision ('·' where excluded or absent). Returns the image for a colour bar."""
+    by_cell = {cell: result.get(comparison_id(sc, cell, sc.readouts[0])) for cell in sc.cells}
+    by_cell = {cell: c for cell, c in by_cell.items() if c is not None}
+    rows = sorted({cell.fields[row] for cell in sc.cells})
+    cols = sorted({cell.fields[col] for cell in sc.cells})
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for cell, c in by_cell.items():
+        i, j = rows.index(cell.fields[row]), cols.index(cell.fields[col])
+        if c.diff is not None and not c.excluded:
+            grid[i, j] = c.diff
+        ax.text(j, i, "·" if c.excluded or c.diff is None else f"{c.diff:{fmt}}\n{c.decision}",
+                ha="center", va="center", fontsize=7)  # fmt: skip
+    lim = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
+    im = ax.imshow(
+        np.ma.masked_invalid(grid), cmap="coolwarm", vmin=-lim, vmax=lim, aspect="auto", origin="lower"
+    )
+    ax.set_xticks(range(len(cols)), [f"{v:g}" if isinstance(v, float) else str(v) for v in cols])
+    ax.set_yticks(range(len(rows)), [f"{v:g}" if isinstance(v, float) else str(v) for v in rows])
+    ax.set(xlabel=col, ylabel=row, title=f"{sc.b.label} − {sc.a.label}" + (f" ({unit})" if unit else ""))
+    ax.grid(False)
+    return im
+
+
+def loglog(ax, x, y, *, label: str, fit_from: float | None = None, **kw) -> LogLogFit:
+    """Points on log-log axes with the least-squares line through those at x ≥ fit_from, its exponent (and
+    95% CI) in the legend."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = x >= (fit_from if fit_from is not None else -np.inf)
+    fit = loglog_fit(x[keep], y[keep])
+    (line,) = ax.plot(x, y, "o", ms=3.5, **kw)
+    xs = np.geomspace(x[keep].min(), x[keep].max(), 50)
+    ax.plot(xs, np.exp(fit.intercept) * xs**fit.slope, "-", lw=1, color=line.get_color(),
+            label=f"{label}: exponent {fit.slope:.2f} [{fit.slope_lo:.2f}, {fit.slope_hi:.2f}]")  # fmt: skip
+    ax.set(xscale="log", yscale="log")
+    return fit

@@ -1,0 +1,248 @@
+"""Every claim's declarations, run on observation tables synthesised from the declarations themselves.
+
+For each effect sub-claim of each claim (default profile), rows are built for its arms in its cells with an
+outcome chosen in advance: the claim holds in every cell, the opposite holds, nothing is shown, an effect that
+is significant but inside the noise floor, or no arm learned. The verdict each outcome must give is a table
+(`EXPECTED`), the same for every claim; the rule text rendered from the same declaration must name what the
+code decides on. Cell rules (count_if, keep_if) and positive controls depend on outcomes of other cells and are
+tested in each claim's own rule tests."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tfclaims.evidence.declare import ALL, Better, Bound, Declaration, SubClaim, Trend, Within
+from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.rules import render, render_sub
+from tfclaims.harness.registry import load_all
+
+EXPS = {cid: e for cid, e in load_all().items() if e.declare(e.profiles["default"]) is not None}
+UNITS = range(8)
+RNG = np.random.default_rng(11)
+JITTER = RNG.normal(0, 1, (64, 16))  # fixed noise, indexed by (row, unit)
+
+# outcome -> the verdict every sub-claim must give
+EXPECTED = {"holds": "supported", "opposite": "refuted", "nothing": "inconclusive", "in_noise": "inconclusive",
+            "no_arm_learned": "inconclusive"}  # fmt: skip
+
+
+def _subclaims():
+    for cid, exp in EXPS.items():
+        decl = exp.declare(exp.profiles["default"])
+        for sc in decl.subclaims:
+            if sc.kind == "effect":
+                yield cid, sc.id
+
+
+def _width(lo, hi) -> float:
+    if lo is not None and hi is not None:
+        return hi - lo
+    return max(abs(lo if lo is not None else hi), 1.0)
+
+
+def _target(lo, hi, outcome: str) -> float:
+    """A value shown inside [lo, hi] ('holds'), far outside ('opposite') or on its edge ('nothing')."""
+    w = _width(lo, hi)
+    if outcome == "holds":
+        return (lo + hi) / 2 if lo is not None and hi is not None else (hi - w if lo is None else lo + w)
+    if outcome == "opposite":
+        return hi + 3 * w if hi is not None else lo - 3 * w
+    return hi if hi is not None else lo
+
+
+def _diff(sc: SubClaim, r, outcome: str) -> tuple[float, float]:
+    """(b − a, spread of the per-unit differences) for one readout under one outcome."""
+    c = sc.claim
+    if isinstance(c, Within):
+        w = _width(c.lo, c.hi)
+        return _target(c.lo, c.hi, outcome), (w if outcome == "nothing" else 0.01 * w)
+    sign = 1.0 if (c.arm == "b") == (r.better == "higher") else -1.0  # b − a of the claimed arm being better
+    return {"holds": (sign, 0.02), "opposite": (-sign, 0.02), "nothing": (0.0, 0.5), "in_noise": (0.05 * sign, 0.001),
+            "no_arm_learned": (sign, 0.02)}[outcome]  # fmt: skip
+
+
+def _values(sc: SubClaim, r, outcome: str, i: int, n_cells: int):
+    """Per unit: (value of arm a, value of arm b) in cell i."""
+    b_wins = (sc.claim.arm == "b") == (outcome in ("holds", "no_arm_learned"))
+    if r.test == "fisher":  # True is the good value when higher is better
+        if outcome in ("nothing", "in_noise"):
+            return {u: (True, True) for u in UNITS}
+        good = r.better == "higher"
+        return {u: ((not good, good) if b_wins else (good, not good)) for u in UNITS}
+    if r.test == "logrank":  # the better arm reaches the event early, the other never (censored)
+        if outcome in ("nothing", "in_noise"):
+            return {u: (50 + 2 * u, 51 + 2 * u) for u in UNITS}
+        return {u: ((None, 10 + u) if b_wins else (10 + u, None)) for u in UNITS}
+    d, sd = _diff(sc, r, outcome)
+    out = {}
+    for u in UNITS:
+        base = 10.0 + 0.1 * u
+        noise = sd * JITTER[i % 64, u] if r.test == "paired" else sd * JITTER[(i + 7) % 64, u]
+        a = base if r.test == "paired" else base + sd * JITTER[(i + 3) % 64, u]
+        out[u] = (a, a + d + noise)
+    return out
+
+
+def _trend_rows(sc: SubClaim, outcome: str) -> list[dict]:
+    t: Trend = sc.claim
+    if t.direction is not None:
+        slope = {"holds": 1.0, "opposite": -1.0, "nothing": 0.0}[outcome] * (1 if t.direction == "up" else -1)
+        sd = 0.5 if outcome == "nothing" else 0.01
+    else:
+        w = _width(t.lo, t.hi)
+        slope, sd = _target(t.lo, t.hi, outcome), (w if outcome == "nothing" else 0.01 * w)
+    rows = []
+    if sc.cells == ALL:  # one unit: least squares over rows at several x
+        for k in range(30):
+            x = k % 6
+            rows.append({"unit": 0, t.x: float(x), **{r.column: slope * x + sd * JITTER[k, 0] for r in sc.readouts}})
+        return rows
+    for i, cell in enumerate(sc.cells):
+        for u in UNITS:
+            for arm in (sc.a, sc.b):
+                if arm is None:
+                    continue
+                v = 10.0 + 0.1 * u + (slope * i + sd * JITTER[i, u] if arm is sc.b else 0.0)
+                rows.append({**cell.fields, **arm.fields, "unit": u, t.x: float(i), **{r.column: v for r in sc.readouts}})
+    return rows
+
+
+def _bound_rows(sc: SubClaim, outcome: str) -> list[dict]:
+    rows = []
+    for cell in sc.cells:
+        lo, hi = sc.claim.bounds(cell.label)
+        v = _target(lo, hi, "holds" if outcome == "holds" else "opposite")
+        rows.append({**cell.fields, **(sc.b.fields if sc.b is not None else {}), "unit": 0, **{r.column: v for r in sc.readouts}})
+    return rows
+
+
+def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.DataFrame]:
+    if isinstance(sc.claim, Trend):
+        rows = _trend_rows(sc, outcome)
+    elif isinstance(sc.claim, Bound):
+        rows = _bound_rows(sc, outcome)
+    else:
+        by_key: dict = {}  # an arm shared by several cells (arm a overriding the cell's field) is one set of rows
+        for i, cell in enumerate(sc.cells):
+            per = {r.column: _values(sc, r, outcome, i, len(sc.cells)) for r in sc.readouts}
+            for u in UNITS:
+                for k, arm in enumerate((sc.a, sc.b)):
+                    if arm is None or arm.const is not None:
+                        continue
+                    fields = {**cell.fields, **arm.fields, "unit": u}
+                    row = {**fields, **{c: v[u][k] for c, v in per.items()}}
+                    if sc.guard is not None:
+                        row[sc.guard.column] = outcome != "no_arm_learned"
+                    by_key.setdefault(tuple(sorted(fields.items())), row)
+        rows = list(by_key.values())
+    if sc.guard is not None:
+        for row in rows:
+            row.setdefault(sc.guard.column, outcome != "no_arm_learned")
+    tables = {sc.table: rows}
+    if sc.noise is not None:
+        null = next(n for n in decl.nulls if n.id == sc.noise)
+        values = {r.column for r in null.readouts} | ({sc.guard.column} if sc.guard is not None else set())
+
+        def key(row):
+            return tuple(sorted((k, v) for k, v in row.items() if k not in values))
+
+        have = {key(row) for row in rows}
+        extra = []
+        for cell in null.cells:
+            for u in UNITS:
+                a = {**cell.fields, **null.a.fields, "unit": u, **{r.column: 10.0 + 0.1 * u for r in null.readouts}}
+                b = {**cell.fields, **null.b.fields, "unit": u + null.seed_offset,
+                     **{r.column: 10.0 + 0.1 * u + 0.5 * JITTER[40, u] for r in null.readouts}}  # fmt: skip
+                for row in (a, b):
+                    if sc.guard is not None:
+                        row[sc.guard.column] = True
+                    if key(row) not in have:
+                        extra.append(row)
+        tables.setdefault(null.table, []).extend(extra)
+    return {name: pd.DataFrame(rs) for name, rs in tables.items()}
+
+
+def outcomes(sc: SubClaim) -> list[str]:
+    if isinstance(sc.claim, Bound):
+        return ["holds", "opposite"]
+    out = ["holds", "opposite", "nothing"]
+    if isinstance(sc.claim, Better) and sc.noise is not None and all(r.test != "fisher" for r in sc.readouts):
+        out.append("in_noise")
+    if sc.guard is not None and not isinstance(sc.claim, Trend):
+        out.append("no_arm_learned")
+    return out
+
+
+CASES = [(cid, sid, o) for cid, sid in _subclaims() for o in outcomes(EXPS[cid].declare(EXPS[cid].profiles["default"]).sub(sid))]  # fmt: skip
+
+
+@pytest.mark.parametrize("cid, sid, outcome", CASES)
+def test_every_effect_sub_claim_gives_the_verdict_its_outcome_calls_for(cid, sid, outcome):
+    decl = EXPS[cid].declare(EXPS[cid].profiles["default"])
+    sc = replace(decl.sub(sid), count_if=None, keep_if=None, control=None, family=None)
+    one = Declaration((sc,), tuple(n for n in decl.nulls if n.id == sc.noise))
+    result = evaluate(one, synthesise(sc, decl, outcome))
+    got = result.sub(sid)
+    assert got.verdict == EXPECTED[outcome], got.detail
+    if outcome == "no_arm_learned":
+        assert "excluded" in got.detail
+    if outcome == "in_noise":
+        assert "inside the noise floor" in got.detail or "inside it" in got.detail
+
+
+@pytest.mark.parametrize("cid", sorted(EXPS))
+def test_the_rule_text_names_what_the_code_decides_on(cid):
+    exp = EXPS[cid]
+    p = exp.profiles["default"]
+    decl = exp.declare(p)
+    text = exp.rule_text(p)
+    assert text == render(decl)
+    assert "None" not in text and "{" not in text and "nan" not in text
+    for sc in decl.subclaims:
+        sub = render_sub(sc)
+        assert f"({sc.id}) {sc.statement}" in text
+        for arm in (sc.a, sc.b):
+            if arm is not None:
+                assert arm.label in sub
+        for r in sc.readouts:
+            assert r.label in sub
+        if sc.cells != ALL:
+            assert all(c.label in sub for c in sc.cells)
+        if isinstance(sc.claim, Within):
+            for v in (sc.claim.lo, sc.claim.hi):
+                assert v is None or format(v, ".4g") in sub
+        if sc.noise is not None:
+            assert f"null pair {sc.noise}" in sub
+        if sc.kind == "check":
+            assert "stops" in sub
+        else:
+            assert ("counted in the verdict" if sc.counts else "reported beside the verdict") in sub
+    counted = [s.id for s in decl.subclaims if s.kind == "effect" and s.counts]
+    assert f"({', '.join(counted) or 'none'}) combined" in text
+
+
+def test_an_effect_inside_its_noise_floor_is_never_supported():
+    """A significant difference (p ≈ 0) no larger than the null pair's spread: undecided, so the claim is not
+    supported; the same effect with no null pair named is supported."""
+    from tfclaims.evidence import readouts as rd
+    from tfclaims.evidence.declare import NullPair, arm, cells
+
+    loss = rd.final_loss()
+    sc = SubClaim("x", "b is better", Better("b"), (loss,), a=arm("a", arm="a"), b=arm("b", arm="b"),
+                  cells=cells("c{c}", c=[1, 2]), noise="null")  # fmt: skip
+    null = NullPair("null", arm("a again", arm="a", c=1), arm("rerun", arm="null", c=1), (loss,), seed_offset=100)
+    rows = [{"arm": a, "c": c, "unit": u, "final_val": 3.0 + 0.01 * u - (0.05 + 1e-4 * u if a == "b" else 0)}
+            for a in ("a", "b") for c in (1, 2) for u in UNITS]  # fmt: skip
+    rows += [{"arm": "null", "c": 1, "unit": u + 100, "final_val": 3.0 + 0.01 * u + 0.2 * JITTER[5, u]} for u in UNITS]
+    t = {"runs": pd.DataFrame(rows)}
+    gated = evaluate(Declaration((sc,), (null,)), t)
+    assert all(c.p < 1e-6 and c.in_noise and c.decision == "undecided" for c in gated.of("x"))
+    assert gated.sub("x").verdict == "inconclusive" and gated.verdict == "inconclusive"
+    free = evaluate(Declaration((replace(sc, noise=None),)), t)
+    assert free.sub("x").verdict == "supported"
+    assert math.isclose(gated.floors[0].diff, float(np.mean(0.2 * JITTER[5, :8])), rel_tol=1e-9)
