@@ -103,8 +103,8 @@ def test_dk_scaling_rule_supported_when_law_holds_softmax_saturates_and_unscaled
     assert kinds["law"] == ("check", True) and kinds["training"] == ("effect", True)
     assert kinds["harm"] == ("effect", False)
     d = decisions(v)
-    assert all(d[k] == "inside" for k in d if k.startswith(("law", "additive", "one-hot")))
-    assert d["flat"] == "inside"
+    assert all(d[k] == "equivalent" for k in d if k.startswith(("law", "additive", "one-hot")))
+    assert d["flat"] == "equivalent"
     # the unscaled Jacobian falls by the declared 0.8 in ln per doubling: significantly negative
     u = comparison(v, "saturation")
     assert u.decision == "b_better" and u.diff == pytest.approx(-0.8, abs=1e-6) and u.n == 64 * len(P["mc_dks"])
@@ -139,9 +139,9 @@ def test_dk_scaling_rule_a_failing_variance_law_stops_the_claim(tmp_path):
         # unscaled Jacobians grow with d_k: the opposite of the claim
         ({"unscaled_slope": 0.5}, "saturation", "refuted", "a_better", "mixed"),
         # the scaled Jacobian is not flat (-0.2 per doubling): shown outside ±0.05
-        ({"scaled_slope": -0.2}, "flat", "refuted", "outside", "mixed"),
+        ({"scaled_slope": -0.2}, "flat", "refuted", "b_better", "mixed"),
         # max p at the largest d_k is not above 0.9
-        ({"max_p": 0.5}, "one-hot", "refuted", "outside", "mixed"),
+        ({"max_p": 0.5}, "one-hot", "refuted", "a_better", "mixed"),
     ],
 )
 def test_dk_scaling_rule_each_saturation_sub_claim_decides_alone(tmp_path, mc, failing, sub_v, decision, verdict):

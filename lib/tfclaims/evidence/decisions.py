@@ -10,9 +10,10 @@ Conventions, the same for every claim:
   loss), so a decision names the better arm whatever the metric's sign.
 - decisions: 'a_better' / 'b_better' when the difference is significant (p ≤ alpha after Holm) and larger
   than the noise floor; 'equivalent' when two one-sided tests (TOST) against the declared ±margin pass;
-  'inside' / 'outside' for a claimed interval [lo, hi] (the interval at the comparison's level lies inside,
-  or wholly outside) and for exact numbers against declared bounds; 'excluded' when neither arm learned in
-  any seed; otherwise 'undecided', with the minimum detectable effect (80% power) stated.
+  'excluded' when neither arm learned in any seed; otherwise 'undecided', with the minimum detectable effect
+  (80% power) stated. A claimed interval [lo, hi] (and an exact number against declared bounds) speaks the
+  same words: 'equivalent' when shown inside (TOST against [lo, hi]: the interval at the comparison's level
+  lies in it), 'a_better' / 'b_better' when shown wholly outside, named by the side b − a lies on.
 - The noise floor is a decision input: an effect no larger than its null pair's largest |CI bound| is at
   most 'undecided', however small its p.
 - Holm's correction runs across a family; each interval is drawn at the level Holm tested its comparison at
@@ -34,10 +35,10 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from scipy import stats
 
-DECISIONS = ("a_better", "b_better", "equivalent", "inside", "outside", "undecided", "excluded")
+DECISIONS = ("a_better", "b_better", "equivalent", "undecided", "excluded")
 ALPHA = 0.05
 POWER = 0.8  # for the minimum detectable effect
-CLAIMED = ("a_better", "b_better", "equivalent", "inside")
+CLAIMED = ("a_better", "b_better", "equivalent", "inside")  # 'inside': a claimed interval or exact bounds
 
 
 class EvidenceError(ValueError):
@@ -141,9 +142,10 @@ class Comparison:
         p = "—" if self.p is None else f"{self.p:.2g}"
         extra = ""
         if self.interval:
-            extra = f", claimed in [{f(self.lo)}, {f(self.hi)}]"
+            where = "inside" if self.decision == "equivalent" else outside(self) or "undecided"
+            extra = f", claimed in [{f(self.lo)}, {f(self.hi)}]: {where}"
             if self.p_equiv is not None:
-                extra += f" (p = {self.p_equiv:.2g})"
+                extra += f" (TOST p = {self.p_equiv:.2g})"
         elif self.decision == "equivalent":
             extra = f", within ±{self.margin:g} (TOST p = {self.p_equiv:.2g})"
         if self.decision == "undecided" and self.mde is not None:
@@ -159,11 +161,20 @@ class Comparison:
         return f"{what}: {f(self.diff)}{unit}{ci} (p = {p}, n = {self.n}{learned}{extra}): {self.decision}"
 
 
-def _outside(c: Comparison) -> bool:
-    """The whole interval [ci_low, ci_high] lies outside the claimed [lo, hi]."""
+def _side(c: Comparison, above: bool) -> str:
+    """The decision naming the side of a claimed interval that b − a lies on."""
+    return "b_better" if above == (c.better == "higher") else "a_better"
+
+
+def outside(c: Comparison) -> str | None:
+    """'above' / 'below' when the whole interval [ci_low, ci_high] lies beyond the claimed [lo, hi]."""
     if c.ci_low is None or c.ci_high is None:
-        return False
-    return (c.lo is not None and c.ci_high < c.lo) or (c.hi is not None and c.ci_low > c.hi)
+        return None
+    if c.hi is not None and c.ci_low > c.hi:
+        return "above"
+    if c.lo is not None and c.ci_high < c.lo:
+        return "below"
+    return None
 
 
 def decide(c: Comparison) -> str:
@@ -172,8 +183,9 @@ def decide(c: Comparison) -> str:
         return c.decision
     if c.interval:
         if c.p_equiv is not None and c.p_equiv <= c.alpha:
-            return "inside"
-        return "outside" if _outside(c) else "undecided"
+            return "equivalent"
+        side = outside(c)
+        return "undecided" if side is None else _side(c, side == "above")
     if c.p is not None and c.p <= c.alpha and c.diff is not None and c.diff != 0 and not c.in_noise:
         b_larger = c.diff > 0
         return "b_better" if b_larger == (c.better == "higher") else "a_better"
@@ -562,14 +574,23 @@ def exact_check(
     hi: float | None = None,
 ) -> Comparison:
     """An exact number against its declared bounds (an identity, a count against its closed form, a fitted
-    number against a declared range), stated beside the comparisons: 'inside' when `ok`, else 'outside'."""
+    number against a declared range), stated beside the comparisons: 'equivalent' (inside) when `ok`, else the
+    side the observed number lies on ('a_better' below the bounds, 'b_better' above: observed is arm b, with
+    'higher' as its direction), or 'undecided' when it is not a finite number."""
+    above = _finite(observed) and hi is not None and observed > hi
+    if ok:
+        decision = "equivalent"
+    elif not _finite(observed):
+        decision = "undecided"
+    else:
+        decision = "b_better" if above else "a_better"
     return Comparison(
-        id=id, sub_claim=sub_claim, metric=metric, arm_a="expected", arm_b="observed", better="lower",
+        id=id, sub_claim=sub_claim, metric=metric, arm_a="declared bounds", arm_b="observed", better="higher",
         test="exact", n=1, paired=False, mean_a=_clean(expected), mean_b=_clean(observed),
         diff=_clean(observed - expected) if _finite(observed) and _finite(expected) else None,
         ci_low=None, ci_high=None, p=None, p_raw=None, margin=None, lo=lo, hi=hi,
         note=note if ok else ("outside the declared bounds" + (f": {note}" if note else "")),
-        decision="inside" if ok else "outside",
+        decision=decision,
     )  # fmt: skip
 
 
@@ -694,15 +715,18 @@ def role(c: Comparison, claimed: str, positive_control: bool = False) -> str:
 
     claimed 'a_better' / 'b_better': the claimed arm significantly better supports, the other refutes; an
       'equivalent' comparison refutes only beside a positive control that detected an effect of the margin's
-      size in the same setup. claimed 'inside': inside the claimed interval supports, outside refutes.
-      claimed 'equivalent' (±margin): TOST passing supports; a significant difference beyond the margin refutes.
+      size in the same setup. claimed 'inside' (an interval, or exact bounds): shown inside ('equivalent')
+      supports, shown outside (either side) refutes. claimed 'equivalent' (±margin): TOST passing supports; a
+      significant difference beyond the margin refutes.
     """
     if claimed not in CLAIMED:
         raise EvidenceError(f"claimed must be one of {CLAIMED}, got {claimed!r}")
     if c.excluded:
         return "excluded"
     if claimed == "inside":
-        return {"inside": "support", "outside": "refute"}.get(c.decision, "undecided")
+        if c.decision == "equivalent":
+            return "support"
+        return "refute" if c.decision in ("a_better", "b_better") else "undecided"
     if claimed == "equivalent":
         if c.p_equiv is not None and c.p_equiv <= c.alpha:
             return "support"

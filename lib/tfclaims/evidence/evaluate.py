@@ -316,7 +316,7 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
             counted, sc.claimed, positive_control=_control(sc, done), where=sc.where, label=_label(sc)
         )
         if sc.kind == "check" and lad.verdict != "supported":
-            failed.append(f"{sc.id} ({sc.statement}): " + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.decision != "inside"))  # fmt: skip
+            failed.append(f"{sc.id} ({sc.statement}): " + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.decision != "equivalent"))  # fmt: skip
         done[sc.id] = (sc, counted)
         comps += counted + reported
         subs.append(SubResult(sc.id, sc.statement, sc.kind, sc.counts, lad.verdict,
