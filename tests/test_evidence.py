@@ -280,3 +280,105 @@ def test_trend_text_names_the_slope_without_a_dangling_minus():
     assert c.text(" nats").startswith("slope in log2 d_k: +0.200 nats [")
     assert " − " not in c.text() and c.text().endswith(f": {c.decision}")
     assert ev.trend("t", {}, metric="y", x_name="log2 s").text().startswith("slope in log2 s: —")
+
+
+# --- Holm's intervals, claimed intervals, exact bounds and the noise floor --------------------------------
+
+
+def test_holm_levels_are_the_step_down_levels_and_stop_at_the_first_failure():
+    p = np.array([0.001, 0.04, 0.012, 0.3])
+    # sorted: 0.001 (α/4 passes), 0.012 (α/3 passes), 0.04 (α/2 fails) -> the last two keep α/2
+    assert ev.holm_levels(p) == pytest.approx([0.05 / 4, 0.05 / 2, 0.05 / 3, 0.05 / 2])
+    adj = ev.holm_adjust(p)
+    assert list(p <= ev.holm_levels(p)) == list(adj <= 0.05)
+
+
+def test_an_interval_after_holm_excludes_zero_exactly_when_the_adjusted_p_is_significant():
+    rng = np.random.default_rng(3)
+    base = {s: 3.0 + rng.normal(0, 0.05) for s in range(6)}
+    cs = [
+        ev.paired(f"c{k}", base, {s: v + shift + rng.normal(0, 0.02) for s, v in base.items()}, metric="m")
+        for k, shift in enumerate((0.1, 0.03, 0.02, 0.0))
+    ]
+    out = ev.holm(cs)
+    for c in out:
+        excludes = c.ci_low > 0 or c.ci_high < 0
+        assert excludes == (c.p <= 0.05), c.text()
+        assert c.level >= 0.95
+    first = min(out, key=lambda c: c.p_raw)  # the first step tests at α/m: its interval is at 1 − α/4
+    assert first.level == pytest.approx(1 - 0.05 / 4)
+    h = stats.t.ppf(1 - 0.05 / 8, first.dof) * first.se
+    assert (first.ci_low, first.ci_high) == pytest.approx((first.diff - h, first.diff + h))
+
+
+def test_a_claimed_interval_is_two_one_sided_tests_against_its_bounds():
+    from statsmodels.stats.weightstats import ttost_paired
+
+    close = {s: A[s] + 0.02 + RNG.normal(0, 0.01) for s in A}
+    c = ev.paired("x", A, close, metric="m", interval=(0.0, 0.05))
+    xa, xb = np.array([A[s] for s in A]), np.array([close[s] for s in A])
+    assert c.p_equiv == pytest.approx(ttost_paired(xb, xa, 0.0, 0.05)[0])
+    assert c.decision == "equivalent"  # shown inside [0, 0.05]
+    one = ev.paired("y", A, close, metric="m", interval=(None, 0.05))  # non-inferiority: one side
+    assert one.p_equiv == pytest.approx(stats.ttest_1samp(xb - xa, 0.05, alternative="less").pvalue)
+    far = ev.holm(
+        [ev.paired("z", A, {s: v + 1.0 for s, v in close.items()}, metric="m", interval=(0.0, 0.05))]
+    )[0]
+    assert far.decision == "a_better"  # b − a far above the interval, lower is better: arm a's side
+    assert far.ci_low > 0.05 and far.level == pytest.approx(0.9)  # TOST's interval: 1 − 2α
+
+
+def test_unpaired_one_sided_interval_is_a_shifted_welch_test():
+    a, b = [1.0, 1.2, 0.9, 1.1, 1.05], [1.5, 1.7, 1.4, 1.6]
+    c = ev.unpaired("u", a, b, metric="m", interval=(0.2, None))
+    want = stats.ttest_ind(np.array(b) - 0.2, a, equal_var=False, alternative="greater").pvalue
+    assert c.p_equiv == pytest.approx(want) and c.decision == "equivalent"
+
+
+def test_a_trend_against_an_interval():
+    x = np.repeat(np.arange(6.0), 5)
+    y = 0.01 * x + RNG.normal(0, 0.05, x.size)
+    flat = ev.trend("t", {0: list(zip(x, y))}, metric="m", interval=(-0.05, 0.05))
+    res = stats.linregress(x, y)
+    p_lo = stats.t.sf((res.slope + 0.05) / res.stderr, x.size - 2)
+    p_hi = stats.t.cdf((res.slope - 0.05) / res.stderr, x.size - 2)
+    assert flat.p_equiv == pytest.approx(max(p_lo, p_hi)) and flat.decision == "equivalent"
+    steep = ev.trend("s", {0: list(zip(x, 0.5 * x + y))}, metric="m", interval=(-0.05, 0.05))
+    assert steep.decision in ("a_better", "b_better") and ev.role(steep, "inside") == "refute"
+
+
+def test_exact_bounds():
+    inside = ev.exact_check(
+        "e", True, sub_claim="s", metric="m", observed=0.67, expected=2 / 3, lo=0.64, hi=0.69
+    )
+    above = ev.exact_check(
+        "e", False, sub_claim="s", metric="m", observed=0.8, expected=2 / 3, lo=0.64, hi=0.69
+    )
+    below = ev.exact_check(
+        "e", False, sub_claim="s", metric="m", observed=0.5, expected=2 / 3, lo=0.64, hi=0.69
+    )
+    assert (inside.decision, above.decision, below.decision) == ("equivalent", "b_better", "a_better")
+    assert [ev.role(c, "inside") for c in (inside, above, below)] == ["support", "refute", "refute"]
+    assert "outside the declared bounds" in above.note
+
+
+def test_a_significant_effect_inside_the_noise_floor_is_undecided():
+    b = {s: A[s] - 0.03 - 0.001 * (s % 3) for s in A}
+    c = ev.paired("x", A, b, metric="loss")
+    assert c.decision == "b_better" and c.p < 1e-6
+    floor = ev.paired("nf", A, {s: v + 0.06 * (-1) ** s for s, v in A.items()}, metric="loss")
+    gated = ev.with_noise([c], [floor])[0]
+    assert gated.noise == pytest.approx(ev.noise_bound(floor)) and gated.in_noise
+    assert gated.decision == "undecided" and "inside it" in gated.text()
+    assert ev.ladder([gated], "b_better").verdict == "inconclusive"
+    assert "inside the noise floor" in ev.ladder([gated], "b_better").detail
+
+
+def test_fisher_intervals_are_redrawn_at_holms_level():
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    c1 = ev.binary("f1", [False] * 8, [True] * 8, metric="learned")
+    c2 = ev.binary("f2", [False] * 4 + [True] * 4, [True] * 8, metric="learned")
+    out = {c.id: c for c in ev.holm([c1, c2])}
+    lo, hi = confint_proportions_2indep(8, 8, 0, 8, method="newcomb", compare="diff", alpha=0.025)
+    assert (out["f1"].ci_low, out["f1"].ci_high) == pytest.approx((lo, hi)) and out["f1"].level == 0.975

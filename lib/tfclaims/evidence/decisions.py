@@ -627,11 +627,11 @@ def _ci_at(c: Comparison, level: float) -> Comparison:
     if c.test == "Fisher exact" and c.n_a and c.n_b and c.mean_a is not None and c.mean_b is not None:
         ka, kb = round(c.mean_a * c.n_a), round(c.mean_b * c.n_b)
         lo, hi = _newcombe(kb, c.n_b, ka, c.n_a, 1 - level)
-        return replace(c, ci_low=lo, ci_high=hi, level=level)
+        return replace(c, ci_low=lo, ci_high=hi, level=float(level))
     if c.se is None or c.dof is None or c.diff is None or c.dof <= 0:
         return c
     h = float(stats.t.ppf((1 + level) / 2, c.dof) * c.se)
-    return replace(c, ci_low=c.diff - h, ci_high=c.diff + h, level=level)
+    return replace(c, ci_low=c.diff - h, ci_high=c.diff + h, level=float(level))
 
 
 def holm(comparisons: list[Comparison], alpha: float = ALPHA) -> list[Comparison]:

@@ -157,20 +157,28 @@ def _blocks(
         (
             "ul",
             [
-                "🟢 **supported**: the claimed effect is significant in the claimed direction (95% CI excludes 0; "
-                "p ≤ 0.05 after Holm's correction across the cells of one sub-verdict) where the claim says it applies.",
-                "🔴 **refuted**: the opposite effect is significant, or the two arms are equivalent within a margin "
-                "declared before running (two one-sided tests) and a positive control in the same setup detected "
-                "an effect of the margin's size.",
-                "🟠 **mixed**: supported in part of the measured range and refuted in another (named in the detail).",
+                "A claim's verdict comes from its **effect sub-claims**, each declared before running (arms, cells, "
+                "readouts, what is claimed, where it must hold); **checks** (identities the harness relies on, such as "
+                "a count against its closed form) are shown apart: a failing check stops the claim as a bug.",
+                "🟢 **supported**: the claim holds where it says it applies: the claimed arm significantly better "
+                "(p ≤ 0.05 after Holm's correction within its family, the interval drawn at Holm's level excludes 0) "
+                "and beyond the noise floor, or shown inside a claimed interval, in some cell and against it in none "
+                "(or in every cell, or a declared share, where the claim says so).",
+                "🔴 **refuted**: the opposite is shown and the claim nowhere, or the two arms are equivalent within a "
+                "margin declared before running (two one-sided tests) and a positive control in the same setup "
+                "detected an effect of the margin's size.",
+                "🟠 **mixed**: supported in part of the measured range (or in some sub-claims) and refuted in another "
+                "(named in the detail).",
                 "⚪ **inconclusive**: anything else — including a null that this scale cannot resolve; the detail gives "
                 "the smallest effect it could have detected.",
-                "Each **comparison** is arm b − arm a over seeds (paired where the arms share seeds), with its 95% CI, "
-                "p (Holm-adjusted), the declared margin and its decision: `a_better`, `b_better`, `equivalent`, "
-                "`undecided` or `excluded`. **excluded**: neither arm learned (its loss stayed within the declared "
-                "distance of the unigram level) — two failures compared say nothing, so the cell counts neither way.",
-                "The **noise floor** is a null pair: the baseline arm run again with seeds offset; an effect inside "
-                "its interval is what chance alone gives at this scale.",
+                "Each **comparison** is arm b − arm a over units (seeds, timing rounds; paired where the arms share "
+                "them), with its interval, p (Holm-adjusted), the declared margin or interval and its decision: "
+                "`a_better`, `b_better`, `equivalent` (within the margin, or inside a claimed interval), `undecided` "
+                "or `excluded`. **excluded**: neither arm learned (its loss stayed within the declared distance of "
+                "the unigram level) — two failures compared say nothing, so the cell counts neither way.",
+                "The **noise floor** is a null pair: the baseline arm run again with seeds offset (or one callable "
+                "timed twice); an effect no larger than its largest |CI bound| is what chance alone gives at this "
+                "scale, and is undecided however small its p.",
                 "**Scale** is per training run (parameters, optimiser steps, tokens seen); a verdict holds at that "
                 "scale, not beyond it. A **commit** ending in `-dirty` was produced with uncommitted changes in the "
                 "working tree; the code hash beside it identifies the code on the run's path, which "

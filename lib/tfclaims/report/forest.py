@@ -81,12 +81,15 @@ def _row(claim: str, sub: dict, cmp: dict | None) -> Row:
 
 
 def forest_rows(results: list[dict]) -> list[Row]:
-    """A header row per claim, then one row per sub-verdict with its deciding comparison."""
+    """A header row per claim, then one row per effect sub-verdict with its deciding comparison (checks are
+    identities the harness relies on, not evidence: they are not drawn)."""
     rows = []
     for r in results:
         rows.append(Row(r["claim_id"], r["verdict"], header=True))
         by_id = {c["id"]: c for c in r.get("comparisons", [])}
         for sub in r.get("sub_verdicts", []):
+            if sub.get("kind") == "check":
+                continue
             cmps = [by_id[i] for i in sub.get("comparisons", []) if i in by_id]
             rows.append(_row(r["claim_id"], sub, _deciding(cmps)))
     return rows

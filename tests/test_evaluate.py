@@ -1,0 +1,175 @@
+"""The evaluator on small hand-built observation tables: which rows an arm reads in a cell, families, cell
+rules, positive controls, null pairs per cell, checks that stop a claim, and the overall verdict."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tfclaims.evidence import readouts as rd
+from tfclaims.evidence.decisions import EvidenceError
+from tfclaims.evidence.declare import (
+    Better,
+    CellRule,
+    Declaration,
+    NullPair,
+    Readout,
+    SubClaim,
+    Trend,
+    arm,
+    bound,
+    cell,
+    cells,
+    check,
+    const,
+    equivalent,
+)  # fmt: skip
+from tfclaims.evidence.evaluate import CheckFailed, evaluate
+
+LOSS, LEARNED = rd.final_loss(), Readout("learned", "learned at all", better="higher", test="fisher")
+W = np.array([0.01, -0.02, 0.015, -0.005, 0.02, -0.01])  # per-seed spread of a difference
+
+
+def runs(effects: dict, learned: dict | None = None, seeds=range(6)) -> pd.DataFrame:
+    """Rows for arms 'a' and 'b' in cells c = 1, 2, ...: b − a = effects[c] + W[seed]."""
+    rows = []
+    for c, eff in effects.items():
+        for s in seeds:
+            ok = (learned or {}).get(c, True)
+            rows.append({"arm": "a", "c": c, "unit": s, "final_val": 3.0 + 0.1 * s, "learned": ok})
+            rows.append(
+                {"arm": "b", "c": c, "unit": s, "final_val": 3.0 + 0.1 * s + eff + W[s], "learned": ok}
+            )
+    return pd.DataFrame(rows)
+
+
+def sub(id="x", effects=(1, 2), **kw) -> SubClaim:
+    base = dict(a=arm("a", arm="a"), b=arm("b", arm="b"), cells=cells("c{c}", c=list(effects)))
+    return SubClaim(
+        id, f"claim {id}", kw.pop("claim", Better("b")), kw.pop("readouts", (LOSS,)), **{**base, **kw}
+    )
+
+
+def test_ids_arms_and_cells():
+    r = evaluate(Declaration((sub(),)), {"runs": runs({1: -0.3, 2: -0.2})})
+    assert [c.id for c in r.comparisons] == ["x/c1", "x/c2"]
+    assert all(c.decision == "b_better" and c.n == 6 for c in r.comparisons)
+    assert r.sub("x").verdict == "supported" and r.verdict == "supported"
+    one = evaluate(Declaration((sub(effects=(1,)),)), {"runs": runs({1: -0.3})})
+    assert [c.id for c in one.comparisons] == ["x"]  # one cell, one readout: the sub-claim's id alone
+
+
+def test_an_arm_overrides_the_cells_field_so_one_baseline_serves_every_cell():
+    t = runs({1: 0.0, 2: -0.3, 3: -0.4})
+    sc = sub(a=arm("baseline c1", arm="a", c=1), b=arm("b", arm="b"), cells=cells("c{c}", c=[2, 3]))
+    r = evaluate(Declaration((sc,)), {"runs": t})
+    assert [c.diff for c in r.comparisons] == pytest.approx([-0.3 + W.mean(), -0.4 + W.mean()])
+
+
+def test_a_constant_arm_and_b_alone():
+    t = runs({1: -0.3})
+    vs_const = sub(a=const("bound 3.5", 3.5), effects=(1,), claim=Better("b"))
+    r = evaluate(Declaration((vs_const,)), {"runs": t})
+    assert r.get("x").mean_a == 3.5 and r.get("x").decision == "b_better"
+    alone = sub(a=None, effects=(1,), claim=equivalent(5.0))  # b's values against 0: inside ±5
+    r = evaluate(Declaration((alone,)), {"runs": t})
+    assert r.get("x").arm_a == "0" and r.get("x").decision == "equivalent"
+
+
+def test_holm_runs_across_a_named_family():
+    t = runs({1: -0.03, 2: -0.03})
+    alone = evaluate(Declaration((sub("p", effects=(1,)), sub("q", effects=(2,)))), {"runs": t})
+    fam = evaluate(
+        Declaration((sub("p", effects=(1,), family="f"), sub("q", effects=(2,), family="f"))), {"runs": t}
+    )
+    assert fam.get("p").p == pytest.approx(min(1.0, 2 * alone.get("p").p))  # two tests, the larger p doubled
+
+
+def test_count_if_reports_cells_and_keep_if_leaves_them_out():
+    t = runs({1: -0.3, 2: 0.3, 3: 0.3})
+    only_1 = CellRule("the cell is c1", lambda a, b: (a["c"] == 1).all())
+    r = evaluate(Declaration((sub(effects=(1, 2, 3), count_if=only_1),)), {"runs": t})
+    s = r.sub("x")
+    assert s.comparisons == ["x/c1"] and s.reported == ["x/c2", "x/c3"] and s.verdict == "supported"
+    assert "Reported, not counted" in s.detail and all(
+        r.get(i).sub_claim == "x (reported)" for i in s.reported
+    )
+    r = evaluate(Declaration((sub(effects=(1, 2, 3), keep_if=only_1),)), {"runs": t})
+    assert r.sub("x").comparisons == ["x/c1"] and "Left out" in r.sub("x").detail and not r.sub("x").reported
+
+
+def test_a_positive_control_lets_equivalence_refute():
+    t = runs({1: -0.5, 2: 0.0005})
+    ctrl = sub("ctrl", effects=(1,), margin=0.05)
+    test = sub("test", effects=(2,), margin=0.05)
+    without = evaluate(Declaration((ctrl, test)), {"runs": t})
+    assert without.get("test").decision == "equivalent" and without.sub("test").verdict == "inconclusive"
+    with_ctrl = evaluate(Declaration((ctrl, SubClaim(**{**test.__dict__, "control": "ctrl"}))), {"runs": t})
+    assert with_ctrl.sub("test").verdict == "refuted"
+
+
+def test_null_pairs_floor_the_cells_they_name():
+    t = runs({1: -0.05, 2: -0.05})
+    rows = [{"arm": "null", "c": c, "unit": s + 100, "final_val": 3.0 + 0.1 * s + (0.2 if c == 1 else 0.001) * (-1) ** s}
+            for c in (1, 2) for s in range(6)]  # fmt: skip
+    t = pd.concat([t, pd.DataFrame(rows)], ignore_index=True)
+    null = NullPair("null", arm("a", arm="a"), arm("rerun", arm="null"), (LOSS,), cells=cells("c{c}", c=[1, 2]),
+                    seed_offset=100)  # fmt: skip
+    r = evaluate(Declaration((sub(noise="null"),), (null,)), {"runs": t})
+    assert [f.id for f in r.floors] == ["null/c1", "null/c2"]
+    assert r.get("x/c1").in_noise and r.get("x/c1").decision == "undecided"  # floor ±~0.2
+    assert not r.get("x/c2").in_noise and r.get("x/c2").decision == "b_better"  # floor ±~0.001
+
+
+def test_the_guard_excludes_a_cell_where_neither_arm_learned_on_every_readout():
+    t = runs({1: -0.3, 2: -0.3}, learned={2: False})
+    r = evaluate(Declaration((sub(guard=LEARNED, readouts=(LOSS, LEARNED)),)), {"runs": t})
+    assert r.get("x/c2/final_val").decision == "excluded" and r.get("x/c2/learned").decision == "excluded"
+    assert r.get("x/c1/final_val").learned_a == 6
+    assert "excluded" in r.sub("x").detail and r.sub("x").verdict == "supported"
+
+
+def test_a_trend_across_cells_leaves_out_cells_where_neither_arm_learned():
+    t = runs({1: 0.1, 2: 0.2, 3: 5.0}, learned={3: False})
+    t["x"] = t["c"].astype(float)
+    r = evaluate(Declaration((sub(effects=(1, 2, 3), claim=Trend("x", "up"), guard=LEARNED),)), {"runs": t})
+    assert r.get("x").diff == pytest.approx(0.1) and r.get("x").n == 6
+
+
+def test_a_failing_check_stops_the_claim_and_checks_never_enter_the_verdict():
+    t = pd.DataFrame([{"unit": 0, "k": k, "counted": 10 * k, "closed": 10 * k} for k in (1, 2, 3)])
+    t["err"] = t["counted"] - t["closed"]
+    ok = check(
+        "count", "counted = closed form", Readout("err", "counted − closed form"), bound(0, 0), table="t"
+    )
+    r = evaluate(Declaration((ok,)), {"t": t})
+    assert r.sub("count").verdict == "supported" and r.verdict == "inconclusive"  # no effect: no verdict
+    t.loc[1, "err"] = 1
+    with pytest.raises(CheckFailed, match="count"):
+        evaluate(Declaration((ok,)), {"t": t})
+
+
+def test_the_verdict_combines_the_counted_effects_only():
+    t = runs({1: -0.3, 2: 0.3})
+    decl = Declaration((sub("good", effects=(1,)), sub("bad", effects=(2,), counts=False)))
+    r = evaluate(decl, {"runs": t})
+    assert r.verdicts() == {"good": "supported", "bad": "refuted"} and r.verdict == "supported"
+    both = evaluate(Declaration((sub("good", effects=(1,)), sub("bad", effects=(2,)))), {"runs": t})
+    assert both.verdict == "mixed"
+
+
+def test_bounds_per_cell():
+    t = pd.DataFrame([{"unit": 0, "block": b, "share": s} for b, s in (("dense", 0.667), ("moe", 0.97))])
+    sc = SubClaim("share", "≈ 2/3", bound(0.64, 0.69, moe=(0.9, 1.0)), (Readout("share", "FFN share"),),
+                  table="t", cells=(cell("dense", block="dense"), cell("moe", block="moe")))  # fmt: skip
+    r = evaluate(Declaration((sc,)), {"t": t})
+    assert r.sub("share").verdict == "supported" and r.get("share/moe").mean_b == 0.97
+
+
+def test_errors_name_the_sub_claim():
+    t = pd.concat([runs({1: -0.3}), runs({1: -0.3})])  # every unit twice
+    with pytest.raises(EvidenceError, match="sub-claim x: unit"):
+        evaluate(Declaration((sub(effects=(1,)),)), {"runs": t})
+    with pytest.raises(EvidenceError, match="no column 'depth'"):
+        evaluate(Declaration((sub(effects=(1,), a=arm("a", depth=3)),)), {"runs": runs({1: 0.0})})
