@@ -100,7 +100,9 @@ def _trend_rows(sc: SubClaim, outcome: str) -> list[dict]:
     if sc.cells == ALL:  # one unit: least squares over rows at several x
         for k in range(30):
             x = k % 6
-            rows.append({"unit": 0, t.x: float(x), **{r.column: slope * x + sd * JITTER[k, 0] for r in sc.readouts}})
+            rows.append(
+                {"unit": 0, t.x: float(x), **{r.column: slope * x + sd * JITTER[k, 0] for r in sc.readouts}}
+            )
         return rows
     for i, cell in enumerate(sc.cells):
         for u in UNITS:
@@ -108,7 +110,15 @@ def _trend_rows(sc: SubClaim, outcome: str) -> list[dict]:
                 if arm is None:
                     continue
                 v = 10.0 + 0.1 * u + (slope * i + sd * JITTER[i, u] if arm is sc.b else 0.0)
-                rows.append({**cell.fields, **arm.fields, "unit": u, t.x: float(i), **{r.column: v for r in sc.readouts}})
+                rows.append(
+                    {
+                        **cell.fields,
+                        **arm.fields,
+                        "unit": u,
+                        t.x: float(i),
+                        **{r.column: v for r in sc.readouts},
+                    }
+                )
     return rows
 
 
@@ -117,7 +127,14 @@ def _bound_rows(sc: SubClaim, outcome: str) -> list[dict]:
     for cell in sc.cells:
         lo, hi = sc.claim.bounds(cell.label)
         v = _target(lo, hi, "holds" if outcome == "holds" else "opposite")
-        rows.append({**cell.fields, **(sc.b.fields if sc.b is not None else {}), "unit": 0, **{r.column: v for r in sc.readouts}})
+        rows.append(
+            {
+                **cell.fields,
+                **(sc.b.fields if sc.b is not None else {}),
+                "unit": 0,
+                **{r.column: v for r in sc.readouts},
+            }
+        )
     return rows
 
 
@@ -155,7 +172,12 @@ def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.Da
         extra = []
         for cell in null.cells:
             for u in UNITS:
-                a = {**cell.fields, **null.a.fields, "unit": u, **{r.column: 10.0 + 0.1 * u for r in null.readouts}}
+                a = {
+                    **cell.fields,
+                    **null.a.fields,
+                    "unit": u,
+                    **{r.column: 10.0 + 0.1 * u for r in null.readouts},
+                }
                 b = {**cell.fields, **null.b.fields, "unit": u + null.seed_offset,
                      **{r.column: 10.0 + 0.1 * u + 0.5 * JITTER[40, u] for r in null.readouts}}  # fmt: skip
                 for row in (a, b):
@@ -235,10 +257,15 @@ def test_an_effect_inside_its_noise_floor_is_never_supported():
     loss = rd.final_loss()
     sc = SubClaim("x", "b is better", Better("b"), (loss,), a=arm("a", arm="a"), b=arm("b", arm="b"),
                   cells=cells("c{c}", c=[1, 2]), noise="null")  # fmt: skip
-    null = NullPair("null", arm("a again", arm="a", c=1), arm("rerun", arm="null", c=1), (loss,), seed_offset=100)
+    null = NullPair(
+        "null", arm("a again", arm="a", c=1), arm("rerun", arm="null", c=1), (loss,), seed_offset=100
+    )
     rows = [{"arm": a, "c": c, "unit": u, "final_val": 3.0 + 0.01 * u - (0.05 + 1e-4 * u if a == "b" else 0)}
             for a in ("a", "b") for c in (1, 2) for u in UNITS]  # fmt: skip
-    rows += [{"arm": "null", "c": 1, "unit": u + 100, "final_val": 3.0 + 0.01 * u + 0.2 * JITTER[5, u]} for u in UNITS]
+    rows += [
+        {"arm": "null", "c": 1, "unit": u + 100, "final_val": 3.0 + 0.01 * u + 0.2 * JITTER[5, u]}
+        for u in UNITS
+    ]
     t = {"runs": pd.DataFrame(rows)}
     gated = evaluate(Declaration((sc,), (null,)), t)
     assert all(c.p < 1e-6 and c.in_noise and c.decision == "undecided" for c in gated.of("x"))
