@@ -68,14 +68,14 @@ def _diff(sc: SubClaim, r, outcome: str) -> tuple[float, float]:
 
 def _values(sc: SubClaim, r, outcome: str, i: int, n_cells: int):
     """Per unit: (value of arm a, value of arm b) in cell i."""
-    b_wins = (sc.claim.arm == "b") == (outcome in ("holds", "no_arm_learned"))
-    if r.test == "fisher":  # True is the good value when higher is better
-        if outcome in ("nothing", "in_noise"):
-            return {u: (True, True) for u in UNITS}
-        good = r.better == "higher"
-        return {u: ((not good, good) if b_wins else (good, not good)) for u in UNITS}
-    if r.test == "logrank":  # the better arm reaches the event early, the other never (censored)
-        if outcome in ("nothing", "in_noise"):
+    if r.test in ("fisher", "logrank"):  # directional claims only (Better)
+        b_wins = (sc.claim.arm == "b") == (outcome in ("holds", "no_arm_learned"))
+        if r.test == "fisher":  # True is the good value when higher is better
+            if outcome in ("nothing", "in_noise"):
+                return {u: (True, True) for u in UNITS}
+            good = r.better == "higher"
+            return {u: ((not good, good) if b_wins else (good, not good)) for u in UNITS}
+        if outcome in ("nothing", "in_noise"):  # the better arm reaches the event early, the other never
             return {u: (50 + 2 * u, 51 + 2 * u) for u in UNITS}
         return {u: ((None, 10 + u) if b_wins else (10 + u, None)) for u in UNITS}
     d, sd = _diff(sc, r, outcome)
@@ -153,7 +153,7 @@ def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.Da
                         continue
                     fields = {**cell.fields, **arm.fields, "unit": u}
                     row = {**fields, **{c: v[u][k] for c, v in per.items()}}
-                    if sc.guard is not None:
+                    if sc.guard is not None and (sc.guard.column not in per or outcome == "no_arm_learned"):
                         row[sc.guard.column] = outcome != "no_arm_learned"
                     by_key.setdefault(tuple(sorted(fields.items())), row)
         rows = list(by_key.values())
@@ -163,7 +163,9 @@ def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.Da
     tables = {sc.table: rows}
     if sc.noise is not None:
         null = next(n for n in decl.nulls if n.id == sc.noise)
-        values = {r.column for r in null.readouts} | ({sc.guard.column} if sc.guard is not None else set())
+        values = {r.column for r in (*null.readouts, *sc.readouts)} | (
+            {sc.guard.column} if sc.guard else set()
+        )
 
         def key(row):
             return tuple(sorted((k, v) for k, v in row.items() if k not in values))
