@@ -40,9 +40,9 @@ def _subclaims():
 
 
 def _width(lo, hi) -> float:
-    if lo is not None and hi is not None:
+    if lo is not None and hi is not None and hi > lo:
         return hi - lo
-    return max(abs(lo if lo is not None else hi), 1.0)
+    return max(abs(lo if lo is not None else hi), 1.0)  # one-sided, or a zero-width bound (an exact count)
 
 
 def _target(lo, hi, outcome: str) -> float:
@@ -81,7 +81,8 @@ def _values(sc: SubClaim, r, outcome: str, i: int, n_cells: int):
     d, sd = _diff(sc, r, outcome)
     out = {}
     for u in UNITS:
-        base = 10.0 + 0.1 * u
+        # b alone is read against 0 (or against a constant arm's value): its values carry no baseline
+        base = 10.0 + 0.1 * u if sc.a is not None and sc.a.const is None else (sc.a.const if sc.a else 0.0)
         noise = sd * JITTER[i % 64, u] if r.test == "paired" else sd * JITTER[(i + 7) % 64, u]
         a = base if r.test == "paired" else base + sd * JITTER[(i + 3) % 64, u]
         out[u] = (a, a + d + noise)

@@ -157,7 +157,10 @@ class Comparison:
             if self.learned_a is not None
             else ""
         )
-        what = f"{self.arm_b} − {self.arm_a}" if self.arm_b else self.arm_a  # a trend has one 'arm'
+        if not self.arm_b:  # a trend: its one 'arm' names the slope
+            what = self.arm_a
+        else:  # b alone is read against 0
+            what = self.arm_b if self.arm_a == "0" else f"{self.arm_b} − {self.arm_a}"
         return f"{what}: {f(self.diff)}{unit}{ci} (p = {p}, n = {self.n}{learned}{extra}): {self.decision}"
 
 
