@@ -276,3 +276,13 @@ def test_an_effect_inside_its_noise_floor_is_never_supported():
     free = evaluate(Declaration((replace(sc, noise=None),)), t)
     assert free.sub("x").verdict == "supported"
     assert math.isclose(gated.floors[0].diff, float(np.mean(0.2 * JITTER[5, :8])), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("cid", sorted(EXPS))
+def test_every_profile_declares_and_renders(cid):
+    """The declarations are built from a profile's settings: quick and full give a rule too."""
+    exp = EXPS[cid]
+    for name, p in exp.profiles.items():
+        decl = exp.declare(p)
+        assert decl.subclaims, name
+        assert exp.rule_text(p) == render(decl)
