@@ -139,6 +139,11 @@ def _bound_rows(sc: SubClaim, outcome: str) -> list[dict]:
     return rows
 
 
+def _again(v, u: int):
+    """A null pair's rerun of value v at unit u: the same up to seed noise (a censored event stays censored)."""
+    return None if v is None else v + 0.5 * JITTER[40, u]
+
+
 def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.DataFrame]:
     if isinstance(sc.claim, Trend):
         rows = _trend_rows(sc, outcome)
@@ -162,32 +167,27 @@ def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.Da
         for row in rows:
             row.setdefault(sc.guard.column, outcome != "no_arm_learned")
     tables = {sc.table: rows}
-    if sc.noise is not None:
+    if (
+        sc.noise is not None
+    ):  # the null pair: arm a's rows (the sub-claim's own where they coincide) and a rerun
         null = next(n for n in decl.nulls if n.id == sc.noise)
-        values = {r.column for r in (*null.readouts, *sc.readouts)} | (
-            {sc.guard.column} if sc.guard else set()
-        )
-
-        def key(row):
-            return tuple(sorted((k, v) for k, v in row.items() if k not in values))
-
-        have = {key(row) for row in rows}
         extra = []
         for cell in null.cells:
             for u in UNITS:
-                a = {
-                    **cell.fields,
-                    **null.a.fields,
-                    "unit": u,
-                    **{r.column: 10.0 + 0.1 * u for r in null.readouts},
-                }
-                b = {**cell.fields, **null.b.fields, "unit": u + null.seed_offset,
-                     **{r.column: 10.0 + 0.1 * u + 0.5 * JITTER[40, u] for r in null.readouts}}  # fmt: skip
-                for row in (a, b):
+                where = {**cell.fields, **null.a.fields}
+                same = rows if null.table == sc.table else []
+                mine = [r for r in same if r["unit"] == u and all(r.get(k) == v for k, v in where.items())]
+                a = (
+                    mine[0]
+                    if mine
+                    else {**where, "unit": u, **{r.column: 10.0 + 0.1 * u for r in null.readouts}}
+                )
+                again = {r.column: _again(a.get(r.column, 10.0 + 0.1 * u), u) for r in null.readouts}
+                b = {**cell.fields, **null.b.fields, "unit": u + null.seed_offset, **again}
+                for row in (b,) if mine else (a, b):
                     if sc.guard is not None:
                         row[sc.guard.column] = True
-                    if key(row) not in have:
-                        extra.append(row)
+                    extra.append(row)
         tables.setdefault(null.table, []).extend(extra)
     return {name: pd.DataFrame(rs) for name, rs in tables.items()}
 
@@ -196,7 +196,13 @@ def outcomes(sc: SubClaim) -> list[str]:
     if isinstance(sc.claim, Bound):
         return ["holds", "opposite"]
     out = ["holds", "opposite", "nothing"]
-    if isinstance(sc.claim, Better) and sc.noise is not None and all(r.test != "fisher" for r in sc.readouts):
+    tested = [r.test for r in sc.readouts]
+    if (
+        isinstance(sc.claim, Better)
+        and sc.noise is not None
+        and "fisher" not in tested
+        and ("paired" in tested or "welch" in tested)
+    ):
         out.append("in_noise")
     if sc.guard is not None and not isinstance(sc.claim, Trend):
         out.append("no_arm_learned")
