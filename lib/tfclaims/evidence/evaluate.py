@@ -270,7 +270,9 @@ def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped) -> str:
 
     def txt(c: ev.Comparison) -> str:
         if c.test == "exact":
-            return f"{name(c)}: {'—' if c.mean_b is None else format(c.mean_b, '.4g')} ({c.note}): {c.decision}"
+            return (
+                f"{name(c)}: {'—' if c.mean_b is None else format(c.mean_b, '.4g')} ({c.note}): {c.decision}"
+            )
         r = next((r for r in sc.readouts if r.label in c.metric), None)  # a trend's metric names it too
         text = c.text(f" {r.unit}" if r is not None and r.unit else "", r.fmt if r is not None else "+.3f")
         return text if c.id == sc.id else f"{name(c)}: {text}"

@@ -31,12 +31,14 @@ def final_loss(
     )  # fmt: skip
 
 
-def learned(margin: float, key: str = "final_val", baseline: str = "unigram_xent") -> Readout:
-    """The learned-at-all guard: no divergence, and a final loss at least `margin` below the unigram level (the
-    cross-entropy of predicting token frequencies alone, recorded in every run)."""
+def learned(
+    margin: float, key: str = "final_val", baseline: str = "unigram_xent", what: str = "final loss"
+) -> Readout:
+    """The learned-at-all guard: no divergence, and the loss `key` (`what`, in the rule's words) at least `margin`
+    below the unigram level (the cross-entropy of predicting token frequencies alone, recorded in every run)."""
     return Readout(
         "learned", "learned at all", "", "higher", "fisher",
-        f"the run did not diverge and its final loss is at least {margin:g} nats below the unigram level",
+        f"the run did not diverge and its {what} is at least {margin:g} nats below the unigram level",
         fn=lambda m: bool(_ok(m) and _learned(m.get(key), m[baseline], margin)),
     )  # fmt: skip
 

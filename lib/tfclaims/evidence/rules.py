@@ -65,7 +65,7 @@ def readouts_used(decl: Declaration) -> list[Readout]:
 
 def _null(n: NullPair) -> str:
     again = f"its rerun at seeds + {n.seed_offset}" if n.seed_offset else "the same callable timed again"
-    cells = "" if n.cells == ALL else f", in each of {', '.join(c.label for c in n.cells)}"
+    cells = "" if n.cells == ALL or not n.cells else f", in each of {', '.join(c.label for c in n.cells)}"
     return (
         f"Null pair {n.id}: {_arm(n.a)} against {again}, {_arm(n.b)}{cells}, on "
         + ", ".join(r.label for r in n.readouts)
@@ -141,6 +141,19 @@ def _where(sc: SubClaim) -> str:
     )
 
 
+def _test(sc: SubClaim, r: Readout) -> str:
+    """How one readout of a sub-claim is compared, in words."""
+    if isinstance(sc.claim, Bound):
+        return "exact"
+    if isinstance(sc.claim, Trend):
+        return "least-squares slope"
+    if sc.a is None:
+        return "one-sample t-test of b against 0"
+    if sc.a.const is not None and r.test == "paired":
+        return f"one-sample t-test of b against the declared {_num(sc.a.const)}"
+    return TESTS[r.test].format(horizon=r.horizon or 0)
+
+
 def render_sub(sc: SubClaim) -> str:
     if sc.kind == "check":
         kind = "check: an identity the harness relies on; if it fails the claim stops, as a bug"
@@ -153,11 +166,7 @@ def render_sub(sc: SubClaim) -> str:
     else:
         arms = f"arm a = {_arm(sc.a)}; arm b = {_arm(sc.b)}"
     cells = "" if sc.cells == ALL else f"; cells ({len(sc.cells)}): " + ", ".join(c.label for c in sc.cells)
-    test = "exact" if isinstance(sc.claim, Bound) else None
-    reads = ", ".join(
-        f"{r.label} ({test or ('least-squares slope' if isinstance(sc.claim, Trend) else TESTS[r.test].format(horizon=r.horizon or 0))})"
-        for r in sc.readouts
-    )  # fmt: skip
+    reads = ", ".join(f"{r.label} ({_test(sc, r)})" for r in sc.readouts)
     out = [f"({sc.id}) {sc.statement} [{kind}]. {arms}{cells}; table {sc.table}; read on {reads}."]
     out.append(f"Claimed: {_claimed(sc)}.")
     if sc.guard is not None:
