@@ -139,9 +139,9 @@ def _bound_rows(sc: SubClaim, outcome: str) -> list[dict]:
     return rows
 
 
-def _again(v, u: int):
+def _again(v, u: int, scale: float):
     """A null pair's rerun of value v at unit u: the same up to seed noise (a censored event stays censored)."""
-    return None if v is None else v + 0.5 * JITTER[40, u]
+    return None if v is None else v + scale * JITTER[40, u]
 
 
 def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.DataFrame]:
@@ -171,6 +171,8 @@ def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.Da
         sc.noise is not None
     ):  # the null pair: arm a's rows (the sub-claim's own where they coincide) and a rerun
         null = next(n for n in decl.nulls if n.id == sc.noise)
+        # chance at half an effect (a directional claim's is 1), or at a twentieth of a claimed interval
+        scale = 0.5 if isinstance(sc.claim, Better) else 0.05 * _width(sc.claim.lo, sc.claim.hi)
         extra = []
         for cell in null.cells:
             for u in UNITS:
@@ -182,7 +184,7 @@ def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.Da
                     if mine
                     else {**where, "unit": u, **{r.column: 10.0 + 0.1 * u for r in null.readouts}}
                 )
-                again = {r.column: _again(a.get(r.column, 10.0 + 0.1 * u), u) for r in null.readouts}
+                again = {r.column: _again(a.get(r.column, 10.0 + 0.1 * u), u, scale) for r in null.readouts}
                 b = {**cell.fields, **null.b.fields, "unit": u + null.seed_offset, **again}
                 for row in (b,) if mine else (a, b):
                     if sc.guard is not None:

@@ -146,8 +146,13 @@ def test_a_failing_check_stops_the_claim_and_checks_never_enter_the_verdict():
     r = evaluate(Declaration((ok,)), {"t": t})
     assert r.sub("count").verdict == "supported" and r.verdict == "inconclusive"  # no effect: no verdict
     t.loc[1, "err"] = 1
-    with pytest.raises(CheckFailed, match="count"):
+    with pytest.raises(CheckFailed, match="count = 1 "):
         evaluate(Declaration((ok,)), {"t": t})
+    t["err"] = np.nan  # nothing to read (every run diverged): not checked, never passed off as a failure
+    r = evaluate(Declaration((ok,)), {"t": t})
+    assert r.sub("count").verdict == "inconclusive"
+    empty = evaluate(Declaration((ok,)), {"t": pd.DataFrame()})
+    assert empty.sub("count").verdict == "inconclusive"
 
 
 def test_the_verdict_combines_the_counted_effects_only():

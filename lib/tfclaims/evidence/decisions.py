@@ -15,7 +15,7 @@ Conventions, the same for every claim:
   same words: 'equivalent' when shown inside (TOST against [lo, hi]: the interval at the comparison's level
   lies in it), 'a_better' / 'b_better' when shown wholly outside, named by the side b − a lies on.
 - The noise floor is a decision input: an effect no larger than its null pair's largest |CI bound| is at
-  most 'undecided', however small its p.
+  most 'undecided', however small its p (a claimed interval shown outside included).
 - Holm's correction runs across a family; each interval is drawn at the level Holm tested its comparison at
   (α/(m − k + 1) for the k-th smallest p, and the first failing step's level for every later one), so an
   interval excludes 0 exactly when the adjusted p ≤ α.
@@ -187,8 +187,8 @@ def decide(c: Comparison) -> str:
     if c.interval:
         if c.p_equiv is not None and c.p_equiv <= c.alpha:
             return "equivalent"
-        side = outside(c)
-        return "undecided" if side is None else _side(c, side == "above")
+        side = outside(c)  # shown outside, but no further from 0 than chance alone goes: undecided
+        return "undecided" if side is None or c.in_noise else _side(c, side == "above")
     if c.p is not None and c.p <= c.alpha and c.diff is not None and c.diff != 0 and not c.in_noise:
         b_larger = c.diff > 0
         return "b_better" if b_larger == (c.better == "higher") else "a_better"
@@ -795,7 +795,7 @@ def ladder(
         s = "undecided in " + ", ".join(map(name, und))
         if mdes:
             s += f" (smallest detectable effect there: {min(mdes):.3g}–{max(mdes):.3g})"
-        noisy = [c for c in und if c.in_noise and c.p is not None and c.p <= c.alpha]
+        noisy = [c for c in und if c.in_noise and ((c.p is not None and c.p <= c.alpha) or outside(c))]
         if noisy:
             s += "; " + ", ".join(map(name, noisy)) + " significant but inside the noise floor"
         eq = [c for c in und if c.decision == "equivalent" and claimed in ("a_better", "b_better")]

@@ -205,7 +205,7 @@ class SubClaim:
     cells: tuple[Cell, ...] = ALL
     where: str | float = "any"  # 'any', 'all' or a share of the comparisons (see decisions.ladder)
     kind: str = "effect"  # 'effect' (evidence about the world) or 'check' (an identity; failing = a bug)
-    counts: bool = True  # in the overall verdict, or reported beside it
+    counts: bool = True  # in the overall verdict, or reported beside it (a check never is)
     family: str | None = None  # Holm family (default: this sub-claim)
     noise: str | None = None  # id of the null pair whose floor gates every effect
     guard: Readout | None = None  # boolean readout: the unit learned at all (neither arm learned: excluded)

@@ -65,7 +65,9 @@ def _table(tables: dict, name: str) -> pd.DataFrame:
 
 
 def select(df: pd.DataFrame, fields: dict) -> pd.DataFrame:
-    """Rows whose fields equal `fields` (None matches a missing value)."""
+    """Rows whose fields equal `fields` (None matches a missing value); an empty table has none."""
+    if df.empty:
+        return df
     mask = np.ones(len(df), bool)
     for k, v in fields.items():
         if k not in df.columns:
@@ -209,7 +211,8 @@ def _trend(sc: SubClaim, df, cells: list[Cell], r: Readout) -> ev.Comparison:
 
 def _exact(sc: SubClaim, df, cell: Cell, r: Readout) -> ev.Comparison:
     lo, hi = sc.claim.bounds(cell.label)
-    vals = [_value(v) for v in _rows(df, cell, sc.b)[r.column].tolist()]
+    rows = _rows(df, cell, sc.b)
+    vals = [_value(v) for v in rows[r.column].tolist()] if r.column in rows.columns else []
 
     def miss(v) -> float:
         if v is None or not math.isfinite(v):
@@ -318,11 +321,13 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
         lad = ev.ladder(
             counted, sc.claimed, positive_control=_control(sc, done), where=sc.where, label=_label(sc)
         )
-        if sc.kind == "check" and lad.verdict != "supported":
-            failed.append(f"{sc.id} ({sc.statement}): " + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.decision != "equivalent"))  # fmt: skip
+        if (
+            sc.kind == "check" and lad.refuting
+        ):  # a value outside its bounds; no value at all is not a failure
+            failed.append(f"{sc.id} ({sc.statement}): " + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.id in lad.refuting))  # fmt: skip
         done[sc.id] = (sc, counted)
         comps += counted + reported
-        subs.append(SubResult(sc.id, sc.statement, sc.kind, sc.counts, lad.verdict,
+        subs.append(SubResult(sc.id, sc.statement, sc.kind, sc.counts and sc.kind == "effect", lad.verdict,
                               _detail(sc, lad, counted, reported, raw[sc.id][2]), [c.id for c in counted],
                               [c.id for c in reported]))  # fmt: skip
     if failed:

@@ -17,7 +17,8 @@ CONVENTIONS = (
     "at the level Holm tested its comparison at, so it excludes 0 exactly when the difference is significant. "
     "A claimed interval is shown inside when the interval at twice that level (two one-sided tests) lies in it, "
     "and shown outside when it lies wholly beyond it. An effect no larger than its null pair's largest |95% CI "
-    "bound| (the noise floor) is undecided however small its p."
+    "bound| (the noise floor) is undecided: neither significant nor shown outside a claimed interval, however "
+    "small its p."
 )
 COMBINE = (
     "all supported → supported; all refuted → refuted; supported beside refuted, or any mixed → mixed; "
@@ -125,7 +126,10 @@ def _single(sc: SubClaim) -> bool:
 def _where(sc: SubClaim) -> str:
     holds, fails = _phrases(sc)
     if sc.kind == "check":
-        return f"the check passes if {holds} in every comparison"
+        return (
+            f"the check passes if {holds} in every comparison and fails if {fails} in any (a cell with no "
+            "value to read, e.g. every run diverged, is reported as not checked)"
+        )
     if _single(sc):
         return f"supported if {holds}, refuted if {fails}, otherwise inconclusive"
     w = sc.where

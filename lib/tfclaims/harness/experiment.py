@@ -205,7 +205,9 @@ def verdict_from(
                    reported=s.reported)
         for s in result.subs
     ]  # fmt: skip
-    found = "; ".join(f"({s.id}) {s.statement}: {s.verdict}" for s in result.subs if s.kind == "effect" and s.counts)
+    found = "; ".join(
+        f"({s.id}) {s.statement}: {s.verdict}" for s in result.subs if s.kind == "effect" and s.counts
+    )
     return Verdict(
         verdict=result.verdict,
         summary=(found + ". " if found else "") + summary,

@@ -240,7 +240,7 @@ def _blocks(
                 (
                     "table",
                     [["Check", "Result", "Detail"]]
-                    + [[_sub_name(s), "passes" if s["verdict"] == "supported" else "fails", s["detail"]] for s in checks],
+                    + [[_sub_name(s), CHECKED.get(s["verdict"], "fails"), s["detail"]] for s in checks],
                 )
             )
         if r.get("comparisons"):
@@ -358,6 +358,9 @@ def _md_table(rows) -> str:
 def _parse_md_table(md: str) -> list[list[str]]:
     lines = [ln for ln in md.strip().splitlines() if not re.match(r"^\|[-|: ]+\|$", ln)]
     return [[c.strip() for c in ln.strip().strip("|").split(" | ")] for ln in lines]
+
+
+CHECKED = {"supported": "passes", "inconclusive": "not checked (no value to read)"}
 
 
 def _sub_name(s: dict) -> str:
