@@ -1,32 +1,31 @@
 """The postnorm_warmup rule on synthetic run records: every outcome it can give.
 
 Quick profile: cells (depth 1, lr 3e-3) and (depth 2, lr 3e-3), four arms each (Post-LN without and with warmup,
-Pre-LN and DeepNorm without), seeds 0 and 1, probe depths 1, 2, 4 with two init seeds. A run
-'learns' when its final validation loss is at least 0.10 nats below the unigram level U; the deciding comparisons
-are paired by seed (with two seeds only a very consistent difference survives Holm, so the synthetic effects are).
-"""
+Pre-LN and DeepNorm without), seeds 0 and 1, probe depths 1, 2, 4 with two init seeds. A run 'learns' when its
+final validation loss is at least 0.10 nats below the unigram level U; the deciding comparisons are paired by seed
+(with two seeds only a very consistent difference survives Holm, so the synthetic effects are). Comparison ids are
+`sub/cell/readout` (C has one cell at the deepest depth: `C/readout`; the mechanism numbers `F/quantity`)."""
 
 import math
-from functools import partial
 
 import numpy as np
 import pytest
 
 from tfclaims.harness.registry import load
 
-import rules
-from rules import analyse, decisions, record
+from rules import analyse, comparison, decisions, record, sub, verdicts
 
 EXP = load("postnorm_warmup")
 P = EXP.profiles["quick"]
 U = 3.30
-subs = partial(rules.subs, key=lambda name: name.split(".")[0])  # sub-claim letter -> verdict
 OK, STUCK = 2.50, 3.28  # a loss that learned, one at the unigram plateau
+A1, A2 = "A/L1-lr0.003", "A/L2-lr0.003"
 
 
 def train_metrics(loss: float | None, depth: int = 2, steps: int = P["steps"]) -> dict:
-    """A run ending at `loss` (None: diverged at step 3); its training loss leaves the plateau at step 2 if it learned.
-    Per-block gradient norms every grad_every steps: a run that did not learn has its first block's collapse."""
+    """A run ending at `loss` (None: diverged at step 3); its training loss leaves the plateau at step 2 if it
+    learned. Per-block gradient norms every grad_every steps: a run that did not learn has its first block's
+    collapse."""
     if loss is None:
         tl = [U + 0.2, U + 0.5, U + 2.0, None]
         return _m(tl, [U + 0.2, None], 3, None, depth, False)
@@ -75,7 +74,7 @@ def records(loss, *, null=None, **probe_kw):
         if c["part"] == "probe":
             m = probe_metrics(c["placement"], c["depth"], **probe_kw)
         elif c["part"] == "null":
-            m = train_metrics(null(c["seed"]) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
+            m = train_metrics(null(c["seed"] % 1000) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
         else:
             m = train_metrics(loss(c["placement"], c["warmup"] > 0, c["depth"], c["seed"]), c["depth"])
         out.append(record(c, m, f"r{i}"))
@@ -92,42 +91,54 @@ def anchor_like(pl, wu, d, s):
 
 def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(tmp_path):
     v = analyse(EXP, records(anchor_like), P, tmp_path)
-    sv = subs(v)
     assert v.verdict == "supported"
-    assert (
-        sv["A"] == "supported"
-        and sv["B"] == "supported"
-        and sv["C"] == "supported"
-        and sv["D"] == "supported"
-    )
-    a = decisions(v, "L")
-    assert a["L1-lr0.003:post:warmup-vs-none:final"] == "b_better"
+    assert verdicts(v) == {
+        "A": "supported", "B": "supported", "C": "supported", "D": "supported",
+        "F": "supported", "G": "supported", "G-paired": "supported", "H": "supported",
+    }  # fmt: skip
+    kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
+    assert kinds["A"] == kinds["B"] == ("effect", True)
+    assert all(kinds[k] == ("effect", False) for k in ("C", "D", "F", "G", "G-paired", "H"))
+    a = decisions(v, "A/")
+    assert a[f"{A1}/final_val"] == "b_better"  # b = warmed-up Post-LN
     # L = 2: both Post-LN arms stuck at the plateau: never counted for or against A ...
-    assert {a[f"L2-lr0.003:post:warmup-vs-none:{m}"] for m in ("learned", "final", "escape")} == {"excluded"}
-    # ... but evidence for C: Pre-LN learned there, warmed-up Post-LN did not
-    assert a["L2-lr0.003:post-warmup-vs-pre:final"] == "a_better"
+    assert {a[f"{A2}/{m}"] for m in ("learned", "final_val", "escape")} == {"excluded"}
+    # ... but evidence for C: Pre-LN (a) learned there, warmed-up Post-LN did not
+    assert comparison(v, "C/final_val").decision == "a_better"
     ids = {c.id for c in v.comparisons}
     assert all(i in ids for s in v.sub_verdicts for i in s.comparisons)
-    assert v.noise_floor and {f.metric for f in v.noise_floor} == {"final val loss", "escape step"}
-    assert all(c.noise is not None for c in v.comparisons if c.metric == "final val loss" and not c.excluded)
+    assert [f.id for f in v.noise_floor] == ["null/final_val", "null/escape"]
+    assert all(
+        c.noise is not None for c in v.comparisons if c.metric == "final validation loss" and not c.excluded
+    )
+    assert v.evidence["sub_verdicts"]["A"] == "supported" and "E" not in verdicts(v)
 
 
-def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln(tmp_path):
+def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln_and_pre_ln_is_worse(tmp_path):
+    """A and B both refuted: refuted. (A refuted beside an inconclusive B is inconclusive: the overall verdict
+    combines the counted sub-claims; the old rule called any refuted A or B refuted.)"""
+
     def loss(pl, wu, d, s):
         if pl == "post":
             return (STUCK - 0.03 + 0.001 * s) if wu else OK + 0.001 * s
-        return OK + 0.001 * s
+        return (STUCK - 0.01 + 0.001 * s) if pl == "pre" else OK + 0.001 * s
 
-    v = analyse(EXP, records(loss), P, tmp_path)
-    assert subs(v)["A"] == "refuted" and v.verdict == "refuted"
-    assert (
-        decisions(v, "L1-lr0.003:post:warmup-vs-none")["L1-lr0.003:post:warmup-vs-none:final"] == "a_better"
-    )
+    v = analyse(EXP, records(loss, null=lambda s: STUCK - 0.01 + 0.0012 * s), P, tmp_path)  # the rerun agrees
+    assert decisions(v)[f"{A1}/final_val"] == "a_better"
+    assert verdicts(v)["A"] == "refuted" and verdicts(v)["B"] == "refuted" and v.verdict == "refuted"
+
+    def only_a(pl, wu, d, s):  # Pre-LN as good as Post-LN without warmup: every seed of both learned
+        return (STUCK - 0.03 + 0.001 * s) if (pl == "post" and wu) else OK + 0.001 * s
+
+    v = analyse(EXP, records(only_a), P, tmp_path)
+    assert verdicts(v)["A"] == "refuted" and verdicts(v)["B"] == "inconclusive"
+    assert v.verdict == "inconclusive"
 
 
 def test_postnorm_warmup_rule_cell_where_both_arms_always_learned_is_reported_not_counted(tmp_path):
-    """Warmup costs 0.5 nats in every seed, but both arms learned in every seed: no training failure to compare (the
-    schedule itself shifts fit and speed), so the cell is reported with its decision and A stays inconclusive."""
+    """Warmup costs 0.5 nats in every seed, but both arms learned in every seed: no training failure to compare
+    (the schedule itself shifts fit and speed), so the cell is reported with its decision and A stays
+    inconclusive."""
 
     def loss(pl, wu, d, s):
         if pl == "post":
@@ -135,16 +146,16 @@ def test_postnorm_warmup_rule_cell_where_both_arms_always_learned_is_reported_no
         return OK + 0.001 * s
 
     v = analyse(EXP, records(loss), P, tmp_path)
-    assert subs(v)["A"] == "inconclusive"
-    c = next(c for c in v.comparisons if c.id == "L1-lr0.003:post:warmup-vs-none:final")
+    assert verdicts(v)["A"] == "inconclusive"
+    c = comparison(v, f"{A1}/final_val")
     assert c.decision == "a_better" and "reported" in c.sub_claim
-    a = next(s for s in v.sub_verdicts if s.name.startswith("A."))
-    assert c.id not in a.comparisons and "reported, not counted" in a.detail
+    a = sub(v, "A")
+    assert c.id not in a.comparisons and c.id in a.reported and "Reported, not counted" in a.detail
 
 
 def test_postnorm_warmup_rule_both_arms_at_the_plateau_is_not_warmup_not_needed(tmp_path):
-    """The committed failure mode: Post-LN with and without warmup both at the unigram level (3.28 vs 3.29) read as
-    'warmup not needed'. Here every such comparison is excluded and A is inconclusive, not refuted."""
+    """The committed failure mode: Post-LN with and without warmup both at the unigram level (3.28 vs 3.29) read
+    as 'warmup not needed'. Here every such comparison is excluded and A is inconclusive, not refuted."""
 
     def loss(pl, wu, d, s):
         if pl == "post":
@@ -152,10 +163,10 @@ def test_postnorm_warmup_rule_both_arms_at_the_plateau_is_not_warmup_not_needed(
         return OK + 0.001 * s
 
     v = analyse(EXP, records(loss), P, tmp_path)
-    assert subs(v)["A"] == "inconclusive" and v.verdict == "inconclusive"
-    assert set(decisions(v, "L1-lr0.003:post:warmup-vs-none").values()) == {"excluded"}
-    assert set(decisions(v, "L2-lr0.003:post:warmup-vs-none").values()) == {"excluded"}
-    assert subs(v)["C"] == "supported"  # the same cells say Post-LN fails even with warmup
+    assert verdicts(v)["A"] == "inconclusive" and v.verdict == "inconclusive"
+    assert set(decisions(v, A1).values()) == {"excluded"}
+    assert set(decisions(v, A2).values()) == {"excluded"}
+    assert verdicts(v)["B"] == "supported" and verdicts(v)["C"] == "supported"  # the same cells
 
 
 def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tmp_path):
@@ -165,8 +176,8 @@ def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tm
         return OK if wu == (s == 0) else 3.25
 
     v = analyse(EXP, records(noisy), P, tmp_path)
-    assert subs(v)["A"] == "inconclusive" and v.verdict == "inconclusive"
-    assert set(decisions(v, "L1-lr0.003:post:warmup-vs-none").values()) == {"undecided"}
+    assert verdicts(v)["A"] == "inconclusive" and v.verdict == "inconclusive"
+    assert set(decisions(v, A1).values()) == {"undecided"}
 
     def same(pl, wu, d, s):  # both arms on the learned threshold; warmup changes the loss by < the margin
         if pl != "post":
@@ -174,10 +185,26 @@ def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tm
         return (3.21, 3.19)[s] + ((0.002 if s == 0 else -0.001) if wu else 0.0)
 
     v = analyse(EXP, records(same), P, tmp_path)
-    assert (
-        decisions(v, "L1-lr0.003:post:warmup-vs-none")["L1-lr0.003:post:warmup-vs-none:final"] == "equivalent"
-    )
-    assert subs(v)["A"] == "inconclusive"  # no positive control: equivalence does not refute
+    assert decisions(v, A1)[f"{A1}/final_val"] == "equivalent"
+    assert verdicts(v)["A"] == "inconclusive"  # no positive control: equivalence does not refute
+
+
+def test_postnorm_warmup_rule_an_effect_inside_the_noise_floor_is_not_supported(tmp_path):
+    """Warmup lowers Post-LN's final loss by 0.08 nats in both seeds (p small, beyond the ±0.05 margin), one seed
+    learning in each arm (so the cell is counted), but the null pair's seeds differ by ±0.3: inside the noise
+    floor, undecided, and A is not supported."""
+
+    def loss(pl, wu, d, s):
+        if pl == "post":
+            return (3.35, OK)[s] - (0.08 + 1e-4 * s if wu else 0.0)
+        return OK + 0.001 * s
+
+    v = analyse(EXP, records(loss, null=lambda s: OK + (0.3, -0.25)[s]), P, tmp_path)
+    c = comparison(v, f"{A1}/final_val")
+    assert c.p < 0.05 and c.in_noise and c.decision == "undecided"
+    assert c.diff == pytest.approx(-0.08005)
+    assert verdicts(v)["A"] == "inconclusive"
+    assert "inside the noise floor" in sub(v, "A").detail
 
 
 def test_postnorm_warmup_rule_mixed_when_warmup_helps_in_one_cell_and_hurts_in_another(tmp_path):
@@ -189,20 +216,33 @@ def test_postnorm_warmup_rule_mixed_when_warmup_helps_in_one_cell_and_hurts_in_a
         return OK - 0.3 + 0.001 * s
 
     v = analyse(EXP, records(loss), P, tmp_path)
-    assert subs(v)["A"] == "mixed" and v.verdict == "mixed"
+    assert verdicts(v)["A"] == "mixed" and v.verdict == "mixed"
 
 
 def test_postnorm_warmup_rule_nothing_learned_excludes_every_training_comparison(tmp_path):
     v = analyse(EXP, records(lambda pl, wu, d, s: STUCK + 0.001 * s), P, tmp_path)
-    train = [c for c in v.comparisons if c.id.startswith("L")]
+    train = [c for c in v.comparisons if c.id[0] in "ABCD"]
     assert train and all(c.decision == "excluded" for c in train)
-    assert {subs(v)[k] for k in "ABCD"} == {"inconclusive"} and v.verdict == "inconclusive"
-    assert subs(v)["E"] == "inconclusive"
+    assert {verdicts(v)[k] for k in "ABCD"} == {"inconclusive"} and v.verdict == "inconclusive"
+    assert not (tmp_path / "post_vs_pre.csv").exists()  # (E) has no cell where both arms learned
+
+
+def test_postnorm_warmup_rule_E_is_reported_without_a_verdict(tmp_path):
+    """Where warmed-up Post-LN and Pre-LN both learned in every seed their final losses are compared (paired,
+    Holm, beside the noise floor) and written, but never decided into a sub-verdict."""
+    v = analyse(
+        EXP, records(lambda pl, wu, d, s: OK - (0.1 if pl == "post" and wu else 0) + 0.001 * s), P, tmp_path
+    )
+    assert "E" not in verdicts(v) and not any(c.id.startswith("E") for c in v.comparisons)
+    table = (tmp_path / "post_vs_pre.csv").read_text()
+    assert "E/L1-lr0.003" in table and "E/L2-lr0.003" in table and "b_better" in table
+    assert any("not decided, by design" in c for c in v.caveats)
 
 
 def test_postnorm_warmup_rule_divergence_counts_as_not_learned(tmp_path):
-    """Post-LN without warmup diverges in every seed: it learned in none; the paired loss has no seed to pair, the
-    cell is not excluded (the warmed-up arm learned) and B still sees Pre-LN learning where Post-LN diverged."""
+    """Post-LN without warmup diverges in every seed: it learned in none; the paired loss has no seed to pair,
+    the cell is not excluded (the warmed-up arm learned) and B still sees Pre-LN learning where Post-LN
+    diverged."""
 
     def loss(pl, wu, d, s):
         if pl == "post":
@@ -210,11 +250,11 @@ def test_postnorm_warmup_rule_divergence_counts_as_not_learned(tmp_path):
         return OK + 0.001 * s
 
     v = analyse(EXP, records(loss), P, tmp_path)
-    a = {c.id: c for c in v.comparisons if c.id.startswith("L1-lr0.003:post:warmup-vs-none")}
-    assert a["L1-lr0.003:post:warmup-vs-none:learned"].learned_a == 0
-    assert a["L1-lr0.003:post:warmup-vs-none:learned"].learned_b == 2
+    a = {c.id: c for c in v.comparisons if c.id.startswith(A1)}
+    assert a[f"{A1}/learned"].learned_a == 0 and a[f"{A1}/learned"].learned_b == 2
     assert all(c.decision != "excluded" for c in a.values())
-    assert a["L1-lr0.003:post:warmup-vs-none:final"].n == 0
+    assert a[f"{A1}/final_val"].n == 0
+    assert comparison(v, "B/L1-lr0.003/learned").learned_b == 2
 
 
 def test_postnorm_warmup_rule_control_failing_does_not_flip_A(tmp_path):
@@ -226,9 +266,9 @@ def test_postnorm_warmup_rule_control_failing_does_not_flip_A(tmp_path):
             return STUCK + 0.001 * s
         return anchor_like(pl, wu, d, s)
 
-    v = analyse(EXP, records(loss, null=lambda s: STUCK + 0.001 * (s % 2)), P, tmp_path)
-    assert subs(v)["A"] == "supported" and subs(v)["C"] == "inconclusive"
-    assert set(decisions(v, "L2-lr0.003:post-warmup-vs-pre").values()) == {"excluded"}
+    v = analyse(EXP, records(loss, null=lambda s: STUCK + 0.001 * s), P, tmp_path)
+    assert verdicts(v)["A"] == "supported" and verdicts(v)["C"] == "inconclusive"
+    assert set(decisions(v, "C/").values()) == {"excluded"}
 
 
 def test_postnorm_warmup_rule_gradient_signature_separates_failed_from_learned_runs(tmp_path):
@@ -236,24 +276,58 @@ def test_postnorm_warmup_rule_gradient_signature_separates_failed_from_learned_r
     v = analyse(EXP, records(anchor_like), P, tmp_path)
     sig = (tmp_path / "grad_signature.csv").read_text()
     assert "learned" in sig and "first/last there" in sig
-    c = next(s for s in v.sub_verdicts if s.name.startswith("C."))
-    assert "not learned" in c.detail and "first/last-layer gradient norm" in c.detail
+    c = sub(v, "C")
+    assert "not learned" in c.detail and "first/last-layer gradient norm" in c.detail.lower()
 
 
 def test_postnorm_warmup_rule_D_inconclusive_when_post_ln_never_fails(tmp_path):
     v = analyse(EXP, records(lambda pl, wu, d, s: OK + 0.001 * s), P, tmp_path)
-    assert subs(v)["D"] == "inconclusive" and not decisions(v, "L1-lr0.003:nowarmup:deepnorm")
+    assert verdicts(v)["D"] == "inconclusive" and not decisions(v, "D/")
+    assert "Left out" in sub(v, "D").detail
 
 
-def test_postnorm_warmup_rule_init_mechanism_checks(tmp_path):
+def test_postnorm_warmup_rule_D_counts_only_cells_where_post_ln_failed(tmp_path):
+    """Post-LN without warmup fails at L = 2 only: D compares DeepNorm there and leaves L = 1 out."""
+
+    def loss(pl, wu, d, s):
+        return (STUCK + 0.001 * s) if (pl == "post" and not wu and d == 2) else OK + 0.001 * s
+
+    v = analyse(EXP, records(loss), P, tmp_path)
+    d = decisions(v, "D/")
+    assert d["D/L2-lr0.003/final_val"] == "b_better" and not any(k.startswith("D/L1") for k in d)
+    assert verdicts(v)["D"] == "supported"
+
+
+def test_postnorm_warmup_rule_init_mechanism_numbers(tmp_path):
     v = analyse(EXP, records(anchor_like), P, tmp_path)
-    sv = subs(v)
-    assert sv["F"] == "supported" and sv["G"] == "supported" and sv["H"] == "supported"
-    assert decisions(v, "G:amp-slope")["G:amp-slope:post-vs-pre"] == "b_better"
+    d = decisions(v)
+    assert all(d[f"F/{q}"] == "equivalent" for q in ("post-exponent", "pre-exponent", "post-last-first",
+                                                     "pre-last-first"))  # fmt: skip
+    assert d["G-paired"] == "b_better" and d["H"] == "equivalent"
+    assert comparison(v, "G-paired").n == P["init_seeds"]
     v = analyse(EXP, records(anchor_like, amp_pre=1.6, q_post=0.85), P, tmp_path)
-    sv = subs(v)
-    assert sv["G"] == "refuted" and sv["H"] == "refuted"
-    assert decisions(v, "H:")["H:post-share-factor"] == "undecided"
-    assert sv["A"] == "supported"  # the mechanism checks never enter the overall verdict
+    vs = verdicts(v)
+    # Pre-LN's amplification slope 1.6 is above its bound (Post-LN's 1.0 within its own): mixed; per seed Pre-LN's
+    # slope is the larger: the paired comparison refutes
+    assert vs["G"] == "mixed" and decisions(v)["G/post-amp-slope"] == "equivalent"
+    assert decisions(v)["G/pre-amp-slope"] == "b_better" and vs["G-paired"] == "refuted"
+    assert vs["H"] == "refuted" and decisions(v)["H"] == "b_better"  # q = 0.85 lies above [0.4, 0.6]
+    assert (
+        vs["A"] == "supported" and v.verdict == "supported"
+    )  # the mechanism never enters the overall verdict
     assert math.isfinite(v.evidence["post_identity_factor"])
     assert v.evidence["post_identity_factor"] == pytest.approx(0.85, abs=1e-6)
+
+
+def test_postnorm_warmup_rule_F_fails_when_the_post_ln_gradient_shrinks_with_depth(tmp_path):
+    recs = records(anchor_like)
+    for r in recs:
+        c = r["config"]
+        if c["part"] == "probe" and c["placement"] == "post":  # last-layer W² gradient ∝ L^-0.5, flat in l
+            r["metrics"]["w2_grad"] = [[c["depth"] ** -0.5] * c["depth"] for _ in range(P["init_seeds"])]
+    v = analyse(EXP, recs, P, tmp_path)
+    d = decisions(v, "F/")
+    assert (
+        d["F/post-exponent"] == "a_better" and d["F/post-last-first"] == "a_better"
+    )  # both below their bounds
+    assert d["F/pre-exponent"] == "equivalent" and verdicts(v)["F"] == "mixed"
