@@ -1,30 +1,34 @@
 """The weight_tying rule on synthetic run records: every outcome it can give.
 
-The quick profile's grid with four seeds (a paired test needs a few to decide). Parameter counts are built to
-match V·d (or not); each training run's validation curve is built so that it reaches the target loss at a
-chosen step (interpolated between evaluations) and ends at a chosen final loss."""
+The quick profile's grid with four seeds (a test needs a few to decide). Parameter counts are built to match
+V·d (or not: a failing check stops the claim); each training run's validation curve is built so that it reaches
+the target loss at a chosen step (interpolated between evaluations; compared by a log-rank test) and ends at a
+chosen final loss (paired by seed). The verdict combines convergence and final loss; the equal-parameter
+comparison is reported beside it."""
 
 import sys
 
 import numpy as np
 import pytest
 
+from tfclaims.analysis.weight_tying import steps_to_target
 from tfclaims.claims.weight_tying import TYING_ARMS, matched_d_ff
+from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 from tfclaims.measure.counting import model_params
 from tfclaims.train.small_lm import model_config
 
-from rules import analyse, comparison, decisions, find_sub, record, sub_verdict
+from rules import analyse, comparison, decisions, record, sub, verdicts
 
 EXP = load("weight_tying")
 MOD = sys.modules[type(EXP).__module__]
+BELOW = MOD.TARGET_BELOW_UNIGRAM
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
 V, D, D_FF = 4096, P["d_model"], 4 * P["d_model"]
 UNIGRAM = 6.30
 TARGET = UNIGRAM - MOD.TARGET_BELOW_UNIGRAM
 START = 8.32  # ≈ ln V: the loss of the untrained model
 EVAL_STEPS = [0, 6, 12]  # the quick profile's evaluations (eval_every = 6, steps = 12)
-STEP_MARGIN = MOD.STEP_MARGIN * P["steps"]
 TOKENIZER = {"tokenizer": "byte-level BPE", "vocab_size": V, "chars_per_token": 2.91, "train_tokens": 1_467_494,
              "val_tokens": 187_421}  # fmt: skip
 # seed-to-seed spread shared by every arm (paired), and a little of each arm's own (mean zero)
@@ -63,10 +67,13 @@ def count_rows(miscount=0, instantiated_off=0):
         {"model": own, "arm": "tied-wide", "V": V, "d": D, "d_ff": 2144, "closed_form": tied + V * D - 32,
          "instantiated": tied + V * D - 32},
     ]  # fmt: skip
-    for name, pv, pd_, ff, base in (
-        ("gpt2-small", 50257, 768, 3072, 124_439_808),
-        ("bert-base", 30522, 768, 3072, 109_482_240),
-    ):
+    presets = {  # every preset the grid names (the check covers each one): V, d, d_ff, tied parameters
+        "gpt2-small": (50257, 768, 3072, 124_439_808), "gpt2-medium": (50257, 1024, 4096, 354_823_168),
+        "gpt2-xl": (50257, 1600, 6400, 1_557_611_200), "bert-base": (30522, 768, 3072, 109_482_240),
+        "llama-7b": (32000, 4096, 11008, 6_607_343_616),
+    }  # fmt: skip
+    for name in MOD.COUNT_PRESETS:
+        pv, pd_, ff, base = presets[name]
         rows += [
             {"model": name, "arm": "tied", "V": pv, "d": pd_, "d_ff": ff, "closed_form": base, "instantiated": None},
             {"model": name, "arm": "untied", "V": pv, "d": pd_, "d_ff": ff, "closed_form": base + pv * pd_,
@@ -104,13 +111,13 @@ def test_steps_to_target_interpolates_between_evaluations():
         "diverged_at": None,
     }
     # target 2.0, crossed between step 10 (2.5) and step 20 (1.5): 10 + 10 · (2.5 − 2.0) / (2.5 − 1.5)
-    assert MOD.steps_to_target(m) == pytest.approx(15.0)
+    assert steps_to_target(m, 1.0) == pytest.approx(15.0)
     m["val_loss"] = [4.5, 2.2, 1.2, 1.0]  # 10 + 10 · 0.2 / 1.0
-    assert MOD.steps_to_target(m) == pytest.approx(12.0)
+    assert steps_to_target(m, 1.0) == pytest.approx(12.0)
     m["val_loss"] = [4.5, 2.0, 1.5, 1.0]  # reached exactly at an evaluation
-    assert MOD.steps_to_target(m) == pytest.approx(10.0)
+    assert steps_to_target(m, 1.0) == pytest.approx(10.0)
     m["val_loss"] = [4.5, 3.0, 2.5, 1.8]  # between 20 and 30: 20 + 10 · 0.5 / 0.7
-    assert MOD.steps_to_target(m) == pytest.approx(20 + 10 * 0.5 / 0.7)
+    assert steps_to_target(m, 1.0) == pytest.approx(20 + 10 * 0.5 / 0.7)
 
 
 def test_steps_to_target_uses_the_first_crossing():
@@ -120,20 +127,20 @@ def test_steps_to_target_uses_the_first_crossing():
         "val_loss": [4.0, 1.0, 2.5, 1.5],
         "diverged_at": None,
     }
-    assert MOD.steps_to_target(m) == pytest.approx(20 / 3)  # 10 · (4 − 2) / (4 − 1)
+    assert steps_to_target(m, 1.0) == pytest.approx(20 / 3)  # 10 · (4 − 2) / (4 − 1)
 
 
 def test_steps_to_target_none_when_never_reached_or_diverged():
     m = {"unigram_xent": 3.0, "eval_steps": [0, 10, 20], "val_loss": [4.5, 2.5, 2.01], "diverged_at": None}
-    assert MOD.steps_to_target(m) is None
+    assert steps_to_target(m, 1.0) is None
     m = {"unigram_xent": 3.0, "eval_steps": [0, 10, 20], "val_loss": [4.5, 1.5, None], "diverged_at": 15}
-    assert MOD.steps_to_target(m) is None  # it reached the target, then diverged: the run counts for nothing
+    assert steps_to_target(m, 1.0) is None  # it reached the target, then diverged: the run counts for nothing
 
 
 def test_synthetic_curves_reach_the_target_where_built_to():
     for steps in (2.5, 4.0, 5.9):
-        assert MOD.steps_to_target(train_metrics(steps, 4.5)) == pytest.approx(steps)
-    assert MOD.steps_to_target(train_metrics(4.0, TARGET + 0.1)) is None
+        assert steps_to_target(train_metrics(steps, 4.5), BELOW) == pytest.approx(steps)
+    assert steps_to_target(train_metrics(4.0, TARGET + 0.1), BELOW) is None
 
 
 # ------------------------------------------------------------------ the verdict
@@ -141,91 +148,105 @@ def test_weight_tying_rule_supported_when_counts_are_exact_and_tied_converges_so
     v = analyse(EXP, records(claimed), P, tmp_path)
     assert v.verdict == "supported"
     d = decisions(v)
-    assert d["steps:tied-vs-untied"] == "b_better" and d["final:tied-vs-untied"] == "b_better"  # b = tied
-    assert {k for k in d if k.startswith("params:")} == {
-        "params:subword-lm", "params:subword-lm-instantiated", "params:gpt2-small", "params:bert-base"
-    }  # fmt: skip
-    assert all(x == "equivalent" for k, x in d.items() if k.startswith("params:"))
-    assert sub_verdict(v, "Tying removes") == "supported"
-    assert sub_verdict(v, "Faster convergence") == "supported"
-    assert sub_verdict(v, "Lower final validation loss") == "supported"
-    steps = comparison(v, "steps:tied-vs-untied")
-    assert steps.paired and steps.n == 4 and steps.margin == pytest.approx(STEP_MARGIN)
-    assert steps.noise is not None and steps.learned_a == steps.learned_b == 4
-    # the steps compared are the interpolated crossings: tied − untied = −1 step, by construction
+    assert d["convergence"] == "b_better" and d["final"] == "b_better"  # b = tied
+    assert {k for k in d if k.startswith("params")} == {
+        f"params/{m}" for m in ("subword-lm", *MOD.COUNT_PRESETS)
+    }
+    assert all(d[k] == "equivalent" for k in d if k.startswith(("params", "instantiated")))
+    assert verdicts(v) == {"params": "supported", "instantiated": "supported", "convergence": "supported",
+                           "final": "supported", "equal-params": "supported"}  # fmt: skip
+    kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
+    assert kinds["params"][0] == kinds["instantiated"][0] == "check"
+    assert kinds["convergence"] == kinds["final"] == ("effect", True) and kinds["equal-params"] == (
+        "effect",
+        False,
+    )
+    steps = comparison(v, "convergence")
+    assert steps.test == "log-rank" and steps.n == 4 and steps.noise is not None
+    assert steps.learned_a == steps.learned_b == 4
+    # the steps compared are the interpolated crossings: tied − untied = −1 step, by construction (every run
+    # reaches the target, so the restricted means are the plain means)
     assert steps.diff == pytest.approx(-1.0 + np.mean(OWN["tied"] - OWN["untied"]))
-    assert comparison(v, "final:tied-vs-untied").margin == MOD.MARGIN
-    assert {c.id for c in v.noise_floor} == {"null:steps", "null:final"}
-    assert v.evidence["tokenizer"] == TOKENIZER and v.evidence["step_margin"] == pytest.approx(STEP_MARGIN)
+    assert comparison(v, "final").margin == MOD.MARGIN and comparison(v, "final").paired
+    assert {c.id for c in v.noise_floor} == {"null/steps_to_target", "null/final_val"}
+    assert v.evidence["tokenizer"] == TOKENIZER and v.evidence["sub_verdicts"]["convergence"] == "supported"
 
 
-def test_weight_tying_rule_convergence_refuted_gives_mixed(tmp_path):
-    # untied reaches the target a step sooner in every seed, final losses equal
+def test_weight_tying_rule_convergence_refuted_beside_an_inconclusive_final_loss_is_inconclusive(tmp_path):
+    """Untied reaches the target a step sooner in every seed, final losses equal: convergence refuted, final
+    inconclusive (equivalent, no positive control). The count is a check, not a sub-verdict beside them (the
+    old rule called this mixed: parameters cut, convergence refuted)."""
     v = analyse(EXP, records(lambda arm, s: (5.0, 4.5) if arm != "untied" else (4.0, 4.5)), P, tmp_path)
-    assert decisions(v)["steps:tied-vs-untied"] == "a_better"
-    assert sub_verdict(v, "Faster convergence") == "refuted"
-    assert sub_verdict(v, "Tying removes") == "supported"
-    assert v.verdict == "mixed"  # parameters cut, convergence refuted
+    assert decisions(v)["convergence"] == "a_better"
+    assert verdicts(v)["convergence"] == "refuted" and verdicts(v)["final"] == "inconclusive"
+    assert verdicts(v)["params"] == "supported"
+    assert v.verdict == "inconclusive"
 
 
-def test_weight_tying_rule_refuted_parameters_when_the_count_is_not_v_times_d(tmp_path):
-    slower = lambda arm, s: (5.0, 4.6) if arm != "untied" else (4.0, 4.5)  # noqa: E731
-    v = analyse(EXP, records(slower, miscount=7), P, tmp_path)
-    d = decisions(v)
-    assert d["params:subword-lm"] == "undecided" and d["params:gpt2-small"] == "equivalent"
-    assert sub_verdict(v, "Tying removes") == "refuted"
-    assert comparison(v, "params:subword-lm").diff == 7
-    assert v.verdict == "refuted"  # both sub-verdicts refuted
-    # with convergence supported the same miscount gives mixed
-    v = analyse(EXP, records(claimed, miscount=7), P, tmp_path)
-    assert sub_verdict(v, "Tying removes") == "refuted" and v.verdict == "mixed"
+def test_weight_tying_rule_refuted_when_tying_converges_later_and_ends_higher(tmp_path):
+    v = analyse(EXP, records(lambda arm, s: (5.0, 4.6) if arm != "untied" else (4.0, 4.5)), P, tmp_path)
+    assert verdicts(v)["convergence"] == "refuted" and verdicts(v)["final"] == "refuted"
+    assert v.verdict == "refuted"
+    v = analyse(EXP, records(lambda arm, s: (5.0, 4.5) if arm == "untied" else (4.0, 4.6)), P, tmp_path)
+    assert verdicts(v)["convergence"] == "supported" and verdicts(v)["final"] == "refuted"
+    assert v.verdict == "mixed"  # sooner but worse
 
 
-def test_weight_tying_rule_refuted_parameters_when_an_instantiated_arm_differs(tmp_path):
-    v = analyse(EXP, records(claimed, instantiated_off=3), P, tmp_path)
-    d = decisions(v)
-    assert d["params:subword-lm"] == "equivalent" and d["params:subword-lm-instantiated"] == "undecided"
-    assert sub_verdict(v, "Tying removes") == "refuted"
-    assert v.verdict == "mixed"
+def test_weight_tying_rule_a_miscount_stops_the_claim(tmp_path):
+    """V·d is an identity the harness relies on: a count that misses it is a bug, not evidence against tying."""
+    with pytest.raises(CheckFailed, match="params/subword-lm"):
+        analyse(EXP, records(claimed, miscount=7), P, tmp_path)
+
+
+def test_weight_tying_rule_an_instantiated_arm_off_its_closed_form_stops_the_claim(tmp_path):
+    with pytest.raises(CheckFailed, match="instantiated"):
+        analyse(EXP, records(claimed, instantiated_off=3), P, tmp_path)
 
 
 def test_weight_tying_rule_underpowered_null_is_inconclusive_with_the_detectable_effect(tmp_path):
-    # tied − untied steps vary by seed (+0.3, +1.5, +0.2, −1.6): not significant at n = 4, nor equivalent
+    # tied − untied steps and final losses vary by seed: significant in neither, nor equivalent
     extra = {0: 0.3, 1: 1.5, 2: 0.2, 3: -1.6}
-    v = analyse(EXP, records(lambda arm, s: (4.0 + (extra[s] if arm == "tied" else 0.0), 4.5)), P, tmp_path)
-    assert decisions(v)["steps:tied-vs-untied"] == "undecided"
-    assert sub_verdict(v, "Faster convergence") == "inconclusive"
+    spec = lambda arm, s: (4.0 + extra[s], 4.5 + 0.1 * extra[s]) if arm == "tied" else (4.0, 4.5)  # noqa: E731
+    v = analyse(EXP, records(spec), P, tmp_path)
+    assert decisions(v)["convergence"] == "undecided" and decisions(v)["final"] == "undecided"
+    assert verdicts(v)["convergence"] == verdicts(v)["final"] == "inconclusive"
     assert v.verdict == "inconclusive"
-    steps = comparison(v, "steps:tied-vs-untied")
-    assert steps.mde is not None and steps.mde > STEP_MARGIN
-    assert f"detectable ≥ {steps.mde:.2g}" in find_sub(v, "Faster convergence").detail
+    fin = comparison(v, "final")
+    assert fin.mde is not None and fin.mde > MOD.MARGIN
+    assert f"detectable ≥ {fin.mde:.2g}" in sub(v, "final").detail
 
 
 def test_weight_tying_rule_equivalence_without_positive_control_does_not_refute(tmp_path):
     v = analyse(EXP, records(lambda arm, s: (4.0, 4.5)), P, tmp_path)
     d = decisions(v)
-    assert d["steps:tied-vs-untied"] == "equivalent" and d["final:tied-vs-untied"] == "equivalent"
-    assert sub_verdict(v, "Faster convergence") == "inconclusive"
-    assert sub_verdict(v, "Lower final validation loss") == "inconclusive"
-    detail = find_sub(v, "Faster convergence").detail
-    assert f"within ±{STEP_MARGIN:g}" in detail and detail.endswith(": equivalent")
+    assert d["final"] == "equivalent" and d["convergence"] == "undecided"  # log-rank: no equivalence test
+    assert verdicts(v)["convergence"] == verdicts(v)["final"] == "inconclusive"
+    detail = sub(v, "final").detail
+    assert f"within ±{MOD.MARGIN:g}" in detail and detail.endswith(": equivalent")
     assert v.verdict == "inconclusive"
+
+
+def test_weight_tying_rule_an_effect_inside_the_noise_floor_is_not_supported(tmp_path):
+    """Tied ends 0.03 nats lower in every seed (p tiny), but the null pair's seeds differ by up to ±0.15: the
+    effect is inside the noise floor, so it is undecided and the final loss is not supported."""
+    recs = records(lambda arm, s: (4.0, 4.47) if arm == "tied" else (4.0, 4.5))
+    for r in recs:
+        if r["config"]["part"] == "null":
+            r["metrics"]["final_val"] += (0.15, -0.1, 0.12, -0.15)[r["config"]["seed"] % MOD.NULL_OFFSET]
+    v = analyse(EXP, recs, P, tmp_path)
+    fin = comparison(v, "final")
+    assert fin.p < 0.05 and fin.in_noise and fin.decision == "undecided"
+    assert verdicts(v)["final"] == "inconclusive" and "inside the noise floor" in sub(v, "final").detail
 
 
 def test_weight_tying_rule_neither_arm_learned_is_excluded(tmp_path):
     # every arm ends at the unigram level: above the learned line, and the target is never reached
     v = analyse(EXP, records(lambda arm, s: (4.0, UNIGRAM)), P, tmp_path)
     d = decisions(v)
-    for cid in (
-        "steps:tied-vs-untied",
-        "final:tied-vs-untied",
-        "steps:tied-wide-vs-untied",
-        "final:tied-wide-vs-untied",
-    ):
+    for cid in ("convergence", "final", "equal-params/steps_to_target", "equal-params/final_val"):
         assert d[cid] == "excluded", cid
-    assert sub_verdict(v, "Faster convergence") == "inconclusive"
-    assert sub_verdict(v, "At equal parameter count") == "inconclusive"
-    assert comparison(v, "steps:tied-vs-untied").learned_a == 0
+    assert verdicts(v)["convergence"] == verdicts(v)["equal-params"] == "inconclusive"
+    assert comparison(v, "convergence").learned_a == 0
     assert v.verdict == "inconclusive"
 
 
@@ -233,33 +254,33 @@ def test_weight_tying_rule_one_arm_learning_is_not_excluded(tmp_path):
     # untied learns, tied does not: a comparison, not an exclusion (the tied runs never reach the target)
     v = analyse(EXP, records(lambda arm, s: (4.0, UNIGRAM) if arm == "tied" else (4.0, 4.5)), P, tmp_path)
     d = decisions(v)
-    assert d["final:tied-vs-untied"] == "a_better"
-    assert d["steps:tied-vs-untied"] != "excluded"
-    assert sub_verdict(v, "Lower final validation loss") == "refuted"
+    assert d["final"] == "a_better" and d["convergence"] == "a_better"  # tied censored at the horizon
+    assert verdicts(v)["final"] == "refuted" and v.verdict == "refuted"
 
 
-def test_weight_tying_rule_diverged_runs_leave_the_comparison(tmp_path):
+def test_weight_tying_rule_diverged_runs_leave_the_paired_comparison_and_never_converge(tmp_path):
     recs = records(claimed)
     for r in recs:
         if r["config"].get("arm") == "tied" and r["config"]["seed"] == 1:
             r["metrics"].update(diverged_at=7, final_val=None, val_loss=[START, 5.0, None])
     v = analyse(EXP, recs, P, tmp_path)
-    steps = comparison(v, "steps:tied-vs-untied")
-    assert steps.n == 3 and "[1]" in steps.note
-    assert comparison(v, "final:tied-vs-untied").n == 3
+    fin = comparison(v, "final")
+    assert fin.n == 3 and "[1]" in fin.note
+    steps = comparison(v, "convergence")  # the diverged run never reached the target: censored at the horizon
+    assert steps.n_b == 4 and steps.learned_b == 3 and steps.mean_b > 4.5
 
 
 # ------------------------------------------------------------------ equal parameters
 def test_equal_parameter_sub_verdict_supported_when_the_wide_tied_arm_wins(tmp_path):
     v = analyse(EXP, records(claimed), P, tmp_path)
     d = decisions(v)
-    assert d["steps:tied-wide-vs-untied"] == "b_better" and d["final:tied-wide-vs-untied"] == "b_better"
-    s = find_sub(v, "At equal parameter count")
+    assert d["equal-params/steps_to_target"] == "b_better" and d["equal-params/final_val"] == "b_better"
+    s = sub(v, "equal-params")
     assert s.verdict == "supported" and set(s.comparisons) == {
-        "steps:tied-wide-vs-untied",
-        "final:tied-wide-vs-untied",
+        "equal-params/steps_to_target",
+        "equal-params/final_val",
     }
-    assert v.evidence["equal_parameters"] == "supported"
+    assert not s.counts and v.evidence["sub_verdicts"]["equal-params"] == "supported"
 
 
 def test_equal_parameter_sub_verdict_mixed_when_its_measures_disagree(tmp_path):
@@ -269,9 +290,9 @@ def test_equal_parameter_sub_verdict_mixed_when_its_measures_disagree(tmp_path):
 
     v = analyse(EXP, records(spec), P, tmp_path)
     d = decisions(v)
-    assert d["steps:tied-wide-vs-untied"] == "b_better" and d["final:tied-wide-vs-untied"] == "a_better"
-    assert sub_verdict(v, "At equal parameter count") == "mixed"
-    assert v.verdict == "supported"  # reported only: the overall verdict is parameters and convergence
+    assert d["equal-params/steps_to_target"] == "b_better" and d["equal-params/final_val"] == "a_better"
+    assert verdicts(v)["equal-params"] == "mixed"
+    assert v.verdict == "supported"  # reported only: the overall verdict is convergence and final loss
 
 
 def test_equal_parameter_sub_verdict_refuted_when_untied_wins(tmp_path):
@@ -279,7 +300,7 @@ def test_equal_parameter_sub_verdict_refuted_when_untied_wins(tmp_path):
         return {"tied": (4.0, 4.5), "untied": (5.0, 4.6), "tied-wide": (5.8, 4.9)}[arm]
 
     v = analyse(EXP, records(spec), P, tmp_path)
-    assert sub_verdict(v, "At equal parameter count") == "refuted"
+    assert verdicts(v)["equal-params"] == "refuted"
     assert v.verdict == "supported"
 
 
@@ -314,6 +335,7 @@ def test_grid_runs_every_arm_on_every_seed_with_the_matched_width():
 
 
 def test_rule_text_names_the_measures_and_margins():
-    rule = EXP.rule
-    assert f"±{MOD.STEP_MARGIN:.0%} of the training steps" in rule and f"±{MOD.MARGIN} nats" in rule
-    assert "V·d" in rule and "positive control" in rule
+    rule = EXP.rule_text(P)
+    assert "log-rank test, censored at step 12" in rule and f"TOST against ±{MOD.MARGIN:g}" in rule
+    assert "V·d" in rule and "positive control" in rule and "(params, instantiated) must pass" in rule
+    assert "(convergence, final) combined" in rule

@@ -1,0 +1,155 @@
+"""weight_tying: observation tables from its records (parameter counts, training runs), the steps-to-target
+readout (interpolated between evaluations), its own tables and its figure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..evidence.curves import plot_curves
+from ..evidence.stats import mean_ci
+from ..evidence.tables import comparison_table, runs_table
+from . import part
+
+LABELS = {"tied": "tied", "untied": "untied", "tied-wide": "tied, wider FFN (untied's parameter count)"}
+
+
+def steps_to_target(m: dict, below: float) -> float | None:
+    """The first step at which the validation loss reaches the unigram level less `below` nats, linearly
+    interpolated between evaluations; None if it never does (or the run diverged)."""
+    if m.get("diverged_at") is not None:
+        return None
+    target = m["unigram_xent"] - below
+    s, v = m["eval_steps"], m["val_loss"]
+    if v and v[0] is not None and v[0] <= target:
+        return float(s[0])
+    for i in range(1, len(v)):
+        if v[i] is not None and v[i] <= target:
+            v0 = v[i - 1]
+            return float(s[i - 1] + (s[i] - s[i - 1]) * (v0 - target) / (v0 - v[i]))
+    return None
+
+
+def _slug(model: str) -> str:
+    return "subword-lm" if model.startswith("subword") else model
+
+
+def observe(runs: list[dict], readouts) -> dict[str, pd.DataFrame]:
+    """runs: one row per training (and null-pair) run with its readouts, parameters and unigram level;
+    counts: per model, untied − tied parameters less V·d (closed form); instantiated: per arm of this
+    project's model, instantiated less closed-form parameters."""
+    trained = [r for name in ("train", "null") for r in part(runs, name)]
+    t = runs_table(
+        trained, readouts, params=lambda c, m: m["n_params"], unigram=lambda c, m: m["unigram_xent"]
+    )
+    cdf = pd.DataFrame(part(runs, "counts")[0]["metrics"]["rows"])
+    counts, inst = [], []
+    for model, g in cdf.groupby("model", sort=False):
+        arms = g.set_index("arm")
+        saved = int(arms.loc["untied", "closed_form"] - arms.loc["tied", "closed_form"])
+        vd = int(arms.loc["tied", "V"] * arms.loc["tied", "d"])
+        counts.append({"model": _slug(model), "unit": 0, "excess": saved - vd})
+        inst += [
+            {
+                "arm": a,
+                "unit": 0,
+                "instantiated_excess": int(arms.loc[a, "instantiated"] - arms.loc[a, "closed_form"]),
+            }
+            for a in arms.index
+            if not pd.isna(arms.loc[a, "instantiated"])
+        ]
+    return {"runs": t, "counts": pd.DataFrame(counts), "instantiated": pd.DataFrame(inst), "count_rows": cdf}
+
+
+def parameter_table(cdf: pd.DataFrame) -> pd.DataFrame:
+    """Per model: V, d, the parameters of each arm (closed form), what tying saves and V·d."""
+    rows = []
+    for model, g in cdf.groupby("model", sort=False):
+        arms = g.set_index("arm")
+        t, u = arms.loc["tied"], arms.loc["untied"]
+        saved = int(u["closed_form"] - t["closed_form"])
+        wide = (
+            f"{int(arms.loc['tied-wide', 'closed_form']):,} ({int(arms.loc['tied-wide', 'd_ff'])})"
+            if "tied-wide" in arms.index
+            else "—"
+        )
+        rows.append({
+            "model": model, "V": int(t["V"]), "d": int(t["d"]), "tied params": int(t["closed_form"]),
+            "untied params": int(u["closed_form"]), "saved": saved, "V·d": int(t["V"] * t["d"]),
+            "saved / untied": saved / u["closed_form"], "tied-wide params (d_ff)": wide,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def write_tables(t: dict, result, pdf: pd.DataFrame, p: dict, below: float, out) -> None:
+    out.table(
+        "parameters",
+        pdf,
+        "Parameters tied vs untied (closed form; this project's subword LM also instantiated)",
+    )
+    train = [c for s in ("convergence", "final", "equal-params") for c in result.of(s)]
+    out.table(
+        "training",
+        comparison_table([*train, *result.floors]),
+        f"Steps to a validation loss of unigram − {below} nats (log-rank; restricted mean steps) and final "
+        f"validation loss (nats/token, paired by seed), each arm (b) − untied (a), {len(p['seeds'])} seeds; "
+        "the null pairs last",
+    )
+    runs = t["runs"]
+    cols = {"arm": "arm", "unit": "seed", "params": "params", "steps_to_target": "steps to target",
+            "final_val": "final val loss", "unigram": "unigram", "learned": "learned"}  # fmt: skip
+    out.table(
+        "runs",
+        runs[list(cols)].rename(columns=cols),
+        "Every training run: steps to target and final loss",
+        in_report=False,
+    )
+
+
+def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below: float, out) -> None:
+    from ..plotting import subplots
+
+    fig, (a, b, c) = subplots(3, width=4.4, height=3.6)
+    plot_curves(a, {LABELS[k]: [r for r in train if r["config"]["arm"] == k] for k in LABELS})
+    U = train[0]["metrics"]["unigram_xent"]
+    a.axhline(U, color="0.5", lw=0.8, ls=":", label="unigram level")
+    a.axhline(U - below, color="k", lw=0.8, ls="--", label="target loss")
+    a.set_ylim(None, U + 0.5)  # the first evaluations (about ln V) would squash the curves that matter
+    a.set(xlabel="training step", ylabel="validation loss (nats/token)", title="Validation loss by arm")
+    a.legend(fontsize=7)
+    by = {(r["config"]["arm"], r["config"]["seed"]): r["metrics"].get("final_val") for r in train}
+    if floor is not None:
+        b.axhspan(-floor, floor, color="0.85", label="noise floor (null pair, 95% CI)")
+    colours = {"tied": "C0", "tied-wide": "C2"}  # as in the left panel (untied is C1)
+    for i, arm in enumerate(("tied", "tied-wide")):
+        d = [
+            by[(arm, s)] - by[("untied", s)]
+            for s in p["seeds"]
+            if by.get((arm, s)) is not None and by.get(("untied", s)) is not None
+        ]
+        x = np.full(len(d), i) + np.linspace(-0.15, 0.15, len(d))
+        b.scatter(x, d, s=18, color=colours[arm], label=LABELS[arm])
+        if d:
+            ci = mean_ci(d)
+            b.errorbar(i + 0.3, ci.mean, yerr=ci.half_width, fmt="D", color="k", capsize=3)
+    b.axhline(0, color="k", lw=0.6)
+    b.set_xticks([0, 1], ["tied − untied", "tied wide − untied"])
+    b.set_xlim(-0.5, 1.6)
+    b.set(ylabel="Δ final validation loss (nats/token)", title="Per seed, paired (mean, 95% CI)")
+    b.legend(fontsize=7, loc="best")
+    x = np.arange(len(pdf))
+    c.bar(x, pdf["saved / untied"] * 100, color="C2")
+    names = [m.replace("subword LM (this project), ", "subword LM\n") for m in pdf["model"]]
+    c.set_xticks(x, names, rotation=30, ha="right", fontsize=7.5)
+    c.set(ylabel="parameters saved by tying (% of untied)", title="V·d as a share of the model")
+    for i, v in enumerate(pdf["saved / untied"]):
+        c.annotate(f"{v:.1%}", (i, v * 100), ha="center", va="bottom", fontsize=7)
+    out.figure(
+        "tying",
+        fig,
+        f"Left: validation loss during training per arm (mean and 95% band over {len(p['seeds'])} seeds), "
+        "with the unigram level and the target of 'steps to target'. Middle: final validation loss of each "
+        "arm minus untied, per seed, with the null pair's 95% CI as the noise floor. Right: the parameters "
+        "tying saves (V·d) as a share of the untied model, for this subword model and published "
+        "configurations.",
+    )
