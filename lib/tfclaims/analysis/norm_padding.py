@@ -1,0 +1,678 @@
+"""norm_padding: observation tables from its records, its own tables and its figures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..evidence.decisions import learned as _learned
+from ..evidence.declare import Cell, Readout, cell
+from ..evidence.stats import mean_ci
+from ..evidence.tables import comparison_table, runs_table
+from ..nn.config import ConfigError
+from . import part
+
+LABEL = {
+    "layer": "LN",
+    "batch": "BN pads counted",
+    "batch_masked": "BN pads masked",
+    "batch_prev": "BN previous batch",
+    "power": "PowerNorm",
+}
+COLOR = {"layer": "C0", "batch": "C3", "batch_masked": "C1", "batch_prev": "C4", "power": "C2"}
+PLACEMENTS = ("pre", "post")
+YCUT = 5.0  # nats/char: top of the training-loss axis (the unigram level is about 3.3)
+PROBES = {"pads": "pads added", "nb": "other neighbours", "leak": "future leak (same row)"}
+FLUCT = ("log2 mean x iid", "log2 var x iid")
+
+
+# ---------------------------------------------------------------------------- readouts (observe's columns)
+LOSS = Readout(
+    "eval_mixed",
+    "eval-mode validation loss",
+    "nats/char",
+    definition="per real character in eval mode (running statistics), on fixed validation lines (windows for "
+    "the window models) batched eval_batch at a time in random order; a diverged run has none",
+    fn=lambda m: m.get("eval_mixed") if m.get("diverged_at") is None else None,
+)
+
+
+def learned(margin: float) -> Readout:
+    """The learned-at-all guard on the eval-mode loss (the loss every comparison reads)."""
+    return Readout(
+        "learned",
+        "learned at all",
+        "",
+        "higher",
+        "fisher",
+        f"the run did not diverge and its eval-mode validation loss is at least {margin:g} nats below the "
+        "unigram level (a pair of runs: both did)",
+        fn=lambda m: bool(
+            m.get("diverged_at") is None and _learned(m.get("eval_mixed"), m["unigram_xent"], margin)
+        ),
+    )
+
+
+GAP = Readout(
+    "diff",
+    "difference of eval-mode losses",
+    "nats/char",
+    definition="per seed, on padded lines at one placement and batch: BN masked − LN (its null pair: LN at "
+    "the smallest − LN at the largest batch)",
+)
+MODE = Readout(
+    "loss",
+    "validation loss by mode",
+    "nats/char",
+    definition="one trained model's validation loss in eval mode (running statistics) and in train mode "
+    "(batch statistics at the training batch size)",
+)
+PROBE_READOUTS = tuple(
+    Readout(
+        f"{k}_{mode}",
+        f"change {what} ({mode} mode)",
+        "relative",
+        fmt=".1e",
+        definition="the largest relative change of a target token's logits over one trained line model's "
+        "probes (float64)",
+    )
+    for k, what in (
+        ("pads", "with pads added"),
+        ("nb", "beside other lines"),
+        ("leak", "of earlier outputs when a later token changes"),
+    )
+    for mode in ("train", "eval")
+)
+FLUCT_READOUTS = tuple(
+    Readout(
+        c,
+        f"log2 batch-{s} deviation (× i.i.d. noise)",
+        "log2",
+        "higher",
+        "welch",
+        definition="log2 of the distance of a BatchNorm's batch statistic from its running statistic as a "
+        "multiple of i.i.d. sampling noise, mean over layers and the second half of training",
+    )
+    for c, s in zip(FLUCT, ("mean", "variance"))
+)
+
+
+def arms(p: dict, key: str, norms) -> list[tuple[str, int, str]]:
+    """A profile's declared arms, [placement, batch, norm] each, validated."""
+    out = []
+    for a in p[key]:
+        if not (
+            isinstance(a, (list, tuple))
+            and len(a) == 3
+            and a[0] in PLACEMENTS
+            and isinstance(a[1], int)
+            and not isinstance(a[1], bool)
+            and a[1] >= 1
+        ):
+            raise ConfigError(f"{key}: each arm is [placement (pre or post), batch ≥ 1, norm], got {a!r}")
+        if a[2] not in norms:
+            raise ConfigError(f"{key}: unknown norm {a[2]!r}; choose from {norms}")
+        out.append((a[0], a[1], a[2]))
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{key}: an arm is declared twice")
+    return out
+
+
+def label(data: str, pl: str, b: int) -> str:
+    """A cell's label: placement and batch, 'win-' in front on fixed windows."""
+    return f"{'win-' if data == 'windows' else ''}{pl}-B{b}"
+
+
+def where(arms_: list, *norms: str) -> list[tuple[str, int]]:
+    """(placement, batch) of every cell in which each of `norms` has an arm, pre-norm first."""
+    pbs = {(pl, b) for pl, b, _ in arms_ if all((pl, b, n) in arms_ for n in norms)}
+    return sorted(pbs, key=lambda x: (PLACEMENTS.index(x[0]), x[1]))
+
+
+def sizes(arms_: list) -> dict[str, tuple[int, int]]:
+    """placement -> (smallest, largest) batch at which LN and BN masked both have an arm on lines (two sizes
+    at least): the small-batch interaction's cells."""
+    out = {}
+    for pl in PLACEMENTS:
+        bs = [b for pl_, b in where(arms_, "layer", "batch_masked") if pl_ == pl]
+        if len(bs) >= 2:
+            out[pl] = (bs[0], bs[-1])
+    return out
+
+
+def cell_of(data: str, pl: str, b: int) -> Cell:
+    """The cell of one (data, placement, batch): its runs (the null pair's reruns have part 'null')."""
+    return cell(label(data, pl, b), data=data, part=data, placement=pl, batch=b)
+
+
+def cells_at(data: str, arms_: list, *norms: str) -> tuple[Cell, ...]:
+    """The cells on `data` in which each of `norms` has an arm."""
+    return tuple(cell_of(data, pl, b) for pl, b in where(arms_, *norms))
+
+
+def interaction_cells(arms_: list) -> tuple[Cell, ...]:
+    """The small-batch interaction's cells: one per placement with two batch sizes (BN masked − LN rows)."""
+    return tuple(cell(pl, placement=pl, pair="bn-ln") for pl in sizes(arms_))
+
+
+def floored(p: dict, arms_: list) -> tuple[Cell, ...]:
+    """The small-batch interaction's placements whose two batch sizes both have a null cell on lines."""
+    nulls = {tuple(c) for c in p["null_cells"]}
+    return tuple(
+        cell(pl, placement=pl) for pl, bs in sizes(arms_).items() if {("lines", pl, b) for b in bs} <= nulls
+    )
+
+
+def fluct_arm(arms_: list) -> tuple[str, int]:
+    """(placement, batch) of the LM arm set against the MLP control: first placement, largest batch."""
+    return min((a[0] for a in arms_), key=PLACEMENTS.index), max(a[1] for a in arms_)
+
+
+def with_arms(p: dict, arms_: list, norms) -> dict:
+    """The profile with the lines' placements (pre first), batch sizes and norms, which the figures read."""
+    return {
+        **p,
+        "placements": sorted({a[0] for a in arms_}, key=PLACEMENTS.index),
+        "batches": sorted({a[1] for a in arms_}),
+        "norms": [n for n in norms if any(a[2] == n for a in arms_)],
+    }
+
+
+def late_multiple(m: dict, steps: int, col: str) -> float | None:
+    """log2 of the batch statistics' distance from the running statistics as a multiple of i.i.d. sampling
+    noise (mean over layers and the recorded steps of the second half of training)."""
+    k = 1.0 if col == "mean" else 0.5
+    xs = [
+        md * math.sqrt(n * k)
+        for d in m.get("stats", {}).values()
+        for s, md, n in zip(d["step"], d[f"{col}_dev"], d["n"])
+        if s >= steps // 2
+    ]
+    return math.log2(float(np.mean(xs))) if xs else None
+
+
+def _ok(m, key):
+    return m.get(key) if m.get("diverged_at") is None else None
+
+
+def _by_unit(df: pd.DataFrame, **fields) -> dict:
+    """unit -> (eval-mode loss, learned) of the rows matching `fields`."""
+    for k, v in fields.items():
+        df = df[df[k] == v]
+    return {u: (v, bool(ok)) for u, v, ok in zip(df["unit"], df["eval_mixed"], df["learned"])}
+
+
+def _diff(x: dict, y: dict) -> dict:
+    """unit -> (x − y, both learned), over the units of x (None where either value is missing)."""
+    out = {}
+    for u, (vx, ok) in x.items():
+        vy, ok_y = y.get(u, (None, False))
+        out[u] = (vx - vy if vx is not None and vy is not None else None, bool(ok and ok_y))
+    return out
+
+
+def _interaction(t: pd.DataFrame, sz: dict) -> list[dict]:
+    """Per placement with two batch sizes: (BN masked − LN) per seed at the smallest and the largest batch;
+    the null pair's LN at the smallest − LN at the largest, at the seeds and at their reruns."""
+    rows = []
+    for pl, (small, big) in sz.items():
+        for size, b in (("smallest", small), ("largest", big)):
+            bn = _by_unit(t, part="lines", placement=pl, batch=b, norm="batch_masked")
+            ln = _by_unit(t, part="lines", placement=pl, batch=b, norm="layer")
+            rows += [{"placement": pl, "pair": "bn-ln", "size": size, "batch": b, "unit": u, "diff": d,
+                      "learned": ok} for u, (d, ok) in _diff(bn, ln).items()]  # fmt: skip
+        for pair, src in (("ln", "lines"), ("ln-rerun", "null")):
+            s, g = (
+                _by_unit(t, part=src, data="lines", placement=pl, batch=b, norm="layer") for b in (small, big)
+            )
+            if s and g:
+                rows += [{"placement": pl, "pair": pair, "unit": u, "diff": d, "learned": ok}
+                         for u, (d, ok) in _diff(s, g).items()]  # fmt: skip
+    return rows
+
+
+def probe_rows(lines: list[dict]) -> pd.DataFrame:
+    """One row per invariance probe of a trained line model: probe, mode, padding fraction, change."""
+    rows = []
+    for r in lines:
+        inv, c = r["metrics"].get("invariance"), r["config"]
+        if not inv:
+            continue
+        base = {"norm": c["norm"], "batch": c["batch"], "placement": c["placement"], "seed": c["seed"]}
+        rows += [{**base, "probe": PROBES["pads"], **e} for e in inv["padding"]]
+        rows += [{**base, "probe": PROBES["nb"], **{k: v for k, v in e.items() if k != "n_neighbours"}}
+                 for e in inv["neighbours"]]  # fmt: skip
+        for mode, e in inv["leak"].items():
+            for probe, tag in ((PROBES["leak"], "same_row"), ("future leak (other rows)", "other_rows")):
+                rows.append({**base, "probe": probe, "mode": mode, "frac": 0.0, "abs": e[f"{tag}_abs"],
+                             "rel": e[f"{tag}_rel"]})  # fmt: skip
+    cols = ["norm", "batch", "placement", "seed", "probe", "mode", "frac", "abs", "rel"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def observe(runs: list[dict], p: dict, readouts, factor: float) -> dict[str, pd.DataFrame]:
+    """runs: one row per LM run (lines, windows, the null pair's reruns) with its eval-mode loss, learned and
+    the train-mode losses; interaction: the small-batch interaction's differences per seed; modes: each run's
+    validation loss in eval and in train mode; probes: per trained line model the largest relative change of
+    a target's logits per probe and mode (float64); stats: per BatchNorm run (and the MLP control) the late
+    batch statistics' deviation as a log2 multiple of i.i.d. noise, and the control's rows again raised by
+    log2(factor) (data 'mlp-x{factor}': 'factor × more than the control' as a comparison with them)."""
+    lm = [r for n in ("lines", "windows", "null") for r in part(runs, n)]
+    t = runs_table(
+        lm,
+        readouts,
+        train_mixed=lambda c, m: _ok(m, "train_mixed"),
+        train_sorted=lambda c, m: _ok(m, "train_sorted"),
+        pad_frac_train=lambda c, m: m.get("pad_frac_train"),
+        diverged_at=lambda c, m: m.get("diverged_at"),
+    )
+    sz = sizes(arms(p, "line_arms", list(LABEL)))
+    base = t[t["part"] != "null"]
+    keys = ["part", "data", "placement", "batch", "norm", "unit", "learned"]
+    modes = pd.concat(
+        [
+            base[keys].assign(mode="eval", loss=base["eval_mixed"]),
+            base[keys].assign(mode="train", loss=base["train_mixed"]),
+        ],
+        ignore_index=True,
+    )
+    df = probe_rows(part(runs, "lines"))
+    probes = []
+    for (norm, b, pl, s), g in df.groupby(["norm", "batch", "placement", "seed"], sort=False):
+        row = {"norm": norm, "batch": b, "placement": pl, "unit": s}
+        for k, probe in PROBES.items():
+            for mode in ("train", "eval"):
+                row[f"{k}_{mode}"] = float(g[(g.probe == probe) & (g["mode"] == mode)]["rel"].max())
+        probes.append(row)
+    stats = []
+    for r in part(runs, "lines") + part(runs, "windows") + part(runs, "mlp"):
+        c, m = r["config"], r["metrics"]
+        if not m.get("stats"):
+            continue
+        dev = {f: late_multiple(m, c["steps"], col) for f, col in zip(FLUCT, ("mean", "var"))}
+        stats.append({"data": c.get("data", "mlp"), "norm": c.get("norm"), "placement": c.get("placement"),
+                      "batch": c["batch"], "unit": c["seed"], **dev})  # fmt: skip
+        if "data" not in c:
+            up = {f: None if v is None else v + math.log2(factor) for f, v in dev.items()}
+            stats.append({**stats[-1], "data": f"mlp-x{factor:g}", **up})
+    return {
+        "runs": t,
+        "interaction": pd.DataFrame(_interaction(t, sz)),
+        "modes": modes,
+        "probes": pd.DataFrame(probes),
+        "stats": pd.DataFrame(stats),
+    }
+
+
+def probe_maxima(df: pd.DataFrame) -> dict:
+    """The largest relative changes the summary quotes (NaN where no model has the norm)."""
+
+    def mx(probes, modes, norms):
+        s = df[df.probe.isin(probes) & df["mode"].isin(modes) & df.norm.isin(norms)]["rel"]
+        return float(s.max()) if len(s) else math.nan
+
+    both, leak = (PROBES["pads"], PROBES["nb"]), (PROBES["leak"],)
+    return {
+        "ln_max_rel": mx(both, ("train", "eval"), ("layer",)),
+        "bn_counted_pads_rel": mx((PROBES["pads"],), ("train",), ("batch",)),
+        "bn_masked_neighbours_rel": mx((PROBES["nb"],), ("train",), ("batch_masked",)),
+        "leak_bn_train_rel": mx(leak, ("train",), ("batch", "batch_masked")),
+    }
+
+
+def summary(t: dict, fl: pd.DataFrame, inv: dict, p: dict) -> str:
+    """Mean eval-mode losses on lines at the first placement, and the mechanisms the probes show."""
+    pl, big, q = p["placements"][0], max(p["batches"]), quality_frame(t["runs"])
+    means = q[(q.placement == pl) & (q.data == "lines")].groupby(["batch", "norm"])["eval_mixed"].mean()
+    mtxt = "; ".join(
+        f"batch {b}: " + ", ".join(f"{LABEL[n]} {means.get((b, n), math.nan):.3f}" for n in p["norms"])
+        for b in p["batches"]
+    )
+    mult = dict(zip(fl["setting"], fl["mean_x_iid"]))
+    cm, mm = (
+        mult.get(f"LM, padded lines, {LABEL[n]} (batch {big})", math.nan) for n in ("batch", "batch_masked")
+    )
+    return (
+        f"Eval-mode validation loss ({pl}-norm, {p['steps']} steps, {len(p['seeds'])} seeds) — {mtxt}. "
+        f"Mechanisms: pads change a token's train-mode output (relative {inv['bn_counted_pads_rel']:.1e}) "
+        f"while LN is invariant ({inv['ln_max_rel']:.1e} in float64); batch means deviate {cm:.2f}× i.i.d. "
+        f"noise with pads counted, {mm:.2f}× masked; BN in train mode leaks later tokens into earlier "
+        f"outputs ({inv['leak_bn_train_rel']:.1e})."
+    )
+
+
+def caveats(p: dict, null_offset: int) -> list[str]:
+    return [
+        f"Setting differs from the anchors: a decoder-only character LM ({p['n_layers']} layers, d = "
+        f"{p['d_model']}, {p['steps']} steps; pre-norm, and post-norm, the anchors' placement, at the larger "
+        "batch) instead of an encoder-decoder translation model trained to convergence.",
+        "Batch size is counted in lines; BatchNorm's statistics pool every position of the batch (hundreds "
+        "to thousands of tokens), far more samples than a vision batch, so 'small batch' here is small in "
+        "lines, not in positions.",
+        "In train mode BatchNorm lets an output see later tokens through the batch statistics; training "
+        "could exploit that leak, while eval mode (running statistics, what is reported as the validation "
+        "loss) cannot.",
+        "PowerNorm follows the authors' released code (group scaling per head makes its forward pass "
+        "per-token; after the warm-up it uses running statistics only), with the two pad-related "
+        "departures stated in `tfclaims.nn.powernorm`.",
+        "Why counting pads helps BN here is not isolated: the BN variants differ only in which positions "
+        "enter the statistics. Early training (a few hundred steps) may favour different norms than "
+        "training to convergence.",
+        "No positive control detects an effect of the margin's size in this setup, so a cell equivalent "
+        "within the margin counts as undecided, never as refuting.",
+        f"The null pair (LN at seeds + {null_offset}) floors the eval-mode loss in each declared null "
+        "cell (a cell without one has no floor), and LN's smallest − largest batch difference floors the "
+        "small-batch interaction. The train/inference gap has none (both readouts come from one run); the "
+        "fluctuation comparison is unpaired, its seed spread is its noise.",
+        "The invariance and leak probes are exact float64 numbers: the identities the library relies on "
+        "(LN, eval mode, masked pads, the previous-batch BN) are checks that stop the claim if they fail; "
+        "BN's dependence on pads and its leak are effects against bounds, reported beside the verdict.",
+        "The fixed-window control's validation loss is on windows, not lines, and is not comparable with "
+        "the line models.",
+    ]
+
+
+# ---------------------------------------------------------------------------- tables
+def quality_frame(t: pd.DataFrame) -> pd.DataFrame:
+    cols = [
+        "data",
+        "placement",
+        "batch",
+        "norm",
+        "unit",
+        "pad_frac_train",
+        "diverged_at",
+        "learned",
+        "eval_mixed",
+        "train_mixed",
+        "train_sorted",
+    ]
+    q = t[t["part"] != "null"].reindex(columns=cols).rename(columns={"unit": "seed"})
+    return q.sort_values(["data", "placement", "batch", "norm", "seed"]).reset_index(drop=True)
+
+
+def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
+    """The claim's tables; returns the per-setting fluctuation table."""
+    qdf = quality_frame(t["runs"])
+    out.table("quality_runs", qdf, "Validation loss per run (nats/char)", in_report=False)
+    rows = []
+    for (data, pl, b, n), g in qdf[qdf.diverged_at.isna()].groupby(["data", "placement", "batch", "norm"]):
+        ce, gap = mean_ci(g.eval_mixed), mean_ci(g.eval_mixed - g.train_mixed)
+        rows.append({"data": data, "placement": pl, "batch": b, "norm": LABEL[n],
+                     "pad fraction (train)": g.pad_frac_train.mean(),
+                     "learned": f"{int(g.learned.sum())}/{len(g)}",
+                     "eval-mode val": ce.mean, "±": ce.half_width, "train-mode val": g.train_mixed.mean(),
+                     "train-mode, sorted by length": g.train_sorted.mean(), "eval − train mode": gap.mean,
+                     "± ": gap.half_width})  # fmt: skip
+    out.table(
+        "quality",
+        pd.DataFrame(rows),
+        "Validation loss (nats/char), mean ± 95% CI over seeds. Eval mode: "
+        f"running statistics, batches of {p['eval_batch']} lines; train mode: batch statistics at the "
+        "training batch size",
+    )
+    out.table(
+        "differences",
+        comparison_table([*result.comparisons, *result.floors]),
+        "Every declared comparison (b − a): eval-mode validation loss per cell (nats/char, Holm within each "
+        "sub-claim), the small-batch interaction, eval vs train mode, the float64 probes against their "
+        "bounds, the fluctuation (log2 multiples of i.i.d. noise, Welch); the null pairs last",
+    )
+    df = probe_rows(part(runs, "lines"))
+    tab = (
+        df.groupby(["probe", "mode", "norm"])
+        .agg(max_abs=("abs", "max"), max_rel=("rel", "max"), median_rel=("rel", "median"))
+        .reset_index()
+    )
+    tab["norm"] = tab["norm"].map(LABEL)
+    out.table(
+        "invariance", tab, "Change of the same tokens' logits across batch compositions", in_report=False
+    )
+    wide = tab.pivot_table(index=["probe", "mode"], columns="norm", values="max_rel").reset_index()
+    wide.columns.name = None
+    out.table(
+        "invariance_summary",
+        wide,
+        "Largest relative change of the same tokens' logits across batch "
+        "compositions (float64, trained models, max over runs; 0 = bit-identical)",
+        floatfmt=".1e",
+    )
+    sf = stat_frame(runs)
+    late = sf[sf.late] if len(sf) else sf
+    cols = ["n", "mean_dev", "var_dev", "mean_x", "var_x"]
+    per = late.groupby(["setting", "seed"])[cols].mean().reset_index()
+    fl = per.groupby("setting")[cols].mean()
+    fl = fl.rename(columns={"n": "positions", "mean_x": "mean_x_iid", "var_x": "var_x_iid"})
+    fl["seeds"] = per.groupby("setting")["seed"].count()
+    fl = fl.reset_index()
+    out.table(
+        "fluctuation",
+        fl,
+        "Batch statistics vs running statistics, second half of training, mean over "
+        "layers and seeds: deviation in running-sd units, and as a multiple of i.i.d. sampling noise (×1 = "
+        "what independent samples would give)",
+    )
+    return fl
+
+
+# ---------------------------------------------------------------------------- figures
+def stat_frame(runs) -> pd.DataFrame:
+    """One row per (run, BN layer, recorded step): deviations and their multiples of i.i.d. sampling noise."""
+    rows = []
+    for r in runs:
+        c, m, kind = r["config"], r["metrics"], r["config"].get("part")
+        if "stats" not in m or kind == "null" or (kind == "lines" and not c["norm"].startswith("batch")):
+            continue
+        name = LABEL.get(c.get("norm"), "")
+        setting = {
+            "mlp": f"MLP, synthetic (batch {c['batch']})",
+            "windows": f"LM, fixed windows, {name} (batch {c['batch']})",
+        }.get(kind, f"LM, padded lines, {name} (batch {c['batch']})")
+        for layer, d in m["stats"].items():
+            for s, md, vd, n in zip(d["step"], d["mean_dev"], d["var_dev"], d["n"]):
+                rows.append({"setting": setting, "seed": c["seed"], "layer": layer, "step": s,
+                             "late": s >= c["steps"] // 2, "n": n, "mean_dev": md, "var_dev": vd,
+                             "mean_x": md * math.sqrt(n), "var_x": vd * math.sqrt(n / 2)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def plot_invariance(runs, p, out):
+    from ..plotting import subplots
+
+    lm = part(runs, "lines")
+    fig, axes = subplots(2, width=4.8, height=3.9)
+    floor, big, pl = 1e-18, max(p["batches"]), p["placements"][0]  # exact zeros are drawn at the floor
+    marker = {"layer": "o", "batch": "s", "batch_masked": "^", "batch_prev": "v", "power": "D"}
+    for ax, mode in zip(axes, ("train", "eval")):
+        for n in p["norms"]:
+            rs = [
+                r["metrics"]["invariance"]
+                for r in lm
+                if r["metrics"].get("invariance")
+                and (r["config"]["norm"], r["config"]["batch"], r["config"]["placement"]) == (n, big, pl)
+            ]
+            if not rs:
+                continue
+            fr = [e["frac"] for e in rs[0]["padding"] if e["mode"] == mode]
+            logv = np.log10([[max(e["rel"], floor) for e in iv["padding"] if e["mode"] == mode] for iv in rs])
+            cis = [mean_ci(logv[:, j]) for j in range(logv.shape[1])]
+            err = [[10**c.mean - 10**c.lo for c in cis], [10**c.hi - 10**c.mean for c in cis]]
+            ax.errorbar(
+                fr,
+                [10**c.mean for c in cis],
+                yerr=err,
+                marker=marker[n],
+                ms=9 if n == "layer" else 5,
+                mfc="none" if n == "layer" else COLOR[n],
+                color=COLOR[n],
+                capsize=2,
+                label=f"{LABEL[n]}: pads added",
+            )
+            nb = [
+                (e["frac"], max(e["rel"], floor)) for iv in rs for e in iv["neighbours"] if e["mode"] == mode
+            ]
+            ax.scatter(
+                [a for a, _ in nb],
+                [b for _, b in nb],
+                s=14,
+                marker="x",
+                color=COLOR[n],
+                alpha=0.7,
+                label=f"{LABEL[n]}: other neighbours",
+            )
+        ax.set_yscale("log")
+        ax.set_ylim(floor / 10, 30)
+        ax.axhline(1e-15, color="gray", lw=0.6, ls=":")
+        tr = ax.get_yaxis_transform()
+        ax.text(0.01, 1.6e-15, "float64 rounding", fontsize=7, color="gray", transform=tr)
+        ax.text(0.01, floor * 2.5, "exactly 0", fontsize=7, color="gray", transform=tr)
+        ax.set(
+            xlabel="padding fraction of the batch",
+            ylabel="max relative change of a token's logits",
+            title=f"{mode} mode ({'batch' if mode == 'train' else 'running'} statistics)",
+        )
+    handles, labels = axes[0].get_legend_handles_labels()
+    axes[1].legend(
+        handles, labels, loc="upper right", fontsize=6.5
+    )  # eval mode sits at the floor: room for it
+    out.figure(
+        "invariance",
+        fig,
+        f"The same {p['inv_K']} validation lines (first {p['inv_T0']} characters) in "
+        "batches with pads added (geometric mean and 95% CI over the seeds' trained "
+        f"{pl}-norm models at batch {big}) or next to random other lines (crosses): largest relative "
+        "change of their logits against the same lines batched alone, in float64, in train mode (left) and "
+        "eval mode (right). Exact zeros are drawn at the bottom; the dotted line marks float64 rounding.",
+    )
+
+
+def plot_fluctuation(runs, p, out):
+    from ..plotting import band, subplots
+
+    df = stat_frame(runs)
+    if df.empty:
+        return
+    fig, axes = subplots(2, width=4.8, height=3.6)
+    for ax, col, name in ((axes[0], "mean_x", "mean"), (axes[1], "var_x", "variance")):
+        for i, (setting, g) in enumerate(df.groupby("setting")):
+            per = np.log10(g.groupby(["seed", "step"])[col].mean().unstack("step"))  # seeds × steps
+            cis = [mean_ci(per[s].dropna()) for s in per.columns]
+            ls = "--" if setting.startswith("MLP") else ":" if "windows" in setting else "-"
+            band(
+                ax,
+                list(per.columns),
+                [10**c.mean for c in cis],
+                [10**c.lo for c in cis],
+                [10**c.hi for c in cis],
+                label=setting,
+                color=f"C{i}",
+                marker=None,
+                ls=ls,
+            )
+        ax.axhline(1, color="k", lw=0.7, ls=":")
+        ax.set_yscale("log")
+        ax.set(
+            xlabel="training step",
+            ylabel=f"batch − running {name}, × i.i.d. noise",
+            title=f"Batch {name} vs running {name} (mean over BN layers)",
+        )
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "fluctuation",
+        fig,
+        "Distance of each BatchNorm's batch statistics from its running statistics "
+        "during training, as a multiple of what i.i.d. sampling of the same number of positions would give "
+        "(1 = dotted line): mean (left) and variance (right), averaged over layers, geometric mean and 95% "
+        f"band over {len(p['seeds'])} seeds. The LM on padded lines is compared with the same LM on "
+        "fixed-length windows and an MLP on synthetic fixed-size inputs.",
+    )
+
+
+def plot_quality(runs, t: dict, p, out):
+    from ..plotting import band, subplots
+
+    qdf = quality_frame(t["runs"])
+    ok, pls, norms = qdf[qdf.diverged_at.isna() & (qdf.data == "lines")], p["placements"], p["norms"]
+    fig, axes = subplots(2 * len(pls), width=4.6, height=3.6)
+    width = 0.8 / len(norms)
+    for k, pl in enumerate(pls):
+        a, b, labelled = axes[2 * k], axes[2 * k + 1], set()
+        for i, n in enumerate(norms):
+            for j, bs in enumerate(p["batches"]):
+                g = ok[(ok.placement == pl) & (ok.norm == n) & (ok.batch == bs)]
+                if g.empty:
+                    continue
+                x = j + (i - (len(norms) - 1) / 2) * width
+                ce, gap = mean_ci(g.eval_mixed), mean_ci(g.eval_mixed - g.train_mixed)
+                lab = None if n in labelled else LABEL[n]
+                labelled.add(n)
+                a.errorbar(x, ce.mean, yerr=ce.half_width, fmt="o", color=COLOR[n], capsize=3, label=lab)
+                a.scatter([x] * len(g), g.eval_mixed, s=8, color=COLOR[n], alpha=0.4)
+                a.scatter(x, mean_ci(g.train_mixed).mean, marker="_", s=80, color=COLOR[n])
+                b.bar(
+                    x, gap.mean, width=width * 0.9, color=COLOR[n], yerr=gap.half_width, capsize=2, label=lab
+                )
+        present = [
+            j for j, bs in enumerate(p["batches"]) if not ok[(ok.placement == pl) & (ok.batch == bs)].empty
+        ]
+        for ax in (a, b):  # ticks only where this placement has arms (none where every run diverged)
+            ax.set_xticks(present, [f"batch {p['batches'][j]} lines" for j in present])
+            if present:
+                ax.set_xlim(min(present) - 0.6, max(present) + 0.6)
+        a.set(
+            ylabel="validation loss (nats/char)",
+            title=f"Eval-mode loss, {pl}-norm (dots: seeds; dash: train mode)",
+        )
+        a.legend(fontsize=7)
+        b.axhline(0, color="k", lw=0.7)
+        b.set(ylabel="eval-mode − train-mode loss (nats/char)", title="Train/inference gap")
+    out.figure(
+        "quality",
+        fig,
+        "Validation loss per norm and batch size (left): eval mode (running statistics) "
+        f"mean with 95% CI over {len(p['seeds'])} seeds, seeds as dots, train-mode loss (batch statistics at "
+        "the training batch size) as a dash; right: the gap eval − train mode.",
+    )
+    lines = part(runs, "lines")
+    fig, axes = subplots(len(p["batches"]), width=4.6, height=3.4)
+    for ax, bs in zip(axes, p["batches"]):
+        for n in norms:
+            rs = [
+                r["metrics"]["train_loss"]
+                for r in lines
+                if r["metrics"]["diverged_at"] is None
+                and (r["config"]["norm"], r["config"]["batch"], r["config"]["placement"]) == (n, bs, pls[0])
+            ]
+            if not rs:
+                continue
+            k = max(1, len(rs[0]) // 20)  # moving average over ~5% of training
+            curves = np.array([np.convolve(tl, np.ones(k) / k, mode="valid") for tl in rs])
+            x = (np.arange(curves.shape[1]) + k - 1) * max(1, p["steps"] // 100)
+            cis = [mean_ci(curves[:, j]) for j in range(curves.shape[1])]
+            band(
+                ax,
+                x,
+                [c.mean for c in cis],
+                [c.lo for c in cis],
+                [c.hi for c in cis],
+                label=LABEL[n],
+                color=COLOR[n],
+                marker=None,
+            )
+        ax.set(
+            xlabel="training step",
+            ylabel="training loss (nats/char, moving average)",
+            title=f"Training loss, batch {bs} lines ({pls[0]}-norm)",
+        )
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(max(lo, 1.5), min(hi, YCUT))  # a single seed's loss spike would flatten every other curve
+        ax.legend(fontsize=7)
+    out.figure(
+        "training",
+        fig,
+        "Training loss on padded lines (train mode, batch statistics), moving average, "
+        f"mean and 95% band over {len(p['seeds'])} seeds, per norm and batch size; the axis stops at "
+        f"{YCUT:g} nats/char, so a loss spike of one seed runs off the top.",
+    )
