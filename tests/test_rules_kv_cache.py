@@ -1,16 +1,18 @@
 """The kv_cache rule on synthetic run records: each outcome it can give.
 
 A timing claim: no run trains, so no arm can fail to learn and no comparison is ever `excluded`; the case a
-naive rule gets wrong is an exponent whose point estimate crosses a bound while its rounds disagree."""
+naive rule gets wrong is an exponent whose point estimate crosses a bound while its rounds disagree. The
+counting and logit identities are checks: a failing one stops the claim."""
 
 import numpy as np
 import pytest
 
+from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 from tfclaims.measure.counting import kv_cache_bytes, lm_forward_flops
 from tfclaims.nn.config import ModelConfig
 
-from rules import analyse, comparison, find_sub, quartiles, record
+from rules import analyse, comparison, decisions, quartiles, record, verdicts
 
 EXP = load("kv_cache")
 P = EXP.profiles["quick"]
@@ -19,24 +21,28 @@ ROUNDS = 6
 
 BW = 1e10  # bytes/s of the synthetic copy
 KV_PER_POS = 2 * 1 * 32 * 4  # the quick linear model: 2 (K, V) x 1 layer x d 32 x 4 bytes
+COUNTED = ("faster", "linear", "uncached-exp", "slower")
 
 
-def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, logit_diff=1e-7, u_coef=1e-5, lin_ratio=1.0,
-            lin_noise=0.01):  # fmt: skip
+def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, bytes_off=0, logit_diff=1e-7, u_coef=1e-5,
+            lin_ratio=1.0, lin_noise=0.01, aa_noise=0.02):  # fmt: skip
     """Step time ∝ n^alpha (cached, uncached) with a drift shared by a round; each length's log time moves by
-    ±noise, alternating over rounds and lengths (a known spread, no chance result). The linear part: t = a + b·n
-    with b = lin_ratio x (KV bytes per position ÷ BW), each time moved by ±lin_noise of a."""
+    ±noise, alternating over rounds and lengths (a known spread, no chance result); the A/A copy of the cached
+    step at the largest n moves by ±aa_noise. The linear part: t = a + b·n with b = lin_ratio x (KV bytes per
+    position ÷ BW), each time moved by ±lin_noise of a."""
     rng = np.random.default_rng(0)
     drift = rng.normal(0, 0.05, ROUNDS)
     out = []
     for i, cfg in enumerate(EXP.grid(P)):
         part = cfg["part"]
         if part == "count":
-            c = ModelConfig(vocab_size=96, d_model=cfg["d_model"], n_heads=cfg["n_heads"], n_layers=cfg["n_layers"], max_seq_len=max(cfg["ns"]))  # fmt: skip
+            sizes = {k: cfg[k] for k in ("d_model", "n_heads", "n_layers")}
+            c = ModelConfig(vocab_size=96, max_seq_len=max(cfg["ns"]), **sizes)
             rows = [
-                {"n": n, "cached_counted": lm_forward_flops(c, 1, n) + flops_off, "cached_closed": lm_forward_flops(c, 1, n),
-                 "uncached_counted": lm_forward_flops(c, n), "uncached_closed": lm_forward_flops(c, n),
-                 "cache_bytes": kv_cache_bytes(c, n), "cache_bytes_closed": kv_cache_bytes(c, n)}
+                {"n": n, "cached_counted": lm_forward_flops(c, 1, n) + flops_off,
+                 "cached_closed": lm_forward_flops(c, 1, n), "uncached_counted": lm_forward_flops(c, n),
+                 "uncached_closed": lm_forward_flops(c, n), "cache_bytes": kv_cache_bytes(c, n) + bytes_off,
+                 "cache_bytes_closed": kv_cache_bytes(c, n)}
                 for n in cfg["ns"]
             ]  # fmt: skip
             m = {"rows": rows, "params": 1000}
@@ -50,7 +56,7 @@ def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, logit_diff=1e-
                     {"n": n, "cached": quartiles(c), "uncached": quartiles(u), "max_logit_diff": logit_diff}
                 )
             last = pts[-1]
-            aa = [t * np.exp(2 * noise * (1 if r % 2 else -1)) for r, t in enumerate(last["cached"]["times"])]
+            aa = [t * np.exp(aa_noise * (1 if r % 2 else -1)) for r, t in enumerate(last["cached"]["times"])]
             m = {"points": pts, "aa": {"n": last["n"], "kind": "cached", **quartiles(aa)}, "threads": 1}
         elif part == "linear":
             a, b = 1e-3, lin_ratio * KV_PER_POS / BW
@@ -62,8 +68,8 @@ def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, logit_diff=1e-
             m = {"points": pts, "aa": {"n": pts[-1]["n"], **quartiles(aa)}, "copy_bw": [BW, BW],
                  "kv_bytes_per_position": KV_PER_POS, "threads": 1}  # fmt: skip
         else:
-            pts = [{"N": N, "cached": quartiles([1e-3 * N] * 3), "uncached": quartiles([1e-4 * N**2] * 3), "same_tokens": True, "cache_bytes": 100 * N}
-                   for N in cfg["gen_ns"]]  # fmt: skip
+            pts = [{"N": N, "cached": quartiles([1e-3 * N] * 3), "uncached": quartiles([1e-4 * N**2] * 3),
+                    "same_tokens": True, "cache_bytes": 100 * N} for N in cfg["gen_ns"]]  # fmt: skip
             m = {"points": pts, "threads": 1}
         out.append(record(cfg, m, f"r{i}"))
     return out
@@ -72,79 +78,122 @@ def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, logit_diff=1e-
 def test_kv_cache_rule_supported_linear_cached_quadratic_uncached(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
     assert v.verdict == "supported"
-    assert comparison(v, "slope:cached-vs-bound").decision == "b_better"
-    assert comparison(v, "slope:uncached-vs-bound").decision == "b_better"
-    assert comparison(v, "slope:cached-vs-uncached").decision == "b_better"
-    assert find_sub(v, "A cached step is faster").verdict == "supported"
+    assert verdicts(v) == {
+        "flops": "supported", "logits": "supported", "cache-bytes": "supported", "faster": "supported",
+        "linear": "supported", "mechanism": "supported", "cached-exp": "supported",
+        "uncached-exp": "supported", "slower": "supported",
+    }  # fmt: skip
+    kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
+    assert kinds["flops"][0] == kinds["logits"][0] == kinds["cache-bytes"][0] == "check"
+    assert [k for k, (kind, counts) in kinds.items() if kind == "effect" and counts] == list(COUNTED)
+    assert kinds["cached-exp"] == kinds["mechanism"] == ("effect", False)
+    d = decisions(v)
     assert all(
-        comparison(v, c).decision == "equivalent" for c in ("flops:cached", "flops:uncached", "cache-bytes")
+        d[k] == "equivalent" for k in ("flops/cached_flops", "flops/uncached_flops", "cache-bytes", "logits")
     )
-    assert [c.id for c in v.noise_floor] == ["n1024:cached-aa", "linear:n1024-aa"]
-    assert comparison(v, "linear:cached-slope").decision == "b_better"
-    assert find_sub(v, "Cached step time grows linearly").verdict == "supported"
-    assert find_sub(v, "Mechanism").verdict == "supported"
+    assert set(decisions(v, "faster/").values()) == {"b_better"}  # b = cached, lower log time
+    assert d["cached-exp"] == d["uncached-exp"] == "equivalent"  # shown inside [−∞, 1.2] and [1.5, ∞]
+    assert d["slower"] == "b_better" and d["linear"] == "b_better"
+    assert [c.id for c in v.noise_floor] == ["aa", "linear-aa"]
+    f = comparison(v, "faster/n1024")
+    assert f.noise is not None and f.paired and f.n == ROUNDS and f.arm_a == "uncached (recompute)"
+    assert f.diff == pytest.approx(np.log(1e-4 * 1024**0.5 / (1e-5 * 1024**1.8)), abs=0.05)
+    ex = comparison(v, "cached-exp")
+    assert ex.arm_a == "0" and ex.arm_b == "cached exponent" and ex.diff == pytest.approx(0.5, abs=0.02)
+    assert (ex.lo, ex.hi) == (None, 1.2) and ex.ci_high < 1.2
+    assert comparison(v, "mechanism").diff == pytest.approx(1.0, rel=1e-6)
     assert v.evidence["linear"]["slope_ratio"][0] == pytest.approx(1.0, rel=1e-6)
-    assert comparison(v, "n1024:cached-vs-uncached").noise is not None
+    assert comparison(v, "linear").diff == pytest.approx(KV_PER_POS / BW, rel=1e-6)
 
 
-def test_kv_cache_rule_refuted_when_the_cached_step_grows_faster_than_recomputing(tmp_path):
+def test_kv_cache_rule_cached_step_growing_faster_than_recomputing_refutes_slower_and_faster(tmp_path):
     v = analyse(EXP, records(alpha_c=2.2), P, tmp_path)
-    assert comparison(v, "slope:cached-vs-uncached").decision == "a_better"
+    assert comparison(v, "slower").decision == "a_better"
+    assert verdicts(v)["slower"] == "refuted" and verdicts(v)["faster"] == "refuted"
+    assert verdicts(v)["cached-exp"] == "refuted"  # reported: 2.2 is shown above 1.2
+    # the old bespoke rule called this `refuted`; combined with the linear part (still linear) it is mixed
+    assert verdicts(v)["linear"] == verdicts(v)["uncached-exp"] == "supported"
+    assert v.verdict == "mixed"
+
+
+def test_kv_cache_rule_refuted_in_every_counted_sub_claim_is_refuted(tmp_path):
+    # the cached step grows faster than recomputing, gets faster with n beyond the cache, and recomputation is
+    # not superlinear: every counted sub-claim fails
+    v = analyse(EXP, records(alpha_c=2.2, alpha_u=1.0, u_coef=1e-4, lin_ratio=-1.0), P, tmp_path)
+    assert {k: verdicts(v)[k] for k in COUNTED} == dict.fromkeys(COUNTED, "refuted")
     assert v.verdict == "refuted"
 
 
-def test_kv_cache_rule_refuted_when_the_cached_step_gets_faster_with_n(tmp_path):
+def test_kv_cache_rule_cached_step_getting_faster_with_n_refutes_linearity(tmp_path):
     v = analyse(EXP, records(lin_ratio=-1.0), P, tmp_path)
-    assert comparison(v, "linear:cached-slope").decision == "a_better" and v.verdict == "refuted"
+    assert comparison(v, "linear").decision == "a_better" and verdicts(v)["linear"] == "refuted"
+    assert v.verdict == "mixed"  # the old bespoke rule: refuted; the other counted sub-claims hold
 
 
 def test_kv_cache_flat_cached_step_is_not_linear(tmp_path):
     # the case an exponent bound gets wrong: a near-constant cached step (O(1) at this scale) passes
     # "exponent < 1.2", but its slope b is not shown to be above 0, so linearity stays undecided
     v = analyse(EXP, records(lin_ratio=0.0, lin_noise=0.2), P, tmp_path)
-    assert comparison(v, "slope:cached-vs-bound").decision == "b_better"  # reported only
-    assert comparison(v, "linear:cached-slope").decision == "undecided"
-    assert find_sub(v, "Cached step time grows linearly").verdict == "inconclusive"
+    assert comparison(v, "cached-exp").decision == "equivalent"  # reported only
+    assert comparison(v, "linear").decision == "undecided"
+    assert verdicts(v)["linear"] == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
 def test_kv_cache_mechanism_refuted_when_the_slope_is_far_from_the_bandwidth(tmp_path):
     v = analyse(EXP, records(lin_ratio=5.0), P, tmp_path)
-    assert find_sub(v, "Mechanism").verdict == "refuted"
+    m = comparison(v, "mechanism")  # shown wholly outside the band [0.5, 2] (named by its side)
+    assert m.decision in ("a_better", "b_better") and m.ci_low > 2.0
+    assert verdicts(v)["mechanism"] == "refuted"
     assert v.verdict == "supported"  # the mechanism is reported, not counted
 
 
 def test_kv_cache_rule_mixed_when_recomputation_is_not_yet_quadratic(tmp_path):
     v = analyse(EXP, records(alpha_u=1.1), P, tmp_path)
-    assert find_sub(v, "Uncached step time superlinear").verdict == "refuted"
-    assert find_sub(v, "Cached step time grows linearly").verdict == "supported"
+    u = comparison(v, "uncached-exp")  # shown wholly below the bound 1.5 (named by its side)
+    assert u.decision in ("a_better", "b_better") and u.ci_high < 1.5
+    assert verdicts(v)["uncached-exp"] == "refuted"
+    assert verdicts(v)["linear"] == "supported"
     assert v.verdict == "mixed"
 
 
 def test_kv_cache_rule_mixed_when_the_cached_step_is_slower_at_short_contexts(tmp_path):
     # growth as claimed, but at n = 16 recomputing 16 tokens is cheaper than the cached step
     v = analyse(EXP, records(u_coef=1e-6), P, tmp_path)
-    assert comparison(v, "n16:cached-vs-uncached").decision == "a_better"
-    assert find_sub(v, "A cached step is faster").verdict == "mixed"
+    assert comparison(v, "faster/n16").decision == "a_better"
+    assert comparison(v, "faster/n1024").decision == "b_better"
+    assert verdicts(v)["faster"] == "mixed"
     assert v.verdict == "mixed"
+
+
+def test_kv_cache_rule_a_speed_up_inside_the_aa_noise_floor_is_not_supported(tmp_path):
+    # the cached step 5% faster at every n in every round (p tiny), but the A/A copy of one callable differs
+    # from itself by ±0.4 in log time from round to round: the effect is inside the noise floor
+    recs = records(alpha_c=1.8, alpha_u=1.8, u_coef=1.05e-4, noise=0.002, aa_noise=0.4)
+    v = analyse(EXP, recs, P, tmp_path)
+    for c in (comparison(v, f"faster/n{n}") for n in P["ns"]):
+        assert c.p < 0.05 and c.in_noise and c.decision == "undecided"
+        assert c.diff == pytest.approx(np.log(1 / 1.05), abs=0.01)
+    assert verdicts(v)["faster"] == "inconclusive"
+    assert v.verdict != "supported"
+    quiet = analyse(EXP, records(alpha_c=1.8, alpha_u=1.8, u_coef=1.05e-4, noise=0.002), P, tmp_path)
+    assert verdicts(quiet)["faster"] == "supported"  # the same effect beside a quiet A/A pair
 
 
 @pytest.mark.parametrize("lin_ratio", [0.05, -0.05])
 def test_kv_cache_rule_inconclusive_when_rounds_disagree(tmp_path, lin_ratio):
     # slope estimates on either side of 0: a rule on the estimate alone would decide both ways
     v = analyse(EXP, records(lin_ratio=lin_ratio, lin_noise=0.5), P, tmp_path)
-    assert comparison(v, "linear:cached-slope").decision == "undecided"
+    assert comparison(v, "linear").decision == "undecided"
     assert v.verdict == "inconclusive"
 
 
-def test_kv_cache_rule_inconclusive_when_a_flop_count_is_off(tmp_path):
-    v = analyse(EXP, records(flops_off=1), P, tmp_path)
-    assert comparison(v, "flops:cached").decision == "undecided"
-    assert find_sub(v, "Counted FLOPs").verdict == "refuted"
-    assert v.verdict == "inconclusive"
-
-
-def test_kv_cache_rule_inconclusive_when_cached_logits_differ(tmp_path):
-    v = analyse(EXP, records(logit_diff=1e-2), P, tmp_path)
-    assert find_sub(v, "Cached step equals recomputation").verdict == "refuted"
-    assert v.verdict == "inconclusive"
+@pytest.mark.parametrize(
+    "change, check",
+    [({"flops_off": 1}, "flops"), ({"bytes_off": 8}, "cache-bytes"), ({"logit_diff": 1e-2}, "logits")],
+)
+def test_kv_cache_a_failing_identity_stops_the_claim(tmp_path, change, check):
+    """Counted FLOPs, cache bytes and cached logits are identities the harness relies on: a mismatch is a bug,
+    not evidence, so no verdict is issued."""
+    with pytest.raises(CheckFailed, match=check):
+        analyse(EXP, records(**change), P, tmp_path)
