@@ -1,30 +1,36 @@
 """The rmsnorm rule on synthetic run records: every outcome it can give.
 
 The quick profile's grid with four seeds (the paired quality test needs a few to decide) and the fused family
-switched on (the default profile's shape). Timings are built as
-per-round times sharing a round-to-round load factor (so the pairing over rounds matters); the training runs'
-final losses share a seed-to-seed spread between the arms."""
+switched on (the default profile's shape). Timings are built as per-round times sharing a round-to-round load
+factor (so the pairing over rounds matters); the training runs' final losses share a seed-to-seed spread
+between the arms. The overall verdict combines the counted sub-claims (norm alone eager and fused, the eager
+step, quality); the built-in pairs are reported beside it."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tfclaims.claims.rmsnorm import AA, FUSED, IMPLS
 from tfclaims.harness.registry import load
 
-from rules import analyse, decisions, record, sub_verdict, timed
+from rules import analyse, comparison, decisions, record, timed, verdicts
 
 EXP = load("rmsnorm")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3], "fused": True}
 P_NO_FUSED = {**P, "fused": False}
 UNIGRAM = 3.30
 JITTER = np.array([0.00, 0.03, -0.02, 0.01])  # seed-to-seed spread shared by both arms (paired)
+COUNTED = ["alone-eager", "alone-fused", "step-eager", "quality"]
 
 
-def timing_cell(speed, base, fused=True):
-    """speed: log(t_RMS / t_LN) for the built-in, eager and fused pairs (negative: RMSNorm faster)."""
+def timing_cell(speed, base, fused=True, aa_noise=0.0):
+    """speed: log(t_RMS / t_LN) for the built-in, eager and fused pairs (negative: RMSNorm faster); the A/A
+    copy of the built-in LayerNorm moves by ±aa_noise in log time, alternating over rounds."""
     b, e, f = speed
+    aa = timed(base, 0, 4)
+    aa["times"] = [t * np.exp(aa_noise * (1 if i % 2 else -1)) for i, t in enumerate(aa["times"])]
     cell = {"layer": timed(base), "rms": timed(base, b, 1), "eager_layer": timed(3 * base, 0, 2),
-            "eager_rms": timed(3 * base, e, 3), AA: timed(base, 0, 4)}  # fmt: skip
+            "eager_rms": timed(3 * base, e, 3), AA: aa}  # fmt: skip
     if fused:
         cell |= {"fused_layer": timed(0.8 * base, 0, 5), "fused_rms": timed(0.8 * base, f, 6)}
     return cell
@@ -35,17 +41,25 @@ def kernels():
     return {i: {"forward": k, "backward": k} for i in IMPLS}
 
 
-def records(*, alone, step, quality, learned=True, p=P):
-    """alone(d) / step() -> (built-in, eager, fused) log time ratios RMS/LN; quality(norm, seed) -> final val loss."""
+def records(*, alone, step, quality, learned=True, p=P, aa_noise=0.0):
+    """alone(d) / step() -> (built-in, eager, fused) log time ratios RMS/LN; quality(norm, seed) -> final
+    validation loss; aa_noise: the A/A copy's spread (see timing_cell)."""
     recs = []
     for i, c in enumerate(EXP.grid(p)):
         if c["part"] == "norm_alone":
             impls = list(IMPLS) + (list(FUSED) if c["fused"] else [])
-            rows = [{"d": d, "bytes": 5 * 256 * d * 4, **timing_cell(alone(d), 1e-4 * d / 64, c["fused"])} for d in c["widths"]]  # fmt: skip
+            rows = [
+                {
+                    "d": d,
+                    "bytes": 5 * 256 * d * 4,
+                    **timing_cell(alone(d), 1e-4 * d / 64, c["fused"], aa_noise),
+                }
+                for d in c["widths"]
+            ]
             m = {"rows": rows, "impls": impls, "copy_bw": [2e10, 2.2e10], "kernels": kernels(),
                  "kernel_width": c["widths"][0], "threads": 1}  # fmt: skip
         elif c["part"] == "step":
-            cell = timing_cell(step(), 0.02, fused=False)
+            cell = timing_cell(step(), 0.02, fused=False, aa_noise=aa_noise)
             m = {"step": {k: {"median": v["median"], "times": v["times"]} for k, v in cell.items()},
                  "norm": {k: {"median": 1e-4} for k in IMPLS}, "n_norms": 3, "threads": 1}  # fmt: skip
         else:
@@ -69,38 +83,53 @@ SAME = lambda norm, s: 2.50  # noqa: E731
 def test_rmsnorm_rule_supported_when_faster_everywhere_and_quality_equivalent(tmp_path):
     v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME), P, tmp_path)
     assert v.verdict == "supported"
+    assert verdicts(v) == {
+        "alone-eager": "supported", "alone-fused": "supported", "step-eager": "supported",
+        "alone-builtin": "supported", "step-builtin": "supported", "quality": "supported",
+    }  # fmt: skip
+    assert [s.id for s in v.sub_verdicts if s.kind == "effect" and s.counts] == COUNTED
     d = decisions(v)
-    assert d["alone-built-in:d64"] == d["alone-built-in:d128"] == "b_better"  # b = RMSNorm, lower time
-    assert d["step-built-in:d32-L1"] == "b_better"
-    assert d["quality:rms-vs-ln"] == "equivalent"
-    q = next(c for c in v.comparisons if c.id == "quality:rms-vs-ln")
-    assert q.paired and q.n == 4 and q.margin == 0.05 and q.learned_a == 4 and q.noise is not None
-    assert sub_verdict(v, "Same validation loss") == "supported"
-    aa = {c.id for c in v.noise_floor}
-    assert {"aa:alone-d64", "aa:alone-d128", "aa:step-d32-L1", "null:layernorm-seed-offset"} <= aa
-    assert all(
-        c.decision != "b_better" or c.noise is not None for c in v.comparisons if c.id.startswith("alone")
+    assert d["alone-builtin/d64"] == d["alone-builtin/d128"] == "b_better"  # b = RMSNorm, lower time
+    assert d["step-builtin"] == d["step-eager"] == "b_better"  # one step model in this profile: one cell
+    assert d["quality"] == "equivalent"  # shown inside ±0.05
+    q = comparison(v, "quality")
+    assert (
+        q.paired and q.n == 4 and (q.lo, q.hi) == (-0.05, 0.05) and q.learned_a == 4 and q.noise is not None
     )
+    assert [c.id for c in v.noise_floor] == ["aa-alone/d64", "aa-alone/d128", "aa-step", "null"]
+    # each timing cell is floored by the A/A pair of its own cell
+    assert comparison(v, "alone-eager/d64").noise != comparison(v, "alone-eager/d128").noise
+    assert all(c.noise is not None for c in v.comparisons if c.id.startswith(("alone", "step")))
 
 
 def test_rmsnorm_builtin_layernorm_faster_is_a_finding_not_the_verdict(tmp_path):
     # the committed CPU shape: PyTorch's fused LayerNorm beats its composite built-in RMSNorm, while the
-    # formulas compared like with like (eager vs eager, fused vs fused) favour RMSNorm: the verdict follows them
+    # formulas compared like with like (eager vs eager, fused vs fused) favour RMSNorm: the verdict follows
+    # them
     v = analyse(EXP, records(alone=lambda d: SLOWER, step=lambda: SLOWER, quality=SAME), P, tmp_path)
     d = decisions(v)
-    assert d["alone-built-in:d64"] == "a_better" and d["step-built-in:d32-L1"] == "a_better"
-    assert d["alone-eager:d64"] == d["alone-fused:d64"] == "b_better"
-    assert sub_verdict(v, "Norm alone, built-in") == "refuted"  # reported beside, marked not counted
-    assert "not counted" in next(s.name for s in v.sub_verdicts if s.name.startswith("Norm alone, built-in"))
-    assert sub_verdict(v, "Norm alone, eager") == sub_verdict(v, "Norm alone, fused") == "supported"
-    assert v.evidence["speed"] == "supported" and v.verdict == "supported"
-    assert v.evidence["speed_from"] == ["alone eager", "alone fused", "step eager"]
+    assert d["alone-builtin/d64"] == "a_better" and d["step-builtin"] == "a_better"
+    assert d["alone-eager/d64"] == d["alone-fused/d64"] == "b_better"
+    builtin = next(s for s in v.sub_verdicts if s.id == "alone-builtin")
+    assert builtin.verdict == "refuted" and not builtin.counts and "not counted" in builtin.detail + v.summary
+    assert verdicts(v)["alone-eager"] == verdicts(v)["alone-fused"] == "supported"
+    assert v.verdict == "supported"
 
 
-def test_rmsnorm_rule_refuted_when_layernorm_is_faster_like_with_like(tmp_path):
+def test_rmsnorm_rule_layernorm_faster_like_with_like_beside_equal_quality_is_mixed(tmp_path):
+    # the old conjunction called this `refuted` (speed refuted); combined with the quality it is mixed
     v = analyse(EXP, records(alone=lambda d: ALL_SLOWER, step=lambda: ALL_SLOWER, quality=SAME), P, tmp_path)
-    assert decisions(v)["alone-fused:d128"] == "a_better"
-    assert v.evidence["speed"] == "refuted" and v.verdict == "refuted"
+    assert decisions(v)["alone-fused/d128"] == "a_better"
+    assert {k: verdicts(v)[k] for k in COUNTED[:3]} == dict.fromkeys(COUNTED[:3], "refuted")
+    assert verdicts(v)["quality"] == "supported"
+    assert v.verdict == "mixed"
+
+
+def test_rmsnorm_rule_refuted_when_slower_like_with_like_and_worse_quality(tmp_path):
+    worse = lambda n, s: 2.50 + (0.3 if n == "rms" else 0.0)  # noqa: E731
+    v = analyse(EXP, records(alone=lambda d: ALL_SLOWER, step=lambda: ALL_SLOWER, quality=worse), P, tmp_path)
+    assert {k: verdicts(v)[k] for k in COUNTED} == dict.fromkeys(COUNTED, "refuted")
+    assert v.verdict == "refuted"
 
 
 def test_rmsnorm_rule_without_the_fused_family(tmp_path):
@@ -108,28 +137,50 @@ def test_rmsnorm_rule_without_the_fused_family(tmp_path):
     recs = records(alone=lambda d: SLOWER, step=lambda: SLOWER, quality=SAME, p=P_NO_FUSED)
     v = analyse(EXP, recs, P_NO_FUSED, tmp_path)
     assert not any(c.id.startswith("alone-fused") for c in v.comparisons)
-    assert v.evidence["speed_from"] == ["alone eager", "step eager"] and v.verdict == "supported"
+    assert [s.id for s in v.sub_verdicts if s.kind == "effect" and s.counts] == [
+        "alone-eager",
+        "step-eager",
+        "quality",
+    ]
+    assert v.verdict == "supported"
 
 
 def test_rmsnorm_bandwidth_share_in_the_table(tmp_path):
     v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME), P, tmp_path)
     assert v.evidence["copy_bandwidth"] == 2.1e10
-    import pandas as pd
-
     t = pd.read_csv(tmp_path / "norm_alone.csv")
     # 5 x 256 tokens x 64 x 4 bytes in the built-in LN's median time, over 21 GB/s
     row = t[t["width d"] == 64].iloc[0]
     assert row["built-in LN % of copy bandwidth"] == pytest.approx(
         100 * 5 * 256 * 64 * 4 / (row["layer (µs)"] * 1e-6) / 2.1e10, rel=1e-6
     )
+    assert row["LN/RMS eager"] == pytest.approx(np.exp(0.3), rel=0.02)
 
 
-def test_rmsnorm_rule_refuted_when_rmsnorm_trains_worse(tmp_path):
-    v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER,
-                        quality=lambda n, s: 2.50 + (0.2 if n == "rms" else 0.0)), P, tmp_path)  # fmt: skip
-    assert decisions(v)["quality:rms-vs-ln"] == "a_better"  # a = LayerNorm, lower loss
-    assert sub_verdict(v, "Same validation loss") == "refuted"
-    assert v.verdict == "refuted"
+def test_rmsnorm_rule_rmsnorm_training_worse_refutes_quality(tmp_path):
+    worse = lambda n, s: 2.50 + (0.2 if n == "rms" else 0.0)  # noqa: E731
+    v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=worse), P, tmp_path)
+    q = comparison(v, "quality")
+    assert q.decision != "equivalent" and q.ci_low > 0.05  # shown wholly above the margin
+    assert verdicts(v)["quality"] == "refuted"
+    assert v.verdict == "mixed"  # the old conjunction: refuted; faster but worse is mixed
+
+
+def test_rmsnorm_rule_rmsnorm_training_much_better_is_not_the_same_quality(tmp_path):
+    # the claim is equivalence (±0.05): RMSNorm lower by 0.2 lies outside it (the old rule counted a
+    # significantly lower RMSNorm loss as support)
+    better = lambda n, s: 2.50 - (0.2 if n == "rms" else 0.0)  # noqa: E731
+    v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=better), P, tmp_path)
+    assert comparison(v, "quality").ci_high < -0.05
+    assert verdicts(v)["quality"] == "refuted"
+
+
+def test_rmsnorm_rule_small_significant_quality_gap_inside_the_margin_is_equivalent(tmp_path):
+    slightly = lambda n, s: 2.50 + (0.02 if n == "rms" else 0.0)  # noqa: E731
+    v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=slightly), P, tmp_path)
+    q = comparison(v, "quality")
+    assert q.ci_low > 0 and q.decision == "equivalent"  # LayerNorm significantly lower, but within ±0.05
+    assert verdicts(v)["quality"] == "supported" and v.verdict == "supported"
 
 
 def test_rmsnorm_rule_mixed_when_faster_at_one_width_only(tmp_path):
@@ -140,9 +191,40 @@ def test_rmsnorm_rule_mixed_when_faster_at_one_width_only(tmp_path):
         tmp_path,
     )
     d = decisions(v)
-    assert d["alone-eager:d64"] == "b_better" and d["alone-eager:d128"] == "a_better"
-    assert sub_verdict(v, "Norm alone, eager") == "mixed"
+    assert d["alone-eager/d64"] == "b_better" and d["alone-eager/d128"] == "a_better"
+    assert verdicts(v)["alone-eager"] == "mixed"
     assert v.verdict == "mixed"
+
+
+def test_rmsnorm_rule_slower_at_one_width_and_undecided_at_the_other_is_refuted(tmp_path):
+    # LayerNorm significantly faster at d = 64, no difference at d = 128, support nowhere: refuted (the old
+    # ladder demanded that every width refute and called this inconclusive)
+    v = analyse(
+        EXP,
+        records(alone=lambda d: ALL_SLOWER if d == 64 else NONE, step=lambda: FASTER, quality=SAME),
+        P,
+        tmp_path,
+    )
+    d = decisions(v)
+    assert d["alone-eager/d64"] == "a_better" and d["alone-eager/d128"] == "undecided"
+    assert verdicts(v)["alone-eager"] == "refuted"
+    assert v.verdict == "mixed"
+
+
+def test_rmsnorm_rule_a_speed_up_inside_the_aa_noise_floor_is_not_supported(tmp_path):
+    # RMSNorm 3% faster in every round (p tiny), but the built-in LayerNorm timed twice differs from itself by
+    # ±0.3 in log time from round to round: every timing effect is inside its cell's noise floor
+    small = (-0.03, -0.03, -0.03)
+    v = analyse(
+        EXP, records(alone=lambda d: small, step=lambda: small, quality=SAME, aa_noise=0.3), P, tmp_path
+    )
+    for cid in ("alone-eager/d64", "alone-eager/d128", "alone-fused/d64", "step-eager"):
+        c = comparison(v, cid)
+        assert c.p < 0.05 and c.in_noise and c.decision == "undecided"
+    assert verdicts(v)["alone-eager"] == verdicts(v)["step-eager"] == "inconclusive"
+    assert v.verdict == "inconclusive"
+    quiet = analyse(EXP, records(alone=lambda d: small, step=lambda: small, quality=SAME), P, tmp_path)
+    assert verdicts(quiet)["alone-eager"] == "supported"  # the same effect beside a quiet A/A pair
 
 
 def test_rmsnorm_rule_underpowered_null_is_inconclusive_not_refuted(tmp_path):
@@ -151,21 +233,19 @@ def test_rmsnorm_rule_underpowered_null_is_inconclusive_not_refuted(tmp_path):
     noisy = lambda n, s: 2.5 + (np.array([0.3, -0.25, 0.2, -0.2])[s] if n == "rms" else 0.0)  # noqa: E731
     v = analyse(EXP, records(alone=lambda d: NONE, step=lambda: NONE, quality=noisy), P, tmp_path)
     d = decisions(v)
-    assert d["quality:rms-vs-ln"] == "undecided"
-    assert d["alone-built-in:d64"] in ("undecided", "equivalent")
-    assert sub_verdict(v, "Same validation loss") == "inconclusive"
-    assert sub_verdict(v, "Norm alone, built-in") == "inconclusive"
+    assert d["quality"] == "undecided"
+    assert d["alone-builtin/d64"] in ("undecided", "equivalent")
+    assert verdicts(v)["quality"] == verdicts(v)["alone-builtin"] == "inconclusive"
     assert v.verdict == "inconclusive"
-    assert "detectable" in next(s for s in v.sub_verdicts if s.name == "Same validation loss").detail
 
 
 def test_rmsnorm_rule_excludes_quality_when_neither_norm_learned(tmp_path):
     v = analyse(
         EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, learned=False), P, tmp_path
     )
-    q = next(c for c in v.comparisons if c.id == "quality:rms-vs-ln")
+    q = comparison(v, "quality")
     assert q.decision == "excluded" and q.learned_a == 0 and q.learned_b == 0
-    assert sub_verdict(v, "Same validation loss") == "inconclusive"
+    assert verdicts(v)["quality"] == "inconclusive"
     assert v.verdict == "inconclusive"  # speed supported, quality not counted either way
 
 
@@ -178,6 +258,6 @@ def test_rmsnorm_rule_requires_every_width(tmp_path):
         tmp_path,
     )
     d = decisions(v)
-    assert d["alone-eager:d64"] == "b_better" and d["alone-eager:d128"] == "undecided"
-    assert sub_verdict(v, "Norm alone, eager") == "inconclusive"
+    assert d["alone-eager/d64"] == "b_better" and d["alone-eager/d128"] == "undecided"
+    assert verdicts(v)["alone-eager"] == "inconclusive"
     assert v.verdict == "inconclusive"
