@@ -1,9 +1,11 @@
 """The layernorm_variants rule on synthetic records, and the checkpoint swap itself.
 
-The formula comparisons are exact/tolerance checks. The deciding comparisons are checkpoint swaps: the same trained
-weights evaluated with another norm formula, paired by seed, TOST against the ±0.01-nat margin, Holm over the three
-cells of a family × precision, the learned-at-all guard; the null pair (seeds + 1000) is reported beside each. The
-swap tests check that a swap changes the norm formula and nothing else."""
+The closed forms and the swap's reference evaluation are checks (a failure stops the claim); the unit-scale
+and tiny-scale differences and the activations' distance from σ* are reported effects on exact numbers. The
+deciding sub-claims are checkpoint swaps: the same trained weights evaluated with another norm formula,
+paired by seed, shown inside ±0.01 nats (TOST at Holm's level over the three cells of a family × precision),
+the learned-at-all guard; the null pair (seeds + 1000) is reported beside each. The swap tests check that a
+swap changes the norm formula and nothing else."""
 
 import math
 import sys
@@ -12,18 +14,21 @@ import numpy as np
 import pytest
 import torch
 
+from tfclaims.analysis import layernorm_variants as view
 from tfclaims.claims.layernorm_variants import CLASSES, NORM_TYPES, swap_formula, swap_losses
+from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 from tfclaims.nn.models import LM
 from tfclaims.train.loop import evaluate
 from tfclaims.train.small_lm import model_config
 
-from rules import analyse, comparison, decisions, record, subs
+from rules import analyse, comparison, decisions, record, sub, verdicts
 
 EXP = load("layernorm_variants")
 P = {**EXP.profiles["quick"], "d_model": 64, "seeds": [0, 1, 2, 3, 4]}  # d = 64: the unit-scale check passes
 UNIGRAM = 3.3
-SWAP_SUBS = [f"Checkpoint swap, {n}, {p}: loss change within ±0.01 nats" for n in ("LayerNorm", "RMSNorm") for p in ("fp32", "bf16")]  # fmt: skip
+SWAP_SUBS = [f"swap-{f}-{p}" for f in ("LN", "RMS") for p in ("fp32", "bf16")]
+ALL_SWAPS = {(f, dt): 0.05 for f in ("layer", "rms") for dt in ("float32", "bfloat16")}
 
 
 def pair(d, sigma=1.0, formula_err=1e-4):
@@ -100,110 +105,133 @@ def test_layernorm_variants_grid_trains_both_formulas_per_family_and_a_null_arm(
 
 def test_layernorm_variants_rule_supported_when_every_swap_is_within_the_margin(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
-    swaps = [c for c in v.comparisons if c.id.startswith("swap:")]
-    assert len(swaps) == 12 and all(c.p_equiv <= 0.05 for c in swaps)  # shown within ±0.01 (TOST, Holm)
-    assert all(subs(v)[s] == "supported" for s in SWAP_SUBS)
+    swaps = [c for c in v.comparisons if c.id.startswith("swap-")]
+    assert len(swaps) == 12 and all(c.p_equiv <= 0.05 and c.decision == "equivalent" for c in swaps)
+    assert all(verdicts(v)[s] == "supported" for s in SWAP_SUBS)
     assert v.verdict == "supported"
-    assert {f.id for f in v.noise_floor} == {"null:LN-fp32", "null:LN-bf16", "null:RMS-fp32", "null:RMS-bf16"}
-    assert all(c.noise is not None and c.margin == 0.01 and c.n == 5 for c in swaps)
+    assert {s.id for s in v.sub_verdicts if s.kind == "effect" and s.counts} == set(SWAP_SUBS)
+    assert {s.id for s in v.sub_verdicts if s.kind == "check"} == {"formula", "reference"}
+    assert {f.id for f in v.noise_floor} == {"null/LN-fp32", "null/LN-bf16", "null/RMS-fp32", "null/RMS-bf16"}
+    assert all(c.noise is None and (c.lo, c.hi) == (-0.01, 0.01) and c.n == 5 for c in swaps)  # same weights
     assert all(
         c.p >= c.p_raw and c.p_equiv >= c.p_equiv_raw for c in swaps
-    )  # Holm over each sub-verdict's cells
-    assert decisions(v)["formula:LN"] == decisions(v)["unit:RMS"] == "equivalent"
+    )  # Holm over each sub-claim's cells
+    assert comparison(v, "swap-LN-fp32/t2n-same-eps").arm_a == "as trained"
+    d = decisions(v)
+    assert d["formula/LN"] == d["reference/RMS"] == d["unit/RMS"] == d["tiny/LN"] == "equivalent"
+    assert verdicts(v)["unit"] == verdicts(v)["tiny"] == verdicts(v)["activations"] == "supported"
 
 
 def test_layernorm_variants_rule_a_significant_change_inside_the_margin_is_still_equivalent(tmp_path):
-    # 0.003 nats with almost no spread: p ≈ 0, yet the whole CI sits inside ±0.01, so interchangeable
+    # 0.003 nats with almost no spread: p ≈ 0, yet the whole interval sits inside ±0.01, so interchangeable
     v = analyse(EXP, records({(f, dt): 0.003 for f in ("layer", "rms") for dt in ("float32", "bfloat16")}), P, tmp_path)  # fmt: skip
-    c = comparison(v, "swap:LN-fp32:t2n-same-eps")
-    assert c.p < 0.05 and c.p_equiv < 0.05 and c.decision == "a_better"  # significant, and inside the margin
+    c = comparison(v, "swap-LN-fp32/t2n-same-eps")
+    assert (
+        c.p < 0.05 and c.p_equiv < 0.05 and c.decision == "equivalent"
+    )  # significant, and inside the margin
     assert v.verdict == "supported"
+
+
+def test_layernorm_variants_rule_the_training_noise_floor_gates_training_not_the_swap(tmp_path):
+    """The null pair measures what retraining changes (±0.01 here). A swap evaluates the same weights under two
+    formulas, with no retraining in it, so no floor gates it: it is still shown within the margin. The context
+    comparison trains twice, so the floor is named beside it."""
+    recs = records()
+    wobble = {1000: 0.01, 1001: -0.008, 1002: 0.006, 1003: -0.01, 1004: 0.004}
+    for r in recs:
+        if r["config"]["part"] == "null":
+            for losses in r["metrics"]["swap"].values():
+                losses["torch"] += wobble[r["config"]["seed"]]
+            r["metrics"]["final_val"] = r["metrics"]["swap"]["float32"]["torch"]  # the reference check holds
+    v = analyse(EXP, recs, P, tmp_path)
+    c = comparison(v, "swap-RMS-fp32/n2t")
+    assert c.noise is None and c.decision == "equivalent" and verdicts(v)["swap-RMS-fp32"] == "supported"
+    assert comparison(v, "context-RMS").noise is not None
 
 
 def test_layernorm_variants_rule_mixed_when_only_the_bf16_swap_exceeds_the_margin(tmp_path):
     v = analyse(EXP, records({("layer", "bfloat16"): 0.05}), P, tmp_path)
-    d = decisions(v, "swap:LN-bf16")
-    assert set(d.values()) == {"a_better"}  # as trained (arm a) is better: lower loss
-    assert subs(v)["Checkpoint swap, LayerNorm, bf16: loss change within ±0.01 nats"] == "refuted"
-    assert subs(v)["Checkpoint swap, LayerNorm, fp32: loss change within ±0.01 nats"] == "supported"
+    d = decisions(v, "swap-LN-bf16/")
+    assert set(d.values()) == {"a_better"}  # shown above +0.01: as trained (arm a) is better, lower loss
+    assert verdicts(v)["swap-LN-bf16"] == "refuted"
+    assert verdicts(v)["swap-LN-fp32"] == "supported"
     assert v.verdict == "mixed"
 
 
 def test_layernorm_variants_rule_refuted_when_every_swap_exceeds_the_margin(tmp_path):
-    v = analyse(EXP, records({(f, dt): 0.05 for f in ("layer", "rms") for dt in ("float32", "bfloat16")}), P, tmp_path)  # fmt: skip
-    assert all(subs(v)[s] == "refuted" for s in SWAP_SUBS)
+    v = analyse(EXP, records(ALL_SWAPS), P, tmp_path)
+    assert all(verdicts(v)[s] == "refuted" for s in SWAP_SUBS)
     assert v.verdict == "refuted"
 
 
 def test_layernorm_variants_rule_underpowered_swap_is_inconclusive_never_refuted(tmp_path):
     v = analyse(EXP, records({("rms", "float32"): 0.005}, jitter=0.02), P, tmp_path)
-    assert decisions(v, "swap:RMS-fp32")["swap:RMS-fp32:n2t"] == "undecided"
-    sub = next(s for s in v.sub_verdicts if s.name == SWAP_SUBS[2])
-    assert sub.verdict == "inconclusive" and "detectable" in sub.detail
+    assert decisions(v, "swap-RMS-fp32/")["swap-RMS-fp32/n2t"] == "undecided"
+    s = sub(v, "swap-RMS-fp32")
+    assert s.verdict == "inconclusive" and "detectable" in s.detail
     assert v.verdict == "inconclusive"
 
 
-def test_layernorm_variants_rule_inconclusive_when_a_closed_form_check_fails(tmp_path):
-    v = analyse(EXP, records(formula_err=5e-3), P, tmp_path)
-    assert decisions(v)["formula:LN"] == "undecided"
-    assert subs(v)["Closed forms match the measured outputs"] == "refuted"
-    assert v.verdict == "inconclusive"
+def test_layernorm_variants_rule_a_failing_closed_form_check_stops_the_claim(tmp_path):
+    """A closed form that misses the measured outputs is a bug in the measurement, not evidence."""
+    with pytest.raises(CheckFailed, match="formula"):
+        analyse(EXP, records(formula_err=5e-3), P, tmp_path)
 
 
-def test_layernorm_variants_rule_inconclusive_when_the_swap_reference_misses_the_final_loss(tmp_path):
-    v = analyse(EXP, records(ref_off=1e-7), P, tmp_path)
-    assert decisions(v, "swap-reference:") == {
-        "swap-reference:LN": "undecided",
-        "swap-reference:RMS": "undecided",
-    }
-    assert v.verdict == "inconclusive"
-    assert (
-        decisions(analyse(EXP, records(), P, tmp_path), "swap-reference:")["swap-reference:LN"]
-        == "equivalent"
-    )
+def test_layernorm_variants_rule_a_swap_reference_that_misses_the_final_loss_stops_the_claim(tmp_path):
+    with pytest.raises(CheckFailed, match=r"reference.*reference/LN"):
+        analyse(EXP, records(ref_off=1e-7), P, tmp_path)
+    assert decisions(analyse(EXP, records(), P, tmp_path), "reference/")["reference/LN"] == "equivalent"
 
 
 def test_layernorm_variants_rule_models_that_never_learned_are_excluded_not_counted(tmp_path):
     # every run within 0.10 nats of the unigram loss: a 0.05-nat swap effect must not refute
     v = analyse(EXP, records({("layer", "float32"): 0.05}, base=UNIGRAM - 0.02), P, tmp_path)
-    assert set(decisions(v, "swap:").values()) == {"excluded"}
+    assert set(decisions(v, "swap-").values()) == {"excluded"}
+    assert all(verdicts(v)[s] == "inconclusive" for s in SWAP_SUBS)
     assert v.verdict == "inconclusive"
 
 
 def test_layernorm_variants_rule_a_diverged_run_drops_its_seed_from_the_pair(tmp_path):
     v = analyse(EXP, records(diverged={("layer", "torch", 3)}), P, tmp_path)
-    c = comparison(v, "swap:LN-fp32:t2n-same-eps")
+    c = comparison(v, "swap-LN-fp32/t2n-same-eps")
     assert c.n == 4 and "3" in c.note
-    assert comparison(v, "swap:LN-fp32:n2t").n == 5  # the notes-trained seed 3 is still there
+    assert comparison(v, "swap-LN-fp32/n2t").n == 5  # the notes-trained seed 3 is still there
 
 
 def test_layernorm_variants_rule_retraining_is_context_not_verdict(tmp_path):
     # training with the notes' formula ends 0.2 nats worse, but every swap is within the margin: the verdict stands
     v = analyse(EXP, records(notes_shift=0.2), P, tmp_path)
-    assert decisions(v, "train:") == {"train:LN": "a_better", "train:RMS": "a_better"}
-    assert (
-        subs(v)["Context (not counted): training with the notes' LayerNorm instead of torch's"] == "refuted"
-    )
+    assert decisions(v, "context-") == {"context-LN": "a_better", "context-RMS": "a_better"}  # torch's lower
+    assert verdicts(v)["context-LN"] == "refuted" and not sub(v, "context-LN").counts
     assert v.verdict == "supported"
 
 
 def test_layernorm_variants_rule_activations_below_sigma_star(tmp_path):
     v = analyse(EXP, records(q01=1e-3), P, tmp_path)
-    assert decisions(v)["sigma-star:RMS"] == "undecided"
-    assert subs(v)["Real activations stay above σ*"] == "refuted"
+    assert decisions(v, "activations/") == {"activations/LN": "b_better", "activations/RMS": "b_better"}
+    assert verdicts(v)["activations"] == "refuted"
     assert v.verdict == "supported"  # reported beside the swap, not part of the verdict
+    # one family's inputs dip below σ*, the other's do not (the committed runs: RMSNorm, 2 of 250 probes)
+    recs = records()
+    for r in recs:
+        if r["config"].get("family") == "rms" and r["config"]["part"] == "train":
+            r["metrics"]["probes"] = [
+                {k: {**q, "q01": 1e-3} for k, q in pr.items()} for pr in r["metrics"]["probes"]
+            ]
+    v = analyse(EXP, recs, P, tmp_path)
+    assert decisions(v, "activations/") == {"activations/LN": "equivalent", "activations/RMS": "b_better"}
+    assert verdicts(v)["activations"] == "mixed"
 
 
 def test_layernorm_variants_sigma_star_moves_with_sqrt_eps():
-    mod = sys.modules[type(EXP).__module__]
+    notes_eps = sys.modules[type(EXP).__module__].NOTES_EPS
     for std, orders in (("layer", 0.5), ("rms", 1.5)):
-        same = mod.sigma_star(std, 64, 1e-5)
+        same = view.sigma_star(std, 64, 1e-5)
         # both layers at the notes' eps: σ* ∝ √eps, so 0.5 and 1.5 decades lower (not 3 and 6)
-        assert math.log10(same / mod.sigma_star(std, 64, mod.NOTES_EPS[std])) == pytest.approx(
-            orders, abs=0.05
-        )
+        assert math.log10(same / view.sigma_star(std, 64, notes_eps[std])) == pytest.approx(orders, abs=0.05)
         # the notes' layer at its eps against torch's at 1e-5 inside the root: the larger eps sets σ*
-        assert mod.sigma_star(std, 64, 1e-5, mod.NOTES_EPS[std]) == pytest.approx(same, rel=0.1)
+        assert view.sigma_star(std, 64, 1e-5, notes_eps[std]) == pytest.approx(same, rel=0.1)
 
 
 # ---------------------------------------------------------------- the swap changes the norm formula only
