@@ -192,7 +192,7 @@ def _blocks(
                 "figure",
                 summary_fig,
                 "Summary. Each claim (shaded row, coloured by its verdict) and each of its sub-claims: the deciding "
-                "comparison (arm b − arm a) with its 95% CI, in units of the row's threshold (its declared margin, "
+                "comparison (arm b − arm a) with its CI, in units of the row's threshold (its declared margin, "
                 "else its noise floor, else its CI half-width); grey band: the noise floor of a null pair; ticks: the "
                 "declared margin. The effect in its own units is printed at the right.",
                 summary_fig.replace(".png", ".svg"),
@@ -300,10 +300,10 @@ def comparison_rows(cmps: list[dict]) -> list[list[str]]:
             "Comparison",
             "Metric",
             "b − a",
-            "95% CI",
+            "CI (level)",
             "p",
             "n",
-            "Margin",
+            "Margin or interval",
             "Noise floor",
             "Learned (a, b)",
             "Decision",
@@ -315,7 +315,17 @@ def comparison_rows(cmps: list[dict]) -> list[list[str]]:
             if c.get("learned_a") is not None
             else "—"
         )
-        ci = f"[{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else "—"
+        level = f" ({100 * c.get('level', 0.95):.3g}%)"
+        ci = (
+            f"[{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]{level}"
+            if c.get("ci_low") is not None
+            else "—"
+        )
+        lo, hi = c.get("lo"), c.get("hi")
+        interval = (
+            f"[{_num(lo, 'g') if lo is not None else '−∞'}, {_num(hi, 'g') if hi is not None else '∞'}]"
+        )
+        claimed = interval if lo is not None or hi is not None else _num(c.get("margin"), "g")
         rows.append(
             [
                 f"`{c['id']}`: {c.get('arm_b', 'b')} vs {c.get('arm_a', 'a')}",
@@ -326,7 +336,7 @@ def comparison_rows(cmps: list[dict]) -> list[list[str]]:
                 ci,
                 _num(c.get("p"), ".2g"),
                 str(c.get("n", "—")),
-                _num(c.get("margin"), "g"),
+                claimed,
                 _num(c.get("noise"), ".2g"),
                 learned,
                 f"**{c['decision']}**" + (f" ({c['note']})" if c.get("note") else ""),

@@ -2,7 +2,7 @@
 
 Effects come in many units (nats, log seconds, slopes, bytes), so each row is drawn in units of its own
 threshold: the comparison's declared margin where it has one, else its noise floor (the null pair's
-spread), else its 95% CI half-width. On that scale ±1 is "as large as the threshold"; the effect in its
+spread), else its CI half-width (each CI at the level Holm tested it at). On that scale ±1 is "as large as the threshold"; the effect in its
 own units is printed at the right of the row. Each sub-verdict shows its deciding comparison: the one
 with the smallest (Holm-adjusted) p among those with an interval, else its first numeric one."""
 
@@ -142,7 +142,7 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
     ax.grid(axis="x", alpha=0.3)
     ax.set_xlabel("effect (arm b − arm a) in units of the row's threshold: its declared margin, else its noise floor, else its CI half-width (symmetric log scale)")  # fmt: skip
     ax.set_title(
-        "Every claim and sub-claim: the deciding comparison, 95% CI, noise floor and margin",
+        "Every claim and sub-claim: the deciding comparison, its CI, noise floor and margin",
         fontsize=10,
         pad=24,
     )
