@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tfclaims.analysis import norm_padding as view
 from tfclaims.claims.norm_padding import INV_KEYS, LM_KEYS, NORMS, bn_mlp, build_lm, padded_lm
+from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, arm, bound, cell, check
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
@@ -16,7 +17,7 @@ INVARIANT = 1e-10  # float64 relative change that counts as "unchanged" (roundin
 DEPENDENT = 1e-4  # relative change that counts as a real dependence
 FLUCT_FACTOR = 2.0  # "fluctuates much more": above 2x the control's multiple of i.i.d. sampling noise
 
-LEARNED = view.learned(LEARN_MARGIN)
+LEARNED = rd.learned(LEARN_MARGIN, key="eval_mixed", what="eval-mode validation loss")
 LOSS, GAP, MODE, FLUCT = view.LOSS, view.GAP, view.MODE, view.FLUCT_READOUTS
 PADS_T, PADS_E, NB_T, NB_E, LEAK_T, LEAK_E = view.PROBE_READOUTS
 

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 
 from ..evidence.curves import plot_curves
-from ..evidence.decisions import learned as _learned
 from ..evidence.declare import Better, Declaration, Readout
 from ..evidence.evaluate import evaluate
 from ..evidence.stats import mean_ci
@@ -38,27 +37,6 @@ def readout(when: str, key: str, name: str, unit: str, better: str) -> Readout:
         fmt=fmt,
         fn=fn,
         definition=f"at {WHEN[when]}, scored with plain (unsmoothed) cross-entropy on fixed batches",
-    )
-
-
-def learned(margin: float) -> Readout:
-    """Learned: the early-stopped checkpoint's calibration-split loss is below the unigram level by the margin
-    (the last step of an over-fitted run may sit above it on held-out text, and still have learned)."""
-
-    def fn(m):
-        v = m.get("early", {}).get("cal_nll") if m.get("diverged_at") is None else None
-        return bool(_learned(v, m["unigram_xent"], margin))
-
-    return Readout(
-        "learned",
-        "learned at all",
-        "",
-        "higher",
-        "fisher",
-        fn=fn,
-        definition=f"the run did not diverge and its early-stopped checkpoint's calibration-split loss is at "
-        f"least {margin:g} nats below the unigram level (the last step of an over-fitted run may sit above "
-        "it on held-out text and still have learned)",
     )
 
 

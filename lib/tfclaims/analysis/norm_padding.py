@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..evidence.decisions import learned as _learned
 from ..evidence.declare import Cell, Readout, cell
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
@@ -37,22 +36,6 @@ LOSS = Readout(
     "the window models) batched eval_batch at a time in random order; a diverged run has none",
     fn=lambda m: m.get("eval_mixed") if m.get("diverged_at") is None else None,
 )
-
-
-def learned(margin: float) -> Readout:
-    """The learned-at-all guard on the eval-mode loss (the loss every comparison reads)."""
-    return Readout(
-        "learned",
-        "learned at all",
-        "",
-        "higher",
-        "fisher",
-        f"the run did not diverge and its eval-mode validation loss is at least {margin:g} nats below the "
-        "unigram level (a pair of runs: both did)",
-        fn=lambda m: bool(
-            m.get("diverged_at") is None and _learned(m.get("eval_mixed"), m["unigram_xent"], margin)
-        ),
-    )
 
 
 GAP = Readout(

@@ -8,7 +8,7 @@ measured amount per second against a measured limit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -32,14 +32,16 @@ def final_loss(
 
 
 def learned(
-    margin: float, key: str = "final_val", baseline: str = "unigram_xent", what: str = "final loss"
+    margin: float, key: str | Callable = "final_val", baseline: str = "unigram_xent", what: str = "final loss"
 ) -> Readout:
-    """The learned-at-all guard: no divergence, and the loss `key` (`what`, in the rule's words) at least `margin`
-    below the unigram level (the cross-entropy of predicting token frequencies alone, recorded in every run)."""
+    """The learned-at-all guard: no divergence, and the loss `key` (a metric's name, or a function of the
+    metrics; `what` in the rule's words) at least `margin` below the unigram level (the cross-entropy of
+    predicting token frequencies alone, recorded in every run)."""
+    read = key if callable(key) else (lambda m: m.get(key))
     return Readout(
         "learned", "learned at all", "", "higher", "fisher",
         f"the run did not diverge and its {what} is at least {margin:g} nats below the unigram level",
-        fn=lambda m: bool(_ok(m) and _learned(m.get(key), m[baseline], margin)),
+        fn=lambda m: bool(_ok(m) and _learned(read(m), m[baseline], margin)),
     )  # fmt: skip
 
 
