@@ -22,21 +22,33 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     mc = part(runs, "monte_carlo")[0]["metrics"]["rows"]
     rows = [
         {
-            "d_k": r["dk"], "unit": 0, "var_ratio": r["var_dot"] / r["dk"], "var_scaled": r["var_scaled"],
-            "Var(q·k)": r["var_dot"], "Var(q·k)/d_k": r["var_dot"] / r["dk"], "Var(q·k/sqrt d_k)": r["var_scaled"],
-            "Var(additive)": r["var_additive"], "max p unscaled": r["unscaled"]["max_prob"],
-            "max p scaled": r["scaled"]["max_prob"], "entropy unscaled": r["unscaled"]["entropy"],
-            "entropy scaled": r["scaled"]["entropy"], "|J| unscaled": r["unscaled"]["jacobian_norm"],
+            "d_k": r["dk"],
+            "unit": 0,
+            "var_ratio": r["var_dot"] / r["dk"],
+            "var_scaled": r["var_scaled"],
+            "Var(q·k)": r["var_dot"],
+            "Var(q·k)/d_k": r["var_dot"] / r["dk"],
+            "Var(q·k/sqrt d_k)": r["var_scaled"],
+            "Var(additive)": r["var_additive"],
+            "max p unscaled": r["unscaled"]["max_prob"],
+            "max p scaled": r["scaled"]["max_prob"],
+            "entropy unscaled": r["unscaled"]["entropy"],
+            "entropy scaled": r["scaled"]["entropy"],
+            "|J| unscaled": r["unscaled"]["jacobian_norm"],
             "|J| scaled": r["scaled"]["jacobian_norm"],
         }
         for r in mc
-    ]  # fmt: skip
+    ]
     jac = [
-        {"unit": 0, "log2 d_k": float(np.log2(r["dk"])), "ln|J| unscaled": float(np.log(max(ju, 1e-30))),
-         "ln|J| scaled": float(np.log(max(js, 1e-30)))}
+        {
+            "unit": 0,
+            "log2 d_k": float(np.log2(r["dk"])),
+            "ln|J| unscaled": float(np.log(max(ju, 1e-30))),
+            "ln|J| scaled": float(np.log(max(js, 1e-30))),
+        }
         for r in mc
         for ju, js in zip(r["jac_unscaled"], r["jac_scaled"])
-    ]  # fmt: skip
+    ]
     var_add = [r["var_additive"] for r in mc]
 
     def logit_std(c, m):  # the initial logits' standard deviation: s for scaled q/k of std sqrt(s)
@@ -81,11 +93,18 @@ def write_tables(runs, t: dict, result, p: dict, out) -> None:
         "var_dot": "Var(q·k)",
         "law_prediction": "law d_k·Var(q)·Var(k)",
     }
-    idf = pd.DataFrame([
-        {"init": r["config"]["init"], "d_k": r["config"]["dk"], **{v: r["metrics"][k] for k, v in keys.items()},
-         "max p unscaled": r["metrics"]["unscaled"]["max_prob"], "max p scaled": r["metrics"]["scaled"]["max_prob"]}
-        for r in part(runs, "init")
-    ]).sort_values(["init", "d_k"])  # fmt: skip
+    idf = pd.DataFrame(
+        [
+            {
+                "init": r["config"]["init"],
+                "d_k": r["config"]["dk"],
+                **{v: r["metrics"][k] for k, v in keys.items()},
+                "max p unscaled": r["metrics"]["unscaled"]["max_prob"],
+                "max p scaled": r["metrics"]["scaled"]["max_prob"],
+            }
+            for r in part(runs, "init")
+        ]
+    ).sort_values(["init", "d_k"])
     out.table(
         "as_initialised",
         idf,
@@ -113,7 +132,8 @@ def write_tables(runs, t: dict, result, p: dict, out) -> None:
     out.table(
         "gradients",
         g,
-        "First layer at init and at the end (median over seeds): logit variance, and ‖∂L/∂W_q‖ on a fixed batch",
+        "First layer at init and at the end (median over seeds): logit variance, and ‖∂L/∂W_q‖ on a fixed "
+        "batch",
     )
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 from ..evidence.decisions import role
 from ..evidence.declare import CellRule, Readout
 from ..evidence.plots import effect_heatmap
+from ..evidence.readouts import of_limit
 from ..evidence.stats import mean_ci
 from ..evidence.tables import runs_table, timing_rows
 from ..measure.counting import kv_cache_bytes, lm_forward_flops, model_params
@@ -87,7 +88,7 @@ def observe(runs: list[dict], p: dict, final, learned) -> dict[str, pd.DataFrame
             f = {**here, "kv": x["n_kv_heads"], "backend": x["backend"], "again": False}
             for row in timing_rows(x["times"], **f):
                 per_byte = row["log_time"] - math.log(x["bytes_per_call"])
-                dec.append({**row, "of_copy_bw": x["achieved_bw"] / bw, "log_s_per_byte": per_byte})
+                dec.append({**row, "of_copy_bw": of_limit(x["achieved_bw"], bw), "log_s_per_byte": per_byte})
             ratio = x["kv_cache_bytes"] / x["kv_cache_bytes_closed_form"]
             byt.append({**f, "unit": 0, "cache_bytes": ratio})
         aa = m["aa"]  # the A/A copy: the same callable (and bytes) as its variant, timed under another name
@@ -162,11 +163,11 @@ def decode_table(runs: list[dict], p: dict) -> pd.DataFrame:
                 "byte-predicted": base["bytes_per_call"] / x["bytes_per_call"],
                 "KV cache MB": x["kv_cache_bytes"] / 1e6, "KV MB/step": x["kv_bytes_per_step"] / 1e6,
                 "weights MB/step": x["weight_bytes_per_step"] / 1e6, "GB/s": x["achieved_bw"] / 1e9,
-                "copy GB/s": bw / 1e9, "of copy bw": x["achieved_bw"] / bw,
+                "copy GB/s": bw / 1e9, "of copy bw": of_limit(x["achieved_bw"], bw),
                 "rel IQR": (q75 - q25) / x["median_s"],
                 "FLOPs/call": flops, "GEMM GFLOP/s": (peak or math.nan) / 1e9,
                 "roofline bound": "memory" if t_mem >= t_cmp else "compute",
-                "of roofline": max(t_mem, t_cmp) / x["median_s"],
+                "of roofline": of_limit(max(t_mem, t_cmp), x["median_s"]),
                 "load (1 min)": (m.get("load") or [None])[0], "measured under load": loaded,
             })  # fmt: skip
     order = ["backend", "n_kv_heads", "batch", "context"]

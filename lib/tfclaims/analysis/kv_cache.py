@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..evidence.decisions import noise_bound
 from ..evidence.plots import loglog
+from ..evidence.readouts import achieved
 from ..evidence.stats import loglog_fit
 from ..evidence.tables import timing_rows
 from ..measure.counting import kv_cache_bytes
@@ -173,7 +174,7 @@ def _linear_table(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, di
         {"n": pt["n"], "KV cache (MiB)": pt["kv_bytes"] / 2**20, "median (ms)": 1e3 * pt["median"],
          "fit a + b·n (ms)": 1e3 * (a_fix + b * pt["n"]),
          "predicted a + n·bytes/bandwidth (ms)": 1e3 * (a_fix + b_pred * pt["n"]),
-         "achieved cache read (GB/s)": pt["kv_bytes"] / max(pt["median"] - a_fix, 1e-12) / 1e9,
+         "achieved cache read (GB/s)": achieved(pt["kv_bytes"], max(pt["median"] - a_fix, 1e-12)) / 1e9,
          "q25 (ms)": 1e3 * pt["q25"], "q75 (ms)": 1e3 * pt["q75"]}
         for pt in lpts
     ])  # fmt: skip

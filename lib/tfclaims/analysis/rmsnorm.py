@@ -10,6 +10,7 @@ import torch
 
 from ..evidence.evaluate import comparison_id
 from ..evidence.plots import arm_bands
+from ..evidence.readouts import achieved, of_limit
 from ..evidence.tables import runs_table, timing_rows
 from ..nn.norm_variants import VARIANTS
 from . import part
@@ -69,7 +70,8 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -
         if bw and r.get("bytes"):  # achieved bytes/s over the copy bandwidth, per implementation
             for fam in fams:
                 for norm, k in zip(("LN", "RMS"), families[fam]):
-                    row[f"{LABEL[fam]} {norm} % of copy bandwidth"] = 100 * r["bytes"] / r[k]["median"] / bw
+                    rate = achieved(r["bytes"], r[k]["median"])
+                    row[f"{LABEL[fam]} {norm} % of copy bandwidth"] = 100 * of_limit(rate, bw)
         for fam in fams:
             ratio = ratio_ci(by_cell(result, f"alone-{fam}")[f"d{r['d']}"])
             row[f"LN/RMS {LABEL[fam]}"], row[f"LN/RMS {LABEL[fam]} lo"], row[f"LN/RMS {LABEL[fam]} hi"] = (

@@ -181,7 +181,8 @@ def outside(c: Comparison) -> str | None:
 
 
 def decide(c: Comparison) -> str:
-    """The decision for a comparison's numbers (re-applied after Holm and after the noise floor is attached)."""
+    """The decision for a comparison's numbers (re-applied after Holm and after the noise floor is
+    attached)."""
     if c.decision == "excluded" or c.test == "exact":
         return c.decision
     if c.interval:
@@ -205,7 +206,8 @@ def _finish(c: Comparison) -> Comparison:
 def seed_values(
     runs: Iterable[dict], where: Callable[[dict], bool], value: Callable[[dict], float | None]
 ) -> dict[int, float | None]:
-    """seed -> value(metrics) over the run records whose config satisfies `where`; a seed seen twice is an error."""
+    """seed -> value(metrics) over the run records whose config satisfies `where`; a seed seen twice is an
+    error."""
     out: dict[int, float | None] = {}
     for r in runs:
         if not where(r["config"]):
@@ -228,7 +230,8 @@ def _as_map(x, name: str) -> dict:
 
 
 def learned(loss: float | None, baseline: float, margin: float) -> bool:
-    """The learned-at-all guard: a finite loss at least `margin` below the baseline (e.g. the unigram level)."""
+    """The learned-at-all guard: a finite loss at least `margin` below the baseline (e.g. the unigram
+    level)."""
     return _finite(loss) and loss <= baseline - margin
 
 
@@ -297,7 +300,8 @@ def paired(
     learned_b: Mapping | None = None,
     alpha: float = ALPHA,
 ) -> Comparison:
-    """Paired t-test of b − a over the units both arms share (non-finite values, e.g. diverged runs, drop out and
+    """Paired t-test of b − a over the units both arms share (non-finite values, e.g. diverged runs, drop out
+    and
     are noted); TOST against ±margin, or against a claimed interval [lo, hi] of b − a."""
     a, b = _as_map(a, arm_a), _as_map(b, arm_b)
     units = sorted(s for s in set(a) & set(b) if _finite(a[s]) and _finite(b[s]))
@@ -311,21 +315,49 @@ def paired(
     lo, hi, low, upp = _bounds(margin, interval)
     note = f"seeds {dropped} left out (missing or non-finite)" if dropped else ""
     base = dict(
-        id=id, sub_claim=sub_claim, metric=metric, arm_a=arm_a, arm_b=arm_b, better=better,
-        test="paired t", n=n, paired=True, margin=margin, learned_a=la, learned_b=lb, n_a=na, n_b=nb,
-        alpha=alpha, mean_a=float(xa.mean()) if n else None, mean_b=float(xb.mean()) if n else None,
-        lo=lo, hi=hi,
-    )  # fmt: skip
+        id=id,
+        sub_claim=sub_claim,
+        metric=metric,
+        arm_a=arm_a,
+        arm_b=arm_b,
+        better=better,
+        test="paired t",
+        n=n,
+        paired=True,
+        margin=margin,
+        learned_a=la,
+        learned_b=lb,
+        n_a=na,
+        n_b=nb,
+        alpha=alpha,
+        mean_a=float(xa.mean()) if n else None,
+        mean_b=float(xb.mean()) if n else None,
+        lo=lo,
+        hi=hi,
+    )
     if la == 0 and lb == 0:
         return Comparison(
-            **base, diff=float(d.mean()) if n else None, ci_low=None, ci_high=None, p=None, p_raw=None,
-            note="neither arm learned in any seed", decision="excluded",
-        )  # fmt: skip
+            **base,
+            diff=float(d.mean()) if n else None,
+            ci_low=None,
+            ci_high=None,
+            p=None,
+            p_raw=None,
+            note="neither arm learned in any seed",
+            decision="excluded",
+        )
     if n < 2:
         return _finish(
-            Comparison(**base, diff=float(d.mean()) if n else None, ci_low=None, ci_high=None, p=None,
-                       p_raw=None, note=(note + "; " if note else "") + "fewer than 2 paired seeds")
-        )  # fmt: skip
+            Comparison(
+                **base,
+                diff=float(d.mean()) if n else None,
+                ci_low=None,
+                ci_high=None,
+                p=None,
+                p_raw=None,
+                note=(note + "; " if note else "") + "fewer than 2 paired seeds",
+            )
+        )
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     se, dof = sd / math.sqrt(n), float(n - 1)
     if sd == 0:  # every unit gave the same difference: the t statistic is undefined, the answer is not
@@ -339,9 +371,21 @@ def paired(
         lo_ci, hi_ci = float(ci.low), float(ci.high)
         p_eq = None if low is None else _tost(d, low, upp)
     return _finish(
-        Comparison(**base, diff=mean, ci_low=lo_ci, ci_high=hi_ci, p=p, p_raw=p, p_equiv=p_eq,
-                   p_equiv_raw=p_eq, mde=_mde(sd, n, alpha, True), note=note, se=se, dof=dof)
-    )  # fmt: skip
+        Comparison(
+            **base,
+            diff=mean,
+            ci_low=lo_ci,
+            ci_high=hi_ci,
+            p=p,
+            p_raw=p,
+            p_equiv=p_eq,
+            p_equiv_raw=p_eq,
+            mde=_mde(sd, n, alpha, True),
+            note=note,
+            se=se,
+            dof=dof,
+        )
+    )
 
 
 def trend(
@@ -355,10 +399,13 @@ def trend(
     interval: tuple[float | None, float | None] | None = None,
     alpha: float = ALPHA,
 ) -> Comparison:
-    """A pre-declared trend test: the least-squares slope of y on x. `points` maps a unit to its (x, y) points.
-    Several units (seeds, each measured at every level): one slope per unit and a one-sample t-test of the slopes
+    """A pre-declared trend test: the least-squares slope of y on x. `points` maps a unit to its (x, y)
+    points.
+    Several units (seeds, each measured at every level): one slope per unit and a one-sample t-test of the
+    slopes
     (the paired design's trend test). One unit (independent samples, e.g. Monte Carlo draws): ordinary least
-    squares over its points (scipy.stats.linregress). `diff` is the slope; 'b_better' means a significant slope
+    squares over its points (scipy.stats.linregress). `diff` is the slope; 'b_better' means a significant
+    slope
     in the direction `better` names ('higher': increasing), 'a_better' one against it; with a claimed interval
     [lo, hi] for the slope, 'inside' / 'outside'."""
     units = {
@@ -367,12 +414,31 @@ def trend(
     units = {u: pts for u, pts in units.items() if len({x for x, _ in pts}) >= 2}
     lo, hi, low, upp = _bounds(None, interval)
     base = dict(
-        id=id, sub_claim=sub_claim, metric=metric, arm_a=f"slope in {x_name}", arm_b="", better=better,
-        paired=len(units) > 1, mean_a=None, mean_b=None, alpha=alpha, lo=lo, hi=hi,
-    )  # fmt: skip
+        id=id,
+        sub_claim=sub_claim,
+        metric=metric,
+        arm_a=f"slope in {x_name}",
+        arm_b="",
+        better=better,
+        paired=len(units) > 1,
+        mean_a=None,
+        mean_b=None,
+        alpha=alpha,
+        lo=lo,
+        hi=hi,
+    )
     if not units:
-        return Comparison(**base, test="trend", n=0, diff=None, ci_low=None, ci_high=None, p=None, p_raw=None,
-                          note="no unit with two levels")  # fmt: skip
+        return Comparison(
+            **base,
+            test="trend",
+            n=0,
+            diff=None,
+            ci_low=None,
+            ci_high=None,
+            p=None,
+            p_raw=None,
+            note="no unit with two levels",
+        )
     p_eq = None
     if len(units) == 1:
         (pts,) = units.values()
@@ -401,10 +467,22 @@ def trend(
             p_eq = None if low is None else _tost(slopes, low, upp)
         test = "per-unit slopes, one-sample t"
     return _finish(
-        Comparison(**base, test=test, n=n, diff=slope, ci_low=lo_ci, ci_high=hi_ci, p=p, p_raw=p,
-                   p_equiv=p_eq, p_equiv_raw=p_eq, se=se, dof=dof,
-                   note=f"{n} {'points' if len(units) == 1 else 'units'}")
-    )  # fmt: skip
+        Comparison(
+            **base,
+            test=test,
+            n=n,
+            diff=slope,
+            ci_low=lo_ci,
+            ci_high=hi_ci,
+            p=p,
+            p_raw=p,
+            p_equiv=p_eq,
+            p_equiv_raw=p_eq,
+            se=se,
+            dof=dof,
+            note=f"{n} {'points' if len(units) == 1 else 'units'}",
+        )
+    )
 
 
 def unpaired(
@@ -433,19 +511,50 @@ def unpaired(
     lb, nb = _counts(learned_b)
     lo, hi, low, upp = _bounds(margin, interval)
     base = dict(
-        id=id, sub_claim=sub_claim, metric=metric, arm_a=arm_a, arm_b=arm_b, better=better,
-        test="Welch t", n=int(min(xa.size, xb.size)), paired=False, margin=margin, learned_a=la,
-        learned_b=lb, n_a=na if na is not None else int(xa.size), n_b=nb if nb is not None else int(xb.size),
-        alpha=alpha, mean_a=float(xa.mean()) if xa.size else None, mean_b=float(xb.mean()) if xb.size else None,
-        lo=lo, hi=hi,
-    )  # fmt: skip
+        id=id,
+        sub_claim=sub_claim,
+        metric=metric,
+        arm_a=arm_a,
+        arm_b=arm_b,
+        better=better,
+        test="Welch t",
+        n=int(min(xa.size, xb.size)),
+        paired=False,
+        margin=margin,
+        learned_a=la,
+        learned_b=lb,
+        n_a=na if na is not None else int(xa.size),
+        n_b=nb if nb is not None else int(xb.size),
+        alpha=alpha,
+        mean_a=float(xa.mean()) if xa.size else None,
+        mean_b=float(xb.mean()) if xb.size else None,
+        lo=lo,
+        hi=hi,
+    )
     diff = float(xb.mean() - xa.mean()) if xa.size and xb.size else None
     if la == 0 and lb == 0:
-        return Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=None, p_raw=None,
-                          note="neither arm learned in any seed", decision="excluded")  # fmt: skip
+        return Comparison(
+            **base,
+            diff=diff,
+            ci_low=None,
+            ci_high=None,
+            p=None,
+            p_raw=None,
+            note="neither arm learned in any seed",
+            decision="excluded",
+        )
     if xa.size < 2 or xb.size < 2:
-        return _finish(Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=None, p_raw=None,
-                                  note="fewer than 2 values in an arm"))  # fmt: skip
+        return _finish(
+            Comparison(
+                **base,
+                diff=diff,
+                ci_low=None,
+                ci_high=None,
+                p=None,
+                p_raw=None,
+                note="fewer than 2 values in an arm",
+            )
+        )
     sa, sb = float(xa.std(ddof=1)), float(xb.std(ddof=1))
     se = dof = None
     if sa == 0 and sb == 0:
@@ -467,9 +576,20 @@ def unpaired(
             p_eq = float(ttost_ind(xb, xa, low, upp, usevar="unequal")[0])
     pooled = math.sqrt((sa**2 + sb**2) / 2)
     return _finish(
-        Comparison(**base, diff=diff, ci_low=lo_ci, ci_high=hi_ci, p=p, p_raw=p, p_equiv=p_eq, p_equiv_raw=p_eq,
-                   mde=_mde(pooled, int(xa.size), alpha, False, int(xb.size)), se=se, dof=dof)
-    )  # fmt: skip
+        Comparison(
+            **base,
+            diff=diff,
+            ci_low=lo_ci,
+            ci_high=hi_ci,
+            p=p,
+            p_raw=p,
+            p_equiv=p_eq,
+            p_equiv_raw=p_eq,
+            mde=_mde(pooled, int(xa.size), alpha, False, int(xb.size)),
+            se=se,
+            dof=dof,
+        )
+    )
 
 
 def _newcombe(kb: int, nb: int, ka: int, na: int, alpha: float) -> tuple[float, float]:
@@ -491,19 +611,34 @@ def binary(
     arm_b: str = "b",
     alpha: float = ALPHA,
 ) -> Comparison:
-    """Success rates of two arms (e.g. learned / did not learn): Fisher's exact test, Newcombe's CI of rate_b −
+    """Success rates of two arms (e.g. learned / did not learn): Fisher's exact test, Newcombe's CI of rate_b
+    −
     rate_a. a, b: seed -> bool (or a list of bools)."""
     fa = list(_as_map(a, arm_a).values()) if isinstance(a, Mapping) else list(a)
     fb = list(_as_map(b, arm_b).values()) if isinstance(b, Mapping) else list(b)
     ka, kb, na, nb = sum(map(bool, fa)), sum(map(bool, fb)), len(fa), len(fb)
     base = dict(
-        id=id, sub_claim=sub_claim, metric=metric, arm_a=arm_a, arm_b=arm_b, better=better,
-        test="Fisher exact", n=min(na, nb), paired=False, n_a=na, n_b=nb, alpha=alpha,
-        mean_a=ka / na if na else None, mean_b=kb / nb if nb else None,
-    )  # fmt: skip
+        id=id,
+        sub_claim=sub_claim,
+        metric=metric,
+        arm_a=arm_a,
+        arm_b=arm_b,
+        better=better,
+        test="Fisher exact",
+        n=min(na, nb),
+        paired=False,
+        n_a=na,
+        n_b=nb,
+        alpha=alpha,
+        mean_a=ka / na if na else None,
+        mean_b=kb / nb if nb else None,
+    )
     if not na or not nb:
-        return _finish(Comparison(**base, diff=None, ci_low=None, ci_high=None, p=None, p_raw=None,
-                                  note="an arm has no runs"))  # fmt: skip
+        return _finish(
+            Comparison(
+                **base, diff=None, ci_low=None, ci_high=None, p=None, p_raw=None, note="an arm has no runs"
+            )
+        )
     p = float(stats.fisher_exact([[kb, nb - kb], [ka, na - ka]]).pvalue)
     lo, hi = _newcombe(kb, nb, ka, na, alpha)
     return _finish(Comparison(**base, diff=kb / nb - ka / na, ci_low=lo, ci_high=hi, p=p, p_raw=p))
@@ -543,15 +678,35 @@ def time_to_event(
     ra = np.array([horizon if t is None else t for t in ta], float)
     rb = np.array([horizon if t is None else t for t in tb], float)
     base = dict(
-        id=id, sub_claim=sub_claim, metric=metric, arm_a=arm_a, arm_b=arm_b, better="lower",
-        test="log-rank", n=min(len(ta), len(tb)), paired=False, learned_a=sum(ea), learned_b=sum(eb),
-        n_a=len(ta), n_b=len(tb), alpha=alpha, mean_a=float(ra.mean()) if ra.size else None,
+        id=id,
+        sub_claim=sub_claim,
+        metric=metric,
+        arm_a=arm_a,
+        arm_b=arm_b,
+        better="lower",
+        test="log-rank",
+        n=min(len(ta), len(tb)),
+        paired=False,
+        learned_a=sum(ea),
+        learned_b=sum(eb),
+        n_a=len(ta),
+        n_b=len(tb),
+        alpha=alpha,
+        mean_a=float(ra.mean()) if ra.size else None,
         mean_b=float(rb.mean()) if rb.size else None,
-    )  # fmt: skip
+    )
     diff = float(rb.mean() - ra.mean()) if ra.size and rb.size else None
     if not any(ea) and not any(eb):
-        return Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=None, p_raw=None,
-                          note="no run of either arm reached the event", decision="excluded")  # fmt: skip
+        return Comparison(
+            **base,
+            diff=diff,
+            ci_low=None,
+            ci_high=None,
+            p=None,
+            p_raw=None,
+            note="no run of either arm reached the event",
+            decision="excluded",
+        )
     if not ta or not tb:
         return _finish(Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=None, p_raw=None))
     time = np.concatenate([ra, rb])
@@ -588,13 +743,28 @@ def exact_check(
     else:
         decision = "b_better" if above else "a_better"
     return Comparison(
-        id=id, sub_claim=sub_claim, metric=metric, arm_a="declared bounds", arm_b="observed", better="higher",
-        test="exact", n=1, paired=False, mean_a=_clean(expected), mean_b=_clean(observed),
+        id=id,
+        sub_claim=sub_claim,
+        metric=metric,
+        arm_a="declared bounds",
+        arm_b="observed",
+        better="higher",
+        test="exact",
+        n=1,
+        paired=False,
+        mean_a=_clean(expected),
+        mean_b=_clean(observed),
         diff=_clean(observed - expected) if _finite(observed) and _finite(expected) else None,
-        ci_low=None, ci_high=None, p=None, p_raw=None, margin=None, lo=lo, hi=hi,
+        ci_low=None,
+        ci_high=None,
+        p=None,
+        p_raw=None,
+        margin=None,
+        lo=lo,
+        hi=hi,
         note=note if ok else ("outside the declared bounds" + (f": {note}" if note else "")),
         decision=decision,
-    )  # fmt: skip
+    )
 
 
 # ------------------------------------------------------------------ families and the noise floor
@@ -675,8 +845,17 @@ def noise_floor(
     base_m, off_m = _as_map(base, arm), _as_map(offset, arm + " (again)")
     shifted = {s - seed_offset: v for s, v in off_m.items()}
     again = arm_b or (f"{arm} (seeds + {seed_offset})" if seed_offset else f"{arm} (again)")
-    return paired(id, base_m, shifted, metric=metric, better=better, sub_claim=sub_claim, arm_a=arm,
-                  arm_b=again, margin=margin)  # fmt: skip
+    return paired(
+        id,
+        base_m,
+        shifted,
+        metric=metric,
+        better=better,
+        sub_claim=sub_claim,
+        arm_a=arm,
+        arm_b=again,
+        margin=margin,
+    )
 
 
 def noise_bound(floor: Comparison) -> float | None:
@@ -687,7 +866,8 @@ def noise_bound(floor: Comparison) -> float | None:
 
 
 def with_noise(comparisons: list[Comparison], floors: list[Comparison]) -> list[Comparison]:
-    """Attach to each comparison the noise floor of its metric (matched by metric name) and re-decide: an effect
+    """Attach to each comparison the noise floor of its metric (matched by metric name) and re-decide: an
+    effect
     inside its noise floor is at most undecided."""
     by_metric = {f.metric: noise_bound(f) for f in floors}
     return [_finish(replace(c, noise=by_metric.get(c.metric, c.noise))) for c in comparisons]

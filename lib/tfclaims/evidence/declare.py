@@ -55,7 +55,8 @@ class Readout:
 
 @dataclass(frozen=True)
 class Arm:
-    """Rows of an observation table: those whose fields equal `where` (which overrides the cell's fields of the
+    """Rows of an observation table: those whose fields equal `where` (which overrides the cell's fields of
+    the
     same name); or a declared constant (`const`) set against every unit of the other arm."""
 
     label: str
@@ -77,7 +78,8 @@ def const(label: str, value: float) -> Arm:
 
 @dataclass(frozen=True)
 class Cell:
-    """Where a comparison is made: a label (used in comparison ids, so short and without spaces) and the fields
+    """Where a comparison is made: a label (used in comparison ids, so short and without spaces) and the
+    fields
     every row of it shares."""
 
     label: str
@@ -96,7 +98,8 @@ def cell(label: str, **where) -> Cell:
 
 
 def cells(label: str, **levels: Iterable) -> tuple[Cell, ...]:
-    """Every combination of the levels, labelled by formatting `label` with them: cells("dk{dk}", dk=[16, 64])."""
+    """Every combination of the levels, labelled by formatting `label` with them: cells("dk{dk}", dk=[16,
+    64])."""
     keys = list(levels)
     return tuple(
         Cell(label.format(**dict(zip(keys, vs))), tuple(zip(keys, vs)))
@@ -183,7 +186,8 @@ def equal(value: float) -> Bound:
 
 @dataclass(frozen=True)
 class CellRule:
-    """A rule, declared in advance, that sorts cells by what their arms' rows show (e.g. 'some seed learned and
+    """A rule, declared in advance, that sorts cells by what their arms' rows show (e.g. 'some seed learned
+    and
     some did not'): `fn(rows_a, rows_b) -> bool` (pandas frames)."""
 
     text: str
@@ -250,7 +254,8 @@ def check(id: str, statement: str, readouts, expect: Bound, *, table: str, **kw)
 
 @dataclass(frozen=True)
 class NullPair:
-    """The noise floor: arm a against its own rerun b (seeds offset by `seed_offset`) or against a copy of itself
+    """The noise floor: arm a against its own rerun b (seeds offset by `seed_offset`) or against a copy of
+    itself
     timed under another name (offset 0), per cell; what chance alone gives at this scale."""
 
     id: str

@@ -2,7 +2,8 @@
 floor as a decision input, the learned-at-all guard, sub-verdicts through the ladder, the overall verdict.
 
 The overall verdict comes from the counted `effect` sub-claims (`decisions.combine`); `check` sub-claims are
-identities the harness relies on, and a failing one stops the claim (`CheckFailed`): it is a bug, not evidence.
+identities the harness relies on, and a failing one stops the claim (`CheckFailed`): it is a bug, not
+evidence.
 """
 
 from __future__ import annotations
@@ -125,17 +126,28 @@ def _floors(null: NullPair, tables) -> list[tuple[dict, str, ev.Comparison]]:
         for r in null.readouts:
             a = unit_values(_rows(df, cell, null.a), r.column)
             b = unit_values(_rows(df, cell, null.b), r.column)
-            parts = [null.id] + ([cell.label] if len(null.cells) > 1 else []) + ([r.column] if len(null.readouts) > 1 else [])  # fmt: skip
+            parts = (
+                [null.id]
+                + ([cell.label] if len(null.cells) > 1 else [])
+                + ([r.column] if len(null.readouts) > 1 else [])
+            )
             c = ev.noise_floor(
-                "/".join(parts), a, b, seed_offset=null.seed_offset, metric=r.label, better=r.better,
-                arm=null.a.label, arm_b=null.b.label,
-            )  # fmt: skip
+                "/".join(parts),
+                a,
+                b,
+                seed_offset=null.seed_offset,
+                metric=r.label,
+                better=r.better,
+                arm=null.a.label,
+                arm_b=null.b.label,
+            )
             out.append((cell.fields, r.column, c))
     return out
 
 
 def _noise_for(floors, sc: SubClaim, cell: Cell, readout: Readout) -> float | None:
-    """The floor of the sub-claim's null pair on this readout: the null pair's cell whose fields the comparison
+    """The floor of the sub-claim's null pair on this readout: the null pair's cell whose fields the
+    comparison
     shares (its cell and arm a); a null pair declared without cells floors every comparison."""
     if sc.noise is None:
         return None
@@ -161,14 +173,40 @@ def _compare(sc: SubClaim, df, cell: Cell, r: Readout, noise: float | None) -> e
     names = dict(sub_claim=sc.id, arm_a=sc.a.label if sc.a is not None else "0", arm_b=sc.b.label)
     interval = (sc.claim.lo, sc.claim.hi) if isinstance(sc.claim, Within) else None
     if r.test == "paired":
-        c = ev.paired(cid, a, b, metric=r.label, better=r.better, margin=sc.margin, interval=interval,
-                      learned_a=ga, learned_b=gb, **names)  # fmt: skip
+        c = ev.paired(
+            cid,
+            a,
+            b,
+            metric=r.label,
+            better=r.better,
+            margin=sc.margin,
+            interval=interval,
+            learned_a=ga,
+            learned_b=gb,
+            **names,
+        )
     elif r.test == "welch":
-        c = ev.unpaired(cid, a, b, metric=r.label, better=r.better, margin=sc.margin, interval=interval,
-                        learned_a=ga, learned_b=gb, **names)  # fmt: skip
+        c = ev.unpaired(
+            cid,
+            a,
+            b,
+            metric=r.label,
+            better=r.better,
+            margin=sc.margin,
+            interval=interval,
+            learned_a=ga,
+            learned_b=gb,
+            **names,
+        )
     elif r.test == "fisher":
-        c = ev.binary(cid, {u: bool(v) for u, v in a.items()}, {u: bool(v) for u, v in b.items()},
-                      metric=r.label, better=r.better, **names)  # fmt: skip
+        c = ev.binary(
+            cid,
+            {u: bool(v) for u, v in a.items()},
+            {u: bool(v) for u, v in b.items()},
+            metric=r.label,
+            better=r.better,
+            **names,
+        )
     else:
         c = ev.time_to_event(cid, a, b, horizon=r.horizon, metric=r.label, **names)
     if ga is not None and gb is not None:
@@ -205,8 +243,15 @@ def _trend(sc: SubClaim, df, cells: list[Cell], r: Readout) -> ev.Comparison:
     better = {"up": "higher", "down": "lower"}.get(t.direction, r.better)
     interval = None if t.direction else (t.lo, t.hi)
     what = r.label if sc.a is None else f"{sc.b.label} − {sc.a.label}, {r.label}"
-    return ev.trend(comparison_id(sc, None, r), points, metric=f"{what} per unit of {t.x}", x_name=t.x, better=better,
-                    sub_claim=sc.id, interval=interval)  # fmt: skip
+    return ev.trend(
+        comparison_id(sc, None, r),
+        points,
+        metric=f"{what} per unit of {t.x}",
+        x_name=t.x,
+        better=better,
+        sub_claim=sc.id,
+        interval=interval,
+    )
 
 
 def _exact(sc: SubClaim, df, cell: Cell, r: Readout) -> ev.Comparison:
@@ -220,14 +265,33 @@ def _exact(sc: SubClaim, df, cell: Cell, r: Readout) -> ev.Comparison:
         return max(0.0, (lo - v) if lo is not None else 0.0, (v - hi) if hi is not None else 0.0)
 
     if not vals:
-        return ev.exact_check(comparison_id(sc, cell, r), False, sub_claim=sc.id, metric=r.label, observed=None,
-                              expected=None, note="no row", lo=lo, hi=hi)  # fmt: skip
+        return ev.exact_check(
+            comparison_id(sc, cell, r),
+            False,
+            sub_claim=sc.id,
+            metric=r.label,
+            observed=None,
+            expected=None,
+            note="no row",
+            lo=lo,
+            hi=hi,
+        )
     worst = max(vals, key=miss) if any(miss(v) > 0 for v in vals) else vals[-1]
     expected = lo if hi is None else hi if lo is None else (lo + hi) / 2
     span = "" if len(vals) == 1 else f"{len(vals)} rows, "
-    note = f"{span}declared [{'−∞' if lo is None else format(lo, '.4g')}, {'∞' if hi is None else format(hi, '.4g')}]"
-    return ev.exact_check(comparison_id(sc, cell, r), all(miss(v) == 0 for v in vals), sub_claim=sc.id, metric=r.label,
-                          observed=worst, expected=expected, note=note, lo=lo, hi=hi)  # fmt: skip
+    low, high = "−∞" if lo is None else format(lo, ".4g"), "∞" if hi is None else format(hi, ".4g")
+    note = f"{span}declared [{low}, {high}]"
+    return ev.exact_check(
+        comparison_id(sc, cell, r),
+        all(miss(v) == 0 for v in vals),
+        sub_claim=sc.id,
+        metric=r.label,
+        observed=worst,
+        expected=expected,
+        note=note,
+        lo=lo,
+        hi=hi,
+    )
 
 
 def _sort_cells(sc: SubClaim, df) -> tuple[list[Cell], list[Cell], list[Cell]]:
@@ -282,9 +346,14 @@ def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped) -> str:
 
     parts = [lad.detail + (". " + "; ".join(map(txt, counted)) if counted else "")]
     if reported:
-        parts.append(f"Reported, not counted (cells where {sc.count_if.text} does not hold): " + "; ".join(map(txt, reported)))  # fmt: skip
+        parts.append(
+            f"Reported, not counted (cells where {sc.count_if.text} does not hold): "
+            + "; ".join(map(txt, reported))
+        )
     if dropped:
-        parts.append(f"Left out (cells where {sc.keep_if.text} does not hold): " + ", ".join(c.label for c in dropped))  # fmt: skip
+        parts.append(
+            f"Left out (cells where {sc.keep_if.text} does not hold): " + ", ".join(c.label for c in dropped)
+        )
     return ". ".join(parts)
 
 
@@ -324,12 +393,24 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
         if (
             sc.kind == "check" and lad.refuting
         ):  # a value outside its bounds; no value at all is not a failure
-            failed.append(f"{sc.id} ({sc.statement}): " + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.id in lad.refuting))  # fmt: skip
+            failed.append(
+                f"{sc.id} ({sc.statement}): "
+                + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.id in lad.refuting)
+            )
         done[sc.id] = (sc, counted)
         comps += counted + reported
-        subs.append(SubResult(sc.id, sc.statement, sc.kind, sc.counts and sc.kind == "effect", lad.verdict,
-                              _detail(sc, lad, counted, reported, raw[sc.id][2]), [c.id for c in counted],
-                              [c.id for c in reported]))  # fmt: skip
+        subs.append(
+            SubResult(
+                sc.id,
+                sc.statement,
+                sc.kind,
+                sc.counts and sc.kind == "effect",
+                lad.verdict,
+                _detail(sc, lad, counted, reported, raw[sc.id][2]),
+                [c.id for c in counted],
+                [c.id for c in reported],
+            )
+        )
     if failed:
         raise CheckFailed("check failed (a bug in the harness, not evidence): " + " | ".join(failed))
     effects = [s.verdict for s in subs if s.kind == "effect" and s.counts]

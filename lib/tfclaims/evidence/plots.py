@@ -35,7 +35,8 @@ def arm_bands(ax, records: list[dict], table, sc: SubClaim, *, key: str = "val_l
 def effect_heatmap(
     ax, result: Evaluation, sc: SubClaim, row: str, col: str, *, fmt: str = "+.2f", unit: str = ""
 ):
-    """The sub-claim's effect (b − a) in each cell, laid out by two of the cells' fields; each cell is labelled
+    """The sub-claim's effect (b − a) in each cell, laid out by two of the cells' fields; each cell is
+    labelled
     with its effect and decision ('·' where excluded or absent). Returns the image for a colour bar."""
     by_cell = {cell: result.get(comparison_id(sc, cell, sc.readouts[0])) for cell in sc.cells}
     by_cell = {cell: c for cell, c in by_cell.items() if c is not None}
@@ -46,8 +47,14 @@ def effect_heatmap(
         i, j = rows.index(cell.fields[row]), cols.index(cell.fields[col])
         if c.diff is not None and not c.excluded:
             grid[i, j] = c.diff
-        ax.text(j, i, "·" if c.excluded or c.diff is None else f"{c.diff:{fmt}}\n{c.decision}",
-                ha="center", va="center", fontsize=7)  # fmt: skip
+        ax.text(
+            j,
+            i,
+            "·" if c.excluded or c.diff is None else f"{c.diff:{fmt}}\n{c.decision}",
+            ha="center",
+            va="center",
+            fontsize=7,
+        )
     lim = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
     im = ax.imshow(
         np.ma.masked_invalid(grid), cmap="coolwarm", vmin=-lim, vmax=lim, aspect="auto", origin="lower"
@@ -67,7 +74,13 @@ def loglog(ax, x, y, *, label: str, fit_from: float | None = None, **kw) -> LogL
     fit = loglog_fit(x[keep], y[keep])
     (line,) = ax.plot(x, y, "o", ms=3.5, **kw)
     xs = np.geomspace(x[keep].min(), x[keep].max(), 50)
-    ax.plot(xs, np.exp(fit.intercept) * xs**fit.slope, "-", lw=1, color=line.get_color(),
-            label=f"{label}: exponent {fit.slope:.2f} [{fit.slope_lo:.2f}, {fit.slope_hi:.2f}]")  # fmt: skip
+    ax.plot(
+        xs,
+        np.exp(fit.intercept) * xs**fit.slope,
+        "-",
+        lw=1,
+        color=line.get_color(),
+        label=f"{label}: exponent {fit.slope:.2f} [{fit.slope_lo:.2f}, {fit.slope_hi:.2f}]",
+    )
     ax.set(xscale="log", yscale="log")
     return fit

@@ -26,9 +26,14 @@ def final_loss(
 ) -> Readout:
     """The loss at the last evaluation; a run that diverged has none (it drops out of paired tests)."""
     return Readout(
-        key, label, unit, "lower", "paired", "the held-out loss at the last step (a diverged run has none)",
+        key,
+        label,
+        unit,
+        "lower",
+        "paired",
+        "the held-out loss at the last step (a diverged run has none)",
         fn=lambda m: m.get(key) if _ok(m) else None,
-    )  # fmt: skip
+    )
 
 
 def learned(
@@ -39,10 +44,14 @@ def learned(
     predicting token frequencies alone, recorded in every run)."""
     read = key if callable(key) else (lambda m: m.get(key))
     return Readout(
-        "learned", "learned at all", "", "higher", "fisher",
+        "learned",
+        "learned at all",
+        "",
+        "higher",
+        "fisher",
         f"the run did not diverge and its {what} is at least {margin:g} nats below the unigram level",
         fn=lambda m: bool(_ok(m) and _learned(read(m), m[baseline], margin)),
-    )  # fmt: skip
+    )
 
 
 def escape_step(margin: float, window: int, horizon: int, baseline: str = "unigram_xent") -> Readout:
@@ -54,14 +63,21 @@ def escape_step(margin: float, window: int, horizon: int, baseline: str = "unigr
         return _escape(range(len(tl)), tl, m[baseline] - margin, window)
 
     return Readout(
-        "escape", "escape step", "steps", "lower", "logrank",
-        f"the first step whose trailing {window}-step mean training loss is {margin:g} nats below the unigram level",
-        horizon=horizon, fn=fn,
-    )  # fmt: skip
+        "escape",
+        "escape step",
+        "steps",
+        "lower",
+        "logrank",
+        f"the first step whose trailing {window}-step mean training loss is {margin:g} nats below the "
+        f"unigram level",
+        horizon=horizon,
+        fn=fn,
+    )
 
 
 def steps_to_target(target: float, horizon: int, key: str = "val_loss", steps: str = "eval_steps") -> Readout:
-    """The first evaluation step at which the held-out loss is at or below `target` (None: never, censored)."""
+    """The first evaluation step at which the held-out loss is at or below `target` (None: never,
+    censored)."""
 
     def fn(m):
         for s, v in zip(m.get(steps, []), m.get(key, [])):
@@ -70,17 +86,27 @@ def steps_to_target(target: float, horizon: int, key: str = "val_loss", steps: s
         return None
 
     return Readout(
-        "steps_to_target", "steps to the target loss", "steps", "lower", "logrank",
-        f"the first evaluation step whose validation loss is at or below {target:g}", horizon=horizon, fn=fn,
-    )  # fmt: skip
+        "steps_to_target",
+        "steps to the target loss",
+        "steps",
+        "lower",
+        "logrank",
+        f"the first evaluation step whose validation loss is at or below {target:g}",
+        horizon=horizon,
+        fn=fn,
+    )
 
 
 def log_time(label: str = "log time per call") -> Readout:
     """Natural log of seconds per call in one timing round (paired over rounds: b − a is a log-ratio)."""
     return Readout(
-        "log_time", label, "log s", "lower", "paired",
+        "log_time",
+        label,
+        "log s",
+        "lower",
+        "paired",
         "the natural log of the seconds per call in one interleaved timing round; b − a is log(t_b / t_a)",
-    )  # fmt: skip
+    )
 
 
 # ------------------------------------------------------------------ sweeps and rates

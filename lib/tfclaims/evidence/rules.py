@@ -12,13 +12,13 @@ TESTS = {
     "logrank": "log-rank test, censored at step {horizon:g}",
 }
 CONVENTIONS = (
-    "Every comparison is arm b − arm a. A difference is significant at p ≤ {alpha:g} after Holm's correction, "
-    "which runs within each family (a sub-claim's comparisons unless a family is named); each interval is drawn "
-    "at the level Holm tested its comparison at, so it excludes 0 exactly when the difference is significant. "
-    "A claimed interval is shown inside when the interval at twice that level (two one-sided tests) lies in it, "
-    "and shown outside when it lies wholly beyond it. An effect no larger than its null pair's largest |95% CI "
-    "bound| (the noise floor) is undecided: neither significant nor shown outside a claimed interval, however "
-    "small its p."
+    "Every comparison is arm b − arm a. A difference is significant at p ≤ {alpha:g} after Holm's "
+    "correction, which runs within each family (a sub-claim's comparisons unless a family is named); each "
+    "interval is drawn at the level Holm tested its comparison at, so it excludes 0 exactly when the "
+    "difference is significant. A claimed interval is shown inside when the interval at twice that level "
+    "(two one-sided tests) lies in it, and shown outside when it lies wholly beyond it. An effect no larger "
+    "than its null pair's largest |95% CI bound| (the noise floor) is undecided: neither significant nor "
+    "shown outside a claimed interval, however small its p."
 )
 COMBINE = (
     "all supported → supported; all refuted → refuted; supported beside refuted, or any mixed → mixed; "
@@ -135,13 +135,14 @@ def _where(sc: SubClaim) -> str:
     w = sc.where
     if isinstance(w, float):
         return (
-            f"supported if {holds} in at least {w:.0%} of the comparisons; mixed if it holds in some and fails in "
-            f"others; refuted if it holds in none and fails in at least {w:.0%}; otherwise inconclusive"
+            f"supported if {holds} in at least {w:.0%} of the comparisons; mixed if it holds in some and "
+            f"fails in others; refuted if it holds in none and fails in at least {w:.0%}; otherwise "
+            f"inconclusive"
         )
     first = "in some comparison" if w == "any" else "in every comparison that is not excluded"
     return (
-        f"supported if {holds} {first} and {fails} in none; refuted if {fails} in some and none supports; mixed "
-        "if both; otherwise inconclusive"
+        f"supported if {holds} {first} and {fails} in none; refuted if {fails} in some and none supports; "
+        f"mixed if both; otherwise inconclusive"
     )
 
 
@@ -175,8 +176,8 @@ def render_sub(sc: SubClaim) -> str:
     out.append(f"Claimed: {_claimed(sc)}.")
     if sc.guard is not None:
         out.append(
-            f"A run learned at all if {sc.guard.definition or sc.guard.label}; a comparison in which neither arm "
-            "learned in any seed is excluded (reported, counted neither way)."
+            f"A run learned at all if {sc.guard.definition or sc.guard.label}; a comparison in which neither "
+            f"arm learned in any seed is excluded (reported, counted neither way)."
         )
     if sc.noise is not None:
         out.append(f"Noise floor: null pair {sc.noise}.")
@@ -213,6 +214,6 @@ def render(decl: Declaration, alpha: float = ALPHA) -> str:
     checks = [s.id for s in decl.subclaims if s.kind == "check"]
     overall = f"Overall: the counted effect sub-claims ({', '.join(counted) or 'none'}) combined: {COMBINE}."
     if checks:
-        overall += f" The checks ({', '.join(checks)}) must pass; a failing check stops the claim (a bug, not evidence)."  # fmt: skip
+        overall += f" The checks ({', '.join(checks)}) must pass; a failing check stops the claim (a bug, not evidence)."
     parts.append(overall)
     return "\n\n".join(parts)

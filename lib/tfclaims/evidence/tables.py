@@ -12,12 +12,30 @@ from .declare import Readout
 
 # The columns of a comparisons table, in order: what was compared, the effect and its interval, the
 # equivalence test, the power, whether each arm learned, and the decision.
-COMPARISON_COLUMNS = ("id", "metric", "arm_a", "arm_b", "n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p",
-                      "p_equiv", "mde", "noise", "learned_a", "learned_b", "decision")  # fmt: skip
+COMPARISON_COLUMNS = (
+    "id",
+    "metric",
+    "arm_a",
+    "arm_b",
+    "n",
+    "mean_a",
+    "mean_b",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "p",
+    "p_equiv",
+    "mde",
+    "noise",
+    "learned_a",
+    "learned_b",
+    "decision",
+)
 
 
 def comparison_table(cmps, cols=COMPARISON_COLUMNS) -> pd.DataFrame:
-    """One row per comparison (`decisions.Comparison`), the fields `cols` of its `as_dict()`, in that order."""
+    """One row per comparison (`decisions.Comparison`), the fields `cols` of its `as_dict()`, in that
+    order."""
     return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps], columns=list(cols))
 
 
@@ -29,7 +47,8 @@ def runs_table(
     records: Iterable[dict], readouts: Iterable[Readout], unit: str = "seed", **extra
 ) -> pd.DataFrame:
     """One row per run record: its scalar config fields, `unit` (the config field that pairs runs across arms,
-    by default the seed), its `run_id`, each readout's value, and `extra` columns (name -> fn(config, metrics))."""
+    by default the seed), its `run_id`, each readout's value, and `extra` columns (name -> fn(config,
+    metrics))."""
     rows = []
     for r in records:
         c, m = r["config"], r["metrics"]
@@ -43,7 +62,8 @@ def runs_table(
 
 
 def timing_rows(times: Iterable[float], **fields) -> list[dict]:
-    """One row per interleaved timing round: `fields`, the round as `unit`, seconds and log seconds per call."""
+    """One row per interleaved timing round: `fields`, the round as `unit`, seconds and log seconds per
+    call."""
     return [
         {**fields, "unit": i, "seconds": t, "log_time": math.log(t) if t > 0 else math.nan}
         for i, t in enumerate(times)
