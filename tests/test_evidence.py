@@ -1,12 +1,15 @@
 """The evidence layer against independent computations (scipy by hand, closed forms) and the verdict ladder."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
 from tfclaims.evidence import decisions as ev
+from tfclaims.evidence.evaluate import unit_values
 
 RNG = np.random.default_rng(7)
 A = {s: 3.0 + RNG.normal(0, 0.05) for s in range(8)}
@@ -47,9 +50,9 @@ def test_unpaired_is_welch():
 def test_duplicate_seeds_are_rejected():
     with pytest.raises(ev.EvidenceError, match="duplicate seeds"):
         ev.paired("x", [(0, 1.0), (0, 1.1), (1, 1.2)], {0: 1.0, 1: 1.0}, metric="loss")
-    runs = [{"config": {"seed": 0, "arm": "a"}, "metrics": {"v": 1.0}}] * 2
+    rows = pd.DataFrame([{"arm": "a", "unit": 0, "v": 1.0}] * 2)
     with pytest.raises(ev.EvidenceError, match="twice"):
-        ev.seed_values(runs, lambda c: True, lambda m: m["v"])
+        unit_values(rows, "v")  # the evaluator reads every arm through this
 
 
 def test_non_finite_values_drop_out_and_are_noted():
@@ -124,8 +127,7 @@ def test_noise_floor_pairs_seed_s_with_s_plus_offset():
     off = {s + 1000: v + 0.01 for s, v in A.items()}
     f = ev.noise_floor("nf", A, off, seed_offset=1000, metric="loss")
     assert f.n == 8 and f.diff == pytest.approx(0.01)
-    c = ev.with_noise([ev.paired("x", A, B, metric="loss")], [f])[0]
-    assert c.noise == pytest.approx(ev.noise_bound(f))
+    assert ev.noise_bound(f) == pytest.approx(max(abs(f.ci_low), abs(f.ci_high)))
 
 
 def _cmp(id, decision):
@@ -367,7 +369,7 @@ def test_a_significant_effect_inside_the_noise_floor_is_undecided():
     c = ev.paired("x", A, b, metric="loss")
     assert c.decision == "b_better" and c.p < 1e-6
     floor = ev.paired("nf", A, {s: v + 0.06 * (-1) ** s for s, v in A.items()}, metric="loss")
-    gated = ev.with_noise([c], [floor])[0]
+    gated = ev.holm([replace(c, noise=ev.noise_bound(floor))])[0]  # as the evaluator attaches a floor
     assert gated.noise == pytest.approx(ev.noise_bound(floor)) and gated.in_noise
     assert gated.decision == "undecided" and "inside it" in gated.text()
     assert ev.ladder([gated], "b_better").verdict == "inconclusive"

@@ -10,7 +10,6 @@ import pandas as pd
 
 from ..evidence.decisions import outside
 from ..evidence.declare import Readout
-from ..evidence.evaluate import comparison_id
 from ..evidence.plots import loglog
 from ..evidence.stats import loglog_fit
 from ..evidence.tables import timing_rows
@@ -247,7 +246,7 @@ def decided(result, subclaims) -> dict:
     for sc in subclaims:
         for cell in sc.cells:
             f = cell.fields
-            out[(f["var"], f["module"], f.get("d"))] = result.get(comparison_id(sc, cell, sc.readouts[0]))
+            out[(f["var"], f["module"], f.get("d"))] = result.at(sc.id, cell)
     return out
 
 

@@ -6,7 +6,6 @@ import pandas as pd
 
 from ..evidence.curves import plot_curves
 from ..evidence.declare import Readout
-from ..evidence.evaluate import comparison_id
 from ..evidence.plots import arm_bands
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
@@ -55,7 +54,7 @@ def key_number(result, decl, inits) -> str:
         sc = decl.sub(f"train-{i}")
         out = []
         for cell in sc.cells:
-            fin, esc = (result.get(comparison_id(sc, cell, r)) for r in sc.readouts[:2])
+            fin, esc = (result.at(sc.id, cell, r) for r in sc.readouts[:2])
             if fin.excluded:
                 out.append(f"{cell.label}: neither arm learned (excluded)")
                 continue

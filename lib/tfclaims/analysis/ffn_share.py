@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 
 from ..evidence.declare import Readout
-from ..evidence.evaluate import comparison_id
 from . import part
 
 SHARE = Readout(
@@ -326,7 +325,7 @@ def _xo_int(x: float | None):
 
 def cmps(result, sc) -> list[tuple[str, object]]:
     """(cell label, comparison) for every cell of a sub-claim (one readout)."""
-    return [(c.label, result.get(comparison_id(sc, c, sc.readouts[0]))) for c in sc.cells]
+    return [(c.label, result.at(sc.id, c)) for c in sc.cells]
 
 
 def _range(pairs) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..evidence.declare import Better, CellRule, Declaration, Readout, SubClaim
-from ..evidence.evaluate import comparison_id, evaluate
+from ..evidence.evaluate import evaluate
 from ..evidence.stats import loglog_fit, mean_ci
 from ..evidence.tables import comparison_table, runs_table
 from . import part
@@ -439,7 +439,7 @@ def plot_curves(train, result, sc, final, arms, p, threshold, margin, out):
     fin = [
         (c.diff, (cell.fields["depth"], cell.fields["lr"]))
         for cell in sc.cells
-        if (c := result.get(comparison_id(sc, cell, final))) is not None
+        if (c := result.at(sc.id, cell, final)) is not None
         and c.id in counted
         and c.diff is not None
         and not c.excluded
@@ -706,7 +706,7 @@ def plot_identity(probes, out):
 def headline(result, sc, final) -> str:
     """The key number: warmup − none in Post-LN's final loss, in the counted cell of sub-claim A with the
     smallest p (the largest effect among ties)."""
-    where = {comparison_id(sc, c, final): c.label for c in sc.cells}
+    where = {c.id: cell.label for cell in sc.cells if (c := result.at(sc.id, cell, final))}
     fin = [c for c in result.of(sc.id) if c.id in where and not c.excluded and c.diff is not None]
     top = min(fin, key=lambda c: (c.p if c.p is not None else 2.0, -abs(c.diff)), default=None)
     if top is None or top.p is None:

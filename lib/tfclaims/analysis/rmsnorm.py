@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..evidence.evaluate import comparison_id
 from ..evidence.plots import arm_bands
 from ..evidence.readouts import achieved, of_limit
 from ..evidence.tables import runs_table, timing_rows
@@ -48,8 +47,7 @@ def observe(runs: list[dict], readouts, null_offset: int, aa: str) -> dict[str, 
 
 def by_cell(result, sub_id: str) -> dict:
     """cell label -> the comparison of a declared sub-claim in that cell (counted or reported)."""
-    sc = result.declaration.sub(sub_id)
-    return {cell.label: result.get(comparison_id(sc, cell, sc.readouts[0])) for cell in sc.cells}
+    return {cell.label: result.at(sub_id, cell) for cell in result.declaration.sub(sub_id).cells}
 
 
 def ratio_ci(c) -> tuple[float, float, float]:

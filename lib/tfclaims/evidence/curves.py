@@ -16,8 +16,7 @@ def curve(
     runs: list[dict], key: str = "val_loss", steps_key: str = "eval_steps", value: Callable | None = None
 ):
     """Mean and 95% CI over runs at each evaluation step: (steps, mean, lo, hi). Runs that diverged are left
-    out.
-    `value(metrics) -> list` overrides `metrics[key]` (e.g. a field of the probes)."""
+    out. `value(metrics) -> list` overrides `metrics[key]` (e.g. a field of the probes)."""
     ok = [r["metrics"] for r in runs if r["metrics"].get("diverged_at") is None]
     if not ok:
         return [], [], [], []

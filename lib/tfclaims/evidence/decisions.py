@@ -181,8 +181,7 @@ def outside(c: Comparison) -> str | None:
 
 
 def decide(c: Comparison) -> str:
-    """The decision for a comparison's numbers (re-applied after Holm and after the noise floor is
-    attached)."""
+    """The decision for a comparison's numbers (re-applied after Holm and after a noise floor is attached)."""
     if c.decision == "excluded" or c.test == "exact":
         return c.decision
     if c.interval:
@@ -202,23 +201,17 @@ def _finish(c: Comparison) -> Comparison:
     return replace(c, decision=decide(c))
 
 
+NO_ARM_LEARNED = "neither arm learned in any seed"
+
+
+def _untested(base: dict, diff: float | None, note: str, *, excluded: bool = False) -> Comparison:
+    """A comparison no test could be run for: excluded (no arm learned, or reached the event) or undecided
+    (too few values), with the reason in its note."""
+    c = Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=None, p_raw=None, note=note)
+    return replace(c, decision="excluded") if excluded else _finish(c)
+
+
 # ------------------------------------------------------------------ inputs
-def seed_values(
-    runs: Iterable[dict], where: Callable[[dict], bool], value: Callable[[dict], float | None]
-) -> dict[int, float | None]:
-    """seed -> value(metrics) over the run records whose config satisfies `where`; a seed seen twice is an
-    error."""
-    out: dict[int, float | None] = {}
-    for r in runs:
-        if not where(r["config"]):
-            continue
-        s = r["config"]["seed"]
-        if s in out:
-            raise EvidenceError(f"seed {s} appears twice in one arm: each seed must be one independent run")
-        out[s] = value(r["metrics"])
-    return out
-
-
 def _as_map(x, name: str) -> dict:
     if isinstance(x, Mapping):
         return dict(x)
@@ -230,8 +223,7 @@ def _as_map(x, name: str) -> dict:
 
 
 def learned(loss: float | None, baseline: float, margin: float) -> bool:
-    """The learned-at-all guard: a finite loss at least `margin` below the baseline (e.g. the unigram
-    level)."""
+    """The learned-at-all guard: a finite loss at least `margin` below the baseline (the unigram level)."""
     return _finite(loss) and loss <= baseline - margin
 
 
@@ -301,8 +293,7 @@ def paired(
     alpha: float = ALPHA,
 ) -> Comparison:
     """Paired t-test of b − a over the units both arms share (non-finite values, e.g. diverged runs, drop out
-    and
-    are noted); TOST against ±margin, or against a claimed interval [lo, hi] of b − a."""
+    and are noted); TOST against ±margin, or against a claimed interval [lo, hi] of b − a."""
     a, b = _as_map(a, arm_a), _as_map(b, arm_b)
     units = sorted(s for s in set(a) & set(b) if _finite(a[s]) and _finite(b[s]))
     dropped = sorted((set(a) | set(b)) - set(units))
@@ -336,27 +327,10 @@ def paired(
         hi=hi,
     )
     if la == 0 and lb == 0:
-        return Comparison(
-            **base,
-            diff=float(d.mean()) if n else None,
-            ci_low=None,
-            ci_high=None,
-            p=None,
-            p_raw=None,
-            note="neither arm learned in any seed",
-            decision="excluded",
-        )
+        return _untested(base, float(d.mean()) if n else None, NO_ARM_LEARNED, excluded=True)
     if n < 2:
-        return _finish(
-            Comparison(
-                **base,
-                diff=float(d.mean()) if n else None,
-                ci_low=None,
-                ci_high=None,
-                p=None,
-                p_raw=None,
-                note=(note + "; " if note else "") + "fewer than 2 paired seeds",
-            )
+        return _untested(
+            base, float(d.mean()) if n else None, (note + "; " if note else "") + "fewer than 2 paired seeds"
         )
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     se, dof = sd / math.sqrt(n), float(n - 1)
@@ -400,14 +374,11 @@ def trend(
     alpha: float = ALPHA,
 ) -> Comparison:
     """A pre-declared trend test: the least-squares slope of y on x. `points` maps a unit to its (x, y)
-    points.
-    Several units (seeds, each measured at every level): one slope per unit and a one-sample t-test of the
-    slopes
-    (the paired design's trend test). One unit (independent samples, e.g. Monte Carlo draws): ordinary least
-    squares over its points (scipy.stats.linregress). `diff` is the slope; 'b_better' means a significant
-    slope
-    in the direction `better` names ('higher': increasing), 'a_better' one against it; with a claimed interval
-    [lo, hi] for the slope, 'inside' / 'outside'."""
+    points. Several units (seeds, each measured at every level): one slope per unit and a one-sample t-test
+    of the slopes (the paired design's trend test). One unit (independent samples, e.g. Monte Carlo draws):
+    ordinary least squares over its points (scipy.stats.linregress). `diff` is the slope; 'b_better' means
+    a significant slope in the direction `better` names ('higher': increasing), 'a_better' one against it;
+    with a claimed interval [lo, hi] for the slope, 'equivalent' inside it, the side's name outside."""
     units = {
         u: [(float(x), float(y)) for x, y in pts if _finite(x) and _finite(y)] for u, pts in points.items()
     }
@@ -428,17 +399,7 @@ def trend(
         hi=hi,
     )
     if not units:
-        return Comparison(
-            **base,
-            test="trend",
-            n=0,
-            diff=None,
-            ci_low=None,
-            ci_high=None,
-            p=None,
-            p_raw=None,
-            note="no unit with two levels",
-        )
+        return _untested({**base, "test": "trend", "n": 0}, None, "no unit with two levels")
     p_eq = None
     if len(units) == 1:
         (pts,) = units.values()
@@ -533,28 +494,9 @@ def unpaired(
     )
     diff = float(xb.mean() - xa.mean()) if xa.size and xb.size else None
     if la == 0 and lb == 0:
-        return Comparison(
-            **base,
-            diff=diff,
-            ci_low=None,
-            ci_high=None,
-            p=None,
-            p_raw=None,
-            note="neither arm learned in any seed",
-            decision="excluded",
-        )
+        return _untested(base, diff, NO_ARM_LEARNED, excluded=True)
     if xa.size < 2 or xb.size < 2:
-        return _finish(
-            Comparison(
-                **base,
-                diff=diff,
-                ci_low=None,
-                ci_high=None,
-                p=None,
-                p_raw=None,
-                note="fewer than 2 values in an arm",
-            )
-        )
+        return _untested(base, diff, "fewer than 2 values in an arm")
     sa, sb = float(xa.std(ddof=1)), float(xb.std(ddof=1))
     se = dof = None
     if sa == 0 and sb == 0:
@@ -611,9 +553,8 @@ def binary(
     arm_b: str = "b",
     alpha: float = ALPHA,
 ) -> Comparison:
-    """Success rates of two arms (e.g. learned / did not learn): Fisher's exact test, Newcombe's CI of rate_b
-    −
-    rate_a. a, b: seed -> bool (or a list of bools)."""
+    """Success rates of two arms (e.g. learned or not): Fisher's exact test, Newcombe's CI of rate_b − rate_a.
+    a, b: seed -> bool (or a list of bools)."""
     fa = list(_as_map(a, arm_a).values()) if isinstance(a, Mapping) else list(a)
     fb = list(_as_map(b, arm_b).values()) if isinstance(b, Mapping) else list(b)
     ka, kb, na, nb = sum(map(bool, fa)), sum(map(bool, fb)), len(fa), len(fb)
@@ -634,11 +575,7 @@ def binary(
         mean_b=kb / nb if nb else None,
     )
     if not na or not nb:
-        return _finish(
-            Comparison(
-                **base, diff=None, ci_low=None, ci_high=None, p=None, p_raw=None, note="an arm has no runs"
-            )
-        )
+        return _untested(base, None, "an arm has no runs")
     p = float(stats.fisher_exact([[kb, nb - kb], [ka, na - ka]]).pvalue)
     lo, hi = _newcombe(kb, nb, ka, na, alpha)
     return _finish(Comparison(**base, diff=kb / nb - ka / na, ci_low=lo, ci_high=hi, p=p, p_raw=p))
@@ -697,18 +634,9 @@ def time_to_event(
     )
     diff = float(rb.mean() - ra.mean()) if ra.size and rb.size else None
     if not any(ea) and not any(eb):
-        return Comparison(
-            **base,
-            diff=diff,
-            ci_low=None,
-            ci_high=None,
-            p=None,
-            p_raw=None,
-            note="no run of either arm reached the event",
-            decision="excluded",
-        )
+        return _untested(base, diff, "no run of either arm reached the event", excluded=True)
     if not ta or not tb:
-        return _finish(Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=None, p_raw=None))
+        return _untested(base, diff, "")
     time = np.concatenate([ra, rb])
     status = np.array(ea + eb, int)
     group = np.array([0] * len(ta) + [1] * len(tb))
@@ -863,14 +791,6 @@ def noise_bound(floor: Comparison) -> float | None:
     if floor.ci_low is None or floor.ci_high is None:
         return None
     return float(max(abs(floor.ci_low), abs(floor.ci_high)))
-
-
-def with_noise(comparisons: list[Comparison], floors: list[Comparison]) -> list[Comparison]:
-    """Attach to each comparison the noise floor of its metric (matched by metric name) and re-decide: an
-    effect
-    inside its noise floor is at most undecided."""
-    by_metric = {f.metric: noise_bound(f) for f in floors}
-    return [_finish(replace(c, noise=by_metric.get(c.metric, c.noise))) for c in comparisons]
 
 
 # ------------------------------------------------------------------ the verdict ladder

@@ -56,8 +56,7 @@ class Readout:
 @dataclass(frozen=True)
 class Arm:
     """Rows of an observation table: those whose fields equal `where` (which overrides the cell's fields of
-    the
-    same name); or a declared constant (`const`) set against every unit of the other arm."""
+    the same name); or a declared constant (`const`) set against every unit of the other arm."""
 
     label: str
     where: tuple[tuple[str, object], ...] = ()
@@ -79,8 +78,7 @@ def const(label: str, value: float) -> Arm:
 @dataclass(frozen=True)
 class Cell:
     """Where a comparison is made: a label (used in comparison ids, so short and without spaces) and the
-    fields
-    every row of it shares."""
+    fields every row of it shares."""
 
     label: str
     where: tuple[tuple[str, object], ...] = ()
@@ -98,8 +96,9 @@ def cell(label: str, **where) -> Cell:
 
 
 def cells(label: str, **levels: Iterable) -> tuple[Cell, ...]:
-    """Every combination of the levels, labelled by formatting `label` with them: cells("dk{dk}", dk=[16,
-    64])."""
+    """Every combination of the levels, labelled by formatting `label` with them.
+
+    cells("dk{dk}", dk=[16, 64]) -> Cell("dk16", dk=16), Cell("dk64", dk=64)."""
     keys = list(levels)
     return tuple(
         Cell(label.format(**dict(zip(keys, vs))), tuple(zip(keys, vs)))
@@ -187,8 +186,7 @@ def equal(value: float) -> Bound:
 @dataclass(frozen=True)
 class CellRule:
     """A rule, declared in advance, that sorts cells by what their arms' rows show (e.g. 'some seed learned
-    and
-    some did not'): `fn(rows_a, rows_b) -> bool` (pandas frames)."""
+    and some did not'): `fn(rows_a, rows_b) -> bool` (pandas frames)."""
 
     text: str
     fn: Callable = field(compare=False, repr=False)
@@ -255,8 +253,7 @@ def check(id: str, statement: str, readouts, expect: Bound, *, table: str, **kw)
 @dataclass(frozen=True)
 class NullPair:
     """The noise floor: arm a against its own rerun b (seeds offset by `seed_offset`) or against a copy of
-    itself
-    timed under another name (offset 0), per cell; what chance alone gives at this scale."""
+    itself timed under another name (offset 0), per cell; what chance alone gives at this scale."""
 
     id: str
     a: Arm

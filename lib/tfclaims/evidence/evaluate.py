@@ -2,8 +2,7 @@
 floor as a decision input, the learned-at-all guard, sub-verdicts through the ladder, the overall verdict.
 
 The overall verdict comes from the counted `effect` sub-claims (`decisions.combine`); `check` sub-claims are
-identities the harness relies on, and a failing one stops the claim (`CheckFailed`): it is a bug, not
-evidence.
+identities the harness relies on, and a failing one stops the claim (`CheckFailed`): a bug, not evidence.
 """
 
 from __future__ import annotations
@@ -47,6 +46,12 @@ class Evaluation:
 
     def get(self, cid: str) -> ev.Comparison | None:
         return next((c for c in self.comparisons if c.id == cid), None)
+
+    def at(self, sub_id: str, cell: Cell, readout: Readout | None = None) -> ev.Comparison | None:
+        """The comparison of a sub-claim in one of its cells on one readout (its first by default), counted or
+        reported; None where the cell was left out."""
+        sc = self.declaration.sub(sub_id)
+        return self.get(comparison_id(sc, cell, readout or sc.readouts[0]))
 
     def of(self, sub_id: str, reported: bool = False) -> list[ev.Comparison]:
         """The comparisons of one sub-claim, in cell order (its reported cells' with `reported`)."""
@@ -147,8 +152,7 @@ def _floors(null: NullPair, tables) -> list[tuple[dict, str, ev.Comparison]]:
 
 def _noise_for(floors, sc: SubClaim, cell: Cell, readout: Readout) -> float | None:
     """The floor of the sub-claim's null pair on this readout: the null pair's cell whose fields the
-    comparison
-    shares (its cell and arm a); a null pair declared without cells floors every comparison."""
+    comparison shares (its cell and arm a); a null pair declared without cells floors every comparison."""
     if sc.noise is None:
         return None
     here = {**cell.fields, **(sc.a.fields if sc.a is not None else {})}
@@ -172,32 +176,10 @@ def _compare(sc: SubClaim, df, cell: Cell, r: Readout, noise: float | None) -> e
     cid = comparison_id(sc, cell, r)
     names = dict(sub_claim=sc.id, arm_a=sc.a.label if sc.a is not None else "0", arm_b=sc.b.label)
     interval = (sc.claim.lo, sc.claim.hi) if isinstance(sc.claim, Within) else None
-    if r.test == "paired":
-        c = ev.paired(
-            cid,
-            a,
-            b,
-            metric=r.label,
-            better=r.better,
-            margin=sc.margin,
-            interval=interval,
-            learned_a=ga,
-            learned_b=gb,
-            **names,
-        )
-    elif r.test == "welch":
-        c = ev.unpaired(
-            cid,
-            a,
-            b,
-            metric=r.label,
-            better=r.better,
-            margin=sc.margin,
-            interval=interval,
-            learned_a=ga,
-            learned_b=gb,
-            **names,
-        )
+    if r.test in ("paired", "welch"):
+        t_test = ev.paired if r.test == "paired" else ev.unpaired
+        kw = dict(metric=r.label, better=r.better, margin=sc.margin, interval=interval, **names)
+        c = t_test(cid, a, b, learned_a=ga, learned_b=gb, **kw)
     elif r.test == "fisher":
         c = ev.binary(
             cid,
@@ -212,7 +194,7 @@ def _compare(sc: SubClaim, df, cell: Cell, r: Readout, noise: float | None) -> e
     if ga is not None and gb is not None:
         c = replace(c, learned_a=sum(ga.values()), learned_b=sum(gb.values()), n_a=len(ga), n_b=len(gb))
         if not any(ga.values()) and not any(gb.values()):
-            c = replace(c, decision="excluded", note="neither arm learned in any seed")
+            c = replace(c, decision="excluded", note=ev.NO_ARM_LEARNED)
     return replace(c, noise=noise)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from .curves import curve
 from .declare import SubClaim
-from .evaluate import Evaluation, comparison_id, select
+from .evaluate import Evaluation, select
 from .stats import LogLogFit, loglog_fit
 
 
@@ -35,10 +35,9 @@ def arm_bands(ax, records: list[dict], table, sc: SubClaim, *, key: str = "val_l
 def effect_heatmap(
     ax, result: Evaluation, sc: SubClaim, row: str, col: str, *, fmt: str = "+.2f", unit: str = ""
 ):
-    """The sub-claim's effect (b − a) in each cell, laid out by two of the cells' fields; each cell is
-    labelled
+    """The sub-claim's effect (b − a) in each cell, laid out by two of the cells' fields, each cell labelled
     with its effect and decision ('·' where excluded or absent). Returns the image for a colour bar."""
-    by_cell = {cell: result.get(comparison_id(sc, cell, sc.readouts[0])) for cell in sc.cells}
+    by_cell = {cell: result.at(sc.id, cell) for cell in sc.cells}
     by_cell = {cell: c for cell, c in by_cell.items() if c is not None}
     rows = sorted({cell.fields[row] for cell in sc.cells})
     cols = sorted({cell.fields[col] for cell in sc.cells})

@@ -76,8 +76,7 @@ def escape_step(margin: float, window: int, horizon: int, baseline: str = "unigr
 
 
 def steps_to_target(target: float, horizon: int, key: str = "val_loss", steps: str = "eval_steps") -> Readout:
-    """The first evaluation step at which the held-out loss is at or below `target` (None: never,
-    censored)."""
+    """The first evaluation step whose held-out loss is at or below `target` (None: never, censored)."""
 
     def fn(m):
         for s, v in zip(m.get(steps, []), m.get(key, [])):

@@ -214,6 +214,7 @@ def render(decl: Declaration, alpha: float = ALPHA) -> str:
     checks = [s.id for s in decl.subclaims if s.kind == "check"]
     overall = f"Overall: the counted effect sub-claims ({', '.join(counted) or 'none'}) combined: {COMBINE}."
     if checks:
-        overall += f" The checks ({', '.join(checks)}) must pass; a failing check stops the claim (a bug, not evidence)."
+        stop = "a failing check stops the claim (a bug, not evidence)"
+        overall += f" The checks ({', '.join(checks)}) must pass; {stop}."
     parts.append(overall)
     return "\n\n".join(parts)

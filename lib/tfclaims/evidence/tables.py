@@ -34,8 +34,7 @@ COMPARISON_COLUMNS = (
 
 
 def comparison_table(cmps, cols=COMPARISON_COLUMNS) -> pd.DataFrame:
-    """One row per comparison (`decisions.Comparison`), the fields `cols` of its `as_dict()`, in that
-    order."""
+    """One row per comparison (`decisions.Comparison`): the fields `cols` of its `as_dict()`, in order."""
     return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps], columns=list(cols))
 
 
@@ -47,8 +46,7 @@ def runs_table(
     records: Iterable[dict], readouts: Iterable[Readout], unit: str = "seed", **extra
 ) -> pd.DataFrame:
     """One row per run record: its scalar config fields, `unit` (the config field that pairs runs across arms,
-    by default the seed), its `run_id`, each readout's value, and `extra` columns (name -> fn(config,
-    metrics))."""
+    by default the seed), its `run_id`, each readout's value, and `extra` columns (name -> fn(config, m))."""
     rows = []
     for r in records:
         c, m = r["config"], r["metrics"]
@@ -62,8 +60,7 @@ def runs_table(
 
 
 def timing_rows(times: Iterable[float], **fields) -> list[dict]:
-    """One row per interleaved timing round: `fields`, the round as `unit`, seconds and log seconds per
-    call."""
+    """One row per interleaved timing round: `fields`, the round as `unit`, seconds and log seconds."""
     return [
         {**fields, "unit": i, "seconds": t, "log_time": math.log(t) if t > 0 else math.nan}
         for i, t in enumerate(times)
