@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from tfclaims.analysis import dk_scaling as view
-from tfclaims.claims.dk_scaling import dk_init_probe, dk_monte_carlo, dk_overrides, dk_train
+from tfclaims.claims.dk_scaling import dk_init_probe, dk_monte_carlo, dk_overrides, dk_train, dk_train_qknorm
 from tfclaims.evidence import readouts as rd
+from tfclaims.evidence.decisions import EvidenceError
 from tfclaims.evidence.declare import (
     Better,
     Declaration,
@@ -21,7 +22,9 @@ from tfclaims.evidence.declare import (
     check,
 )
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.tuning import Sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
+from tfclaims.harness.sweep import sweep_grid
 from tfclaims.nn.config import ConfigError
 from tfclaims.train.small_lm import model_config
 
@@ -92,6 +95,55 @@ def grid_null(p):
     return [{**_train_cfg(p, p["null_dk"], True), "seed": s + NULL_OFFSET} for s in p["seeds"]]
 
 
+# The swept arms at d_k = sweep_dk: name -> (part whose recipe runs it, scaled)
+SWEPT = {"scaled": ("train", True), "unscaled": ("train", False), "unscaled, qk-norm": ("qknorm", False)}
+
+
+def sweep_of(p) -> Sweep:
+    try:
+        return Sweep(
+            tuple(p["rates"]), tuple(p["selection_seeds"]), tuple(p["seeds"]), tuple(p["rate_factors"])
+        )
+    except EvidenceError as e:
+        raise ConfigError(str(e)) from None
+
+
+def grid_sweep(p, done):
+    """Per swept arm and scale ([d_model, heads], d_k fixed), the learning-rate sweep on selection seeds, then
+    the chosen rate on the fresh seeds (`harness.sweep`); scaled and unscaled runs are the training part's, so
+    a chosen rate equal to `lr` reuses the fixed-rate runs at d_k = sweep_dk."""
+    if p["sweep_dk"] not in p["dks"] or [p["d_model"], p["n_heads"]] != list(p["scales"][0]):
+        raise ConfigError(
+            f"sweep_dk must be one of dks and scales must start with [d_model, n_heads] = "
+            f"[{p['d_model']}, {p['n_heads']}], got {p['sweep_dk']}, {p['scales']}"
+        )
+
+    def make(arm, scale, lr, seed):
+        part, scaled = SWEPT[arm["arm"]]
+        cfg = {**_train_cfg(p, p["sweep_dk"], scaled), "d_model": scale["d"], "n_heads": scale["h"], "lr": lr}
+        return {"part": part, **cfg, "seed": seed}
+
+    scales = [{"d": d, "h": h} for d, h in p["scales"]]
+    return sweep_grid(sweep_of(p), {k: {"arm": k} for k in SWEPT}, scales, make, done)
+
+
+COLLAPSE = Readout(
+    "max_prob_end", "layer 1's mean max attention probability at the end", better="higher",
+    definition="on the fixed validation batch at the last evaluation (higher: nearer one-hot)",
+)  # fmt: skip
+GROWTH = Readout(
+    "logit_growth", "growth of layer 1's logit variance", better="higher",
+    definition="ln(logit variance at the end / at init) on the fixed validation batch",
+)  # fmt: skip
+NOTE_TUNED = (
+    "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted at the "
+    "loss at init) and the arms are compared on the fresh seeds; the second width's sweep is centred on the "
+    "first width's choice (×¼, ×½, ×1). A width where the arms are equivalent within the margin refutes, "
+    "given that the fixed-rate comparison showed the setup can see the effect; the sub-verdict names the "
+    "widths where it holds. The null pair (first width, d_k = null_dk) floors both."
+)
+
+
 def _mc(column: str, label: str) -> Readout:
     return Readout(column, label, definition="from the seeded Monte Carlo")
 
@@ -144,27 +196,42 @@ class DkScaling(Experiment):
         "with autograd, the optimiser's gradients untouched). Default profile: d_model = 64, 2 layers, 2 "
         "heads, context 64, batch 32, 400 steps, lr 3e-3 (10% warmup, cosine), 5 seeds. A null pair (the "
         "scaled arm at d_k = 256 rerun at seeds s + 1000) gives the noise floor of the final validation "
-        "loss. History: the previous design varied d_k at library inits (normal and Xavier) for 150 steps of "
-        "16×64 characters at d_k ≤ 256 and found Xavier's unscaled arm worse by 0.12 nats at d_k = 256 and "
-        "the normal-init cells undecided; a review found the premise never held there."
+        "loss. (5) The learning-rate sweep (Wortsman et al. 2023): at d_k = 64, scaled, unscaled, and "
+        "unscaled with qk-layernorm (a per-head LayerNorm on q and k, their positive control for "
+        "attention-logit growth) each over six peak rates 7.5e-4 to 2.4e-2 (×2 apart, 1.5 decades) on three "
+        "selection seeds (100–102); each arm's rate is the one with the lowest mean final loss there (a "
+        "diverged run counted at the loss at init), and the arms are compared at their chosen rates on the "
+        "five fresh seeds (a chosen rate of 3e-3 reuses the fixed-rate runs). A second width, d_model = 136 "
+        "with 4 heads of d_k = 64 (4.2× the parameters), sweeps each arm's first-width choice ×¼, ×½, ×1 on "
+        "the same selection seeds, then its own choice on the fresh seeds. The mechanism is read on the "
+        "fixed-rate runs: layer 1's mean max attention probability at the end (collapse) and the growth of "
+        "its logit variance. History: the previous design varied d_k at library inits (normal and Xavier) "
+        "for 150 steps of 16×64 characters at d_k ≤ 256 and found Xavier's unscaled arm worse by 0.12 nats "
+        "at d_k = 256 and the normal-init cells undecided; a review found the premise never held there."
     )
     profiles = {
         "quick": {
             "mc_dks": [8, 64], "mc_samples": 2000, "dks": [8, 32], "d_model": 32, "n_layers": 1, "n_heads": 2,
             "steps": 12, "batch": 8, "seq_len": 32, "lr": 3e-3, "eval_every": 6, "eval_batches": 2,
-            "ref_dk": 8, "logit_stds": [4.0], "null_dk": 32, "seeds": [0, 1],
+            "ref_dk": 8, "logit_stds": [4.0], "null_dk": 32, "seeds": [0, 1], "sweep_dk": 8,
+            "scales": [[32, 2], [64, 2]], "rates": [1.5e-3, 3e-3], "selection_seeds": [10],
+            "rate_factors": [0.5, 1.0],
         },
         "default": {
             "mc_dks": [16, 32, 64, 128, 256, 512, 1024], "mc_samples": 20000, "dks": [16, 64, 256, 1024],
             "d_model": 64, "n_layers": 2, "n_heads": 2, "steps": 400, "batch": 32, "seq_len": 64, "lr": 3e-3,
             "eval_every": 50, "eval_batches": 4, "ref_dk": 64, "logit_stds": [4.0, 8.0, 16.0, 32.0],
-            "null_dk": 256, "seeds": [0, 1, 2, 3, 4],
+            "null_dk": 256, "seeds": [0, 1, 2, 3, 4], "sweep_dk": 64, "scales": [[64, 2], [136, 4]],
+            "rates": [7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2], "selection_seeds": [100, 101, 102],
+            "rate_factors": [0.25, 0.5, 1.0],
         },
         "full": {
             "mc_dks": [16, 32, 64, 128, 256, 512, 1024, 2048], "mc_samples": 100000,
             "dks": [16, 64, 256, 1024], "d_model": 256, "n_layers": 4, "n_heads": 4, "steps": 3000,
             "batch": 64, "seq_len": 128, "lr": 1e-3, "eval_every": 250, "eval_batches": 16, "ref_dk": 64,
-            "logit_stds": [4.0, 8.0, 16.0, 32.0], "null_dk": 256, "seeds": [0, 1, 2, 3, 4],
+            "logit_stds": [4.0, 8.0, 16.0, 32.0], "null_dk": 256, "seeds": [0, 1, 2, 3, 4], "sweep_dk": 64,
+            "scales": [[256, 4], [512, 8]], "rates": [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3],
+            "selection_seeds": [100, 101, 102], "rate_factors": [0.25, 0.5, 1.0],
         },
     }  # fmt: skip
     parts = (
@@ -173,10 +240,22 @@ class DkScaling(Experiment):
         Part("train", grid_train, dk_train),
         Part("logit", grid_logit, dk_train),
         Part("null", grid_null, dk_train),
+        Part("qknorm", lambda p: [], dk_train_qknorm),  # runs only in the sweep
+        Part("sweep", grid_sweep, dk_train, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:
-        ref, top, dks = p["ref_dk"], max(p["mc_dks"]), cells("dk{dk}", dk=p["dks"])
+        ref, top, dks, sdk = p["ref_dk"], max(p["mc_dks"]), cells("dk{dk}", dk=p["dks"]), p["sweep_dk"]
+        tuned = {k: arm(f"{k}, at its best rate", arm=k) for k in SWEPT}
+        sweep = dict(
+            table="tuned",
+            readouts=(FINAL,),
+            guard=LEARNED,
+            noise="null",
+            margin=TRAIN_MARGIN,
+            cells=cells("{scale}", scale=[f"d{d}" for d, _ in p["scales"]]),
+            note=NOTE_TUNED,
+        )
         train = dict(table="runs", readouts=(FINAL,), guard=LEARNED, noise="null")
         scaled, unscaled = (
             arm("scaled", scaled=True, part="train"),
@@ -198,8 +277,19 @@ class DkScaling(Experiment):
                      bound(SAT_MAX_P, None), (MAXP,), table="mc", cells=(cell(f"dk{top}", d_k=top),)),
             SubClaim("additive", f"Additive scores do not grow with d (max/min variance below {ADD_RATIO:g})",
                      bound(None, ADD_RATIO), (ADD,), table="summary"),
-            SubClaim("training", "Unscaled training is worse (unit-variance q, k; final validation loss)",
-                     Better("a"), a=scaled, b=unscaled, cells=dks, margin=TRAIN_MARGIN, **train),
+            SubClaim("training", f"Unscaled training is worse at one fixed rate ({p['lr']:g}; unit-variance "
+                     "q, k; final validation loss)", Better("a"), a=scaled, b=unscaled, cells=dks,
+                     counts=False, margin=TRAIN_MARGIN, **train),
+            SubClaim("tuned", f"Unscaled training is worse at each arm's own best rate (d_k = {sdk})",
+                     Better("a"), a=tuned["scaled"], b=tuned["unscaled"], control="training", **sweep),
+            SubClaim("qk-norm", "qk-layernorm rescues unscaled attention (each at its best rate)",
+                     Better("b"), a=tuned["unscaled"], b=tuned["unscaled, qk-norm"], counts=False, **sweep),
+            SubClaim("collapse", "Unscaled attention ends more collapsed (layer 1's mean max probability at "
+                     "the end, fixed rate)", Better("b"), (COLLAPSE,), a=scaled, b=unscaled, cells=dks,
+                     counts=False, table="runs"),
+            SubClaim("logit-growth", "Unscaled logits grow more during training (layer 1, ln of the end/init "
+                     "logit variance, fixed rate)", Better("b"), (GROWTH,), a=scaled, b=unscaled, cells=dks,
+                     counts=False, table="runs"),
             SubClaim("harm", "The harm grows with d_k (per-seed slope of unscaled − scaled in log2 d_k)",
                      Trend("log2 d_k", "up"), a=scaled, b=unscaled, cells=dks, counts=False,
                      **{**train, "noise": None}),
@@ -219,14 +309,20 @@ class DkScaling(Experiment):
         t, decl = view.observe(runs, p, (FINAL, LEARNED)), self.declare(p)
         result = evaluate(decl, t)
         view.write_tables(runs, t, result, p, out)
+        view.write_sweep(t, p, out)
+        view.plot_sweep(t, p, {k: k for k in SWEPT}, out)
         view.plot_mc(t["mc"], out)
-        view.plot_training(runs, t, decl.sub("logit-trend"), p, out)
+        view.plot_training(view.fixed_runs(runs, p), t, decl.sub("logit-trend"), p, out)
         mc, top = t["mc"], max(p["dks"])
         at_max, harm = result.get(f"training/dk{top}"), result.get("harm")
+        tuned = ", ".join(
+            f"{c.id.split('/')[-1]} {c.short('+.3f')} ({c.decision})" for c in result.of("tuned")
+        )
         key = (
-            f"Var(q·k)/d_k = {mc['Var(q·k)/d_k'].mean():.3f}; unit-variance q, k: unscaled − scaled val loss "
-            f"at d_k = {top}: {at_max.short('+.3f')} nats ({at_max.decision}), trend {harm.short('+.3f')} "
-            f"per doubling"
+            f"Var(q·k)/d_k = {mc['Var(q·k)/d_k'].mean():.3f}; unit-variance q, k: unscaled − scaled val "
+            f"loss, each at its best rate (d_k = {p['sweep_dk']}): {tuned or '—'} nats; at lr {p['lr']:g}, "
+            f"d_k = {top}: {at_max.short('+.3f')} ({at_max.decision}), trend {harm.short('+.3f')} per "
+            f"doubling"
         )
         return verdict_from(
             result,
@@ -240,7 +336,12 @@ class DkScaling(Experiment):
                 )
                 + "."
             ),
-            evidence={"law_tolerance": LAW_TOL, "train_margin": TRAIN_MARGIN, "learn_margin": LEARN_MARGIN},
+            evidence={
+                "law_tolerance": LAW_TOL,
+                "train_margin": TRAIN_MARGIN,
+                "learn_margin": LEARN_MARGIN,
+                "lr_choices": t["choices"].to_dict("records"),
+            },
             caveats=[
                 f"Small models and short training ({p['steps']} steps, d_model = {p['d_model']}, "
                 f"{p['n_layers']} layers) on a character LM; the anchors used LSTM translation models "

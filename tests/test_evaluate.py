@@ -178,3 +178,28 @@ def test_errors_name_the_sub_claim():
         evaluate(Declaration((sub(effects=(1,)),)), {"runs": t})
     with pytest.raises(EvidenceError, match="no column 'depth'"):
         evaluate(Declaration((sub(effects=(1,), a=arm("a", depth=3)),)), {"runs": runs({1: 0.0})})
+
+
+def test_a_primary_readout_alone_counts_and_the_others_are_reported():
+    """Three correlated readouts of one cell are one piece of evidence: with `primary` only the first counts
+    (the second, refuting on its own, is reported and moves nothing)."""
+    df = runs({1: -0.3, 2: +0.0})
+    df["other"] = (
+        np.where(df.arm == "b", 1.0, 0.0) + 0.01 * df.unit
+    )  # b higher: 'a_better' on a lower-is-better
+    other = Readout("other", "another readout")
+    both = evaluate(Declaration((sub(readouts=(LOSS, other)),)), {"runs": df})
+    first = evaluate(Declaration((sub(readouts=(LOSS, other), primary=True),)), {"runs": df})
+    assert both.sub("x").verdict == "mixed"
+    s = first.sub("x")
+    assert s.verdict == "supported" and s.comparisons == ["x/c1/final_val", "x/c2/final_val"]
+    assert s.reported == ["x/c1/other", "x/c2/other"] and "primary one is final validation loss" in s.detail
+    assert first.get("x/c1/other").decision == "a_better" and "reported" in first.get("x/c1/other").sub_claim
+    assert s.holds == ["c1"]  # where its counted comparisons support it
+
+
+def test_holds_names_the_cells_that_support_the_claim():
+    r = evaluate(Declaration((sub(effects=(1, 2, 3)),)), {"runs": runs({1: -0.3, 2: 0.0, 3: -0.2})})
+    assert r.sub("x").holds == ["c1", "c3"] and r.sub("x").verdict == "supported"
+    one = evaluate(Declaration((sub(effects=(1,)),)), {"runs": runs({1: -0.3})})
+    assert one.sub("x").holds == ["c1"]

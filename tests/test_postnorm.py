@@ -21,6 +21,7 @@ from tfclaims.train.loop import lr_at, train_lm
 
 EXP = load("postnorm_warmup")
 M_run_train = sys.modules[type(EXP).__module__].run_train
+M_n_params = sys.modules[type(EXP).__module__].n_params
 
 
 @pytest.fixture(scope="module")
@@ -150,23 +151,40 @@ def test_warmup_schedule_is_what_the_optimiser_uses(corpus):
     assert step0 == pytest.approx(0.01, rel=1e-3)
 
 
-def test_grid_has_four_arms_in_every_declared_cell_and_an_untied_head():
+def test_grid_has_four_arms_in_every_fixed_cell_a_sweep_and_an_untied_head():
     p = EXP.profiles["default"]
-    grid = EXP.grid(p)
-    train = [c for c in grid if c["part"] == "train"]
+    grid = EXP.grid(p)  # the first round: the fixed-rate cells and the first width's sweep
+    fresh = [c for c in grid if c["part"] == "train" and c["seed"] in p["seeds"]]
+    sweep = [c for c in grid if c["part"] == "train" and c["seed"] in p["selection_seeds"]]
     null = [c for c in grid if c["part"] == "null"]
-    cells = {(c["depth"], c["lr"]) for c in train}
-    assert cells == {(d, lr) for d, lr in p["cells"]} and len({d for d, _ in cells}) >= 3
-    assert len(p["seeds"]) >= 5 and p["steps"] >= 400 and p["warmup"] == p["steps"] // 4
-    arms = {(c["placement"], c["warmup"]) for c in train}
+    cells = {(c["depth"], c["lr"]) for c in fresh}
+    assert cells == {(d, lr) for d, lr in p["cells"]} and len(p["seeds"]) >= 5 and p["steps"] >= 400
+    assert p["warmup"] == p["steps"] // 4
+    arms = {(c["placement"], c["warmup"]) for c in fresh if c["depth"] == p["sweep_depth"]}
     assert arms == {("post", 0), ("post", p["warmup"]), ("pre", 0), ("deepnorm", 0)}
-    assert len(train) == len(arms) * len(cells) * len(p["seeds"])
-    assert all(c["tie"] is False for c in train) and p["init_seeds"] >= 10
+    deep = {(c["placement"], c["warmup"]) for c in fresh if c["depth"] > p["sweep_depth"]}
+    assert deep == {("post", p["warmup"]), ("pre", 0)}  # C's arms
+    # the sweep: 1.5 decades, ×2 apart, three swept arms, three selection seeds, at the sweep depth
+    rates = sorted({c["lr"] for c in sweep})
+    assert rates == sorted(p["rates"]) and np.log10(rates[-1] / rates[0]) >= 1.5 - 1e-9
+    assert np.allclose(np.diff(np.log2(rates)), 1.0) and len(p["selection_seeds"]) >= 3
+    assert len(sweep) == 3 * len(rates) * len(p["selection_seeds"])
+    assert {c["depth"] for c in sweep} == {p["sweep_depth"]} and {c["d_model"] for c in sweep} == {
+        p["d_model"]
+    }
+    assert not set(p["selection_seeds"]) & set(p["seeds"]) and p["scales"][1] >= 2 * p["scales"][0]
+    assert all(c["tie"] is False for c in grid if c["part"] != "probe") and p["init_seeds"] >= 10
     assert all("kind" not in c for c in grid)
     # the null pair: the Pre-LN control of one training cell, at seeds s + 1000
     assert sorted(c["seed"] for c in null) == [s + 1000 for s in p["seeds"]]
     twin = {k: v for k, v in null[0].items() if k not in ("part", "seed")}
-    assert any({k: v for k, v in c.items() if k not in ("part", "seed")} == twin for c in train)
+    assert any({k: v for k, v in c.items() if k not in ("part", "seed")} == twin for c in fresh)
+
+
+def test_the_second_width_has_at_least_four_times_the_parameters():
+    p = EXP.profiles["default"]
+    small, large = (M_n_params(p, d) for d in p["scales"])
+    assert large >= 4 * small
 
 
 def test_grid_rejects_a_malformed_or_repeated_cell():

@@ -12,7 +12,7 @@ import pytest
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, decisions, record, verdicts
+from rules import analyse, comparison, decisions, record, sub, verdicts
 
 EXP = load("dk_scaling")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -46,34 +46,42 @@ def train_metrics(final, seed, n_layers):
     v = float(final + JITTER[seed % len(JITTER)])
     return {
         "final_val": v, "val_loss": [4.4, v + 0.3, v], "eval_steps": [0, 6, 12], "diverged_at": None,
-        "unigram_xent": UNIGRAM,
+        "unigram_xent": UNIGRAM, "n_params": 1000,
         "probes": [{"logit_var": lv, "max_prob": 0.2, "wq_grad": [g] * n_layers} for lv, g in ((1.0, 0.5), (2.0, 0.3), (3.0, 0.2))],
     }  # fmt: skip
 
 
-def records(train, logit=None, *, params=P, **mc):
-    """train(dk, scaled, seed) -> final validation loss before the shared jitter (the training part and the null
-    pair); logit(s, seed) -> that of the logit part's arm with initial logit std s (default: the scaled arm at
-    ref_dk, i.e. no effect of the logit scale); `mc` goes to mc_rows."""
-    recs = []
-    for i, c in enumerate(EXP.grid(params)):
-        part = c["part"]
-        if part == "monte_carlo":
-            m = {"rows": mc_rows(**mc)}
-        elif part == "init":
-            m = {
-                "var_q": 0.01, "var_k": 0.01, "var_dot": 1e-4 * c["dk"], "law_prediction": 1e-4 * c["dk"],
-                "unscaled": {"max_prob": 0.1}, "scaled": {"max_prob": 0.1},
-            }  # fmt: skip
-        else:
-            s = c["seed"] % 1000
-            if part == "logit" and logit is not None:
-                loss = logit(round(c["qk_std"] ** 2, 6), s)
-            else:
-                loss = train(c["dk"], c["scaled"], s)
-            m = train_metrics(loss, s, c["n_layers"])
-        recs.append(record(c, m, f"r{i}"))
+def records(train, logit=None, *, params=P, qknorm=None, **mc):
+    """train(dk, scaled, seed) -> final validation loss before the shared jitter (the training part, the null
+    pair and the learning-rate sweep, whatever the rate); logit(s, seed) -> that of the logit part's arm with
+    initial logit std s (default: the scaled arm at ref_dk, i.e. no effect of the logit scale); qknorm(lr, seed)
+    -> the unscaled qk-layernorm arm's (default: as unscaled); `mc` goes to mc_rows. The staged grid grows as
+    the runner grows it."""
+    grid, recs = None, []
+    while (g := EXP.grid(params, recs)) != grid:
+        grid, recs = g, []
+        for i, c in enumerate(g):
+            recs.append(record(c, _metrics(c, train, logit, qknorm, mc), f"r{i}"))
     return recs
+
+
+def _metrics(c, train, logit, qknorm, mc):
+    part = c["part"]
+    if part == "monte_carlo":
+        return {"rows": mc_rows(**mc)}
+    if part == "init":
+        return {
+            "var_q": 0.01, "var_k": 0.01, "var_dot": 1e-4 * c["dk"], "law_prediction": 1e-4 * c["dk"],
+            "unscaled": {"max_prob": 0.1}, "scaled": {"max_prob": 0.1},
+        }  # fmt: skip
+    s = c["seed"] % 1000
+    if part == "logit" and logit is not None:
+        loss = logit(round(c["qk_std"] ** 2, 6), s)
+    elif part == "qknorm" and qknorm is not None:
+        loss = qknorm(c["lr"], s)
+    else:
+        loss = train(c["dk"], c["scaled"], s)
+    return train_metrics(loss, s, c["n_layers"])
 
 
 def scaled_better(dk, scaled, s):
@@ -82,7 +90,9 @@ def scaled_better(dk, scaled, s):
 
 def gap_arms(gap8, gap32):
     """Scaled at 2.6, unscaled above it by gap8 (d_k = 8) or gap32 (d_k = 32), with a per-seed wobble."""
-    return lambda dk, scaled, s: 2.6 if scaled else 2.6 + (gap8 + W8[s] if dk == 8 else gap32 + W32[s])
+    return lambda dk, scaled, s: (
+        2.6 if scaled else 2.6 + (gap8 + W8[s % 4] if dk == 8 else gap32 + W32[s % 4])
+    )
 
 
 def train_cells(v):
@@ -95,11 +105,16 @@ def test_dk_scaling_rule_supported_when_law_holds_softmax_saturates_and_unscaled
     assert train_cells(v) == {"training/dk8": "a_better", "training/dk32": "a_better"}  # a = scaled
     assert verdicts(v) == {
         "law": "supported", "saturation": "supported", "flat": "supported",
-        "one-hot": "supported", "additive": "supported", "training": "supported", "harm": "inconclusive",
-        "logit": "inconclusive", "logit-trend": "inconclusive",
+        "one-hot": "supported", "additive": "supported", "training": "supported", "tuned": "supported",
+        "qk-norm": "inconclusive", "collapse": "inconclusive", "logit-growth": "inconclusive",
+        "harm": "inconclusive", "logit": "inconclusive", "logit-trend": "inconclusive",
     }  # fmt: skip
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
-    assert kinds["law"] == ("check", False) and kinds["training"] == ("effect", True)
+    assert kinds["law"] == ("check", False) and kinds["tuned"] == ("effect", True)
+    assert kinds["training"] == kinds["qk-norm"] == ("effect", False)
+    # each arm at its own best rate, on the fresh seeds, at both widths
+    assert decisions(v, "tuned/") == {"tuned/d32": "a_better", "tuned/d64": "a_better"}
+    assert sub(v, "tuned").holds == ["d32", "d64"]
     assert kinds["harm"] == ("effect", False)
     d = decisions(v)
     assert all(d[k] == "equivalent" for k in d if k.startswith(("law", "additive", "one-hot")))
@@ -158,7 +173,9 @@ def test_dk_scaling_rule_each_saturation_sub_claim_decides_alone(
 def test_dk_scaling_rule_equivalent_training_without_positive_control_is_inconclusive(tmp_path):
     # |Δ| = 0.001 nats with small spread: TOST passes, yet with no positive control it must not refute
     wobble = {0: 0.003, 1: -0.002, 2: 0.001, 3: -0.003}
-    v = analyse(EXP, records(lambda dk, scaled, s: 2.6 + (0.001 + wobble[s] if scaled else 0.0)), P, tmp_path)
+    v = analyse(
+        EXP, records(lambda dk, scaled, s: 2.6 + (0.001 + wobble[s % 4] if scaled else 0.0)), P, tmp_path
+    )
     assert set(train_cells(v).values()) == {"equivalent"}
     assert verdicts(v)["training"] == "inconclusive"
     assert v.verdict == "inconclusive"
@@ -166,7 +183,7 @@ def test_dk_scaling_rule_equivalent_training_without_positive_control_is_inconcl
 
 def test_dk_scaling_rule_underpowered_null_is_inconclusive(tmp_path):
     noise = {0: 0.3, 1: -0.25, 2: 0.1, 3: -0.2}
-    v = analyse(EXP, records(lambda dk, scaled, s: 2.6 + (0.0 if scaled else noise[s])), P, tmp_path)
+    v = analyse(EXP, records(lambda dk, scaled, s: 2.6 + (0.0 if scaled else noise[s % 4])), P, tmp_path)
     assert set(train_cells(v).values()) == {"undecided"}
     assert verdicts(v)["training"] == "inconclusive"
     assert v.verdict == "inconclusive"
@@ -240,7 +257,7 @@ def test_dk_scaling_rule_excluded_dk_cell_is_left_out_of_the_harm_trend(tmp_path
     def train(dk, scaled, s):
         if dk == 8:
             return UNIGRAM if scaled else 4.0
-        return 2.6 if scaled else 2.6 + (0.2 + W8[s] if dk == 16 else 0.4 + W32[s])
+        return 2.6 if scaled else 2.6 + (0.2 + W8[s % 4] if dk == 16 else 0.4 + W32[s % 4])
 
     v = analyse(EXP, records(train, params=p3), p3, tmp_path)
     assert train_cells(v) == {
@@ -261,7 +278,7 @@ def test_dk_scaling_rule_excluded_dk_cell_is_left_out_of_the_harm_trend(tmp_path
     ],
 )
 def test_dk_scaling_rule_logit_scale_alone(tmp_path, effect, cell, trend, verdict):
-    v = analyse(EXP, records(scaled_better, lambda s, seed: 2.6 + effect + W8[seed]), P, tmp_path)
+    v = analyse(EXP, records(scaled_better, lambda s, seed: 2.6 + effect + W8[seed % 4]), P, tmp_path)
     c = comparison(v, "logit")  # a = initial logit std 1 (the training arm at ref_dk), b = std 4
     assert c.decision == cell and c.n == 4 and c.noise is not None
     assert c.diff == pytest.approx(effect + np.mean(list(W8.values())), abs=1e-9)
@@ -272,3 +289,27 @@ def test_dk_scaling_rule_logit_scale_alone(tmp_path, effect, cell, trend, verdic
     )  # per doubling of s
     assert verdicts(v)["logit"] == verdict and verdicts(v)["logit-trend"] == verdict
     assert v.verdict == "supported"  # reported beside the overall verdict, not in it
+
+
+def test_dk_scaling_rule_scaling_that_matters_only_at_one_rate_is_refuted_at_the_best_rate(tmp_path):
+    """Unscaled attention is worse at the fixed rate (3e-3) but at its own best rate (the lower 1.5e-3) it
+    trains as well as scaled attention at its best: the fixed-rate cells show the setup sees a 0.3-nat effect,
+    so the tuned equivalence refutes; qk-layernorm rescues unscaled attention at the fixed rate's cost."""
+    p = {**P, "selection_seeds": [10, 11, 12]}
+    wob = {0: 0.001, 1: -0.002, 2: 0.0015, 3: -0.001}
+    # the grid (flat losses choose the lowest rates, as these losses do too); the losses are set below, by rate
+    recs = records(lambda dk, scaled, s: 0.0, params=p)
+    for r in recs:
+        c = r["config"]
+        if c["part"] in ("train", "null", "qknorm"):
+            worse = c["part"] == "train" and not c["scaled"] and c["lr"] >= 3e-3
+            r["metrics"] = train_metrics(
+                (2.9 if worse else 2.6) + wob[c["seed"] % 4] * (not c["scaled"]),
+                c["seed"] % 1000,
+                c["n_layers"],
+            )
+    v = analyse(EXP, recs, p, tmp_path)
+    assert verdicts(v)["training"] == "supported"  # at lr 3e-3
+    ch = {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
+    assert ch[("unscaled", "d32")] == 1.5e-3
+    assert set(decisions(v, "tuned/").values()) == {"equivalent"} and verdicts(v)["tuned"] == "refuted"

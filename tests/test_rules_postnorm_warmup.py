@@ -19,7 +19,7 @@ EXP = load("postnorm_warmup")
 P = EXP.profiles["quick"]
 U = 3.30
 OK, STUCK = 2.50, 3.28  # a loss that learned, one at the unigram plateau
-A1, A2 = "A/L1-lr0.003", "A/L2-lr0.003"
+A1, A2 = "A-fixed/L1-lr0.003", "A-fixed/L2-lr0.003"
 
 
 def train_metrics(loss: float | None, depth: int = 2, steps: int = P["steps"]) -> dict:
@@ -67,25 +67,33 @@ def probe_metrics(pl: str, L: int, *, amp_pre: float = 0.3, q_post: float = 0.5)
     }
 
 
-def records(loss, *, null=None, **probe_kw):
-    """loss(placement, warmup, depth, seed) -> final loss (None: diverged); null(seed) for the null pair."""
-    out = []
-    for i, c in enumerate(EXP.grid(P)):
-        if c["part"] == "probe":
-            m = probe_metrics(c["placement"], c["depth"], **probe_kw)
-        elif c["part"] == "null":
-            m = train_metrics(null(c["seed"] % 1000) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
-        else:
-            m = train_metrics(loss(c["placement"], c["warmup"] > 0, c["depth"], c["seed"]), c["depth"])
-        out.append(record(c, m, f"r{i}"))
-    return out
+def records(loss, *, null=None, params=P, **probe_kw):
+    """loss(placement, warmup, depth, seed, lr=, width=) -> final loss (None: diverged); null(seed) for the null
+    pair. The staged grid grows as the runner grows it: the sweep's selection seeds choose each arm's rate, whose
+    fresh-seed runs (and the second scale's sweep) join the grid."""
+    grid, done = None, []
+    while (g := EXP.grid(params, done)) != grid:
+        grid, done = g, []
+        for i, c in enumerate(g):
+            if c["part"] == "probe":
+                m = probe_metrics(c["placement"], c["depth"], **probe_kw)
+            elif c["part"] == "null":
+                m = train_metrics(null(c["seed"] % 1000) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
+            else:
+                f = loss(
+                    c["placement"], c["warmup"] > 0, c["depth"], c["seed"], lr=c["lr"], width=c["d_model"]
+                )
+                m = train_metrics(f, c["depth"])
+            done.append(record(c, m, f"r{i}"))
+    return done
 
 
-def anchor_like(pl, wu, d, s):
-    """Post-LN without warmup stuck everywhere; with warmup it learns at L = 1 but is stuck at L = 2 (both
-    Post-LN arms fail there); Pre-LN and DeepNorm learn everywhere."""
+def anchor_like(pl, wu, d, s, lr=3e-3, **_):
+    """Post-LN without warmup stuck everywhere; with warmup it learns at L = 1, and at L = 2 only below the
+    fixed cells' rate 3e-3 (so the sweep finds it a rate that trains, while the fixed cell L = 2 has both Post-LN
+    arms stuck); Pre-LN and DeepNorm learn everywhere."""
     if pl == "post":
-        return (OK + 0.001 * s) if (wu and d == 1) else STUCK + 0.002 * s
+        return (OK + 0.001 * s) if (wu and (d == 1 or lr < 3e-3)) else STUCK + 0.002 * s
     return OK - 0.05 + 0.001 * s
 
 
@@ -93,18 +101,29 @@ def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(
     v = analyse(EXP, records(anchor_like), P, tmp_path)
     assert v.verdict == "supported"
     assert verdicts(v) == {
-        "A": "supported", "B": "supported", "C": "supported", "D": "supported",
-        "F": "supported", "G": "supported", "G-paired": "supported", "H": "supported",
+        "A-fixed": "supported", "A": "supported", "A-range": "inconclusive", "B-fixed": "supported",
+        "B": "supported", "B-range": "inconclusive", "C": "supported", "D": "supported", "F": "supported",
+        "G": "supported", "G-paired": "supported", "H": "supported",
     }  # fmt: skip
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds["A"] == kinds["B"] == ("effect", True)
-    assert all(kinds[k] == ("effect", False) for k in ("C", "D", "F", "G", "G-paired", "H"))
-    a = decisions(v, "A/")
+    assert all(kinds[k][1] is False for k in kinds if k not in ("A", "B"))
+    a = decisions(v, "A-fixed/")
     assert a[f"{A1}/final_val"] == "b_better"  # b = warmed-up Post-LN
     # L = 2: both Post-LN arms stuck at the plateau: never counted for or against A ...
     assert {a[f"{A2}/{m}"] for m in ("learned", "final_val", "escape")} == {"excluded"}
     # ... but evidence for C: Pre-LN (a) learned there, warmed-up Post-LN did not
     assert comparison(v, "C/final_val").decision == "a_better"
+    # tuned: warmed-up Post-LN chose a rate that trains, at both widths; only the final loss counts
+    assert sub(v, "A").holds == ["d16", "d32"] and sub(v, "A").comparisons == [
+        "A/d16/final_val",
+        "A/d32/final_val",
+    ]
+    assert "A/d16/learned" in sub(v, "A").reported and "Other readouts, reported" in sub(v, "A").detail
+    ch = {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
+    assert (
+        ch[("post-warmup", "d16")] == 1.5e-3 and ch[("post-warmup", "d32")] == 7.5e-4
+    )  # the ×½ and ×1 sweep
     ids = {c.id for c in v.comparisons}
     assert all(i in ids for s in v.sub_verdicts for i in s.comparisons)
     assert [f.id for f in v.noise_floor] == ["null/final_val", "null/escape"]
@@ -118,7 +137,7 @@ def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln_and_pre_ln_is_wo
     """A and B both refuted: refuted. (A refuted beside an inconclusive B is inconclusive: the overall verdict
     combines the counted sub-claims; the old rule called any refuted A or B refuted.)"""
 
-    def loss(pl, wu, d, s):
+    def loss(pl, wu, d, s, **_):
         if pl == "post":
             return (STUCK - 0.03 + 0.001 * s) if wu else OK + 0.001 * s
         return (STUCK - 0.01 + 0.001 * s) if pl == "pre" else OK + 0.001 * s
@@ -127,7 +146,7 @@ def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln_and_pre_ln_is_wo
     assert decisions(v)[f"{A1}/final_val"] == "a_better"
     assert verdicts(v)["A"] == "refuted" and verdicts(v)["B"] == "refuted" and v.verdict == "refuted"
 
-    def only_a(pl, wu, d, s):  # Pre-LN as good as Post-LN without warmup: every seed of both learned
+    def only_a(pl, wu, d, s, **_):  # Pre-LN as good as Post-LN without warmup: every seed of both learned
         return (STUCK - 0.03 + 0.001 * s) if (pl == "post" and wu) else OK + 0.001 * s
 
     v = analyse(EXP, records(only_a), P, tmp_path)
@@ -140,24 +159,26 @@ def test_postnorm_warmup_rule_cell_where_both_arms_always_learned_is_reported_no
     (the schedule itself shifts fit and speed), so the cell is reported with its decision and A stays
     inconclusive."""
 
-    def loss(pl, wu, d, s):
+    def loss(pl, wu, d, s, **_):
         if pl == "post":
             return (3.0 + 0.001 * s) if wu else OK + 0.001 * s
         return OK + 0.001 * s
 
     v = analyse(EXP, records(loss), P, tmp_path)
-    assert verdicts(v)["A"] == "inconclusive"
+    assert verdicts(v)["A-fixed"] == "inconclusive"
     c = comparison(v, f"{A1}/final_val")
     assert c.decision == "a_better" and "reported" in c.sub_claim
-    a = sub(v, "A")
+    a = sub(v, "A-fixed")
     assert c.id not in a.comparisons and c.id in a.reported and "Reported, not counted" in a.detail
+    # each arm at its own best rate there is no such carve-out: warmup costs 0.5 nats at both widths
+    assert verdicts(v)["A"] == "refuted" and decisions(v, "A/")["A/d32/final_val"] == "a_better"
 
 
 def test_postnorm_warmup_rule_both_arms_at_the_plateau_is_not_warmup_not_needed(tmp_path):
     """The committed failure mode: Post-LN with and without warmup both at the unigram level (3.28 vs 3.29) read
     as 'warmup not needed'. Here every such comparison is excluded and A is inconclusive, not refuted."""
 
-    def loss(pl, wu, d, s):
+    def loss(pl, wu, d, s, **_):
         if pl == "post":
             return 3.29 + 0.001 * s if wu else 3.28 + 0.001 * s
         return OK + 0.001 * s
@@ -170,23 +191,28 @@ def test_postnorm_warmup_rule_both_arms_at_the_plateau_is_not_warmup_not_needed(
 
 
 def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tmp_path):
-    def noisy(pl, wu, d, s):  # seed 0 learns only with warmup, seed 1 only without: an underpowered null
+    def noisy(pl, wu, d, s, **_):  # seed 0 learns only with warmup, seed 1 only without: an underpowered null
         if pl != "post":
             return OK - 0.3 + 0.001 * s
         return OK if wu == (s == 0) else 3.25
 
     v = analyse(EXP, records(noisy), P, tmp_path)
-    assert verdicts(v)["A"] == "inconclusive" and v.verdict == "inconclusive"
+    assert verdicts(v)["A-fixed"] == "inconclusive" and verdicts(v)["A"] == "inconclusive"
+    assert v.verdict == "inconclusive"
     assert set(decisions(v, A1).values()) == {"undecided"}
 
-    def same(pl, wu, d, s):  # both arms on the learned threshold; warmup changes the loss by < the margin
+    def same(
+        pl, wu, d, s, **_
+    ):  # both arms on the learned threshold; warmup changes the loss by < the margin
         if pl != "post":
             return OK - 0.3 + 0.001 * s
-        return (3.21, 3.19)[s] + ((0.002 if s == 0 else -0.001) if wu else 0.0)
+        return (3.21, 3.19)[s % 2] + ((0.002 if s % 2 == 0 else -0.001) if wu else 0.0)
 
     v = analyse(EXP, records(same), P, tmp_path)
     assert decisions(v, A1)[f"{A1}/final_val"] == "equivalent"
-    assert verdicts(v)["A"] == "inconclusive"  # no positive control: equivalence does not refute
+    assert verdicts(v)["A-fixed"] == "inconclusive"  # no positive control: equivalence does not refute
+    # tuned: equivalent too, and its positive control (the fixed-rate cells) saw no effect: not refuted
+    assert set(decisions(v, "A/").values()) >= {"equivalent"} and verdicts(v)["A"] == "inconclusive"
 
 
 def test_postnorm_warmup_rule_an_effect_inside_the_noise_floor_is_not_supported(tmp_path):
@@ -194,36 +220,42 @@ def test_postnorm_warmup_rule_an_effect_inside_the_noise_floor_is_not_supported(
     learning in each arm (so the cell is counted), but the null pair's seeds differ by ±0.3: inside the noise
     floor, undecided, and A is not supported."""
 
-    def loss(pl, wu, d, s):
+    def loss(pl, wu, d, s, **_):
         if pl == "post":
-            return (3.35, OK)[s] - (0.08 + 1e-4 * s if wu else 0.0)
+            return (3.35, OK)[s % 2] - (0.08 + 1e-4 * s if wu else 0.0)
         return OK + 0.001 * s
 
     v = analyse(EXP, records(loss, null=lambda s: OK + (0.3, -0.25)[s]), P, tmp_path)
     c = comparison(v, f"{A1}/final_val")
     assert c.p < 0.05 and c.in_noise and c.decision == "undecided"
     assert c.diff == pytest.approx(-0.08005)
-    assert verdicts(v)["A"] == "inconclusive"
-    assert "inside the noise floor" in sub(v, "A").detail
+    assert verdicts(v)["A-fixed"] == "inconclusive" and verdicts(v)["A"] == "inconclusive"
+    assert (
+        "inside the noise floor" in sub(v, "A-fixed").detail
+        and "inside the noise floor" in sub(v, "A").detail
+    )
 
 
 def test_postnorm_warmup_rule_mixed_when_warmup_helps_in_one_cell_and_hurts_in_another(tmp_path):
-    def loss(pl, wu, d, s):
+    def loss(pl, wu, d, s, **_):
         if pl == "post":
             if d == 1:
                 return (OK if wu else 3.25) + 0.001 * s
             return (3.25 if wu else OK) + 0.001 * s
         return OK - 0.3 + 0.001 * s
 
-    v = analyse(EXP, records(loss), P, tmp_path)
-    assert verdicts(v)["A"] == "mixed" and v.verdict == "mixed"
+    v = analyse(EXP, records(loss, null=lambda s: OK - 0.3 + 0.0012 * s), P, tmp_path)
+    assert verdicts(v)["A-fixed"] == "mixed"
+    # the sweep runs at L = 2, where warmup hurts: refuted there, while B holds: the claim is mixed
+    assert verdicts(v)["A"] == "refuted" and verdicts(v)["B"] == "supported" and v.verdict == "mixed"
 
 
 def test_postnorm_warmup_rule_nothing_learned_excludes_every_training_comparison(tmp_path):
-    v = analyse(EXP, records(lambda pl, wu, d, s: STUCK + 0.001 * s), P, tmp_path)
-    train = [c for c in v.comparisons if c.id[0] in "ABCD"]
+    v = analyse(EXP, records(lambda pl, wu, d, s, **_: STUCK + 0.001 * s), P, tmp_path)
+    train = [c for c in v.comparisons if c.id[0] in "ABCD" and "-range" not in c.id]
     assert train and all(c.decision == "excluded" for c in train)
-    assert {verdicts(v)[k] for k in "ABCD"} == {"inconclusive"} and v.verdict == "inconclusive"
+    assert {verdicts(v)[k] for k in ("A", "A-fixed", "B", "B-fixed", "C", "D")} == {"inconclusive"}
+    assert v.verdict == "inconclusive"
     assert not (tmp_path / "post_vs_pre.csv").exists()  # (E) has no cell where both arms learned
 
 
@@ -231,7 +263,10 @@ def test_postnorm_warmup_rule_E_is_reported_without_a_verdict(tmp_path):
     """Where warmed-up Post-LN and Pre-LN both learned in every seed their final losses are compared (paired,
     Holm, beside the noise floor) and written, but never decided into a sub-verdict."""
     v = analyse(
-        EXP, records(lambda pl, wu, d, s: OK - (0.1 if pl == "post" and wu else 0) + 0.001 * s), P, tmp_path
+        EXP,
+        records(lambda pl, wu, d, s, **_: OK - (0.1 if pl == "post" and wu else 0) + 0.001 * s),
+        P,
+        tmp_path,
     )
     assert "E" not in verdicts(v) and not any(c.id.startswith("E") for c in v.comparisons)
     table = (tmp_path / "post_vs_pre.csv").read_text()
@@ -244,7 +279,7 @@ def test_postnorm_warmup_rule_divergence_counts_as_not_learned(tmp_path):
     the cell is not excluded (the warmed-up arm learned) and B still sees Pre-LN learning where Post-LN
     diverged."""
 
-    def loss(pl, wu, d, s):
+    def loss(pl, wu, d, s, **_):
         if pl == "post":
             return (OK + 0.001 * s) if wu else None
         return OK + 0.001 * s
@@ -254,17 +289,17 @@ def test_postnorm_warmup_rule_divergence_counts_as_not_learned(tmp_path):
     assert a[f"{A1}/learned"].learned_a == 0 and a[f"{A1}/learned"].learned_b == 2
     assert all(c.decision != "excluded" for c in a.values())
     assert a[f"{A1}/final_val"].n == 0
-    assert comparison(v, "B/L1-lr0.003/learned").learned_b == 2
+    assert comparison(v, "B-fixed/L1-lr0.003/learned").learned_b == 2
 
 
 def test_postnorm_warmup_rule_control_failing_does_not_flip_A(tmp_path):
     """An old rule dropped every cell where the Pre-LN control failed, from every sub-verdict: a failing control
     flipped A. The control enters only B and C (excluded there where Post-LN failed too) and A is unchanged."""
 
-    def loss(pl, wu, d, s):
+    def loss(pl, wu, d, s, **kw):
         if pl == "pre":
             return STUCK + 0.001 * s
-        return anchor_like(pl, wu, d, s)
+        return anchor_like(pl, wu, d, s, **kw)
 
     v = analyse(EXP, records(loss, null=lambda s: STUCK + 0.001 * s), P, tmp_path)
     assert verdicts(v)["A"] == "supported" and verdicts(v)["C"] == "inconclusive"
@@ -281,7 +316,7 @@ def test_postnorm_warmup_rule_gradient_signature_separates_failed_from_learned_r
 
 
 def test_postnorm_warmup_rule_D_inconclusive_when_post_ln_never_fails(tmp_path):
-    v = analyse(EXP, records(lambda pl, wu, d, s: OK + 0.001 * s), P, tmp_path)
+    v = analyse(EXP, records(lambda pl, wu, d, s, **_: OK + 0.001 * s), P, tmp_path)
     assert verdicts(v)["D"] == "inconclusive" and not decisions(v, "D/")
     assert "Left out" in sub(v, "D").detail
 
@@ -289,7 +324,7 @@ def test_postnorm_warmup_rule_D_inconclusive_when_post_ln_never_fails(tmp_path):
 def test_postnorm_warmup_rule_D_counts_only_cells_where_post_ln_failed(tmp_path):
     """Post-LN without warmup fails at L = 2 only: D compares DeepNorm there and leaves L = 1 out."""
 
-    def loss(pl, wu, d, s):
+    def loss(pl, wu, d, s, **_):
         return (STUCK + 0.001 * s) if (pl == "post" and not wu and d == 2) else OK + 0.001 * s
 
     v = analyse(EXP, records(loss), P, tmp_path)
@@ -331,3 +366,40 @@ def test_postnorm_warmup_rule_F_fails_when_the_post_ln_gradient_shrinks_with_dep
         d["F/post-exponent"] == "a_better" and d["F/post-last-first"] == "a_better"
     )  # both below their bounds
     assert d["F/pre-exponent"] == "equivalent" and verdicts(v)["F"] == "mixed"
+
+
+def test_postnorm_warmup_rule_warmup_that_rescues_one_rate_is_refuted_at_the_best_rate(tmp_path):
+    """Without warmup Post-LN is stuck at the fixed cells' rate 3e-3 but trains at the sweep's lower rates as well
+    as with warmup: the fixed-rate comparison (the positive control) sees warmup rescue that rate, and the tuned
+    comparison finds the arms equivalent within the margin at both widths: (A) refuted, at the best rate warmup
+    is not needed; the range sub-claim sees warmup widen the rates that train."""
+    p = {**P, "selection_seeds": [10, 11, 12]}
+
+    def loss(pl, wu, d, s, lr=3e-3, **_):
+        if pl == "post" and not wu and lr >= 3e-3:
+            return STUCK + 0.002 * s
+        return OK + 0.001 * (s % 3)
+
+    v = analyse(EXP, records(loss, params=p), p, tmp_path)
+    assert verdicts(v)["A-fixed"] == "supported"
+    assert set(decisions(v, "A/").values()) >= {"equivalent"} and verdicts(v)["A"] == "refuted"
+    ch = {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
+    assert ch[("post", "d16")] == 1.5e-3 and ch[("post-warmup", "d16")] == 1.5e-3
+    assert comparison(v, "A-range").decision == "b_better" and verdicts(v)["A-range"] == "supported"
+    sens = (tmp_path / "lr_choices.csv").read_text()
+    assert "sensitivity_lo" in sens
+
+
+def test_postnorm_warmup_rule_chosen_rate_is_read_on_selection_seeds_only(tmp_path):
+    """The fresh seeds never choose: at 1.5e-3 warmed-up Post-LN is worse on the selection seed and better on the
+    fresh ones, so it keeps 3e-3 (chosen on selection) and its fresh runs there are the fixed cell's."""
+
+    def loss(pl, wu, d, s, lr=3e-3, **_):
+        if pl == "post" and wu and lr < 3e-3:
+            return OK + (0.2 if s in P["selection_seeds"] else -0.2)
+        return OK + 0.001 * s
+
+    v = analyse(EXP, records(loss), P, tmp_path)
+    ch = {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
+    assert ch[("post-warmup", "d16")] == 3e-3
+    assert comparison(v, "A/d16/final_val").mean_b == pytest.approx(OK + 0.0005)

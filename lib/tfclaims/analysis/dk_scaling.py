@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 
 from ..evidence.curves import curve, plot_curves
-from ..evidence.plots import arm_bands
+from ..evidence.plots import arm_bands, lr_sweep
 from ..evidence.tables import COMPARISON_COLUMNS, comparison_table, runs_table
+from ..evidence.tuning import curve_table, read_sweep
 from . import part
 
 TRAIN_COLUMNS = tuple(c for c in COMPARISON_COLUMNS if c != "metric")  # one metric: no column for it
@@ -54,14 +55,93 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     def logit_std(c, m):  # the initial logits' standard deviation: s for scaled q/k of std sqrt(s)
         return round(c["qk_std"] ** 2 * (1.0 if c["scaled"] else float(np.sqrt(c["dk"]))), 9)
 
-    t = runs_table([r for n in TRAINED for r in part(runs, n)], readouts, logit_std=logit_std)
+    def growth(c, m):  # ln of the first layer's logit variance at the end over at init
+        v0, v1 = probe_at(m, 0, "logit_var"), probe_at(m, -1, "logit_var")
+        return float(np.log(v1 / v0)) if v0 and v1 and np.isfinite(v1) else None
+
+    t = runs_table(
+        fixed_runs(runs, p), readouts, logit_std=logit_std, logit_growth=growth,
+        max_prob_end=lambda c, m: probe_at(m, -1, "max_prob"),
+    )  # fmt: skip
     t["log2 d_k"], t["log2 s"] = np.log2(t["dk"]), np.log2(t["logit_std"])
     return {
         "mc": pd.DataFrame(rows),
         "jac": pd.DataFrame(jac),
         "summary": pd.DataFrame([{"unit": 0, "additive_spread": max(var_add) / min(var_add)}]),
         "runs": t,
+        **sweep_tables(runs, p, readouts),
     }
+
+
+def fixed_runs(runs: list[dict], p: dict) -> list[dict]:
+    """The fixed-rate runs (every d_k and logit scale at `lr` and `d_model`, and the null pair): the
+    learning-rate sweep's other runs are read by `sweep_tables` only."""
+    sel, here = set(p["selection_seeds"]), (p["lr"], p["d_model"])
+    return [
+        r for n in TRAINED for r in part(runs, n)
+        if (r["config"]["lr"], r["config"]["d_model"]) == here and r["config"]["seed"] not in sel
+    ]  # fmt: skip
+
+
+def sweep_tables(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
+    """sweep: every run at d_k = sweep_dk with unit-variance q, k (arm, role, loss at init); tuned, choices,
+    sensitivity: read by `evidence.tuning`."""
+    sel = set(p["selection_seeds"])
+    recs = [
+        r for r in part(runs, "train") + part(runs, "qknorm")
+        if r["config"]["dk"] == p["sweep_dk"] and r["config"]["qk_std"] == 1.0
+    ]  # fmt: skip
+    arm = {("train", True): "scaled", ("train", False): "unscaled", ("qknorm", False): "unscaled, qk-norm"}
+    t = runs_table(
+        recs, readouts, arm=lambda c, m: arm[c["part"], c["scaled"]], init_loss=lambda c, m: m["val_loss"][0],
+        role=lambda c, m: "selection" if c["seed"] in sel else "test", unigram=lambda c, m: m["unigram_xent"],
+        n_params=lambda c, m: m["n_params"],
+    )  # fmt: skip
+    scales = {f"d{d}": {"d_model": d} for d, _ in p["scales"]}
+    choices, tuned, seeds = read_sweep(t, {k: {"arm": k} for k in arm.values()}, scales)
+    return {"sweep": t, "tuned": tuned, "choices": choices, "sensitivity": seeds}
+
+
+def write_sweep(t: dict, p: dict, out) -> None:
+    out.table(
+        "lr_sweep",
+        curve_table(t["sweep"], ["arm", "d_model"]),
+        f"Learning-rate sweep at d_k = {p['sweep_dk']} on the selection seeds: final validation loss "
+        "(nats/char; a failed run counts at the loss at init), per arm, width and peak rate",
+        in_report=False,
+    )
+    out.table(
+        "lr_choices",
+        t["choices"],
+        "Each arm's chosen rate per width (lowest mean final loss on the selection seeds), whether it sits "
+        "at an end of the sweep, and its learning-rate sensitivity (Wortsman et al.; nats) with a 95% "
+        "bootstrap interval over seeds",
+    )
+
+
+def plot_sweep(t: dict, p: dict, labels: dict, out) -> None:
+    """The loss-against-learning-rate curves: one panel per width, scaled, unscaled and unscaled with
+    qk-layernorm, each arm's chosen rate on the fresh seeds marked."""
+    from ..plotting import subplots
+
+    curves = curve_table(t["sweep"], ["arm", "d_model"])
+    fig, axes = subplots(len(p["scales"]), width=4.6, height=3.6)
+    for ax, (d, h) in zip(axes, p["scales"]):
+        tuned = t["tuned"][t["tuned"].scale == f"d{d}"] if len(t["tuned"]) else t["tuned"]
+        lr_sweep(ax, curves[curves.d_model == d], tuned, labels, unigram=t["sweep"].unigram.iloc[0])
+        n = t["sweep"][t["sweep"].d_model == d].n_params.iloc[0] if "n_params" in t["sweep"] else None
+        ax.set_title(
+            f"d_model = {d}, {h} heads of d_k = {p['sweep_dk']}" + (f" ({n / 1e6:.2f}M)" if n else "")
+        )
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Final validation loss against peak learning rate at d_k = {p['sweep_dk']} with unit-variance q, k, "
+        f"per width. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their range; a "
+        f"diverged run counts at the loss at init). Stars: each arm at its chosen rate on the "
+        f"{len(p['seeds'])} fresh seeds, mean ± 95% CI (the tuned comparison).",
+    )
 
 
 def probe_at(m: dict, i: int, key: str):

@@ -12,8 +12,10 @@ import pandas as pd
 
 from ..evidence.declare import Better, CellRule, Declaration, Readout, SubClaim
 from ..evidence.evaluate import evaluate
+from ..evidence.plots import lr_sweep
 from ..evidence.stats import loglog_fit, mean_ci
 from ..evidence.tables import comparison_table, runs_table
+from ..evidence.tuning import curve_table, read_sweep
 from . import part
 
 PLACEMENTS = ("post", "pre", "deepnorm")
@@ -80,9 +82,11 @@ def _group(records, key) -> dict:
 
 
 # ---------------------------------------------------------------- observation tables
-def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
-    """runs: one row per training (and null-pair) run with its readouts, divergence step, seconds and a
-    display score (ln V where it diverged); mechanism: one row per number a mechanism sub-claim bounds
+def observe(runs: list[dict], p: dict, readouts, swept: dict) -> dict[str, pd.DataFrame]:
+    """runs: one row per training (and null-pair) run with its readouts, divergence step, seconds, a display
+    score (ln V where it diverged), its seeds' role (selection or test), its loss at init and its swept arm;
+    fixed: the fixed-rate cells' rows; tuned, choices, sensitivity: the learning-rate sweep of the `swept`
+    arms (name -> fields) read by `evidence.tuning`; mechanism: one row per number a mechanism sub-claim bounds
     (Xavier init); amp_seeds: the log-log slope of the output change in depth per placement, init and init
     seed; and the probes' own tables (grad_init, grad_fits, amplification, amplification_fits,
     identity_share)."""
@@ -92,19 +96,34 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
         return m["final_val"] if ok else math.log(m["vocab"])
 
     trained = [r for name in ("train", "null") for r in part(runs, name)]
+    sel = set(p["selection_seeds"])
     t = runs_table(
         trained,
         readouts,
         diverged_at=lambda c, m: m["diverged_at"],
         seconds=lambda c, m: m["seconds"],
         score=score,
+        role=lambda c, m: "selection" if c["seed"] in sel else "test",
+        init_loss=lambda c, m: m["val_loss"][0],
+        unigram=lambda c, m: m["unigram_xent"],
     )
+    name = {(f["placement"], f["warmup"]): k for k, f in swept.items()}
+    t["arm"] = [name.get((pl, w)) for pl, w in zip(t.placement, t.warmup)]
+    sweep = t[(t.part == "train") & (t.depth == p["sweep_depth"])]
+    choices, tuned, seeds = read_sweep(sweep, swept, {f"d{d}": {"d_model": d} for d in p["scales"]})
     probes = part(runs, "probe")
     grads, grad_fits = describe_grads(probes)
     amp, amp_fits = describe_amplification(probes)
     ident = describe_identity(probes)
+    fixed = t[(t.part == "train") & (t.role == "test") & (t.d_model == p["d_model"])]
+    cells = {(int(d), float(lr)) for d, lr in p["cells"]}
+    fixed = fixed[[(d, lr) in cells for d, lr in zip(fixed.depth, fixed.lr)]]
     return {
         "runs": t,
+        "fixed": fixed,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": seeds,
         "mechanism": mechanism(grads, grad_fits, amp_fits, ident),
         "amp_seeds": seed_slopes(probes),
         "grad_init": grads,
@@ -152,7 +171,7 @@ def seed_slopes(probes) -> pd.DataFrame:
 def generalisation(t: dict, decl: Declaration, margin: float) -> list:
     """(E) reported, never decided: warmed-up Post-LN − Pre-LN (no warmup) final loss (sub-claim C's arms) in
     every cell where both learned in every seed, paired, Holm among them, beside the null pair's floor."""
-    a, c = decl.sub("A"), decl.sub("C")
+    a, c = decl.sub("A-fixed"), decl.sub("C")
     final = next(r for r in a.readouts if r.column == "final_val")
     both = CellRule("the rule 'every seed of both arms learned'", all_learned)
     e = SubClaim(
@@ -306,13 +325,15 @@ def signature_text(sig: pd.DataFrame, deep: int) -> str:
 
 def learned_runs(runs: list[dict], t: dict) -> list[dict]:
     """The training records, each with its `learned` readout (from the observation table) beside it."""
-    learned = dict(zip(t["runs"]["run_id"], t["runs"]["learned"]))
-    return [{**r, "learned": bool(learned[r["run_id"]])} for r in part(runs, "train")]
+    learned = dict(zip(t["fixed"]["run_id"], t["fixed"]["learned"]))
+    return [
+        {**r, "learned": bool(learned[r["run_id"]])} for r in part(runs, "train") if r["run_id"] in learned
+    ]
 
 
 def write_tables(t: dict, result, gen: list, sig: pd.DataFrame, p: dict, unigram: float, margin, out) -> None:
     """The training tables, E's table and the probes' tables (the runner writes every comparison)."""
-    runs = t["runs"][t["runs"]["part"] == "train"]
+    runs = t["fixed"]
     cols = ["placement", "warmup", "depth", "lr", "unit", "final_val", "learned", "escape", "diverged_at"]
     cols += ["score", "seconds"]
     out.table(
@@ -444,9 +465,7 @@ def plot_curves(train, result, sc, final, arms, p, threshold, margin, out):
         and c.diff is not None
         and not c.excluded
     ]
-    configs = [
-        max((cell.fields["depth"], cell.fields["lr"]) for cell in sc.cells)
-    ]  # the deepest (highest lr)
+    configs = [max((r["config"]["depth"], r["config"]["lr"]) for r in train)]  # the deepest (highest lr)
     if fin:
         configs.insert(0, min(fin)[1])  # warmup − none: most negative = warmup helps most
     configs = list(dict.fromkeys(configs))
@@ -702,6 +721,57 @@ def plot_identity(probes, out):
     )
 
 
+def sweep_curves(t: dict) -> pd.DataFrame:
+    """Per swept arm, width and rate: the selection seeds' capped final loss and how many learned."""
+    return curve_table(t["runs"][t["runs"].arm.notna()], ["arm", "d_model"])
+
+
+def write_sweep(t: dict, curves: pd.DataFrame, p: dict, out) -> None:
+    out.table(
+        "lr_sweep",
+        curves,
+        "Learning-rate sweep on the selection seeds: final validation loss (nats/char; a failed run counts "
+        "at the loss at init), per arm, width d_model and peak rate",
+        in_report=False,
+    )
+    out.table(
+        "lr_choices",
+        t["choices"],
+        "Each arm's chosen rate per scale (lowest mean final loss on the selection seeds), whether it sits "
+        "at an end of the sweep, and its learning-rate sensitivity (Wortsman et al.: mean excess over the "
+        "best across the sweep, nats) with a 95% bootstrap interval over seeds",
+    )
+
+
+def plot_sweep(t: dict, curves: pd.DataFrame, p: dict, params: dict, labels: dict, out) -> None:
+    """The claim's main figure: final loss against peak learning rate, one panel per width, one line per swept
+    arm, each arm's chosen rate on the fresh seeds marked."""
+    from ..plotting import subplots
+
+    fig, axes = subplots(len(p["scales"]), width=4.6, height=3.6)
+    for ax, d in zip(axes, p["scales"]):
+        tuned = t["tuned"][t["tuned"].scale == f"d{d}"] if len(t["tuned"]) else t["tuned"]
+        lr_sweep(ax, curves[curves.d_model == d], tuned, labels, unigram=t["runs"].unigram.iloc[0])
+        ax.set_title(f"d = {d}, L = {p['sweep_depth']} ({params[d] / 1e6:.2f}M parameters)")
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Final validation loss against peak learning rate, L = {p['sweep_depth']}, {p['steps']} steps, per "
+        f"width (left: d = {p['scales'][0]}). Lines: mean over the {len(p['selection_seeds'])} selection "
+        "seeds (band: their range; a diverged run counts at the loss at init). Stars: each arm at its "
+        f"chosen rate on the {len(p['seeds'])} fresh seeds, mean ± 95% CI: the tuned comparison (A, B).",
+    )
+
+
+def tuned_headline(result) -> str:
+    """Warmup − none in Post-LN's final loss, each at its own best rate, per scale."""
+    parts = [
+        f"{c.id.split('/')[1]} {c.diff:+.3f} ({c.decision})" for c in result.of("A") if c.diff is not None
+    ]
+    return "Post-LN, warmup − none at each arm's best rate: " + (", ".join(parts) or "no comparison")
+
+
 # ---------------------------------------------------------------- the verdict's numbers
 def headline(result, sc, final) -> str:
     """The key number: warmup − none in Post-LN's final loss, in the counted cell of sub-claim A with the
@@ -759,7 +829,7 @@ def extra_detail(sid: str, t: dict, sig: pd.DataFrame, deep: int) -> str:
 def figures(t, train, probes, result, sc, final, arms, p, threshold, margin, out) -> None:
     """The claim's six figures: the outcome grid, loss curves, the gradient signature through training, and
     the init probes (gradients, amplification, identity share)."""
-    plot_grid(describe_cells(t["runs"][t["runs"]["part"] == "train"]), arms, p, threshold, margin, out)
+    plot_grid(describe_cells(t["fixed"]), arms, p, threshold, margin, out)
     plot_curves(train, result, sc, final, arms, p, threshold, margin, out)
     plot_signature(train, arms, max(r["config"]["depth"] for r in train), p, out)
     plot_grads(probes, t["grad_fits"], out)

@@ -180,3 +180,49 @@ def dk_train(cfg: dict, ctx) -> dict:
         desc=f"dk={cfg['dk']} qk_std={cfg['qk_std']:g} {'scaled' if cfg['scaled'] else 'unscaled'} seed {cfg['seed']}",
     )
     return res
+
+
+class QKNorm(nn.Module):
+    """A query or key projection followed by LayerNorm over each head's d_k components (qk-layernorm, as
+    Wortsman et al. 2023 measured it): (B, T, d_model) -> (B, T, heads·d_k). The logits stay bounded by the
+    learned gains whatever the projection's weights grow to; `weight` is the projection's (for the probes)."""
+
+    def __init__(self, lin: nn.Linear, heads: int, dk: int):
+        super().__init__()
+        self.lin, self.heads, self.norm = lin, heads, nn.LayerNorm(dk)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.lin.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return self.norm(y.view(*y.shape[:-1], self.heads, -1)).flatten(-2)
+
+
+def add_qk_norm(model: LM) -> None:
+    """Wrap every layer's W_q and W_k in a per-head LayerNorm (unit-variance components at init, as the
+    premise's q and k have, so the unscaled logits still start with standard deviation sqrt(d_k))."""
+    for block in model.blocks:
+        a = block.attn
+        a.wq, a.wk = QKNorm(a.wq, a.h, a.dk), QKNorm(a.wk, a.kv, a.dk)
+
+
+def dk_train_qknorm(cfg: dict, ctx) -> dict:
+    """`dk_train` with qk-layernorm: the positive control for the logit-growth mechanism."""
+    corpus = load_corpus()
+    x, y = eval_windows(corpus.val, 1, 8, cfg["seq_len"], seed=PROBE_SEED)[0]
+
+    def prepare(model):
+        init_qk(model, cfg["qk_std"])
+        add_qk_norm(model)
+
+    res, _ = train_small(
+        cfg,
+        ctx,
+        model_kw=dk_overrides(cfg),
+        prepare=prepare,
+        on_eval=attention_probe(x.to(ctx.device), y.to(ctx.device)),
+        desc=f"dk={cfg['dk']} qk-norm {'scaled' if cfg['scaled'] else 'unscaled'} seed {cfg['seed']}",
+    )
+    return res

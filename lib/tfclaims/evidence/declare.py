@@ -215,6 +215,7 @@ class SubClaim:
     count_if: CellRule | None = None  # cells that fail it are reported, not counted
     keep_if: CellRule | None = None  # cells that fail it are left out (said in the detail)
     control: str | None = None  # a sub-claim whose effect beyond its margin is the positive control
+    primary: bool = False  # only the first readout counts; the others are reported beside it
     note: str = ""  # one more sentence of the rule: why this design, what it cannot tell
 
     def __post_init__(self):

@@ -31,6 +31,7 @@ class SubResult:
     detail: str
     comparisons: list[str] = field(default_factory=list)  # the counted comparisons' ids
     reported: list[str] = field(default_factory=list)  # comparisons in cells reported, not counted
+    holds: list[str] = field(default_factory=list)  # the cells whose counted comparisons support it
 
 
 @dataclass
@@ -292,12 +293,13 @@ def _sort_cells(sc: SubClaim, df) -> tuple[list[Cell], list[Cell], list[Cell]]:
     return counted, reported, dropped
 
 
-def _comparisons(sc: SubClaim, df, cells: list[Cell], floors) -> list[ev.Comparison]:
+def _comparisons(sc: SubClaim, df, cells: list[Cell], floors, readouts=None) -> list[ev.Comparison]:
+    rs = sc.readouts if readouts is None else readouts
     if isinstance(sc.claim, Trend):
-        return [_trend(sc, df, cells, r) for r in sc.readouts] if cells else []
+        return [_trend(sc, df, cells, r) for r in rs] if cells else []
     if isinstance(sc.claim, Bound):
-        return [_exact(sc, df, cell, r) for cell in cells for r in sc.readouts]
-    return [_compare(sc, df, cell, r, _noise_for(floors, sc, cell, r)) for cell in cells for r in sc.readouts]
+        return [_exact(sc, df, cell, r) for cell in cells for r in rs]
+    return [_compare(sc, df, cell, r, _noise_for(floors, sc, cell, r)) for cell in cells for r in rs]
 
 
 def _label(sc: SubClaim):
@@ -314,7 +316,7 @@ def _control(sc: SubClaim, done: dict[str, tuple[SubClaim, list[ev.Comparison]]]
     return any(ev.role(c, ctrl.claimed) == "support" and ev.beyond_margin(c) for c in cmps)
 
 
-def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped) -> str:
+def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped, secondary=()) -> str:
     name = _label(sc)
 
     def txt(c: ev.Comparison) -> str:
@@ -332,6 +334,11 @@ def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped) -> str:
             f"Reported, not counted (cells where {sc.count_if.text} does not hold): "
             + "; ".join(map(txt, reported))
         )
+    if secondary:
+        parts.append(
+            f"Other readouts, reported (the primary one is {sc.readouts[0].label}): "
+            + "; ".join(map(txt, secondary))
+        )
     if dropped:
         parts.append(
             f"Left out (cells where {sc.keep_if.text} does not hold): " + ", ".join(c.label for c in dropped)
@@ -347,10 +354,12 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
         try:
             df = _table(tables, sc.table)
             counted, reported, dropped = _sort_cells(sc, df)
+            first, rest = (sc.readouts[:1], sc.readouts[1:]) if sc.primary else (sc.readouts, ())
             raw[sc.id] = (
-                _comparisons(sc, df, counted, floors),
+                _comparisons(sc, df, counted, floors, first),
                 _comparisons(sc, df, reported, floors),
                 dropped,
+                _comparisons(sc, df, counted, floors, rest) if rest else [],
             )
         except ev.EvidenceError as e:
             raise ev.EvidenceError(f"sub-claim {sc.id}: {e}") from None
@@ -363,15 +372,15 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
         for c in ev.holm([c for m in members for c in raw[m][0]]):
             adjusted[c.id] = c
     for sc in decl.subclaims:
-        for c in ev.holm(raw[sc.id][1]):
+        for c in ev.holm(raw[sc.id][1] + raw[sc.id][3]):
             adjusted[c.id] = replace(c, sub_claim=f"{sc.id} (reported)")
     failed, subs, comps, done = [], [], [], {}
     for sc in decl.subclaims:
         counted = [adjusted[c.id] for c in raw[sc.id][0]]
         reported = [adjusted[c.id] for c in raw[sc.id][1]]
-        lad = ev.ladder(
-            counted, sc.claimed, positive_control=_control(sc, done), where=sc.where, label=_label(sc)
-        )
+        secondary = [adjusted[c.id] for c in raw[sc.id][3]]
+        ctl = _control(sc, done)
+        lad = ev.ladder(counted, sc.claimed, positive_control=ctl, where=sc.where, label=_label(sc))
         if (
             sc.kind == "check" and lad.refuting
         ):  # a value outside its bounds; no value at all is not a failure
@@ -379,8 +388,10 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
                 f"{sc.id} ({sc.statement}): "
                 + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.id in lad.refuting)
             )
+        where = {comparison_id(sc, c, r): c.label for c in sc.cells for r in sc.readouts}
+        holds = [where.get(c.id, sc.id) for c in counted if ev.role(c, sc.claimed, ctl) == "support"]
         done[sc.id] = (sc, counted)
-        comps += counted + reported
+        comps += counted + reported + secondary
         subs.append(
             SubResult(
                 sc.id,
@@ -388,9 +399,10 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
                 sc.kind,
                 sc.counts and sc.kind == "effect",
                 lad.verdict,
-                _detail(sc, lad, counted, reported, raw[sc.id][2]),
+                _detail(sc, lad, counted, reported, raw[sc.id][2], secondary),
                 [c.id for c in counted],
-                [c.id for c in reported],
+                [c.id for c in reported + secondary],
+                list(dict.fromkeys(holds)),
             )
         )
     if failed:

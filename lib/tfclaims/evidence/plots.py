@@ -83,3 +83,39 @@ def loglog(ax, x, y, *, label: str, fit_from: float | None = None, **kw) -> LogL
     )
     ax.set(xscale="log", yscale="log")
     return fit
+
+
+def lr_sweep(ax, curves, tuned, labels: dict, *, unigram: float | None = None) -> None:
+    """Final loss against peak learning rate for each swept arm at one scale: `curves` (arm, lr, mean, min,
+    max over the selection seeds; `tuning.curve_table`) as lines with their range, and each arm's fresh seeds
+    at its chosen rate (`tuned`: arm, lr, final_val) as a star with its 95% CI. Arms in `labels`' order."""
+    from .stats import mean_ci
+
+    for i, (arm, label) in enumerate(labels.items()):
+        g = curves[curves.arm == arm].sort_values("lr")
+        if g.empty:
+            continue
+        (line,) = ax.plot(g.lr, g["mean"], "o-", ms=3, label=f"{label} (selection seeds)")
+        ax.fill_between(g.lr, g["min"], g["max"], color=line.get_color(), alpha=0.15, linewidth=0)
+        fresh = tuned[tuned.arm == arm]
+        ci = mean_ci(fresh.final_val.dropna().to_numpy())
+        if ci.n:
+            x = fresh.lr.iloc[0] * 1.08 ** (i - (len(labels) - 1) / 2)  # side by side where arms share a rate
+            ax.errorbar(
+                [x],
+                [ci.mean],
+                yerr=[[ci.mean - ci.lo], [ci.hi - ci.mean]],
+                fmt="*",
+                ms=10,
+                color=line.get_color(),
+                mec="k",
+                mew=0.5,
+                label=f"{label}, chosen rate (fresh seeds)",
+            )
+    rates = sorted(curves.lr.unique())
+    ax.set_xscale("log")
+    ax.set_xticks(rates, [f"{r:g}" for r in rates], rotation=30)
+    ax.minorticks_off()
+    if unigram is not None:
+        ax.axhline(unigram, color="k", lw=0.6, ls=":", label="unigram level")
+    ax.set(xlabel="peak learning rate", ylabel="final validation loss (nats/char)")

@@ -174,6 +174,11 @@ def render_sub(sc: SubClaim) -> str:
     reads = ", ".join(f"{r.label} ({_test(sc, r)})" for r in sc.readouts)
     out = [f"({sc.id}) {sc.statement} [{kind}]. {arms}{cells}; table {sc.table}; read on {reads}."]
     out.append(f"Claimed: {_claimed(sc)}.")
+    if sc.primary and len(sc.readouts) > 1:
+        out.append(
+            f"Primary readout: {sc.readouts[0].label}, declared before running; only it counts, the others "
+            "are reported (Holm among the reported comparisons)."
+        )
     if sc.guard is not None:
         out.append(
             f"A run learned at all if {sc.guard.definition or sc.guard.label}; a comparison in which neither "

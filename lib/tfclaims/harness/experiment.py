@@ -14,6 +14,7 @@ progress, staged publication of result.json with its tables and figures, the rep
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +46,12 @@ class Part:
     keyed by the code it reaches, so editing an analysis or another part's recipe reruns nothing here."""
 
     name: str
-    grid: Callable[[dict], list[dict]]
+    grid: Callable[..., list[dict]]
     run: Callable[[dict, RunContext], dict]
+    # staged: grid(p, done) also reads `done`, the ok records of the runs made so far (a learning-rate
+    # sweep's selection seeds choose the rate its fresh seeds run at); the runner grows the grid until it
+    # stops changing. Its configs may name another part ("part": "train"): that part's recipe runs them
+    staged: bool = False
 
     def __post_init__(self):
         if "." in getattr(self.run, "__qualname__", ".") or "<" in self.run.__qualname__:
@@ -63,6 +68,7 @@ class SubVerdict:
     kind: str = "effect"  # 'effect' (evidence) or 'check' (an identity the harness relies on)
     counts: bool = True  # in the overall verdict, or reported beside it
     reported: list[str] = field(default_factory=list)  # comparisons in cells reported, not counted
+    holds: list[str] = field(default_factory=list)  # the cells (scales, settings) where it holds
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -155,9 +161,23 @@ class Experiment:
     profiles: dict[str, dict] = {}
     parts: tuple[Part, ...] = ()
 
-    def grid(self, p: dict) -> list[dict]:
-        """Every part's configs, each tagged with its part's name."""
-        return [{"part": part.name, **c} for part in self.parts for c in part.grid(p)]
+    def grid(self, p: dict, done: list[dict] | tuple = ()) -> list[dict]:
+        """Every part's configs, each tagged with its part's name. A staged part is given `done`, the ok
+        records of the runs made so far, and its configs that another part already makes are dropped (a tuned
+        rate that is one of the fixed-rate cells reuses their runs)."""
+        out, seen = [], set()
+        for part in self.parts:
+            for c in part.grid(p, list(done)) if part.staged else part.grid(p):
+                key = json.dumps({"part": part.name, **c}, sort_keys=True)
+                if not (part.staged and key in seen):
+                    seen.add(key)
+                    out.append({"part": part.name, **c})
+        return out
+
+    @property
+    def staged(self) -> bool:
+        """Whether the grid depends on runs already made (see `Part.staged`)."""
+        return any(part.staged for part in self.parts)
 
     def part(self, name: str) -> Part:
         for part in self.parts:
@@ -202,7 +222,7 @@ def verdict_from(
     summary starts with what each counted effect found."""
     subs = [
         SubVerdict(s.statement, s.verdict, s.detail, s.comparisons, id=s.id, kind=s.kind, counts=s.counts,
-                   reported=s.reported)
+                   reported=s.reported, holds=s.holds)
         for s in result.subs
     ]  # fmt: skip
     found = "; ".join(

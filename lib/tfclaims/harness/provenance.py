@@ -124,12 +124,13 @@ def run_id(cfg_hash: str, chash: str) -> str:
     return sha(cfg_hash + chash)
 
 
-def expected_run_ids(exp: Experiment, p: dict, device) -> list[str]:
-    return sorted(grid_run_ids(exp, p, device))
+def expected_run_ids(exp: Experiment, p: dict, device, runs_dir: Path | None = None) -> list[str]:
+    return sorted(grid_run_ids(exp, p, device, runs_dir))
 
 
-def grid_run_ids(exp: Experiment, p: dict, device) -> list[str]:
-    """The run ids of a profile's grid, in grid order (the order an analysis receives its records)."""
+def grid_run_ids(exp: Experiment, p: dict, device, runs_dir: Path | None = None) -> list[str]:
+    """The run ids of a profile's grid, in grid order (the order an analysis receives its records). A staged
+    grid grows from the ok records under `runs_dir` as the runner grew it (without them: its first round)."""
     hashes: dict[str, str] = {}
 
     def chash(cfg):
@@ -138,7 +139,27 @@ def grid_run_ids(exp: Experiment, p: dict, device) -> list[str]:
             hashes[key] = run_code_hash(exp, cfg)
         return hashes[key]
 
-    return [run_id(config_hash(exp.claim_id, c, device), chash(c)) for c in exp.grid(p)]
+    def ids(configs):
+        return [run_id(config_hash(exp.claim_id, c, device), chash(c)) for c in configs]
+
+    configs = exp.grid(p)
+    while exp.staged and runs_dir is not None:
+        done = [_ok_record(runs_dir / f"{r}.json") for r in ids(configs)]
+        if not all(done):
+            break
+        grown = exp.grid(p, done)
+        if grown == configs:
+            break
+        configs = grown
+    return ids(configs)
+
+
+def _ok_record(path: Path) -> dict | None:
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and rec.get("status") == "ok" else None
 
 
 def result_problems(exp: Experiment, res: dict, results_root: Path, resolve_profile) -> list[str]:
@@ -158,7 +179,7 @@ def result_problems(exp: Experiment, res: dict, results_root: Path, resolve_prof
         )
     else:
         try:
-            expected = expected_run_ids(exp, p, res.get("device", "cpu"))
+            expected = expected_run_ids(exp, p, res.get("device", "cpu"), results_root / cid / "runs")
         except ConfigError as e:
             expected = [f"invalid: {e}"]
         if expected != sorted(res.get("run_ids", [])):

@@ -358,76 +358,28 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
     runs_dir = claim_dir / "runs"
     started = now()
     chash = code_hash(exp)
-    part_hash: dict[str, str] = {}
     launcher = launcher or Launcher()
-    src = inspect.getsourcefile(type(exp))
-    tasks, paths, n_reused = [], [], 0
-    for cfg in configs:
-        cfg_h = config_hash(exp.claim_id, cfg, device)
-        key = cfg.get("part", "") if exp.parts else ""
-        if key not in part_hash:
-            part_hash[key] = run_code_hash(exp, cfg)
-        rid = run_id(cfg_h, part_hash[key])
-        path = runs_dir / f"{rid}.json"
-        paths.append(path)
-        rec = _load_record(path, force)
-        if rec is not None and rec.get("status") == "ok" and not force:
-            n_reused += 1
-            continue
-        tasks.append(
-            RunTask(
-                src,
-                exp.claim_id,
-                cfg,
-                cfg_h,
-                part_hash[key],
-                rid,
-                device.type,
-                str(path),
-            )
+    handled: set[Path] = set()  # runs made (or found) in an earlier round of a staged grid
+    n_run = failed = 0
+    while True:
+        paths, ran, lost = _round(
+            exp, configs, profile, device, runs_dir, force, progress, log, launcher, handled
         )
-    launcher = launcher.resolve(times_code=exp.times_code, device=device, n_tasks=len(tasks))
-    sweep_id = uuid.uuid4().hex[:12]
-    estimates = _durations(runs_dir, device) if launcher.name == "slurm" and tasks else {}
-    tasks = [
-        replace(
-            t,
-            progress=progress and launcher.in_process,
-            launcher=launcher.name,
-            sweep_id=sweep_id,
-            estimate_s=estimates.get(t.config_hash, estimates.get(("part", t.config.get("part")))),
-        )
-        for t in tasks
-    ]
-    fn = partial(execute_run, exp=exp) if launcher.in_process else execute_run
-    for task, lost in launcher.map(
-        fn, tasks, desc=f"{exp.claim_id} [{profile}]", claim_id=exp.claim_id, progress=progress
-    ):
-        if lost is None or task.recorded():  # a job lost after this run finished: the run stands
-            continue
-        rec = task.record()
-        rec.update(status="failed", error=lost.error, log=lost.log, log_tail=lost.log_tail, finished_at=now())
-        # never reported as a run: with an earlier good record (a forced rerun) the marker names the failure
-        good = _ok(_load_record(Path(task.path), True)) is not None
-        atomic_write_json(Path(task.path + (FAILED_MARKER if good else "")), rec)
-    _remove_partial_writes(tasks)
-    records, failed = [], 0
-    for task in tasks:
-        marker = Path(task.path + FAILED_MARKER)
-        if marker.exists():
-            failed += 1
-            err = (_load_record(marker, True) or {}).get("error")
-            log(f"run {task.run_id} of {exp.claim_id} failed ({err}); its earlier good record is kept")
-            marker.unlink()
-    for path in paths:
-        rec = _load_record(path, True) or {"status": "failed", "error": "no record"}
+        n_run, failed = n_run + ran, failed + lost
+        records = [_load_record(path, True) or {"status": "failed", "error": "no record"} for path in paths]
+        if failed or not exp.staged or any(r.get("status") != "ok" for r in records):
+            break
+        grown = exp.grid(p, records)  # a staged part reads the runs made so far (a sweep's selection seeds)
+        if grown == configs:
+            break
+        check_grid(exp, grown)
+        configs = grown
+    for path, rec in zip(paths, records):
         if rec.get("status") != "ok":
             failed += 1
             log(f"run {path.stem} of {exp.claim_id} failed: {rec.get('error')}")
-        records.append(rec)
-    log(
-        f"{exp.claim_id}: {len(configs)} runs ({n_reused} reused, {len(configs) - n_reused - failed} run, {failed} failed)"
-    )
+    reused, made = len(configs) - n_run, n_run - failed
+    log(f"{exp.claim_id}: {len(configs)} runs ({reused} reused, {made} run, {failed} failed)")
     if failed:
         log(
             f"{exp.claim_id}: analysis skipped because {failed} run(s) failed; result.json left as it was (records in {runs_dir})"
@@ -459,6 +411,62 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
     same = "" if changed else " (as committed: files left untouched)"
     log(f"{exp.claim_id}: verdict {result['verdict']} — {result['key_number']}{same}")
     return 0, result
+
+
+def _round(exp, configs, profile, device, runs_dir, force, progress, log, launcher, handled: set):
+    """Run the configs whose records are missing (all of them, forced, once per sweep). Returns the record
+    paths in grid order, how many runs were started and how many failed beside an earlier good record."""
+    src = inspect.getsourcefile(type(exp))
+    part_hash: dict[str, str] = {}
+    tasks, paths = [], []
+    for cfg in configs:
+        cfg_h = config_hash(exp.claim_id, cfg, device)
+        key = cfg.get("part", "") if exp.parts else ""
+        if key not in part_hash:
+            part_hash[key] = run_code_hash(exp, cfg)
+        rid = run_id(cfg_h, part_hash[key])
+        path = runs_dir / f"{rid}.json"
+        paths.append(path)
+        rec = _load_record(path, force)
+        if path in handled or (rec is not None and rec.get("status") == "ok" and not force):
+            handled.add(path)
+            continue
+        handled.add(path)
+        tasks.append(RunTask(src, exp.claim_id, cfg, cfg_h, part_hash[key], rid, device.type, str(path)))
+    launcher = launcher.resolve(times_code=exp.times_code, device=device, n_tasks=len(tasks))
+    sweep_id = uuid.uuid4().hex[:12]
+    estimates = _durations(runs_dir, device) if launcher.name == "slurm" and tasks else {}
+    tasks = [
+        replace(
+            t,
+            progress=progress and launcher.in_process,
+            launcher=launcher.name,
+            sweep_id=sweep_id,
+            estimate_s=estimates.get(t.config_hash, estimates.get(("part", t.config.get("part")))),
+        )
+        for t in tasks
+    ]
+    fn = partial(execute_run, exp=exp) if launcher.in_process else execute_run
+    for task, lost in launcher.map(
+        fn, tasks, desc=f"{exp.claim_id} [{profile}]", claim_id=exp.claim_id, progress=progress
+    ):
+        if lost is None or task.recorded():  # a job lost after this run finished: the run stands
+            continue
+        rec = task.record()
+        rec.update(status="failed", error=lost.error, log=lost.log, log_tail=lost.log_tail, finished_at=now())
+        # never reported as a run: with an earlier good record (a forced rerun) the marker names the failure
+        good = _ok(_load_record(Path(task.path), True)) is not None
+        atomic_write_json(Path(task.path + (FAILED_MARKER if good else "")), rec)
+    _remove_partial_writes(tasks)
+    lost = 0
+    for task in tasks:
+        marker = Path(task.path + FAILED_MARKER)
+        if marker.exists():
+            lost += 1
+            err = (_load_record(marker, True) or {}).get("error")
+            log(f"run {task.run_id} of {exp.claim_id} failed ({err}); its earlier good record is kept")
+            marker.unlink()
+    return paths, len(tasks), lost
 
 
 def record_seconds(rec: dict) -> float | None:
@@ -677,7 +685,7 @@ def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[
     """Re-run the analysis on the committed records; a verdict or evidence that would change is a problem."""
     runs_dir = results_root / exp.claim_id / "runs"
     records = []
-    order = grid_run_ids(exp, res.get("params", {}), res.get("device", "cpu"))
+    order = grid_run_ids(exp, res.get("params", {}), res.get("device", "cpu"), runs_dir)
     if sorted(order) != sorted(res.get("run_ids", [])):
         return []  # reported by result_problems
     for rid in order:  # the grid's order, as the sweep handed them to the analysis

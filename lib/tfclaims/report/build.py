@@ -83,10 +83,24 @@ def claim_scale(results_root: Path, r: dict) -> str:
 NULL_SEEDS = 1000  # the experiments' null pairs rerun the baseline at seeds s + 1000
 
 
+def _holds(r: dict) -> str:
+    """Where each counted effect sub-claim tested in several cells (scales, settings) holds, as in
+    '(A) d64, d136'."""
+    out = []
+    for s in r.get("sub_verdicts", []):
+        if (
+            s.get("kind", "effect") == "effect"
+            and s.get("counts", True)
+            and len(s.get("comparisons", [])) > 1
+        ):
+            out.append(f"({s.get('id') or s['name']}) {', '.join(s.get('holds', [])) or 'nowhere'}")
+    return "; ".join(out) or "—"
+
+
 def _seeds(r: dict) -> str:
     """How many seeds, with the null pairs' seeds counted apart."""
-    s = r.get("seeds") or []
-    main, null = [x for x in s if x < NULL_SEEDS], [x for x in s if x >= NULL_SEEDS]
+    s, chosen = r.get("seeds") or [], set((r.get("params") or {}).get("selection_seeds", []))
+    main, null = [x for x in s if x < NULL_SEEDS and x not in chosen], [x for x in s if x >= NULL_SEEDS]
     if not s:
         return "—"
     out = (
@@ -94,7 +108,11 @@ def _seeds(r: dict) -> str:
         if len(main) > 2
         else f"{len(main)} ({', '.join(map(str, main))})"
     )
-    return out + (f" + {len(null)} null-pair" if null else "")
+    return (
+        out
+        + (f" + {len(chosen)} selection" if chosen else "")
+        + (f" + {len(null)} null-pair" if null else "")
+    )
 
 
 def _device(r: dict) -> str:
@@ -133,19 +151,22 @@ def _blocks(
         ("h1", "Transformer claims, tested"),
         (
             "p",
-            "Each claim below comes from a set of study notes on Transformers. Every verdict follows from a rule "
-            "written in the experiment before it ran; the numbers, figures and rules are generated from `results/`. "
-            f"Results as of {_as_of(results)} (the latest analysis among them).",
+            f"Each claim below comes from a set of study notes on Transformers. Every verdict follows from a "
+            f"rule written in the experiment before it ran; the numbers, figures and rules are generated "
+            f"from `results/`. Results as of {_as_of(results)} (the latest analysis among them).",
         ),
         ("h2", "At a glance", "at-a-glance"),
     ]
-    rows = [["Claim", "Verdict", "Key number (this project)", "Scale (per run)", "Seeds", "Device"]]
+    rows = [
+        ["Claim", "Verdict", "Key number (this project)", "Holds in", "Scale (per run)", "Seeds", "Device"]
+    ]
     for r in results:
         rows.append(
             [
                 f"[`{r['claim_id']}`](#{r['claim_id']}) {r.get('title', '')}",
                 _verdict_cell(r),
                 r.get("key_number", ""),
+                _holds(r),
                 claim_scale(results_root, r),
                 _seeds(r),
                 _device(r),
@@ -157,32 +178,38 @@ def _blocks(
         (
             "ul",
             [
-                "A claim's verdict comes from its **effect sub-claims**, each declared before running (arms, cells, "
-                "readouts, what is claimed, where it must hold); **checks** (identities the harness relies on, such as "
-                "a count against its closed form) are shown apart: a failing check stops the claim as a bug.",
-                "🟢 **supported**: the claim holds where it says it applies: the claimed arm significantly better "
-                "(p ≤ 0.05 after Holm's correction within its family, the interval drawn at Holm's level excludes 0) "
-                "and beyond the noise floor, or shown inside a claimed interval, in some cell and against it in none "
-                "(or in every cell, or a declared share, where the claim says so).",
-                "🔴 **refuted**: the opposite is shown and the claim nowhere, or the two arms are equivalent within a "
-                "margin declared before running (two one-sided tests) and a positive control in the same setup "
-                "detected an effect of the margin's size.",
-                "🟠 **mixed**: supported in part of the measured range (or in some sub-claims) and refuted in another "
-                "(named in the detail).",
-                "⚪ **inconclusive**: anything else — including a null that this scale cannot resolve; the detail gives "
-                "the smallest effect it could have detected.",
-                "Each **comparison** is arm b − arm a over units (seeds, timing rounds; paired where the arms share "
-                "them), with its interval, p (Holm-adjusted), the declared margin or interval and its decision: "
-                "`a_better`, `b_better`, `equivalent` (within the margin, or inside a claimed interval), `undecided` "
-                "or `excluded`. **excluded**: neither arm learned (its loss stayed within the declared distance of "
-                "the unigram level) — two failures compared say nothing, so the cell counts neither way.",
-                "The **noise floor** is a null pair: the baseline arm run again with seeds offset (or one callable "
-                "timed twice); an effect no larger than its largest |CI bound| is what chance alone gives at this "
-                "scale, and is undecided however small its p.",
-                "**Scale** is per training run (parameters, optimiser steps, tokens seen); a verdict holds at that "
-                "scale, not beyond it. A **commit** ending in `-dirty` was produced with uncommitted changes in the "
-                "working tree; the code hash beside it identifies the code on the run's path, which "
-                "`make check-results` compares with the committed code.",
+                "A claim's verdict comes from its **effect sub-claims**, each declared before running (arms, "
+                "cells, readouts, what is claimed, where it must hold); **checks** (identities the harness "
+                "relies on, such as a count against its closed form) are shown apart: a failing check stops "
+                "the claim as a bug.",
+                "🟢 **supported**: the claim holds where it says it applies: the claimed arm significantly "
+                "better (p ≤ 0.05 after Holm's correction within its family, the interval drawn at Holm's "
+                "level excludes 0) and beyond the noise floor, or shown inside a claimed interval, in some "
+                "cell and against it in none (or in every cell, or a declared share, where the claim says "
+                "so).",
+                "🔴 **refuted**: the opposite is shown and the claim nowhere, or the two arms are equivalent "
+                "within a margin declared before running (two one-sided tests) and a positive control in the "
+                "same setup detected an effect of the margin's size.",
+                "🟠 **mixed**: supported in part of the measured range (or in some sub-claims) and refuted in "
+                "another (named in the detail).",
+                "⚪ **inconclusive**: anything else — including a null that this scale cannot resolve; the "
+                "detail gives the smallest effect it could have detected.",
+                "Each **comparison** is arm b − arm a over units (seeds, timing rounds; paired where the "
+                "arms share them), with its interval, p (Holm-adjusted), the declared margin or interval and "
+                "its decision: `a_better`, `b_better`, `equivalent` (within the margin, or inside a claimed "
+                "interval), `undecided` or `excluded`. **excluded**: neither arm learned (its loss stayed "
+                "within the declared distance of the unigram level) — two failures compared say nothing, so "
+                "the cell counts neither way.",
+                "The **noise floor** is a null pair: the baseline arm run again with seeds offset (or one "
+                "callable timed twice); an effect no larger than its largest |CI bound| is what chance alone "
+                "gives at this scale, and is undecided however small its p.",
+                "**Scale** is per training run (parameters, optimiser steps, tokens seen); a verdict holds "
+                "at that scale, not beyond it. **Holds in** names, for each counted sub-claim tested in "
+                "several cells, the cells where it holds: for a learning-rate sweep at two widths (d64, "
+                "d136), each arm at its own best rate, chosen on selection seeds and compared on fresh ones. "
+                "A **commit** ending in `-dirty` was produced with uncommitted changes in the working tree; "
+                "the code hash beside it identifies the code on the run's path, which `make check-results` "
+                "compares with the committed code.",
             ],
         )
     )
@@ -191,10 +218,11 @@ def _blocks(
             (
                 "figure",
                 summary_fig,
-                "Summary. Each claim (shaded row, coloured by its verdict) and each of its sub-claims: the deciding "
-                "comparison (arm b − arm a) with its CI, in units of the row's threshold (its declared margin, "
-                "else its noise floor, else its CI half-width); grey band: the noise floor of a null pair; ticks: the "
-                "declared margin. The effect in its own units is printed at the right.",
+                "Summary. Each claim (shaded row, coloured by its verdict) and each of its sub-claims: the "
+                "deciding comparison (arm b − arm a) with its CI, in units of the row's threshold (its "
+                "declared margin, else its noise floor, else its CI half-width); grey band: the noise floor "
+                "of a null pair; ticks: the declared margin. The effect in its own units is printed at the "
+                "right.",
                 summary_fig.replace(".png", ".svg"),
             )
         )
@@ -229,9 +257,9 @@ def _blocks(
             B.append(
                 (
                     "table",
-                    [["Sub-claim", "Verdict", "In the verdict", "Detail"]]
+                    [["Sub-claim", "Verdict", "In the verdict", "Holds in", "Detail"]]
                     + [[_sub_name(s), _badge_md(s["verdict"]), "yes" if s.get("counts", True) else "reported",
-                        s["detail"]] for s in effects],
+                        ", ".join(s.get("holds", [])) or "—", s["detail"]] for s in effects],
                 )
             )  # fmt: skip
         if checks:
@@ -273,17 +301,18 @@ def _blocks(
             (
                 "p",
                 f"*Provenance.* Profile `{r['profile']}` on {_device(r)}, seeds {r.get('seeds') or '—'}, "
-                f"{r['n_runs']} runs ({r.get('n_diverged', 0)} diverged); torch {v.get('torch', '?')}, python {v.get('python', '?')}; "
-                f"commit {_commit(r)}, code hash `{r['code_hash']}`, config hash `{r['config_hash']}`.",
+                f"{r['n_runs']} runs ({r.get('n_diverged', 0)} diverged); torch {v.get('torch', '?')}, "
+                f"python {v.get('python', '?')}; commit {_commit(r)}, code hash `{r['code_hash']}`, config "
+                f"hash `{r['config_hash']}`.",
             )
         )
     B.append(("h2", "Citing a figure", "citing"))
     B.append(
         (
             "p",
-            "Every figure has a stable id `fig-<claim-id>-<name>`; `report/figures.bib` holds a BibTeX entry for each "
-            "(short title, the commit that produced it, the SHA-256 of the figure file and its URL). "
-            "Cite the project with `CITATION.cff`.",
+            "Every figure has a stable id `fig-<claim-id>-<name>`; `report/figures.bib` holds a BibTeX entry "
+            "for each (short title, the commit that produced it, the SHA-256 of the figure file and its "
+            "URL). Cite the project with `CITATION.cff`.",
         )
     )
     return B

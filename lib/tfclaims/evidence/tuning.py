@@ -1,0 +1,164 @@
+"""Learning-rate sweeps per arm, read as Wortsman et al. (2023) read them: each arm's rate is chosen on
+selection seeds and the arms are compared at their chosen rates on fresh seeds (choosing and testing on the
+same seeds favours the noisiest arm); learning-rate sensitivity summarises a whole curve.
+
+A failed run (diverged, or ending worse than at initialisation) counts at the loss at initialisation, in the
+choice and in the sensitivity alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .decisions import EvidenceError
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A learning-rate sweep, declared before running.
+
+    rates: the first scale's rates, ×2 apart; selection: the seeds that choose each arm's rate; fresh: the
+    seeds that compare the arms at their chosen rates; factors: a later scale sweeps the arm's first-scale
+    choice times these (fewer rates, centred where the optimum at 4× the parameters is expected: ×1 to ×½)."""
+
+    rates: tuple[float, ...]
+    selection: tuple[int, ...]
+    fresh: tuple[int, ...]
+    factors: tuple[float, ...] = (0.25, 0.5, 1.0)
+
+    def __post_init__(self):
+        if len(self.rates) < 2 or any(r <= 0 for r in self.rates) or list(self.rates) != sorted(self.rates):
+            raise EvidenceError(f"Sweep: give at least two increasing positive rates, got {self.rates}")
+        if not self.selection or not self.fresh or set(self.selection) & set(self.fresh):
+            raise EvidenceError(
+                f"Sweep: selection seeds {self.selection} and fresh seeds {self.fresh} must be given and "
+                f"disjoint"
+            )
+
+    @property
+    def decades(self) -> float:
+        return math.log10(self.rates[-1] / self.rates[0])
+
+    def later(self, chosen: float) -> tuple[float, ...]:
+        """A later scale's rates around the first scale's choice (rounded to 6 significant digits)."""
+        return tuple(float(f"{chosen * f:.6g}") for f in self.factors)
+
+
+def capped(loss: float | None, init: float) -> float:
+    """A run's loss for a sweep: min(loss, init); a diverged run (None or non-finite) counts at init."""
+    return init if loss is None or not math.isfinite(loss) else min(float(loss), init)
+
+
+def choose(curve: Mapping[float, Sequence[float]]) -> float:
+    """The rate whose mean capped loss over the selection seeds is lowest (a tie: the lower rate)."""
+    if not curve:
+        raise EvidenceError("choose: an empty sweep")
+    return min(sorted(curve), key=lambda lr: float(np.mean(curve[lr])))
+
+
+def sensitivity(curve: np.ndarray) -> float:
+    """Wortsman et al.'s learning-rate sensitivity of a (rates × seeds) array of capped losses: the mean over
+    rates of the seed-mean loss, minus its best."""
+    m = np.asarray(curve, float).mean(axis=-1)
+    return float(m.mean(axis=-1) - m.min(axis=-1))
+
+
+def sensitivity_interval(curve: np.ndarray, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """The sensitivity of a (rates × seeds) array and a percentile bootstrap interval over seeds (seeds are
+    resampled whole, so a curve keeps its shape); with one seed the interval is the point."""
+    curve = np.asarray(curve, float)
+    est = sensitivity(curve)
+    if curve.shape[1] < 2:
+        return est, est, est
+    res = stats.bootstrap(
+        (np.arange(curve.shape[1]),),
+        lambda idx, axis=-1: np.apply_along_axis(lambda i: sensitivity(curve[:, i.astype(int)]), axis, idx),
+        n_resamples=2000,
+        confidence_level=level,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
+    return est, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+# ------------------------------------------------------------------ reading a sweep from an observation table
+def _select(df: pd.DataFrame, fields: Mapping) -> pd.DataFrame:
+    mask = np.ones(len(df), bool)
+    for k, v in fields.items():
+        mask &= (df[k] == v).to_numpy()
+    return df[mask]
+
+
+def read_sweep(
+    df: pd.DataFrame,
+    arms: Mapping[str, Mapping],
+    scales: Mapping[str, Mapping],
+    *,
+    loss: str = "final_val",
+    init: str = "init_loss",
+    rate: str = "lr",
+    role: str = "role",
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A sweep's three tables from an observation table with one row per run (arms and scales: name -> the
+    fields that select them; columns: those fields, `rate`, `unit` (the seed), `role` ('selection' or 'test'), the loss and the loss at init).
+
+    choices: per (arm, scale) the chosen rate, whether it sits at an end of the sweep, and the sensitivity
+    with its bootstrap interval; tuned: the test rows at each arm's chosen rate, with columns `arm` and
+    `scale`; seeds: each selection seed's own sensitivity (for paired comparisons of sensitivity)."""
+    df = df.assign(capped=[capped(v, i) for v, i in zip(df[loss], df[init])])
+    choices, tuned, seeds = [], [], []
+    for label, scale in scales.items():
+        for name, fields in arms.items():
+            here = _select(df, {**fields, **scale})
+            sel = here[here[role] == "selection"]
+            if sel.empty:
+                continue
+            grid = sel.pivot_table(index=rate, columns="unit", values="capped", aggfunc="first").sort_index()
+            if grid.isna().any().any():
+                continue  # an unfinished sweep chooses nothing
+            curve = {float(lr): list(row) for lr, row in grid.iterrows()}
+            best = choose(curve)
+            est, lo, hi = sensitivity_interval(grid.to_numpy())
+            rates = sorted(curve)
+            choices.append({
+                "arm": name, "scale": label, "chosen_lr": best, "at_edge": best in (rates[0], rates[-1]),
+                "rates": len(rates), "loss_at_chosen": float(np.mean(curve[best])), "sensitivity": est,
+                "sensitivity_lo": lo, "sensitivity_hi": hi,
+            })  # fmt: skip
+            test = here[(here[role] == "test") & (here[rate] == best)]
+            tuned.append(test.assign(arm=name, scale=label))
+            for u in grid.columns:
+                seeds.append({"arm": name, "scale": label, "unit": u, "sensitivity": sensitivity(grid[[u]])})
+    cols = ["arm", "scale", "unit", "sensitivity"]
+    return (
+        pd.DataFrame(choices),
+        pd.concat(tuned, ignore_index=True) if tuned else df.iloc[:0].assign(arm=[], scale=[]),
+        pd.DataFrame(seeds, columns=cols),
+    )
+
+
+def curve_table(
+    df: pd.DataFrame,
+    by: Sequence[str],
+    *,
+    loss: str = "final_val",
+    init: str = "init_loss",
+    rate: str = "lr",
+    role: str = "role",
+) -> pd.DataFrame:
+    """Per group of `by` and rate, the selection seeds' capped loss: seeds, mean, min, max, and how many
+    learned (where the table has a `learned` column)."""
+    sel = df[df[role] == "selection"]
+    sel = sel.assign(capped=[capped(v, i) for v, i in zip(sel[loss], sel[init])])
+    g = sel.groupby([*by, rate])
+    out = pd.DataFrame({"seeds": g.size(), "mean": g.capped.mean(), "min": g.capped.min(),
+                        "max": g.capped.max()})  # fmt: skip
+    if "learned" in sel.columns:
+        out["learned"] = g.learned.sum()
+    return out.reset_index()

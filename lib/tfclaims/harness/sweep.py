@@ -1,0 +1,57 @@
+"""The configs of a learning-rate sweep per arm and scale, grown in rounds (a staged `Part`).
+
+Round 1: every arm's sweep at the first scale on the selection seeds. Once an arm's sweep there is done, its
+chosen rate runs on the fresh seeds, and its sweep at each later scale starts around that rate; once that is
+done, the later scale's choice runs on the fresh seeds. The choice is `evidence.tuning.choose`, the same
+function the analysis reads the runs with.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+
+from ..evidence.tuning import Sweep, capped, choose
+
+# make(arm_fields, scale_fields, lr, seed) -> a run config (with "part" naming the part whose recipe runs it)
+Make = Callable[[dict, dict, float, int], dict]
+
+
+def _key(cfg: dict) -> str:
+    return json.dumps(cfg, sort_keys=True)
+
+
+def final_and_init(m: dict) -> tuple[float | None, float]:
+    """A training record's (final validation loss, None if it diverged; validation loss at step 0, before any
+    update): what `train.loop.train_lm` records."""
+    return (m["final_val"] if m.get("diverged_at") is None else None), m["val_loss"][0]
+
+
+def sweep_grid(
+    sweep: Sweep,
+    arms: Mapping[str, dict],
+    scales: Sequence[dict],
+    make: Make,
+    done: Sequence[dict],
+    read: Callable[[dict], tuple[float | None, float]] = final_and_init,
+) -> list[dict]:
+    """The sweep's configs that can be named given `done` (ok records); `read(metrics)` gives a run's (final
+    loss, loss at initialisation)."""
+    by_cfg = {_key(r["config"]): r for r in done}
+    out: list[dict] = []
+    first: dict[str, float] = {}
+    for i, scale in enumerate(scales):
+        for name, arm in arms.items():
+            if i and name not in first:
+                continue  # a later scale waits for the first scale's choice
+            rates = sweep.rates if i == 0 else sweep.later(first[name])
+            runs = {lr: [make(arm, scale, lr, s) for s in sweep.selection] for lr in rates}
+            out += [c for cs in runs.values() for c in cs]
+            recs = {lr: [by_cfg.get(_key(c)) for c in cs] for lr, cs in runs.items()}
+            if any(r is None for rs in recs.values() for r in rs):
+                continue
+            best = choose({lr: [capped(*read(r["metrics"])) for r in rs] for lr, rs in recs.items()})
+            if i == 0:
+                first[name] = best
+            out += [make(arm, scale, best, s) for s in sweep.fresh]
+    return out
