@@ -101,9 +101,8 @@ SWEPT = {"scaled": ("train", True), "unscaled": ("train", False), "unscaled, qk-
 
 def sweep_of(p) -> Sweep:
     try:
-        return Sweep(
-            tuple(p["rates"]), tuple(p["selection_seeds"]), tuple(p["seeds"]), tuple(p["rate_factors"])
-        )
+        seeds = tuple(p["selection_seeds"]), tuple(p["seeds"])
+        return Sweep(tuple(p["rates"]), *seeds, tuple(p["rate_factors"]), p["rate_extend"])
     except EvidenceError as e:
         raise ConfigError(str(e)) from None
 
@@ -137,10 +136,11 @@ GROWTH = Readout(
 )  # fmt: skip
 NOTE_TUNED = (
     "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted at the "
-    "loss at init) and the arms are compared on the fresh seeds; the second width's sweep is centred on the "
-    "first width's choice (×¼, ×½, ×1). A width where the arms are equivalent within the margin refutes, "
-    "given that the fixed-rate comparison showed the setup can see the effect; the sub-verdict names the "
-    "widths where it holds. The null pair (first width, d_k = null_dk) floors both."
+    "loss at init; a choice at an end of the sweep widens it, at most twice) and the arms are compared on "
+    "the fresh seeds; the second width's sweep is centred on the first width's choice (×¼, ×½, ×1). A width "
+    "where the arms are equivalent within the margin refutes, given that the fixed-rate comparison showed "
+    "the setup can see the effect; the sub-verdict names the widths where it holds. The null pair (first "
+    "width, d_k = null_dk) floors both."
 )
 
 
@@ -200,10 +200,11 @@ class DkScaling(Experiment):
         "unscaled with qk-layernorm (a per-head LayerNorm on q and k, their positive control for "
         "attention-logit growth) each over six peak rates 7.5e-4 to 2.4e-2 (×2 apart, 1.5 decades) on three "
         "selection seeds (100–102); each arm's rate is the one with the lowest mean final loss there (a "
-        "diverged run counted at the loss at init), and the arms are compared at their chosen rates on the "
-        "five fresh seeds (a chosen rate of 3e-3 reuses the fixed-rate runs). A second width, d_model = 136 "
-        "with 4 heads of d_k = 64 (4.2× the parameters), sweeps each arm's first-width choice ×¼, ×½, ×1 on "
-        "the same selection seeds, then its own choice on the fresh seeds. The mechanism is read on the "
+        "diverged run counted at the loss at init; a choice at an end of its sweep widens the sweep by one "
+        "more ×2 step, at most twice), and the arms are compared at their chosen rates on the five fresh "
+        "seeds (a chosen rate of 3e-3 reuses the fixed-rate runs). A second width, d_model = 136 with 4 "
+        "heads of d_k = 64 (4.2× the parameters), sweeps each arm's first-width choice ×¼, ×½, ×1 on the "
+        "same selection seeds, then its own choice on the fresh seeds. The mechanism is read on the "
         "fixed-rate runs: layer 1's mean max attention probability at the end (collapse) and the growth of "
         "its logit variance. History: the previous design varied d_k at library inits (normal and Xavier) "
         "for 150 steps of 16×64 characters at d_k ≤ 256 and found Xavier's unscaled arm worse by 0.12 nats "
@@ -215,7 +216,7 @@ class DkScaling(Experiment):
             "steps": 12, "batch": 8, "seq_len": 32, "lr": 3e-3, "eval_every": 6, "eval_batches": 2,
             "ref_dk": 8, "logit_stds": [4.0], "null_dk": 32, "seeds": [0, 1], "sweep_dk": 8,
             "scales": [[32, 2], [64, 2]], "rates": [1.5e-3, 3e-3], "selection_seeds": [10],
-            "rate_factors": [0.5, 1.0],
+            "rate_factors": [0.5, 1.0], "rate_extend": 1,
         },
         "default": {
             "mc_dks": [16, 32, 64, 128, 256, 512, 1024], "mc_samples": 20000, "dks": [16, 64, 256, 1024],
@@ -223,7 +224,7 @@ class DkScaling(Experiment):
             "eval_every": 50, "eval_batches": 4, "ref_dk": 64, "logit_stds": [4.0, 8.0, 16.0, 32.0],
             "null_dk": 256, "seeds": [0, 1, 2, 3, 4], "sweep_dk": 64, "scales": [[64, 2], [136, 4]],
             "rates": [7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2], "selection_seeds": [100, 101, 102],
-            "rate_factors": [0.25, 0.5, 1.0],
+            "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
         },
         "full": {
             "mc_dks": [16, 32, 64, 128, 256, 512, 1024, 2048], "mc_samples": 100000,
@@ -231,7 +232,7 @@ class DkScaling(Experiment):
             "batch": 64, "seq_len": 128, "lr": 1e-3, "eval_every": 250, "eval_batches": 16, "ref_dk": 64,
             "logit_stds": [4.0, 8.0, 16.0, 32.0], "null_dk": 256, "seeds": [0, 1, 2, 3, 4], "sweep_dk": 64,
             "scales": [[256, 4], [512, 8]], "rates": [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3],
-            "selection_seeds": [100, 101, 102], "rate_factors": [0.25, 0.5, 1.0],
+            "selection_seeds": [100, 101, 102], "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
         },
     }  # fmt: skip
     parts = (
@@ -352,6 +353,11 @@ class DkScaling(Experiment):
                 "optimiser without that may suffer more.",
                 "The law, saturation and additive sub-claims read a seeded Monte Carlo (no noise floor); the "
                 "noise floor is the training null pair.",
+                f"The sweep runs at d_k = {p['sweep_dk']} only (the d_k trend is read at the fixed rate), "
+                f"{len(p['rates'])} rates at the first width and {len(p['rate_factors'])} at the second, "
+                f"{len(p['selection_seeds'])} selection seeds each; a choice at an end of its sweep (at_edge "
+                "in lr_choices) may sit short of the arm's optimum.",
+                view.dk_steps_text(t),
             ],
         )
 

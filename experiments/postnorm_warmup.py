@@ -61,10 +61,11 @@ SENSITIVITY = Readout(
 SWEPT_LABEL = {"post": "post, no warmup", "post-warmup": "post, warmup", "pre": "pre, no warmup"}
 NOTE_TUNED = (
     "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted at the "
-    "loss at init) and the arms are compared on the fresh seeds; at the second scale the sweep is centred on "
-    "the first scale's choice (×¼, ×½, ×1). The null pair (at the first scale) floors both scales. A scale "
-    "where both arms train equally (equivalent within the margin) refutes, since the fixed-rate comparison "
-    "showed the setup can see the effect; the sub-verdict names the scales where it holds."
+    "loss at init; a choice at an end of the sweep widens it, at most twice) and the arms are compared on "
+    "the fresh seeds; at the second scale the sweep is centred on the first scale's choice (×¼, ×½, ×1). The "
+    "null pair (at the first scale) floors both scales. A scale where both arms train equally (equivalent "
+    "within the margin) refutes, since the fixed-rate comparison showed the setup can see the effect; the "
+    "sub-verdict names the scales where it holds."
 )
 NOTE_RANGE = (
     "At the first scale, where every arm sweeps the same rates; paired by selection seed (three seeds: weak "
@@ -140,7 +141,8 @@ def grid_train(p):
 
 
 def sweep_of(p) -> Sweep:
-    return Sweep(tuple(p["rates"]), tuple(p["selection_seeds"]), tuple(p["seeds"]), tuple(p["rate_factors"]))
+    seeds = tuple(p["selection_seeds"]), tuple(p["seeds"])
+    return Sweep(tuple(p["rates"]), *seeds, tuple(p["rate_factors"]), p["rate_extend"])
 
 
 def grid_sweep(p, done):
@@ -245,33 +247,34 @@ class PostnormWarmup(Experiment):
         "runs. (1b) The learning-rate sweep (Wortsman et al. 2023's instrument): at L = 6, Post-LN without "
         "and with warmup and Pre-LN each over six peak rates 2.5e-4 to 8e-3 (×2 apart, 1.5 decades) on three "
         "selection seeds (100–102); each arm's rate is the one with the lowest mean final loss there (a "
-        "diverged run counted at the loss at init), and the arms are compared at their chosen rates on the "
-        "five fresh seeds (0–4; a chosen rate of 4e-3 reuses the fixed-rate runs). A second width, d = 136 "
-        "(4.4× the parameters), sweeps each arm's first-width choice ×¼, ×½ and ×1 (where the optimum is "
-        "expected to move for 4× the parameters) on the same selection seeds, then its own choice on the "
-        "fresh seeds. Learning-rate sensitivity per arm: the mean excess of the final loss over the best "
-        "across the sweep, with a percentile bootstrap over seeds. Sizing (measured here): a step costs "
-        "about 18 ms per layer on one core (2.6× less than at d = 128), one single-threaded worker per core; "
-        "the sweep sits at the depth where the fixed-rate design decided A (L = 6); L = 12, where Liu et al. "
-        "see Post-LN fail even with warmup, keeps C's one rate. History: the previous design (fixed-rate "
-        "cells at L = 3, 6 and 12, each arm at one rate, three readouts counted) decided A on one cell (L = "
-        "6, lr 4e-3) and is kept beside the tuned comparison as A-fixed and B-fixed. A one-seed check before "
-        "the sweep (L = 6, lr 2e-3, tied head): Post-LN without warmup left the unigram plateau only after "
-        "~250 steps (2.53 vs 2.31 nats with warmup at step 400); untied both left early (2.37 vs 2.30); at L "
-        "= 12 both stayed on it. History (reported, not hidden): the first design (d = 64, context 16, batch "
-        "16, 180 steps, warmup 36, depths 2/6/12, lr 1e-3/3e-3, tied head, 3 seeds) left Post-LN at L = 12 "
-        "on the plateau with and without warmup and gave an inconclusive A (one informative cell, p = 0.3); "
-        "a review found the tied-head confound and runs too short for the anchors' effect, which this design "
-        "removes. (2) At init (10 init seeds per depth, one fixed validation batch, depths 1–32 by default, "
-        "Xavier and the library's GPT-2-style normal init): per-layer gradient norms of the block and of the "
-        "second FFN matrix W^{2,l}; log-log exponents of the last layer's W^{2,L} gradient in L and of the "
-        "per-layer norm in l. (3) Amplification: the relative squared change of the final hidden state when "
-        "every block weight matrix gets i.i.d. N(0, ε²) noise, ε = 1e-3 (about one Adam step at lr 1e-3), "
-        "against depth. (4) Identity path: through every sublayer n, the token cosine between the "
-        "(feature-centred) stream and the input embedding x0, against the notes' 2^-n, 2^(-n/2) (LN(x + F) "
-        "for independent unit-variance x and F: LN divides by √2) and prod 1/sqrt(1 + r_n) from the measured "
-        "branch/stream energy ratios r_n (independence kept, unit variance dropped); the branch's cosine "
-        "with its input checks independence."
+        "diverged run counted at the loss at init; a choice at an end of its sweep widens the sweep by one "
+        "more ×2 step, at most twice), and the arms are compared at their chosen rates on the five fresh "
+        "seeds (0–4; a chosen rate of 4e-3 reuses the fixed-rate runs). A second width, d = 136 (4.4× the "
+        "parameters), sweeps each arm's first-width choice ×¼, ×½ and ×1 (where the optimum is expected to "
+        "move for 4× the parameters) on the same selection seeds, then its own choice on the fresh seeds. "
+        "Learning-rate sensitivity per arm: the mean excess of the final loss over the best across the "
+        "sweep, with a percentile bootstrap over seeds. Sizing (measured here): a step costs about 18 ms per "
+        "layer on one core (2.6× less than at d = 128), one single-threaded worker per core; the sweep sits "
+        "at the depth where the fixed-rate design decided A (L = 6); L = 12, where Liu et al. see Post-LN "
+        "fail even with warmup, keeps C's one rate. History: the previous design (fixed-rate cells at L = 3, "
+        "6 and 12, each arm at one rate, three readouts counted) decided A on one cell (L = 6, lr 4e-3) and "
+        "is kept beside the tuned comparison as A-fixed and B-fixed. A one-seed check before the sweep (L = "
+        "6, lr 2e-3, tied head): Post-LN without warmup left the unigram plateau only after ~250 steps (2.53 "
+        "vs 2.31 nats with warmup at step 400); untied both left early (2.37 vs 2.30); at L = 12 both stayed "
+        "on it. History (reported, not hidden): the first design (d = 64, context 16, batch 16, 180 steps, "
+        "warmup 36, depths 2/6/12, lr 1e-3/3e-3, tied head, 3 seeds) left Post-LN at L = 12 on the plateau "
+        "with and without warmup and gave an inconclusive A (one informative cell, p = 0.3); a review found "
+        "the tied-head confound and runs too short for the anchors' effect, which this design removes. (2) "
+        "At init (10 init seeds per depth, one fixed validation batch, depths 1–32 by default, Xavier and "
+        "the library's GPT-2-style normal init): per-layer gradient norms of the block and of the second FFN "
+        "matrix W^{2,l}; log-log exponents of the last layer's W^{2,L} gradient in L and of the per-layer "
+        "norm in l. (3) Amplification: the relative squared change of the final hidden state when every "
+        "block weight matrix gets i.i.d. N(0, ε²) noise, ε = 1e-3 (about one Adam step at lr 1e-3), against "
+        "depth. (4) Identity path: through every sublayer n, the token cosine between the (feature-centred) "
+        "stream and the input embedding x0, against the notes' 2^-n, 2^(-n/2) (LN(x + F) for independent "
+        "unit-variance x and F: LN divides by √2) and prod 1/sqrt(1 + r_n) from the measured branch/stream "
+        "energy ratios r_n (independence kept, unit variance dropped); the branch's cosine with its input "
+        "checks independence."
     )
     profiles = {
         "quick": {
@@ -281,6 +284,7 @@ class PostnormWarmup(Experiment):
             "null_depth": 2, "null_lr": 3e-3, "probe_depths": [1, 2, 4], "probe_inits": ["xavier"],
             "init_seeds": 2, "probe_batch": 2, "eps": 1e-3, "sweep_depth": 2, "scales": [16, 32],
             "rates": [1.5e-3, 3e-3], "selection_seeds": [10], "rate_factors": [0.5, 1.0],
+            "rate_extend": 1,
         },
         "default": {
             "d_model": 64, "n_heads": 4, "seq_len": 64, "batch": 32, "steps": 400, "warmup": 100,
@@ -290,7 +294,7 @@ class PostnormWarmup(Experiment):
             "null_lr": 4e-3, "probe_depths": [1, 2, 4, 8, 16, 32], "probe_inits": ["xavier", "normal"],
             "init_seeds": 10, "probe_batch": 16, "eps": 1e-3, "sweep_depth": 6, "scales": [64, 136],
             "rates": [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3], "selection_seeds": [100, 101, 102],
-            "rate_factors": [0.25, 0.5, 1.0],
+            "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
         },
         "full": {
             "d_model": 256, "n_heads": 8, "seq_len": 128, "batch": 64, "steps": 4000, "warmup": 1000,
@@ -301,7 +305,7 @@ class PostnormWarmup(Experiment):
             "probe_depths": [1, 2, 4, 8, 16, 32, 64, 128], "probe_inits": ["xavier", "normal"],
             "init_seeds": 20, "probe_batch": 16, "eps": 1e-3, "sweep_depth": 12, "scales": [256, 512],
             "rates": [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], "selection_seeds": [100, 101, 102],
-            "rate_factors": [0.25, 0.5, 1.0],
+            "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
         },
     }  # fmt: skip
     parts = (

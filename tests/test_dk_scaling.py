@@ -36,6 +36,7 @@ def test_qk_norm_keeps_unscaled_logits_at_sqrt_dk_and_trains_through_the_recipe(
     init_qk(model, 1.0)
     add_qk_norm(model)
     seen = {}
+
     def hook(logits, probs, mask):
         finite = logits.detach()[torch.isfinite(logits.detach())]
         seen["v"] = float(finite.var())

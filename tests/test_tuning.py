@@ -170,3 +170,26 @@ def test_the_runner_grows_a_staged_grid_and_check_results_follows_it(tmp_path):
     logs.clear()
     rc, _ = run_experiment(Staged(), log=logs.append, **kw)
     assert rc == 0 and "5 runs (5 reused, 0 run, 0 failed)" in logs[-2]
+
+
+def test_a_choice_at_an_end_widens_the_sweep_up_to_its_limit():
+    """The optimum (2e-3 at width 1) lies above a sweep of 2.5e-4 and 5e-4: with a limit of two steps the sweep
+    widens to 1e-3 and 2e-3 and stops there, the choice at its end; with room for more it also tries 4e-3,
+    finds it worse and keeps 2e-3, now inside the sweep."""
+    arms, scales = {"a": {"arm": "a"}}, [{"width": 1}]
+
+    def settle(extend):
+        sweep = Sweep((2.5e-4, 5e-4), (10,), (0,), extend=extend)
+        done, grid = [], None
+        while (g := sweep_grid(sweep, arms, scales, make, done, read)) != grid:
+            grid, done = g, finish(g)
+        return grid
+
+    two = settle(2)
+    assert sorted({c["lr"] for c in two if c["seed"] == 10}) == [2.5e-4, 5e-4, 1e-3, 2e-3]
+    assert {c["lr"] for c in two if c["seed"] == 0} == {2e-3}
+    four = settle(4)
+    assert sorted({c["lr"] for c in four if c["seed"] == 10}) == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
+    assert {c["lr"] for c in four if c["seed"] == 0} == {2e-3}
+    assert Sweep((1e-3, 2e-3), (1,), (0,)).widened([1e-3, 2e-3], 1e-3) == [5e-4, 1e-3, 2e-3]
+    assert Sweep((1e-3, 2e-3), (1,), (0,)).widened([1e-3, 2e-3, 4e-3], 2e-3) is None

@@ -841,11 +841,19 @@ def caveats(p: dict, deep: int, null_offset: int) -> list[str]:
     """What the verdict cannot tell: scale, the warmup's side effect, the heads, (E), the noise floor, and the
     provenance of the cell rule."""
     return [
-        f"Small models and short runs: d = {p['d_model']}, {p['steps']} steps of "
-        f"{p['batch']}×{p['seq_len']} characters, depths up to {deep}, {len(p['seeds'])} seeds per arm; the "
-        "anchors trained translation models (d = 512, 6–18 layers per side) for tens of thousands of steps. "
-        "With this many seeds Fisher's test cannot reach p ≤ 0.05 on learned counts alone; the paired loss "
-        "and the log-rank test carry most decisions.",
+        f"Small models and short runs: d = {p['scales'][0]} and {p['scales'][1]}, {p['steps']} steps of "
+        f"{p['batch']}×{p['seq_len']} characters, depths up to {deep}, {len(p['seeds'])} fresh seeds per arm; "
+        "the anchors trained translation models (d = 512, 6–18 layers per side) for tens of thousands of "
+        "steps. A verdict holds at the widths its sub-verdict names, not beyond them. The final loss is the "
+        "primary readout; learned-at-all and the escape step are reported (with five seeds Fisher's test "
+        "cannot reach p ≤ 0.05 on learned counts alone).",
+        f"The sweep: {len(p['rates'])} rates at the first width, {len(p['rate_factors'])} at the second "
+        f"(centred on the first width's choice), {len(p['selection_seeds'])} selection seeds each; a choice at "
+        "an end of its sweep (the lr_choices table's at_edge) may sit short of the arm's true optimum. "
+        "Sensitivity is compared at the first width only, where every arm sweeps the same rates, and with "
+        "three selection seeds its paired test has little power (its bootstrap intervals are in lr_choices). "
+        "C keeps one rate and 400 steps at L = 12: it cannot tell a Post-LN run that escapes the plateau late "
+        "from one that never does (lower rates over 800 steps, about 30 more minutes here, would).",
         f"Warmup is {100 * p['warmup'] / p['steps']:.0f}% of a short run, so warmed-up runs also spend less "
         "time at the peak learning rate; without warmup the cosine decay starts at once.",
         "Post-LN and DeepNorm have no final LayerNorm (as in the original Transformer), Pre-LN has one; "

@@ -25,16 +25,21 @@ class Sweep:
 
     rates: the first scale's rates, ×2 apart; selection: the seeds that choose each arm's rate; fresh: the
     seeds that compare the arms at their chosen rates; factors: a later scale sweeps the arm's first-scale
-    choice times these (fewer rates, centred where the optimum at 4× the parameters is expected: ×1 to ×½)."""
+    choice times these (fewer rates, centred where the optimum at 4× the parameters is expected: ×1 to ×½);
+    extend: while an arm's choice is the highest (lowest) rate it swept, the next rate ×2 (÷2) joins its sweep,
+    at most this many times, so that a choice sits inside the sweep rather than at its end."""
 
     rates: tuple[float, ...]
     selection: tuple[int, ...]
     fresh: tuple[int, ...]
     factors: tuple[float, ...] = (0.25, 0.5, 1.0)
+    extend: int = 0
 
     def __post_init__(self):
         if len(self.rates) < 2 or any(r <= 0 for r in self.rates) or list(self.rates) != sorted(self.rates):
             raise EvidenceError(f"Sweep: give at least two increasing positive rates, got {self.rates}")
+        if self.extend < 0:
+            raise EvidenceError(f"Sweep: extend must be 0 or more, got {self.extend}")
         if not self.selection or not self.fresh or set(self.selection) & set(self.fresh):
             raise EvidenceError(
                 f"Sweep: selection seeds {self.selection} and fresh seeds {self.fresh} must be given and "
@@ -47,7 +52,19 @@ class Sweep:
 
     def later(self, chosen: float) -> tuple[float, ...]:
         """A later scale's rates around the first scale's choice (rounded to 6 significant digits)."""
-        return tuple(float(f"{chosen * f:.6g}") for f in self.factors)
+        return tuple(_round(chosen * f) for f in self.factors)
+
+    def widened(self, rates: Sequence[float], chosen: float) -> list[float] | None:
+        """The rates with one more step beyond the end the choice sits at; None if it sits inside."""
+        if chosen == max(rates):
+            return [*rates, _round(chosen * 2)]
+        if chosen == min(rates):
+            return [_round(chosen / 2), *rates]
+        return None
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.6g}")
 
 
 def capped(loss: float | None, init: float) -> float:

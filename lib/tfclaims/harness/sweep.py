@@ -1,8 +1,9 @@
 """The configs of a learning-rate sweep per arm and scale, grown in rounds (a staged `Part`).
 
-Round 1: every arm's sweep at the first scale on the selection seeds. Once an arm's sweep there is done, its
-chosen rate runs on the fresh seeds, and its sweep at each later scale starts around that rate; once that is
-done, the later scale's choice runs on the fresh seeds. The choice is `evidence.tuning.choose`, the same
+Round 1: every arm's sweep at the first scale on the selection seeds. Where an arm's choice sits at an end of
+its sweep, the next rate beyond joins it (up to `Sweep.extend` times). Once an arm's sweep there is settled,
+its chosen rate runs on the fresh seeds, and its sweep at each later scale starts around that rate (widened
+the same way); once that is settled, the later scale's choice runs on the fresh seeds. The choice is `evidence.tuning.choose`, the same
 function the analysis reads the runs with.
 """
 
@@ -44,14 +45,21 @@ def sweep_grid(
         for name, arm in arms.items():
             if i and name not in first:
                 continue  # a later scale waits for the first scale's choice
-            rates = sweep.rates if i == 0 else sweep.later(first[name])
-            runs = {lr: [make(arm, scale, lr, s) for s in sweep.selection] for lr in rates}
-            out += [c for cs in runs.values() for c in cs]
-            recs = {lr: [by_cfg.get(_key(c)) for c in cs] for lr, cs in runs.items()}
-            if any(r is None for rs in recs.values() for r in rs):
-                continue
-            best = choose({lr: [capped(*read(r["metrics"])) for r in rs] for lr, rs in recs.items()})
-            if i == 0:
-                first[name] = best
-            out += [make(arm, scale, best, s) for s in sweep.fresh]
+            rates, best = list(sweep.rates if i == 0 else sweep.later(first[name])), None
+            for step in range(sweep.extend + 1):
+                recs = {
+                    lr: [by_cfg.get(_key(make(arm, scale, lr, s))) for s in sweep.selection] for lr in rates
+                }
+                if any(r is None for rs in recs.values() for r in rs):
+                    break  # an unfinished sweep chooses nothing
+                best = choose({lr: [capped(*read(r["metrics"])) for r in rs] for lr, rs in recs.items()})
+                wider = sweep.widened(rates, best) if step < sweep.extend else None
+                if wider is None:
+                    break
+                rates, best = wider, None
+            out += [make(arm, scale, lr, s) for lr in rates for s in sweep.selection]
+            if best is not None:
+                if i == 0:
+                    first[name] = best
+                out += [make(arm, scale, best, s) for s in sweep.fresh]
     return out
