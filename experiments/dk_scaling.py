@@ -138,9 +138,9 @@ NOTE_TUNED = (
     "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted at the "
     "loss at init; a choice at an end of the sweep widens it, at most twice) and the arms are compared on "
     "the fresh seeds; the second width's sweep is centred on the first width's choice (×¼, ×½, ×1). A width "
-    "where the arms are equivalent within the margin refutes, given that the fixed-rate comparison showed "
-    "the setup can see the effect; the sub-verdict names the widths where it holds. The null pair (first "
-    "width, d_k = null_dk) floors both."
+    "where the arms are equivalent within the margin refutes only where the fixed-rate comparison (the "
+    "positive control) saw an effect beyond the margin; the sub-verdict names the widths where it holds. The "
+    "null pair (first width, d_k = null_dk) floors both."
 )
 
 

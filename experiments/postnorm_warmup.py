@@ -62,10 +62,10 @@ SWEPT_LABEL = {"post": "post, no warmup", "post-warmup": "post, warmup", "pre": 
 NOTE_TUNED = (
     "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted at the "
     "loss at init; a choice at an end of the sweep widens it, at most twice) and the arms are compared on "
-    "the fresh seeds; at the second scale the sweep is centred on the first scale's choice (×¼, ×½, ×1). The "
-    "null pair (at the first scale) floors both scales. A scale where both arms train equally (equivalent "
-    "within the margin) refutes, since the fixed-rate comparison showed the setup can see the effect; the "
-    "sub-verdict names the scales where it holds."
+    "the fresh seeds; the second width's sweep is centred on the first width's choice (×¼, ×½, ×1). The "
+    "null pair (at the first width) floors both widths. A width where the arms are equivalent within the "
+    "margin refutes only where the fixed-rate comparison (the positive control) saw an effect beyond the "
+    "margin; the sub-verdict names the widths where it holds."
 )
 NOTE_RANGE = (
     "At the first scale, where every arm sweeps the same rates; paired by selection seed (three seeds: weak "

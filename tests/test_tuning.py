@@ -193,3 +193,22 @@ def test_a_choice_at_an_end_widens_the_sweep_up_to_its_limit():
     assert {c["lr"] for c in four if c["seed"] == 0} == {2e-3}
     assert Sweep((1e-3, 2e-3), (1,), (0,)).widened([1e-3, 2e-3], 1e-3) == [5e-4, 1e-3, 2e-3]
     assert Sweep((1e-3, 2e-3), (1,), (0,)).widened([1e-3, 2e-3, 4e-3], 2e-3) is None
+
+
+def toy_run_failing(cfg, ctx):
+    if cfg["lr"] == 4e-3:
+        raise RuntimeError("boom")
+    return toy_run(cfg, ctx)
+
+
+class StagedFailing(Staged):
+    claim_id = "staged_failing"
+    parts = (Part("train", lambda p: [], toy_run_failing), Part("sweep", toy_grid, toy_run, staged=True))
+
+
+def test_a_failed_selection_run_stops_the_growth_and_files_no_result(tmp_path):
+    logs: list[str] = []
+    kw = dict(profile="default", device=torch.device("cpu"), results_root=tmp_path, progress=False)
+    rc, res = run_experiment(StagedFailing(), log=logs.append, **kw)
+    assert rc == 1 and res is None and not (tmp_path / "staged_failing" / "result.json").exists()
+    assert any("3 runs (0 reused, 2 run, 1 failed)" in m for m in logs)  # no fresh seeds were started
