@@ -480,6 +480,8 @@ def plot_curves(train, result, sc, final, arms, p, threshold, margin, out):
         for pl, warm in arms:
             w, ls = (W, "-") if warm else (0, "--")
             rs = [r for r in train if in_arm(pl, w, d, lr)(r["config"])]
+            if not rs:
+                continue  # an arm the cell does not run (C's cells run two)
             T = np.full((len(rs), n), np.nan)
             for i, r in enumerate(rs):
                 tl = [np.nan if v is None else v for v in r["metrics"]["train_loss"]]
