@@ -323,6 +323,7 @@ DIVERGING = {
         if "lrs" in e.profiles["quick"]
         else ["--set", "lr=1e30"]
     )
+    + (["--set", "rates=[1e30,2e30]"] if "rates" in e.profiles["quick"] else [])  # a learning-rate sweep's
     for cid, e in load_all().items()
     if "lr" in e.profiles["quick"] or "lrs" in e.profiles["quick"]
 }

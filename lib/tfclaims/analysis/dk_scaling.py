@@ -108,6 +108,8 @@ def dk_steps(t: dict) -> pd.DataFrame:
     the change and its 95% interval over seeds, paired (is a non-monotone step more than noise?)."""
     runs = t["runs"][t["runs"].part == "train"]
     gap = runs.pivot_table(index=["dk", "unit"], columns="scaled", values="final_val").dropna()
+    if not {False, True} <= set(gap.columns):
+        return pd.DataFrame(columns=["from d_k", "to d_k", "change", "ci_low", "ci_high", "seeds"])
     per = (gap[False] - gap[True]).unstack("dk")
     rows = []
     for lo, hi in zip(per.columns[:-1], per.columns[1:]):
@@ -126,7 +128,7 @@ def dk_steps_text(t: dict) -> str:
         for _, r in steps.iterrows()
     ]
     runs = t["runs"][t["runs"].part == "train"]
-    arms = runs.groupby(["dk", "scaled"]).final_val.mean().unstack("scaled")
+    arms = runs.groupby(["dk", "scaled"]).final_val.mean().unstack("scaled")  # a diverged run reads NaN
     means = ", ".join(f"{dk}: {r[True]:.3f} / {r[False]:.3f}" for dk, r in arms.iterrows())
     return (
         "The effect need not grow at every step of d_k: its change between neighbouring d_k (unscaled − "
