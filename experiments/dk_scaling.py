@@ -7,7 +7,6 @@ import numpy as np
 from tfclaims.analysis import dk_scaling as view
 from tfclaims.claims.dk_scaling import dk_init_probe, dk_monte_carlo, dk_overrides, dk_train, dk_train_qknorm
 from tfclaims.evidence import readouts as rd
-from tfclaims.evidence.decisions import EvidenceError
 from tfclaims.evidence.declare import (
     Better,
     Declaration,
@@ -22,9 +21,8 @@ from tfclaims.evidence.declare import (
     check,
 )
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.tuning import Sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.harness.sweep import sweep_grid
+from tfclaims.harness.sweep import profile_sweep, sweep_grid
 from tfclaims.nn.config import ConfigError
 from tfclaims.train.small_lm import model_config
 
@@ -99,14 +97,6 @@ def grid_null(p):
 SWEPT = {"scaled": ("train", True), "unscaled": ("train", False), "unscaled, qk-norm": ("qknorm", False)}
 
 
-def sweep_of(p) -> Sweep:
-    try:
-        seeds = tuple(p["selection_seeds"]), tuple(p["seeds"])
-        return Sweep(tuple(p["rates"]), *seeds, tuple(p["rate_factors"]), p["rate_extend"])
-    except EvidenceError as e:
-        raise ConfigError(str(e)) from None
-
-
 def grid_sweep(p, done):
     """Per swept arm and scale ([d_model, heads], d_k fixed), the learning-rate sweep on selection seeds, then
     the chosen rate on the fresh seeds (`harness.sweep`); scaled and unscaled runs are the training part's, so
@@ -123,7 +113,7 @@ def grid_sweep(p, done):
         return {"part": part, **cfg, "seed": seed}
 
     scales = [{"d": d, "h": h} for d, h in p["scales"]]
-    return sweep_grid(sweep_of(p), {k: {"arm": k} for k in SWEPT}, scales, make, done)
+    return sweep_grid(profile_sweep(p), {k: {"arm": k} for k in SWEPT}, scales, make, done)
 
 
 COLLAPSE = Readout(
@@ -134,14 +124,7 @@ GROWTH = Readout(
     "logit_growth", "growth of layer 1's logit variance", better="higher",
     definition="ln(logit variance at the end / at init) on the fixed validation batch",
 )  # fmt: skip
-NOTE_TUNED = (
-    "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted at the "
-    "loss at init; a choice at an end of the sweep widens it, at most twice) and the arms are compared on "
-    "the fresh seeds; the second width's sweep is centred on the first width's choice (×¼, ×½, ×1). A width "
-    "where the arms are equivalent within the margin refutes only where the fixed-rate comparison (the "
-    "positive control) saw an effect beyond the margin; the sub-verdict names the widths where it holds. The "
-    "null pair (first width, d_k = null_dk) floors both."
-)
+NULL_NOTE = " The null pair (first width, d_k = null_dk) floors both."
 
 
 def _mc(column: str, label: str) -> Readout:
@@ -255,7 +238,7 @@ class DkScaling(Experiment):
             noise="null",
             margin=TRAIN_MARGIN,
             cells=cells("{scale}", scale=[f"d{d}" for d, _ in p["scales"]]),
-            note=NOTE_TUNED,
+            note=profile_sweep(p).rule() + NULL_NOTE,
         )
         train = dict(table="runs", readouts=(FINAL,), guard=LEARNED, noise="null")
         scaled, unscaled = (

@@ -8,7 +8,6 @@ from tfclaims.analysis import postnorm_warmup as view
 from tfclaims.claims.postnorm_warmup import model_config, run_probe, train_config
 from tfclaims.data.corpus import load_corpus
 from tfclaims.evidence import readouts as rd
-from tfclaims.evidence.decisions import EvidenceError
 from tfclaims.evidence.declare import (
     Better,
     CellRule,
@@ -22,9 +21,8 @@ from tfclaims.evidence.declare import (
     cells,
 )  # fmt: skip
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.tuning import Sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.harness.sweep import sweep_grid
+from tfclaims.harness.sweep import profile_sweep, sweep_grid
 from tfclaims.nn.config import ConfigError
 from tfclaims.nn.models import LM
 from tfclaims.train.loop import train_lm
@@ -59,14 +57,6 @@ SENSITIVITY = Readout(
     "best, a failed run counted at the loss at init",
 )  # fmt: skip
 SWEPT_LABEL = {"post": "post, no warmup", "post-warmup": "post, warmup", "pre": "pre, no warmup"}
-NOTE_TUNED = (
-    "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted at the "
-    "loss at init; a choice at an end of the sweep widens it, at most twice) and the arms are compared on "
-    "the fresh seeds; the second width's sweep is centred on the first width's choice (×¼, ×½, ×1). The "
-    "null pair (at the first width) floors both widths. A width where the arms are equivalent within the "
-    "margin refutes only where the fixed-rate comparison (the positive control) saw an effect beyond the "
-    "margin; the sub-verdict names the widths where it holds."
-)
 NOTE_RANGE = (
     "At the first scale, where every arm sweeps the same rates; paired by selection seed (three seeds: weak "
     "power, read with the bootstrap intervals of the sensitivity table)."
@@ -140,11 +130,6 @@ def grid_train(p):
     return train
 
 
-def sweep_of(p) -> Sweep:
-    seeds = tuple(p["selection_seeds"]), tuple(p["seeds"])
-    return Sweep(tuple(p["rates"]), *seeds, tuple(p["rate_factors"]), p["rate_extend"])
-
-
 def grid_sweep(p, done):
     """Per swept arm and scale (d_model), the learning-rate sweep on selection seeds, then the chosen rate on
     the fresh seeds (`harness.sweep`); its runs are the training part's, so a chosen rate that is a
@@ -155,10 +140,7 @@ def grid_sweep(p, done):
         )
     if p["sweep_depth"] not in {d for d, _ in train_cells(p)}:
         raise ConfigError(f"sweep_depth = {p['sweep_depth']} must be one of the cells' depths")
-    try:
-        sweep = sweep_of(p)
-    except EvidenceError as e:
-        raise ConfigError(str(e)) from None
+    sweep = profile_sweep(p)
 
     def make(arm, scale, lr, seed):
         pl, warm = SWEPT[arm["arm"]]
@@ -332,7 +314,8 @@ class PostnormWarmup(Experiment):
         tuned = {k: arm(f"{SWEPT_LABEL[k]}, at its best rate", arm=k) for k in SWEPT}
         esc = rd.escape_step(LEARN_MARGIN, ESCAPE_WINDOW, p["steps"])
         fixed = dict(readouts=(FINAL, LEARNED, esc), primary=True, guard=LEARNED, margin=MARGIN, noise="null")
-        tr = dict(fixed, table="tuned", cells=scales, note=NOTE_TUNED)
+        null = " The null pair (at the first width) floors both widths."
+        tr = dict(fixed, table="tuned", cells=scales, note=profile_sweep(p).rule() + null)
         sens = dict(table="sensitivity", cells=first, counts=False, note=NOTE_RANGE)
         mech, q = dict(table="mechanism", where="all", counts=False), {n: cell(n, quantity=n) for n in MECH}
         return Declaration((

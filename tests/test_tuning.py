@@ -212,3 +212,9 @@ def test_a_failed_selection_run_stops_the_growth_and_files_no_result(tmp_path):
     rc, res = run_experiment(StagedFailing(), log=logs.append, **kw)
     assert rc == 1 and res is None and not (tmp_path / "staged_failing" / "result.json").exists()
     assert any("3 runs (0 reused, 2 run, 1 failed)" in m for m in logs)  # no fresh seeds were started
+
+
+def test_the_rule_text_is_rendered_from_the_sweep_itself():
+    text = Sweep((1e-3, 2e-3), (10,), (0,), factors=(0.5, 1.0), extend=3).rule()
+    assert "×0.5, ×1." in text and "at most 3 times" in text
+    assert "is kept" in Sweep((1e-3, 2e-3), (10,), (0,)).rule()

@@ -46,6 +46,19 @@ class Sweep:
                 f"disjoint"
             )
 
+    def rule(self) -> str:
+        """The sweep's part of a tuned sub-claim's rule text, from its own settings."""
+        wide = f"widens it by one ×2 step, at most {self.extend} times" if self.extend else "is kept"
+        return (
+            "Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run counted "
+            f"at the loss at init; a choice at an end of the sweep {wide}) and the arms are compared on the "
+            "fresh seeds; a later width sweeps the first width's choice "
+            + ", ".join(f"×{f:g}" for f in self.factors)
+            + ". A width where the arms are equivalent within the margin refutes only where the fixed-rate "
+            "comparison (the positive control) saw an effect beyond the margin; the sub-verdict names the "
+            "widths where it holds."
+        )
+
     @property
     def decades(self) -> float:
         return math.log10(self.rates[-1] / self.rates[0])

@@ -3,8 +3,8 @@
 Round 1: every arm's sweep at the first scale on the selection seeds. Where an arm's choice sits at an end of
 its sweep, the next rate beyond joins it (up to `Sweep.extend` times). Once an arm's sweep there is settled,
 its chosen rate runs on the fresh seeds, and its sweep at each later scale starts around that rate (widened
-the same way); once that is settled, the later scale's choice runs on the fresh seeds. The choice is `evidence.tuning.choose`, the same
-function the analysis reads the runs with.
+the same way); once that is settled, the later scale's choice runs on the fresh seeds. The choice is
+`evidence.tuning.choose`, the same function the analysis reads the runs with.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 
+from ..evidence.decisions import EvidenceError
 from ..evidence.tuning import Sweep, capped, choose
+from ..nn.config import ConfigError
 
 # make(arm_fields, scale_fields, lr, seed) -> a run config (with "part" naming the part whose recipe runs it)
 Make = Callable[[dict, dict, float, int], dict]
@@ -20,6 +22,16 @@ Make = Callable[[dict, dict, float, int], dict]
 
 def _key(cfg: dict) -> str:
     return json.dumps(cfg, sort_keys=True)
+
+
+def profile_sweep(p: dict) -> Sweep:
+    """The sweep a profile declares: `rates`, `selection_seeds`, the fresh `seeds`, `rate_factors` and
+    `rate_extend`; a malformed one is a configuration error (one line, before any run)."""
+    try:
+        seeds = tuple(p["selection_seeds"]), tuple(p["seeds"])
+        return Sweep(tuple(p["rates"]), *seeds, tuple(p["rate_factors"]), p["rate_extend"])
+    except EvidenceError as e:
+        raise ConfigError(str(e)) from None
 
 
 def final_and_init(m: dict) -> tuple[float | None, float]:
