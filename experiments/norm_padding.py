@@ -5,9 +5,21 @@ from __future__ import annotations
 from tfclaims.analysis import norm_padding as view
 from tfclaims.claims.norm_padding import INV_KEYS, LM_KEYS, NORMS, bn_mlp, build_lm, padded_lm
 from tfclaims.evidence import readouts as rd
-from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, arm, bound, cell, check
+from tfclaims.evidence.declare import (
+    ALL,
+    Better,
+    Declaration,
+    NullPair,
+    SubClaim,
+    arm,
+    bound,
+    cell,
+    cells,
+    check,
+)
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
+from tfclaims.harness.sweep import profile_sweep, sweep_grid
 from tfclaims.nn.config import ConfigError
 
 MARGIN = 0.02  # nats/char: TOST margin reported beside every loss comparison
@@ -31,48 +43,76 @@ def _arms(p, key) -> list[tuple[str, int, str]]:
     return view.arms(p, key, NORMS)
 
 
+def _run(p, setting: str, pl: str, b: int, norm: str, seed: int, **over) -> dict:
+    """One run's config: a setting ('lines', 'windows', 'enc-lines', 'enc-windows': causal LM or masked LM, on
+    padded lines or fixed windows), placement, batch, norm and seed; `over` replaces profile values (lr,
+    d_model)."""
+    data, attn = view.SETTINGS[setting]
+    common = _lm_common(p) if data == "lines" else {k: p[k] for k in LM_KEYS}
+    return {
+        "data": data,
+        "attn": attn,
+        "norm": norm,
+        "batch": b,
+        "placement": pl,
+        **common,
+        **over,
+        "seed": seed,
+    }
+
+
 def grid_lines(p):
-    common = _lm_common(p)
     arms = _arms(p, "line_arms")
     for pl in {a[0] for a in arms}:
-        build_lm({**common, "norm": "layer", "placement": pl}, 96)  # validates sizes before anything runs
+        build_lm({**_lm_common(p), "norm": "layer", "placement": pl, "attn": "causal"}, 96)  # validates sizes
     fr = p["pad_fracs"]
     if not 0 < min(fr) or max(fr) >= 1 or p["inv_T0"] / (1 - max(fr)) > p["max_len"] - 1:
         raise ConfigError(
             "pad_fracs must lie in (0, 1) and inv_T0 / (1 - max(pad_fracs)) fit in max_len - 1 positions"
         )
-    return [
-        {"data": "lines", "norm": n, "batch": b, "placement": pl, **common, "seed": s}
-        for pl, b, n in arms
-        for s in p["seeds"]
-    ]
-
-
-def grid_null(p):
-    """The null pairs: the LN arm of each declared (data, placement, batch) cell rerun at seeds s + 1000."""
-    out = []
-    for data, pl, b in p["null_cells"]:
-        if data not in ("lines", "windows"):
-            raise ConfigError(f"null_cells: data must be 'lines' or 'windows', got {data!r}")
-        key = "line_arms" if data == "lines" else "window_arms"
-        if (pl, b, "layer") not in _arms(p, key):
-            raise ConfigError(f"null_cells: {[data, pl, b]} has no LN arm in {key}")
-        common = _lm_common(p) if data == "lines" else {k: p[k] for k in LM_KEYS}
-        out += [
-            {"data": data, "norm": "layer", "batch": b, "placement": pl, **common, "seed": s + NULL_OFFSET}
-            for s in p["seeds"]
-        ]
-    return out
+    return [_run(p, "lines", pl, b, n, s) for pl, b, n in arms for s in p["seeds"]]
 
 
 def grid_windows(p):
     """The same LM on fixed-length contiguous windows: no padding at all."""
-    common = {k: p[k] for k in LM_KEYS}
-    return [
-        {"data": "windows", "norm": n, "batch": b, "placement": pl, **common, "seed": s}
-        for pl, b, n in _arms(p, "window_arms")
-        for s in p["seeds"]
-    ]
+    return [_run(p, "windows", pl, b, n, s) for pl, b, n in _arms(p, "window_arms") for s in p["seeds"]]
+
+
+def grid_encoder(p):
+    """The masked LM (bidirectional: train-mode BatchNorm leaks nothing) on lines or windows."""
+    return [_run(p, st, pl, b, n, s) for st, pl, b, n in view.enc_arms(p, NORMS) for s in p["seeds"]]
+
+
+def grid_null(p):
+    """The null pairs: the LN arm of each declared (setting, placement, batch) cell rerun at seeds s + 1000."""
+    out = []
+    for st, pl, b in p["null_cells"]:
+        if ("layer", pl, b) not in view.norms_at(p, st, NORMS):
+            raise ConfigError(f"null_cells: {[st, pl, b]} has no LN arm")
+        out += [_run(p, st, pl, b, "layer", s + NULL_OFFSET) for s in p["seeds"]]
+    return out
+
+
+def grid_sweep(p, done):
+    """Per swept arm, the learning-rate sweep on selection seeds, then its chosen rate on the fresh seeds
+    (`harness.sweep`); the settings in `scale_settings` sweep again at each later width. The runs are their
+    setting's part's, so a chosen rate equal to the profile's reuses the fixed-rate runs."""
+    sweep, swept = profile_sweep(p), view.swept_arms(p, NORMS)
+    if p["scales"][0] != p["d_model"] or len(set(p["scales"])) != len(p["scales"]):
+        raise ConfigError(
+            f"scales: distinct widths starting with d_model = {p['d_model']}, got {p['scales']}"
+        )
+
+    def make(arm, scale, lr, seed):
+        st, pl, b, n = arm["arm"]
+        return {"part": view.PART[st], **_run(p, st, pl, b, n, seed, lr=lr, d_model=scale["d_model"])}
+
+    out = []
+    for wide in (False, True):
+        arms = {k: {"arm": a} for k, a in swept.items() if (a[0] in p["scale_settings"]) == wide}
+        scales = [{"d_model": d} for d in (p["scales"] if wide else p["scales"][:1])]
+        out += sweep_grid(sweep, arms, scales, make, done, read=view.final_and_init)
+    return out
 
 
 def grid_mlp(p):
@@ -103,174 +143,250 @@ class NormPadding(Experiment):
         "PowerNorm (no centring, running quadratic mean in the forward pass, approximate backward) beats "
         "LayerNorm by 0.4 BLEU on IWSLT14 and 0.6 BLEU on WMT14 in their Table 1.",
         "No paper isolates the padding effect alone (pads counted vs masked) — this experiment does.",
+        "Wortsman et al. 2023: compare training interventions on loss-against-learning-rate curves, each arm at "
+        "its own best rate, at several scales.",
     ]
     anchor_number = "PowerNorm − LayerNorm: +0.4 BLEU (IWSLT14), +0.6 BLEU (WMT14); BN (pads masked) below LN"
     method = (
-        "Character LM on the Shakespeare texts. Three reasons the notes give are separated, each by its "
-        "own comparison at equal everything else (data, placement, batch size, seeds, initial weights and "
-        "data order): (a) padding: trained on whole lines of 8–96 characters padded to each batch's "
+        "Character LM on the Shakespeare texts. The reasons the notes give are separated, each by its own "
+        "comparison at equal everything else (data, placement, batch size, seeds, initial weights and data "
+        "order). (a) Padding: a causal LM trained on whole lines of 8–96 characters padded to each batch's "
         "longest line, BatchNorm over all B·T positions (pads counted) against BatchNorm over real tokens "
-        "only (pads masked); (b) batch statistics without any padding: the same network on fixed-length "
-        "contiguous windows, BatchNorm (nothing to mask) against LayerNorm; (c) small batches: (BN masked "
-        "− LN) on lines at a genuinely small batch (2 lines, about 90 real tokens) against 16 lines; (d) "
-        "train/inference mismatch: the same trained BN model evaluated with its batch statistics (train "
-        "mode) and with its running statistics (eval mode). BatchNorm in train mode lets an output see "
-        "later tokens of its batch through the statistics (a causal LM can exploit that leak in training "
-        "and lose it at inference), so a leak-free batch-statistics arm is added: BatchNorm that "
-        "normalises each batch with the previous training batch's statistics (still noisy and "
-        "batch-dependent, never the batch's own), on lines and on windows; PowerNorm (the authors' "
-        "released design: group scaling per head, running quadratic mean in the forward pass after a "
-        "warm-up, approximate backward) is the anchors' arm. Placement: pre-norm everywhere; post-norm, "
-        "the anchors' placement, at 16 lines for LN and both BNs, and on windows. Default profile: d = 64, "
-        "2 layers, 4 heads, 1,500 steps (lr 1e-3, 150 warm-up steps), 5 seeds. A null pair (the LN arm of "
-        f"every compared cell rerun at seeds s + {NULL_OFFSET}) gives the noise floor. History: the previous "
-        "design trained 300 steps at 4 layers with 3 seeds, pre-norm only, and judged (b) on padded lines, "
-        "where masked BN still leaks; its one-seed window check gave LN 2.544 vs BN 2.713. Probes: (1) "
-        "invariance, in float64 on the trained models: fixed target lines in batches with added pads only, "
-        "and next to random other lines; the largest change of their logits, absolute and relative per "
-        "token, in train mode (batch statistics) and eval mode (running statistics); and the future leak: "
-        "change the last token of one line and watch every earlier output. (2) Batch statistics: at every "
-        "few training steps, the distance of each BatchNorm's batch mean and variance from its running "
-        "statistics, in running-standard-deviation units and as a multiple of what i.i.d. sampling of the "
-        "same number of positions would give; for the LM on padded lines, for the same network on "
-        "fixed-length contiguous windows (no padding), and for an MLP with BatchNorm on a synthetic "
-        "fixed-size classification task (fresh Gaussian inputs, labels from a random teacher network), the "
-        "textbook setting where BatchNorm works. (3) Quality: validation loss per character in eval mode "
-        "on a fixed set of validation lines batched 64 at a time in random order (a composition different "
-        "from training), and in train mode at the training batch size (the train/inference gap), in random "
-        "order and sorted by length (little padding)."
+        "only (pads masked); both leak alike (below). (b) Batch statistics without padding and without a "
+        "leak: a bidirectional masked LM (BERT-style: 15% of the characters replaced by a mask token and "
+        "predicted) on fixed-length contiguous windows, BatchNorm against LayerNorm. (c) Small batches: (BN "
+        "− LN) at 2 lines (about 90 real tokens) against 16. (d) Train/inference mismatch: one trained BN "
+        "model evaluated with its batch statistics (train mode) and its running statistics (eval mode). "
+        "Train-mode BatchNorm in a causal LM lets an output see later tokens of its batch through the "
+        "statistics, which training can exploit and eval mode removes; so c and d use BatchNorm with causal "
+        "statistics (position t normalised by the mean and variance over positions ≤ t of every line of the "
+        "batch: batch-dependent and noisy, gradients through the statistics, no later token) and the masked "
+        "LM's BN, and the leaky versions are reported beside them. PowerNorm (the authors' released design) "
+        "is the anchors' arm. The learning-rate sweep (Wortsman et al. 2023): LN, BN pads counted and BN "
+        "pads masked on padded lines, and LN and BN in the masked LM on windows, each over six peak rates "
+        "2.5e-4 to 8e-3 (×2 apart, 1.5 decades) on three selection seeds (100–102); each arm's rate is the "
+        "one with the lowest mean eval-mode loss there (a diverged run counted at the loss at init; a "
+        "choice at an end widens the sweep by one ×2 step, at most twice); the arms are compared at their "
+        "chosen rates on the five fresh seeds (0–4; a chosen rate of 1e-3 reuses the fixed-rate runs). The "
+        "masked LM is swept again at d = 136 (4.3× the parameters) around its first-width choice (×¼, ×½, "
+        "×1). Default profile: d = 64, 2 layers, 4 heads, 1,500 steps (150 warm-up steps), batch 16 lines "
+        "(or 16 windows of 32), fixed-rate cells at lr 1e-3 with 5 seeds; pre-norm, and post-norm (the "
+        "anchors') for LN and BN masked on lines. A null pair (the LN arm of each declared cell rerun at "
+        f"seeds s + {NULL_OFFSET}) gives the noise floor. History: the previous design (kept as the "
+        "fixed-rate sub-claims) used one rate for every norm, judged b, c and d with BatchNorm that leaks "
+        "later tokens, and had a leak-free arm that normalised each batch with the previous batch's "
+        "statistics (no gradient through them), which learned in 0 of 5 seeds. Probes: (1) invariance, in "
+        "float64 on the trained causal line models: fixed target lines in batches with added pads only, and "
+        "next to random other lines; the largest change of their logits, absolute and relative per token, "
+        "in train and eval mode; and the future leak: change the last token of one line and watch every "
+        "earlier output. (2) Batch statistics: at every few training steps, the distance of each "
+        "BatchNorm's batch mean and variance from its running statistics, in running-standard-deviation "
+        "units and as a multiple of what i.i.d. sampling of the same number of positions would give; for "
+        "the LMs and for an MLP with BatchNorm on a synthetic fixed-size classification task (fresh Gaussian "
+        "inputs, labels from a random teacher network), the textbook setting where BatchNorm works. (3) "
+        "Quality: validation loss per predicted character in eval mode on a fixed validation set batched 64 "
+        "at a time in random order (a composition different from training), and in train mode at the "
+        "training batch size, in random order and sorted by length."
     )
     profiles = {
         "quick": {
-            "line_arms": [["pre", b, n] for b in (2, 4) for n in NORMS]
-                         + [["post", 4, n] for n in ("layer", "batch", "batch_masked")],
-            "window_arms": [[pl, 4, n] for pl in ("pre", "post") for n in ("layer", "batch_masked")]
-                           + [["pre", 4, "batch_prev"]],
-            "null_cells": [["lines", "pre", 2], ["lines", "pre", 4], ["windows", "pre", 4]], "seeds": [0, 1],
+            "line_arms": [["pre", 2, n] for n in ("layer", "batch_masked", "batch_causal")]
+                         + [["pre", 4, n] for n in NORMS] + [["post", 4, n] for n in ("layer", "batch_masked")],
+            "window_arms": [["pre", 4, n] for n in ("layer", "batch_masked", "batch_causal")],
+            "enc_arms": [["enc-windows", "pre", 4, "layer"], ["enc-windows", "pre", 4, "batch"],
+                         ["enc-lines", "pre", 4, "layer"], ["enc-lines", "pre", 4, "batch"],
+                         ["enc-lines", "pre", 4, "batch_masked"]],
+            "null_cells": [["lines", "pre", 2], ["lines", "pre", 4], ["windows", "pre", 4],
+                           ["enc-windows", "pre", 4]],
+            "sweep_arms": [["lines", "pre", 4, n] for n in ("layer", "batch", "batch_masked")]
+                          + [["enc-windows", "pre", 4, n] for n in ("layer", "batch")],
+            "scale_settings": ["enc-windows"], "scales": [32, 48], "rates": [5e-4, 1e-3],
+            "selection_seeds": [10], "rate_factors": [0.5, 1.0], "rate_extend": 1, "seeds": [0, 1],
             "d_model": 32, "n_layers": 2, "n_heads": 2, "steps": 10, "lr": 1e-3, "warmup": 2, "min_len": 8,
             "max_len": 48, "n_val_lines": 16, "eval_batch": 8, "stat_every": 2, "threads": 1, "seq_len": 32,
-            "mlp_batch": 64, "mlp_width": 32, "mlp_in": 16, "inv_T0": 8, "inv_K": 3, "inv_neighbours": [2],
-            "inv_draws": 1, "pad_fracs": [0.5, 0.8],
+            "mask_rate": 0.15, "mlp_batch": 64, "mlp_width": 32, "mlp_in": 16, "inv_T0": 8, "inv_K": 3,
+            "inv_neighbours": [2], "inv_draws": 1, "pad_fracs": [0.5, 0.8],
         },
         "default": {
-            "line_arms": [["pre", b, n] for b in (2, 16) for n in NORMS]
-                         + [["post", 16, n] for n in ("layer", "batch", "batch_masked")],
-            "window_arms": [[pl, 16, n] for pl in ("pre", "post") for n in ("layer", "batch_masked")]
-                           + [["pre", 16, "batch_prev"]],
-            "null_cells": [["lines", "pre", 2], ["lines", "pre", 16], ["lines", "post", 16],
-                           ["windows", "pre", 16], ["windows", "post", 16]],
+            "line_arms": [["pre", 2, n] for n in ("layer", "batch_masked", "batch_causal")]
+                         + [["pre", 16, n] for n in NORMS] + [["post", 16, n] for n in ("layer", "batch_masked")],
+            "window_arms": [["pre", 16, n] for n in ("layer", "batch_masked", "batch_causal")],
+            "enc_arms": [["enc-windows", "pre", 16, "layer"], ["enc-windows", "pre", 16, "batch"],
+                         ["enc-lines", "pre", 16, "layer"], ["enc-lines", "pre", 16, "batch"],
+                         ["enc-lines", "pre", 16, "batch_masked"]],
+            "null_cells": [["lines", "pre", 2], ["lines", "pre", 16], ["windows", "pre", 16],
+                           ["enc-windows", "pre", 16]],
+            "sweep_arms": [["lines", "pre", 16, n] for n in ("layer", "batch", "batch_masked")]
+                          + [["enc-windows", "pre", 16, n] for n in ("layer", "batch")],
+            "scale_settings": ["enc-windows"], "scales": [64, 136],
+            "rates": [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3], "selection_seeds": [100, 101, 102],
+            "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
             "seeds": [0, 1, 2, 3, 4], "d_model": 64, "n_layers": 2, "n_heads": 4, "steps": 1500, "lr": 1e-3,
             "warmup": 150, "min_len": 8, "max_len": 96, "n_val_lines": 384, "eval_batch": 64,
-            "stat_every": 25, "threads": 0, "seq_len": 32, "mlp_batch": 512, "mlp_width": 128, "mlp_in": 32,
-            "inv_T0": 16, "inv_K": 4, "inv_neighbours": [4, 28], "inv_draws": 6,
-            "pad_fracs": [0.2, 0.4, 0.6, 0.8],
+            "stat_every": 25, "threads": 0, "seq_len": 32, "mask_rate": 0.15, "mlp_batch": 512,
+            "mlp_width": 128, "mlp_in": 32, "inv_T0": 16, "inv_K": 4, "inv_neighbours": [4, 28],
+            "inv_draws": 6, "pad_fracs": [0.2, 0.4, 0.6, 0.8],
         },
         "full": {
             "line_arms": [[pl, b, n] for pl in ("pre", "post") for b in (4, 64) for n in NORMS],
             "window_arms": [[pl, 64, n] for pl in ("pre", "post")
-                            for n in ("layer", "batch_masked", "batch_prev")],
-            "null_cells": [["lines", "pre", 64], ["lines", "post", 64], ["windows", "pre", 64]],
+                            for n in ("layer", "batch_masked", "batch_causal")],
+            "enc_arms": [[st, pl, 64, n] for st in ("enc-windows", "enc-lines") for pl in ("pre", "post")
+                         for n in ("layer", "batch", "batch_masked")],
+            "null_cells": [["lines", "pre", 64], ["lines", "post", 64], ["windows", "pre", 64],
+                           ["enc-windows", "pre", 64], ["enc-lines", "pre", 64]],
+            "sweep_arms": [[st, "pre", 64, n] for st in ("lines", "enc-lines")
+                           for n in ("layer", "batch", "batch_masked")]
+                          + [["enc-windows", "pre", 64, n] for n in ("layer", "batch")],
+            "scale_settings": ["lines", "enc-lines", "enc-windows"], "scales": [256, 512],
+            "rates": [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], "selection_seeds": [100, 101, 102],
+            "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
             "seeds": [0, 1, 2, 3, 4], "d_model": 256, "n_layers": 6, "n_heads": 8, "steps": 4000, "lr": 5e-4,
             "warmup": 400, "min_len": 8, "max_len": 96, "n_val_lines": 4096, "eval_batch": 64,
-            "stat_every": 20, "threads": 0, "seq_len": 32, "mlp_batch": 4096, "mlp_width": 256, "mlp_in": 32,
-            "inv_T0": 16, "inv_K": 8, "inv_neighbours": [8, 56], "inv_draws": 10,
-            "pad_fracs": [0.2, 0.4, 0.6, 0.8],
+            "stat_every": 20, "threads": 0, "seq_len": 32, "mask_rate": 0.15, "mlp_batch": 4096,
+            "mlp_width": 256, "mlp_in": 32, "inv_T0": 16, "inv_K": 8, "inv_neighbours": [8, 56],
+            "inv_draws": 10, "pad_fracs": [0.2, 0.4, 0.6, 0.8],
         },
     }  # fmt: skip
     parts = (
         Part("lines", grid_lines, padded_lm),
         Part("null", grid_null, padded_lm),
         Part("windows", grid_windows, padded_lm),
+        Part("encoder", grid_encoder, padded_lm),
         Part("mlp", grid_mlp, bn_mlp),
+        Part("sweep", grid_sweep, padded_lm, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:
         lines, wins, at = _arms(p, "line_arms"), _arms(p, "window_arms"), view.cells_at
+        enc = {st: [(pl, b, n) for s_, pl, b, n in view.enc_arms(p, NORMS) if s_ == st]
+               for st in ("enc-lines", "enc-windows")}  # fmt: skip
         ln, bn = arm("LN", norm="layer"), arm("BN pads counted", norm="batch")
-        masked, prev = arm("BN pads masked", norm="batch_masked"), arm("BN previous batch", norm="batch_prev")
+        masked, causal = arm("BN pads masked", norm="batch_masked"), arm("BN causal", norm="batch_causal")
         loss = dict(readouts=(LOSS,), guard=LEARNED, margin=MARGIN, noise="null", where="all")
-        sz, floored, (pl, big) = view.sizes(lines), view.floored(p, lines), view.fluct_arm(lines)
-        ctl = arm(f"MLP control (batch {p['mlp_batch']})", data="mlp")
-        lm = arm(
-            f"LM, lines, BN masked ({pl}, batch {big})",
-            data="lines",
-            norm="batch_masked",
-            placement=pl,
-            batch=big,
+        swept = view.swept_arms(p, NORMS)
+        tuned = {k: arm(f"{view.LABEL[a[3]]}, at its best rate", arm=k) for k, a in swept.items()}
+        name = {a: k for k, a in swept.items()}
+        sl, se = view.swept_cell(swept, "lines"), view.swept_cell(swept, "enc-windows")
+        first, both = (
+            (cell(f"d{p['d_model']}", scale=f"d{p['d_model']}"),),
+            cells("{scale}", scale=[f"d{d}" for d in p["scales"]]),
         )
-        small = ", ".join(f"{pl}: {s} vs {g} lines" for pl, (s, g) in sz.items())
+        tune = dict(
+            readouts=(LOSS,), guard=LEARNED, margin=MARGIN, table="tuned", note=profile_sweep(p).rule()
+        )
+        in_lines = lambda n: tuned.get(name.get((*sl, n)))  # noqa: E731
+        in_enc = lambda n: tuned.get(name.get((*se, n)))  # noqa: E731
+        fl, (pl, big) = view.floored(p, lines, "batch_causal"), view.fluct_arm(lines)
+        ctl = arm(f"MLP control (batch {p['mlp_batch']})", data="mlp")
+        lm = arm(f"LM, lines, BN masked ({pl}, batch {big})", data="lines", attn="causal", norm="batch_masked",
+                 placement=pl, batch=big)  # fmt: skip
+        small = ", ".join(
+            f"{pl}: {s} vs {g} lines" for pl, (s, g) in view.sizes(lines, "batch_causal").items()
+        )
+        gap = dict(table="interaction", a=arm("largest batch", size="largest"), b=arm("smallest batch", size="smallest"),
+                   guard=LEARNED, margin=MARGIN, where="all")  # fmt: skip
+        modes = dict(table="modes", guard=LEARNED, margin=MARGIN, where="all")
+        mode_cells = lambda st, arms_, n: tuple(  # noqa: E731
+            cell(c.label, **dict(c.where), norm=n) for c in at(st, arms_, n)
+        )
         return Declaration((
-            SubClaim("a", "Padding: BN counting pads worse than BN masking them (padded lines)", Better("a"),
-                a=masked, b=bn, cells=at("lines", lines, "batch", "batch_masked"), **loss,
-                note="The arms differ only in which positions enter BN's statistics."),
-            SubClaim("b", "Batch statistics without padding: BN worse than LN on fixed windows", Better("a"),
-                a=ln, b=masked, cells=at("windows", wins, "layer", "batch_masked"), **loss),
-            SubClaim("c", f"Small batches: (BN masked − LN) larger at the smallest batch than at the largest "
-                f"({small})", Better("a"), (GAP,), table="interaction", cells=view.interaction_cells(lines),
-                a=arm("largest batch", size="largest"), b=arm("smallest batch", size="smallest"),
-                guard=LEARNED, margin=MARGIN, noise="null-gap" if floored else None, where="all"),
-            SubClaim("d", "Train/inference mismatch: one BN model worse with running than batch statistics",
-                Better("a"), (MODE,), table="modes", a=arm("train mode", norm="batch_masked", mode="train"),
-                b=arm("eval mode", norm="batch_masked", mode="eval"), guard=LEARNED, margin=MARGIN,
-                cells=at("lines", lines, "batch_masked") + at("windows", wins, "batch_masked"),
-                where="all", note="No null pair: both readouts come from one run."),
-            SubClaim("prev-windows", "Previous-batch statistics (leak-free) worse than LN on fixed windows",
-                Better("a"), a=ln, b=prev, cells=at("windows", wins, "layer", "batch_prev"), counts=False,
-                **loss),
-            SubClaim("prev-lines", "Previous-batch statistics (leak-free) better than BN masked on lines",
-                Better("b"), a=masked, b=prev, cells=at("lines", lines, "batch_masked", "batch_prev"),
-                counts=False, **loss),
-            SubClaim("power", "PowerNorm better than LN (the anchors' finding; padded lines)", Better("b"),
-                a=ln, b=arm("PowerNorm", norm="power"), cells=at("lines", lines, "layer", "power"),
-                counts=False, **loss),
-            SubClaim("naive", "BN counting pads worse than LN (padded lines)", Better("a"),
-                a=ln, b=bn, cells=at("lines", lines, "layer", "batch"), counts=False, **loss),
+            SubClaim("a-fixed", "Padding: BN counting pads worse than BN masking them, one rate (causal LM, "
+                     "padded lines)", Better("a"), a=masked, b=bn, cells=at("lines", lines, "batch", "batch_masked"),
+                     counts=False, **loss, note="The arms differ only in which positions enter BN's statistics."),
+            SubClaim("a", "Padding: BN counting pads worse than BN masking them, each at its own best rate "
+                     f"(causal LM, padded lines, {sl[1]}-norm, batch {sl[2]})", Better("a"), a=in_lines("batch_masked"),
+                     b=in_lines("batch"), cells=first, control="a-fixed", noise="null-lines", **tune),
+            SubClaim("a-enc", "Padding in the masked LM: BN counting pads worse than BN masking them, one rate",
+                     Better("a"), a=masked, b=bn, cells=at("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
+                     counts=False, **loss),
+            SubClaim("b-fixed", "Batch statistics without padding or leak: BN worse than LN, masked LM on fixed "
+                     "windows, one rate", Better("a"), a=ln, b=bn, cells=at("enc-windows", enc["enc-windows"],
+                     "layer", "batch"), counts=False, **loss),
+            SubClaim("b", "Batch statistics without padding or leak: BN worse than LN, each at its own best "
+                     "rate (masked LM, fixed windows)", Better("a"), a=in_enc("layer"), b=in_enc("batch"),
+                     cells=both, control="b-fixed", noise="null-enc", **tune),
+            SubClaim("b-causal", "Causal LM on fixed windows: BN with causal statistics (no leak) worse than LN, "
+                     "one rate", Better("a"), a=ln, b=causal, cells=at("windows", wins, "layer", "batch_causal"),
+                     counts=False, **loss),
+            SubClaim("b-leaky", "Causal LM on fixed windows: BN (batch statistics, which leak later tokens) "
+                     "worse than LN, one rate", Better("a"), a=ln, b=masked,
+                     cells=at("windows", wins, "layer", "batch_masked"), counts=False, **loss),
+            SubClaim("c", f"Small batches: (BN causal − LN) larger at the smallest batch than at the largest "
+                     f"({small}; one rate)", Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_causal"),
+                     noise="null-gap" if fl else None, counts=False, **gap,
+                     note="Reported, not counted: no learning-rate sweep at the small batch."),
+            SubClaim("c-leaky", "Small batches with BN masked (which leaks later tokens in train mode)",
+                     Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_masked"), counts=False,
+                     **gap),
+            SubClaim("d", "Train/inference mismatch: one leak-free BN model worse with running than with batch "
+                     "statistics (causal statistics, and BN in the masked LM)", Better("a"), (MODE,),
+                     a=arm("train mode", mode="train"), b=arm("eval mode", mode="eval"),
+                     cells=mode_cells("lines", lines, "batch_causal") + mode_cells("windows", wins, "batch_causal")
+                     + mode_cells("enc-windows", enc["enc-windows"], "batch")
+                     + mode_cells("enc-lines", enc["enc-lines"], "batch_masked"), **modes,
+                     note="No null pair: both readouts come from one run."),
+            SubClaim("d-leaky", "Train/inference gap of BN masked in the causal LM (its train mode sees later "
+                     "tokens)", Better("a"), (MODE,), a=arm("train mode", mode="train"), b=arm("eval mode", mode="eval"),
+                     cells=mode_cells("lines", lines, "batch_masked") + mode_cells("windows", wins, "batch_masked"),
+                     counts=False, **modes),
+            SubClaim("naive", "BN counting pads worse than LN, each at its own best rate (causal LM, padded "
+                     "lines)", Better("a"), a=in_lines("layer"), b=in_lines("batch"), cells=first,
+                     counts=False, noise="null-lines", **tune),
+            SubClaim("naive-fixed", "BN counting pads worse than LN, one rate (padded lines)", Better("a"),
+                     a=ln, b=bn, cells=at("lines", lines, "layer", "batch"), counts=False, **loss),
+            SubClaim("power", "PowerNorm better than LN (the anchors' finding; padded lines, one rate)",
+                     Better("b"), a=ln, b=arm("PowerNorm", norm="power"), cells=at("lines", lines, "layer", "power"),
+                     counts=False, **loss),
             check("ln-invariant", "LN, train mode: no change with pads, neighbours or later tokens",
-                (PADS_T, NB_T, LEAK_T), bound(None, INVARIANT), table="probes", b=ln),
+                  (PADS_T, NB_T, LEAK_T), bound(None, INVARIANT), table="probes", b=ln),
             check("eval-invariant", "Eval mode, every norm: no change with pads, neighbours or later tokens",
-                (PADS_E, NB_E, LEAK_E), bound(None, INVARIANT), table="probes"),
+                  (PADS_E, NB_E, LEAK_E), bound(None, INVARIANT), table="probes"),
             check("masked-pads", "BN masking pads: outputs unchanged when pads are added (train mode)",
-                PADS_T, bound(None, INVARIANT), table="probes", b=masked),
-            check("prev-invariant", "BN with the previous batch's statistics sees nothing of its own batch",
-                (PADS_T, NB_T, LEAK_T), bound(None, INVARIANT), table="probes", b=prev),
+                  PADS_T, bound(None, INVARIANT), table="probes", b=masked),
+            check("causal-invariant", "BN with causal statistics: no change with pads or later tokens",
+                  (PADS_T, LEAK_T), bound(None, INVARIANT), table="probes", b=causal),
             SubClaim("pads-enter", "BN counting pads: train-mode outputs change when pads are added",
-                bound(DEPENDENT), (PADS_T,), table="probes", b=bn, counts=False),
+                     bound(DEPENDENT), (PADS_T,), table="probes", b=bn, counts=False),
             SubClaim("leak", "BN in train mode leaks later tokens into earlier outputs", bound(DEPENDENT),
-                (LEAK_T,), table="probes", where="all", counts=False,
-                cells=(cell("counted", norm="batch"), cell("masked", norm="batch_masked"))),
+                     (LEAK_T,), table="probes", where="all", counts=False,
+                     cells=(cell("counted", norm="batch"), cell("masked", norm="batch_masked"))),
             SubClaim("fluct", "Batch statistics fluctuate more in the LM than in an MLP control",
-                Better("b"), FLUCT, table="stats", a=ctl, b=lm, where="all", counts=False),
+                     Better("b"), FLUCT, table="stats", a=ctl, b=lm, where="all", counts=False),
             SubClaim("fluct-2x", f"LM batch statistics fluctuate ≥ {FLUCT_FACTOR:g}× more than the MLP's",
-                Better("b"), FLUCT, table="stats", b=lm, where="all", counts=False,
-                a=arm(f"MLP control × {FLUCT_FACTOR:g}", data=f"mlp-x{FLUCT_FACTOR:g}"),
-                note="Arm a is the control's rows raised by log2 of the factor."),
+                     Better("b"), FLUCT, table="stats", b=lm, where="all", counts=False,
+                     a=arm(f"MLP control × {FLUCT_FACTOR:g}", data=f"mlp-x{FLUCT_FACTOR:g}"),
+                     note="Arm a is the control's rows raised by log2 of the factor."),
         ), tuple(n for n in (
             NullPair("null", ln, arm("LN rerun", norm="layer", part="null"), (LOSS,), seed_offset=NULL_OFFSET,
-                cells=tuple(view.cell_of(*c) for c in p["null_cells"])),
+                     cells=tuple(view.cell_of(*c) for c in p["null_cells"])),
+            NullPair("null-lines", arm("LN", **dict(view.cell_of(*sl).where), norm="layer"),
+                     arm("LN rerun", **{**dict(view.cell_of(*sl).where), "part": "null"}, norm="layer"),
+                     (LOSS,), seed_offset=NULL_OFFSET, cells=ALL if list(sl) in p["null_cells"] else ()),
+            NullPair("null-enc", arm("LN", **dict(view.cell_of(*se).where), norm="layer"),
+                     arm("LN rerun", **{**dict(view.cell_of(*se).where), "part": "null"}, norm="layer"),
+                     (LOSS,), seed_offset=NULL_OFFSET, cells=ALL if list(se) in p["null_cells"] else ()),
             NullPair("null-gap", arm("LN, smallest − largest", pair="ln"), arm("rerun", pair="ln-rerun"),
-                (GAP,), table="interaction", cells=floored, seed_offset=NULL_OFFSET),
+                     (GAP,), table="interaction", cells=fl, seed_offset=NULL_OFFSET),
         ) if n.cells))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         p = view.with_arms(p, _arms(p, "line_arms"), NORMS)  # the lines' placements, batch sizes and norms
         t, decl = view.observe(runs, p, (LOSS, LEARNED), FLUCT_FACTOR), self.declare(p)
         result = evaluate(decl, t)
-        fl = view.write_tables(runs, t, result, p, out)
-        view.plot_invariance(runs, p, out)
-        view.plot_fluctuation(runs, p, out)
-        view.plot_quality(runs, t, p, out)
-        pl, big = p["placements"][0], max(p["batches"])
-
-        def num(sub, label):
-            c = dict(zip((c.label for c in decl.sub(sub).cells), result.of(sub))).get(label)
-            return "—" if c is None else c.short() + ("" if c.excluded else f" ({c.decision})")
-
-        inv = view.probe_maxima(view.probe_rows(self.runs_of(runs, "lines")))
+        fixed = view.fixed_runs(runs, p)
+        fl = view.write_tables(fixed, t, result, p, out)
+        view.write_sweep(t, out)
+        view.plot_sweep(t, p, out)
+        view.plot_invariance(fixed, p, out)
+        view.plot_fluctuation(fixed, p, out)
+        view.plot_quality(fixed, t, p, out)
+        inv = view.probe_maxima(view.probe_rows(self.runs_of(fixed, "lines")))
+        key = view.headline(result, decl)
         return verdict_from(
             result,
-            key_number=f"BN(pads counted) − BN(masked) at batch {big}: {num('a', f'{pl}-B{big}')}; "
-            f"BN − LN on windows: {num('b', f'win-{pl}-B{big}')} nats/char",
-            summary=view.summary(t, fl, inv, p),
+            key_number=key,
+            summary=view.summary(t, fl, inv, p, key),
             evidence={
                 "margin": MARGIN,
                 "learn_margin": LEARN_MARGIN,
@@ -278,6 +394,7 @@ class NormPadding(Experiment):
                 "dependent": DEPENDENT,
                 "fluct_factor": FLUCT_FACTOR,
                 "invariance": inv,
+                "lr_choices": t["choices"].to_dict("records"),
             },
             caveats=view.caveats(p, NULL_OFFSET),
         )

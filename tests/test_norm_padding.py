@@ -1,14 +1,21 @@
 """norm_padding: whole-model padding invariance of LayerNorm, masked BatchNorm ignoring pads, the future leak of
-BatchNorm in train mode, PowerNorm against its formulas, and the experiment's probes."""
+BatchNorm in train mode, BatchNorm with causal statistics against a loop over positions, the masked LM (its
+input corruption, bidirectional attention, tied head), PowerNorm against its formulas, the experiment's probes
+and its grid, staged learning-rate sweep included."""
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from tfclaims.analysis import norm_padding as view
 from tfclaims.claims import norm_padding as NP
 from tfclaims.claims.norm_padding import NORMS
 from tfclaims.data.corpus import PAD, pad_batch
 from tfclaims.harness.registry import load
+from tfclaims.nn.config import ConfigError
+from tfclaims.nn.models import n_params
 from tfclaims.nn.norms import TokenBatchNorm
 from tfclaims.nn.powernorm import PowerNorm, group_scaling
 
@@ -16,10 +23,11 @@ EXP = load("norm_padding")
 V = 20
 
 
-def lm(norm: str, seed: int = 0, warmup: int = 3):
+def lm(norm: str, seed: int = 0, warmup: int = 3, attn: str = "causal"):
     torch.manual_seed(seed)
     cfg = {
         "norm": norm,
+        "attn": attn,
         "d_model": 16,
         "n_layers": 2,
         "n_heads": 2,
@@ -37,9 +45,6 @@ def lm(norm: str, seed: int = 0, warmup: int = 3):
             if isinstance(m, TokenBatchNorm):
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 2)
-            if isinstance(m, NP.PrevBatchNorm):
-                m.prev_mean.normal_(0, 0.1)
-                m.prev_var.uniform_(0.5, 2)
     return model
 
 
@@ -53,9 +58,11 @@ def logits(model, x, mask, train):
         return m(x, pad_mask=mask)
 
 
+# ---------------------------------------------------------------------------- the norms in whole models
+@pytest.mark.parametrize("attn", ["causal", "bidirectional"])
 @pytest.mark.parametrize("train", [True, False])
-def test_layernorm_lm_gives_the_same_logits_alone_and_padded_among_others(train):
-    model = lm("layer")
+def test_layernorm_lm_gives_the_same_logits_alone_and_padded_among_others(train, attn):
+    model = lm("layer", attn=attn)
     seq = lines(12)[0]
     x1, _, m1 = pad_batch([seq])  # alone, no padding
     xb, _, mb = pad_batch([lines(30, seed=2)[0], seq, lines(5, seed=3)[0]])  # padded to 29 beside other lines
@@ -69,7 +76,7 @@ def test_batchnorm_lm_depends_on_the_batch_in_train_mode_only():
     x1, _, m1 = pad_batch([seq])
     xp = torch.cat([x1, torch.full((1, 20), PAD)], 1)  # the same line with pads only
     xb, _, mb = pad_batch([seq, lines(30, seed=2)[0]])  # beside another line
-    for norm in ("batch", "batch_masked"):
+    for norm in ("batch", "batch_masked", "batch_causal"):
         model = lm(norm)
         ref_t, ref_e = logits(model, x1, m1, True)[0], logits(model, x1, m1, False)[0]
         pads_t = logits(model, xp, xp != PAD, True)[0, :11]
@@ -77,37 +84,19 @@ def test_batchnorm_lm_depends_on_the_batch_in_train_mode_only():
         # eval mode: running statistics, a per-token map; invariant to pads and neighbours
         torch.testing.assert_close(logits(model, xp, xp != PAD, False)[0, :11], ref_e, rtol=0, atol=1e-12)
         torch.testing.assert_close(logits(model, xb, mb, False)[0, :11], ref_e, rtol=0, atol=1e-12)
-        assert (beside_t - ref_t).abs().max() > 1e-3  # every train-mode BN depends on its neighbours
+        assert (beside_t - ref_t).abs().max() > 1e-3, norm  # every train-mode BN depends on its neighbours
         if norm == "batch":
             assert (pads_t - ref_t).abs().max() > 1e-3  # pads enter the statistics
         else:
             torch.testing.assert_close(pads_t, ref_t, rtol=0, atol=1e-12)  # pads ignored exactly
 
 
-@pytest.mark.parametrize("train", [True, False])
-def test_previous_batch_norm_lm_gives_the_same_logits_alone_and_padded_among_others(train):
-    model = lm("batch_prev")
-    assert sum(isinstance(m, NP.PrevBatchNorm) for m in model.modules()) == 2 * 2 + 1  # every norm swapped
-    seq = lines(12)[0]
-    x1, _, m1 = pad_batch([seq])
-    xp = torch.cat([x1, torch.full((1, 20), PAD)], 1)  # pads only
-    xb, _, mb = pad_batch([lines(30, seed=2)[0], seq, lines(5, seed=3)[0]])  # beside other lines
-    alone = logits(model, x1, m1, train)[0]
-    torch.testing.assert_close(logits(model, xp, xp != PAD, train)[0, :11], alone, rtol=0, atol=1e-12)
-    torch.testing.assert_close(logits(model, xb, mb, train)[1, :11], alone, rtol=0, atol=1e-12)
-    # while the same weights with BN over its own batch (masked) do depend on the neighbours in train mode
-    if train:
-        own = lm("batch_masked")
-        own.load_state_dict({k: v for k, v in model.state_dict().items() if "prev_" not in k})
-        moved = logits(own, xb, mb, True)[1, :11] - logits(own, x1, m1, True)[0]
-        assert moved.abs().max() > 1e-3
-
-
-def test_masked_batchnorm_lm_ignores_what_sits_in_the_pads():
+@pytest.mark.parametrize("norm", ["batch_masked", "batch_causal"])
+def test_masked_and_causal_batchnorm_lms_ignore_what_sits_in_the_pads(norm):
     x, _, mask = pad_batch(lines(9, 25, 14))
     x2 = x.clone()
     x2[~mask] = torch.randint(1, V, (int((~mask).sum()),))  # other token ids at pad positions, same mask
-    a, b = lm("batch_masked"), lm("batch_masked")
+    a, b = lm(norm), lm(norm)
     a.train()
     b.train()
     with torch.no_grad():
@@ -124,23 +113,212 @@ def test_masked_batchnorm_lm_ignores_what_sits_in_the_pads():
         assert not torch.allclose(c.train()(x, pad_mask=mask)[mask], d.train()(x2, pad_mask=mask)[mask])
 
 
-@pytest.mark.parametrize("norm", ["layer", "batch", "batch_masked", "batch_prev", "power"])
-def test_future_leak_only_through_batch_statistics(norm):
+@pytest.mark.parametrize("norm", ["layer", "batch", "batch_masked", "batch_causal", "power"])
+def test_future_leak_only_through_whole_batch_statistics(norm):
     model = lm(norm, warmup=0)
     x = torch.stack(lines(10, 10, 10))
     full = torch.ones_like(x, dtype=torch.bool)
     x2 = x.clone()
     x2[0, -1] = x2[0, -1] % (V - 1) + 1  # change only the last token of line 0
     for train in (True, False):
-        before = logits(model, x, full, train)[0, :-1]
-        after = logits(model, x2, full, train)[0, :-1]
-        change = float((after - before).abs().max())
+        before, after = logits(model, x, full, train), logits(model, x2, full, train)
+        earlier = float((after[:, :-1] - before[:, :-1]).abs().max())  # every line's earlier outputs
+        others_last = float((after[1:, -1] - before[1:, -1]).abs().max())  # the other lines at that position
         if train and norm in ("batch", "batch_masked"):
-            assert change > 1e-4, change  # earlier outputs saw a later token
+            assert earlier > 1e-4, earlier  # earlier outputs saw a later token
         else:
-            assert change == 0.0, change  # causal (and the previous batch's statistics): exactly unchanged
+            assert earlier == 0.0, earlier  # causal attention (and causal statistics): exactly unchanged
+        if train and norm != "layer" and norm != "power":
+            # every train-mode BN sees the changed token in the other lines' statistics at its own position
+            assert others_last > 1e-6, others_last
+        else:
+            assert others_last == 0.0, others_last
 
 
+# ---------------------------------------------------------------------------- BatchNorm with causal statistics
+def causal_reference(x, mask, w, b, eps):
+    """An independent CausalBatchNorm (train mode), one position at a time: position t of every line is
+    F.batch_norm's output over the real tokens at positions <= t of all lines (pads: zeros, never read)."""
+    B, T, d = x.shape
+    pos = torch.arange(T).expand(B, T)
+    zero = torch.zeros(d, dtype=x.dtype)
+    rows = {}
+    for t in range(T):
+        keep = mask[:, : t + 1]
+        seen = x[:, : t + 1][keep]  # (n, d): the real tokens at positions <= t, line by line
+        y = F.batch_norm(seen, None, None, w, b, training=True, eps=eps)[pos[:, : t + 1][keep] == t]
+        for i, yi in zip(torch.nonzero(mask[:, t]).flatten().tolist(), y):
+            rows[i, t] = yi
+    return torch.stack([torch.stack([rows.get((i, t), zero) for t in range(T)]) for i in range(B)])
+
+
+def causal_batch(seed, d, shift):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 7, d, generator=g, dtype=torch.float64) * torch.linspace(0.5, 2.0, d) + shift
+    mask = torch.ones(4, 7, dtype=torch.bool)
+    mask[1, 3:] = False  # lines of 3, 5 and 1 real tokens beside a full one
+    mask[2, 5:] = False
+    mask[3, 1:] = False
+    x[~mask] = 50.0  # far off: must enter no statistic
+    return x, mask
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_causal_batchnorm_matches_a_loop_over_positions_forward_and_backward(masked):
+    torch.manual_seed(0)
+    d, eps = 6, 1e-5
+    bn = NP.CausalBatchNorm(d, eps=eps).double().train()
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.normal_(0, 0.3)
+    x, mask = causal_batch(0, d, torch.linspace(-1.0, 1.0, d))
+    if not masked:  # no mask: every position counts
+        x, mask = torch.randn(3, 5, d, dtype=torch.float64) * 1.5 + 0.4, torch.ones(3, 5, dtype=torch.bool)
+    x1 = x.clone().requires_grad_(True)
+    x2 = x.clone().requires_grad_(True)
+    w2, b2 = (p.detach().clone().requires_grad_(True) for p in (bn.weight, bn.bias))
+    y = bn(x1, mask if masked else None)
+    ref = causal_reference(x2, mask, w2, b2, eps)
+    torch.testing.assert_close(y[mask], ref[mask], rtol=0, atol=1e-12)
+    # position 0 pools the first token of every line only: not the whole batch's statistics
+    whole = F.batch_norm(x[mask], None, None, bn.weight.detach(), bn.bias.detach(), training=True, eps=eps)
+    assert (y.detach()[mask] - whole).abs().max() > 1e-2
+    # gradients through the statistics: the same as autograd through the loop
+    g = torch.randn(x.shape, dtype=torch.float64) * mask[..., None]  # a loss on the real tokens only
+    (y * g).sum().backward()
+    (ref * g).sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=0, atol=1e-12)
+    torch.testing.assert_close(bn.weight.grad, w2.grad, rtol=0, atol=1e-12)
+    torch.testing.assert_close(bn.bias.grad, b2.grad, rtol=0, atol=1e-12)
+    assert torch.all(x1.grad[~mask] == 0)  # nothing flows into pads
+    # a token's gradient reaches every earlier-or-equal statistic it entered: the loop's too, not only its own
+    alone = x.clone().requires_grad_(True)
+    bn.zero_grad()
+    bn(alone, mask if masked else None)[0, 0].sum().backward()
+    assert alone.grad[1:, 0].abs().max() > 1e-6  # position 0's statistics pool line 0 with the others
+    assert torch.all(alone.grad[:, 1:] == 0)  # later positions enter no statistic of position 0
+
+
+def test_causal_batchnorm_running_statistics_are_batchnorm1d_over_real_tokens_and_eval_is_masked_bn():
+    torch.manual_seed(0)
+    d, eps = 6, 1e-5
+    bn = NP.CausalBatchNorm(d, eps=eps).double().train()
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.normal_(0, 0.3)
+    ref = torch.nn.BatchNorm1d(d, eps=eps, momentum=0.1).double().train()  # fed the real tokens
+    rec = NP.StatRecorder(torch.nn.Sequential(bn), every=1)
+    for seed, shift in ((0, torch.linspace(-1.0, 1.0, d)), (1, torch.linspace(0.8, -0.4, d))):
+        x, mask = causal_batch(seed, d, shift)
+        with torch.no_grad():
+            bn(x, mask)
+            ref(x[mask])
+        real = x[mask]
+        mean, var = bn.last_stats  # the whole batch's real tokens: what the statistics record reads
+        torch.testing.assert_close(mean, real.mean(0), rtol=0, atol=1e-12)
+        torch.testing.assert_close(var, real.var(0, unbiased=False), rtol=0, atol=1e-12)
+        torch.testing.assert_close(bn.running_mean, ref.running_mean, rtol=0, atol=1e-12)
+        torch.testing.assert_close(bn.running_var, ref.running_var, rtol=0, atol=1e-12)
+    assert rec.close()["0"]["n"] == [int(causal_batch(s, d, 0.0)[1].sum()) for s in (0, 1)]
+    # eval mode: masked BatchNorm's (running statistics, a per-token map); buffers untouched
+    masked = TokenBatchNorm(d, eps=eps, masked=True).double()
+    masked.load_state_dict(bn.state_dict())
+    bn.eval()
+    masked.eval()
+    state = {k: v.clone() for k, v in bn.state_dict().items()}
+    x, mask = causal_batch(2, d, 0.3)
+    with torch.no_grad():
+        ye = bn(x, mask)
+        torch.testing.assert_close(ye, masked(x, mask), rtol=0, atol=0)
+        fe = F.batch_norm(x.reshape(-1, d), ref.running_mean, ref.running_var, bn.weight, bn.bias, eps=eps)
+    torch.testing.assert_close(ye, fe.reshape(x.shape), rtol=0, atol=1e-12)
+    assert all(torch.equal(v, state[k]) for k, v in bn.state_dict().items())
+
+
+def test_causal_batchnorm_lm_sees_no_later_token_no_pads_but_its_neighbours_in_train_mode():
+    model = lm("batch_causal")
+    assert sum(isinstance(m, NP.CausalBatchNorm) for m in model.modules()) == 2 * 2 + 1  # every norm swapped
+    seq = lines(12)[0]
+    x1, _, m1 = pad_batch([seq])
+    xp = torch.cat([x1, torch.full((1, 20), PAD)], 1)  # pads only
+    xb, _, mb = pad_batch([lines(30, seed=2)[0], seq, lines(5, seed=3)[0]])  # beside other lines
+    for train in (True, False):
+        alone = logits(model, x1, m1, train)[0]
+        torch.testing.assert_close(logits(model, xp, xp != PAD, train)[0, :11], alone, rtol=0, atol=1e-12)
+        beside = logits(model, xb, mb, train)[1, :11]
+        if train:  # the neighbours' tokens enter every position's statistics
+            assert (beside - alone).abs().max() > 1e-3
+        else:
+            torch.testing.assert_close(beside, alone, rtol=0, atol=1e-12)
+    # a line's last token changes no earlier output of any line, and the neighbour's output at its position
+    xc = xb.clone()
+    xc[1, 10] = xc[1, 10] % (V - 1) + 1
+    a, b = logits(model, xb, mb, True), logits(model, xc, mb, True)
+    assert torch.equal(a[:, :10], b[:, :10]) and (a[0, 10] - b[0, 10]).abs().max() > 1e-6
+
+
+# ---------------------------------------------------------------------------- the masked LM
+def test_mask_tokens_masks_real_tokens_only_at_about_the_rate_with_targets_where_masked():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(1, V, (200, 60), generator=g)
+    lengths = torch.randint(5, 61, (200,), generator=g)
+    real = torch.arange(60)[None] < lengths[:, None]
+    x[~real] = PAD
+    xm, y = NP.mask_tokens(x, real, 0.15, V, torch.Generator().manual_seed(1))
+    hit = xm == V
+    assert not (hit & ~real).any()  # pads are never masked
+    assert torch.equal(xm[~hit], x[~hit])  # the other tokens are left as they are
+    assert torch.equal(y[hit], x[hit]) and torch.all(y[~hit] == -1)  # targets: the originals, where masked
+    assert float(hit.sum() / real.sum()) == pytest.approx(0.15, abs=0.015)
+    # deterministic given the generator; another seed masks other tokens
+    again = NP.mask_tokens(x, real, 0.15, V, torch.Generator().manual_seed(1))
+    assert torch.equal(again[0], xm) and torch.equal(again[1], y)
+    other = NP.mask_tokens(x, real, 0.15, V, torch.Generator().manual_seed(2))
+    assert not torch.equal(other[0], xm)
+    # without a mask every position may be masked, at the same rate
+    xa, ya = NP.mask_tokens(x, None, 0.4, V, torch.Generator().manual_seed(3))
+    assert float((xa == V).float().mean()) == pytest.approx(0.4, abs=0.02) and (xa[~real] == V).any()
+    assert torch.equal(ya[xa == V], x[xa == V])
+    assert NP.mask_tokens(x, real, 0.0, V, g)[0].equal(x)  # rate 0: nothing masked
+
+
+def test_masked_lm_is_bidirectional_over_vocab_and_mask_token_with_a_tied_head():
+    model = lm("layer", attn="bidirectional")
+    assert isinstance(model, NP.MaskedLM) and isinstance(lm("layer"), NP.LM)
+    tok = model.stack.tok.weight
+    assert model.head.weight is tok and tuple(tok.shape) == (V + 1, 16)  # the vocabulary plus the mask id
+    x = torch.stack(lines(10, 10, 10))
+    x[:, 3] = V  # the mask token is a valid input
+    full = torch.ones_like(x, dtype=torch.bool)
+    x2 = x.clone()
+    x2[0, -1] = x2[0, -1] % (V - 1) + 1
+    out, out2 = logits(model, x, full, False), logits(model, x2, full, False)
+    assert out.shape == (3, 10, V + 1)
+    assert (out2[0, :-1] - out[0, :-1]).abs().max() > 1e-6  # an earlier output sees the later token
+    assert torch.equal(out2[1:], out[1:])  # LN: no other line changes
+    # the head reads the token embedding: a change of the embedding row of a token absent from the input (the
+    # pad id) moves that token's logit and nothing else
+    with torch.no_grad():
+        tok[PAD] += 1.0
+    moved = (logits(model, x, full, False) - out).abs().amax((0, 1))
+    assert moved[PAD] > 1e-3 and moved[PAD + 1 :].max() == 0
+
+
+@pytest.mark.parametrize("norm", ["batch", "batch_masked"])
+def test_batchnorm_masked_lm_depends_on_its_batch_in_train_mode(norm):
+    # the masked LM's BN has no later token to leak, but it does see its neighbours in train mode
+    model = lm(norm, attn="bidirectional")
+    assert not any(isinstance(m, NP.CausalBatchNorm) for m in model.modules())
+    seq = lines(12)[0]
+    x1, _, m1 = pad_batch([seq])
+    xb, _, mb = pad_batch([seq, lines(30, seed=2)[0]])
+    assert (logits(model, xb, mb, True)[0, :11] - logits(model, x1, m1, True)[0]).abs().max() > 1e-3
+    torch.testing.assert_close(
+        logits(model, xb, mb, False)[0, :11], logits(model, x1, m1, False)[0], rtol=0, atol=1e-12
+    )
+
+
+# ---------------------------------------------------------------------------- probes
 def test_scratch_mode_and_token_loss_leave_no_trace_and_ignore_grouping_for_layernorm():
     model = lm("batch_masked").eval()
     ls = lines(*range(6, 30, 2))
@@ -170,7 +348,7 @@ def test_invariance_probe_numbers():
     pool = lines(*range(5, 20), seed=7)
     res = {
         n: NP.invariance_probe(lm(n).float(), targets, pool, cfg, torch.Generator().manual_seed(0))
-        for n in ("layer", "batch", "batch_masked", "batch_prev")
+        for n in ("layer", "batch", "batch_masked", "batch_causal")
     }
     for e in res["layer"]["padding"] + res["layer"]["neighbours"]:
         assert e["rel"] < 1e-12
@@ -186,11 +364,14 @@ def test_invariance_probe_numbers():
         res["batch"]["leak"]["train"]["same_row_rel"] > 1e-4
         and res["layer"]["leak"]["train"]["same_row_rel"] == 0
     )
-    # the previous batch's statistics: no dependence on pads, neighbours or later tokens in train mode either
-    prev = res["batch_prev"]
-    assert len([e for e in prev["padding"] + prev["neighbours"] if e["mode"] == "train"]) == 2 + 2
-    assert max(e["rel"] for e in prev["padding"] + prev["neighbours"]) < 1e-12
-    assert prev["leak"]["train"]["same_row_rel"] == prev["leak"]["train"]["other_rows_rel"] == 0
+    # causal statistics: no dependence on pads or later tokens, a dependence on the neighbours (train mode)
+    causal = res["batch_causal"]
+    assert len([e for e in causal["padding"] + causal["neighbours"] if e["mode"] == "train"]) == 2 + 2
+    assert max(e["rel"] for e in causal["padding"]) < 1e-12
+    assert min(e["rel"] for e in causal["neighbours"] if e["mode"] == "train") > 1e-3
+    assert causal["leak"]["train"]["same_row_rel"] == causal["leak"]["eval"]["same_row_rel"] == 0
+    # the other lines see the changed token at its own position only (their last): not a leak
+    assert causal["leak"]["train"]["other_rows_rel"] > 1e-6 and causal["leak"]["eval"]["other_rows_rel"] == 0
 
 
 def test_stat_recorder_matches_hand_formula():
@@ -212,67 +393,6 @@ def test_stat_recorder_matches_hand_formula():
     assert data["var_dev"][0] == pytest.approx(
         float((((var + 1e-5) / (rv + 1e-5) - 1) ** 2).mean().sqrt()), rel=1e-5
     )
-
-
-def test_prev_batchnorm_uses_the_previous_batch_statistics_and_batchnorm1d_running_statistics():
-    torch.manual_seed(0)
-    d, eps = 6, 1e-5
-    pbn = NP.PrevBatchNorm(d, eps=eps).double().train()
-    with torch.no_grad():
-        pbn.weight.uniform_(0.5, 1.5)
-        pbn.bias.normal_(0, 0.3)
-    w, b = pbn.weight.detach(), pbn.bias.detach()
-    ref = (
-        torch.nn.BatchNorm1d(d, eps=eps, momentum=0.1).double().train()
-    )  # running statistics over real tokens
-
-    def batch(scale, shift, pad_from):
-        x = torch.randn(3, 7, d, dtype=torch.float64) * scale + shift
-        mask = torch.ones(3, 7, dtype=torch.bool)
-        mask[1, pad_from:] = False
-        mask[2, pad_from + 2 :] = False
-        x[~mask] = 50.0  # far off: must enter no statistic
-        return x, mask
-
-    x1, m1 = batch(torch.linspace(0.5, 2.0, d), torch.linspace(-1.0, 1.0, d), 3)
-    x2, m2 = batch(torch.linspace(2.0, 0.7, d), torch.linspace(0.8, -0.4, d), 4)
-    # batch 1: the initial statistics (mean 0, variance 1)
-    y1 = pbn(x1, m1)
-    torch.testing.assert_close(y1, x1 / (1 + eps) ** 0.5 * w + b, rtol=0, atol=1e-12)
-    ref(x1[m1])
-    # batch 2: batch 1's masked, biased statistics, computed by hand
-    real1 = x1[m1]  # (n1, d), real tokens only
-    mean1 = real1.sum(0) / real1.shape[0]
-    var1 = ((real1 - mean1) ** 2).sum(0) / real1.shape[0]
-    state = {k: v.clone() for k, v in pbn.state_dict().items()}  # after batch 1
-    y2 = pbn(x2, m2)
-    torch.testing.assert_close(y2, (x2 - mean1) / torch.sqrt(var1 + eps) * w + b, rtol=0, atol=1e-12)
-    fb = F.batch_norm(x2.reshape(-1, d), mean1, var1, w, b, training=False, eps=eps).reshape(x2.shape)
-    torch.testing.assert_close(y2, fb, rtol=0, atol=1e-12)
-    own = F.batch_norm(x2[m2], None, None, w, b, training=True, eps=eps)  # batch 2's own statistics
-    assert (y2[m2] - own).abs().max() > 1e-2  # not what masked BN over its own batch gives
-    ref(x2[m2])
-    torch.testing.assert_close(pbn.running_mean, ref.running_mean, rtol=0, atol=1e-12)
-    torch.testing.assert_close(pbn.running_var, ref.running_var, rtol=0, atol=1e-12)
-    real2 = x2[m2]
-    torch.testing.assert_close(pbn.prev_mean, real2.mean(0), rtol=0, atol=1e-12)
-    torch.testing.assert_close(pbn.prev_var, real2.var(0, unbiased=False), rtol=0, atol=1e-12)
-    # no leak: a later token of batch 2 changed, from the same state, moves no other output
-    after2 = {k: v.clone() for k, v in pbn.state_dict().items()}
-    pbn.load_state_dict(state)
-    x2b = x2.clone()
-    x2b[0, -1] += 3.0
-    y2b = pbn(x2b, m2)
-    keep = torch.ones(3, 7, dtype=torch.bool)
-    keep[0, -1] = False
-    assert torch.equal(y2b[keep], y2[keep]) and not torch.equal(y2b[0, -1], y2[0, -1])
-    pbn.load_state_dict(after2)
-    # eval mode: the running statistics, a per-token map; buffers untouched
-    pbn.eval()
-    ye = pbn(x2, m2)
-    fe = F.batch_norm(x2.reshape(-1, d), ref.running_mean, ref.running_var, w, b, training=False, eps=eps)
-    torch.testing.assert_close(ye, fe.reshape(x2.shape), rtol=0, atol=1e-12)
-    assert all(torch.equal(v, after2[k]) for k, v in pbn.state_dict().items())
 
 
 # ---------------------------------------------------------------------------- PowerNorm
@@ -340,94 +460,225 @@ def test_powernorm_approximate_backward_matches_its_formula():
     assert torch.all(x.grad[~mask] == 0)  # nothing flows into pads
 
 
-def arms(g, part, data=None):
-    """(placement, batch, norm) -> sorted seeds, over one part of a grid."""
+# ---------------------------------------------------------------------------- the grid
+def setting(c) -> str:
+    return view.setting_of(c["data"], c["attn"])
+
+
+def fixed(g, p):
+    """The fixed-rate configs of a grid: the profile's rate and width on the fresh seeds."""
+    return [c for c in g if c["part"] != "mlp" and c["seed"] not in p["selection_seeds"]
+            and c["lr"] == p["lr"] and c["d_model"] == p["d_model"]]  # fmt: skip
+
+
+def arms(g, p, part):
+    """(setting, placement, batch, norm) -> sorted seeds of one part's fixed-rate configs."""
     out = {}
-    for c in g:
-        if c["part"] == part and (data is None or c["data"] == data):
-            out.setdefault((c["placement"], c["batch"], c["norm"]), []).append(c["seed"])
+    for c in fixed(g, p):
+        if c["part"] == part:
+            out.setdefault((setting(c), c["placement"], c["batch"], c["norm"]), []).append(c["seed"])
     return {k: sorted(v) for k, v in out.items()}
 
 
-def test_quick_profile_grid_is_the_declared_arms_with_their_null_pairs():
+def sweep_of(g, p):
+    """The sweep's configs of a grid: every config off the profile's rate or width, or on a selection seed."""
+    fx = {id(c) for c in fixed(g, p)}
+    return [c for c in g if c["part"] not in ("mlp", "null") and id(c) not in fx]
+
+
+def test_quick_profile_grid_is_the_declared_arms_in_their_settings_with_their_null_pairs():
     p = EXP.profiles["quick"]
     g = EXP.grid(p)
     seeds = sorted(p["seeds"])
-    assert arms(g, "lines") == {tuple(a): seeds for a in p["line_arms"]}
-    assert arms(g, "windows") == {tuple(a): seeds for a in p["window_arms"]}
-    assert {c["data"] for c in g if c["part"] == "lines"} == {"lines"}
-    assert {c["data"] for c in g if c["part"] == "windows"} == {"windows"}
+    assert arms(g, p, "lines") == {("lines", *a): seeds for a in p["line_arms"]}
+    assert arms(g, p, "windows") == {("windows", *a): seeds for a in p["window_arms"]}
+    assert arms(g, p, "encoder") == {tuple(a): seeds for a in p["enc_arms"]}
+    for c in g:
+        if c["part"] != "mlp":  # every LM config names its data and attention, as its setting says
+            assert (c["data"], c["attn"]) == view.SETTINGS[setting(c)] and c["mask_rate"] == p["mask_rate"]
+            assert c["part"] == "null" or c["part"] == view.PART[setting(c)]
     null = [c for c in g if c["part"] == "null"]
     assert len(null) == len(p["null_cells"]) * len(seeds) and {c["norm"] for c in null} == {"layer"}
-    assert {(c["data"], c["placement"], c["batch"]) for c in null} == {tuple(x) for x in p["null_cells"]}
+    assert {(setting(c), c["placement"], c["batch"]) for c in null} == {tuple(x) for x in p["null_cells"]}
     assert {c["seed"] for c in null} == {s + 1000 for s in seeds}
     # each null run is its LN arm's config at seed + 1000, nothing else changed
-    by_key = {
-        (c["data"], c["placement"], c["batch"], c["norm"], c["seed"]): c for c in g if c["part"] != "mlp"
-    }
+    by_key = {(c["data"], c["attn"], c["placement"], c["batch"], c["norm"], c["seed"]): c
+              for c in fixed(g, p) if c["part"] != "null"}  # fmt: skip
     for c in null:
-        twin = by_key[(c["data"], c["placement"], c["batch"], "layer", c["seed"] - 1000)]
+        twin = by_key[(c["data"], c["attn"], c["placement"], c["batch"], "layer", c["seed"] - 1000)]
         assert {**twin, "part": "null", "seed": c["seed"]} == c
-    assert "inv_T0" not in by_key[("windows", "pre", 4, "layer", 0)]  # no probes on windows
+    assert "inv_T0" not in by_key[("windows", "causal", "pre", 4, "layer", 0)]  # no probes on windows
+    assert "inv_T0" in by_key[("lines", "causal", "pre", 4, "layer", 0)]
     assert len([c for c in g if c["part"] == "mlp"]) == len(seeds)
     assert not any("kind" in c for c in g)
+    assert len({str(sorted(c.items())) for c in g}) == len(g)  # no config twice
 
 
-def test_default_profile_has_small_batch_post_norm_window_arms_and_a_null_pair_per_compared_ln_cell():
+@pytest.mark.parametrize("name", ["quick", "default"])
+def test_first_round_sweep_is_every_swept_arm_at_every_rate_on_the_selection_seeds_at_the_first_width(name):
+    p = EXP.profiles[name]
+    g = EXP.grid(p)
+    sweep = sweep_of(g, p)
+    assert len(sweep) == len(p["sweep_arms"]) * len(p["rates"]) * len(p["selection_seeds"])
+    assert {c["seed"] for c in sweep} == set(p["selection_seeds"])
+    assert {(setting(c), c["placement"], c["batch"], c["norm"]) for c in sweep} == {
+        tuple(a) for a in p["sweep_arms"]
+    }
+    assert sorted({c["lr"] for c in sweep}) == sorted(p["rates"])
+    assert {c["d_model"] for c in sweep} == {p["scales"][0]} == {p["d_model"]}
+    # each is its arm's fixed-rate config at another rate and seed, run by its setting's part
+    twins = {
+        (setting(c), c["placement"], c["batch"], c["norm"]): c for c in fixed(g, p) if c["part"] != "null"
+    }
+    for c in sweep:
+        twin = twins[setting(c), c["placement"], c["batch"], c["norm"]]
+        assert c["part"] == view.PART[setting(c)] == twin["part"]
+        assert c == {**twin, "lr": c["lr"], "seed": c["seed"]}
+
+
+def bowl(cfg) -> float:
+    """A swept run's eval-mode loss: lowest at its arm's best rate (per width), 0.1 nats per ×2 away."""
+    best = {
+        ("lines", "layer"): 1e-3,  # inside the first width's sweep
+        ("lines", "batch"): 4e-4,  # inside it, at another rate
+        ("lines", "batch_masked"): 1e-2,  # beyond its top: widened (up to rate_extend times)
+        ("enc-windows", "layer"): 1e-3 if cfg["d_model"] == 32 else 5e-4,  # the second width: ×½
+        ("enc-windows", "batch"): 1e-4 if cfg["d_model"] == 32 else 1e-5,  # beyond its bottom, at both widths
+    }.get((setting(cfg), cfg["norm"]), 1e-3)  # the arms not swept: at the profile's rate
+    return 2.5 + 0.1 * abs(math.log2(cfg["lr"] / best)) + 0.001 * cfg["seed"]
+
+
+def grow(p, loss):
+    """The grid grown as the runner grows it, an ok record made of every LM config of each round, until it
+    stops changing: the rounds' grids."""
+    rounds = [EXP.grid(p)]
+    while len(rounds) < 10:
+        done = [{"config": c, "status": "ok", "run_id": f"r{i}",
+                 "metrics": {"eval_mixed": loss(c), "init_loss": 4.2, "diverged_at": None}}
+                for i, c in enumerate(rounds[-1]) if c["part"] != "mlp"]  # fmt: skip
+        g = EXP.grid(p, done)
+        if g == rounds[-1]:
+            return rounds
+        rounds.append(g)
+    raise AssertionError("the grid kept growing")
+
+
+def test_staged_sweep_runs_the_choice_on_fresh_seeds_and_sweeps_the_scaled_settings_at_the_next_width():
+    p = {**EXP.profiles["quick"], "rates": [2.5e-4, 5e-4, 1e-3, 2e-3], "selection_seeds": [10, 11],
+         "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 1}  # fmt: skip
+    rounds = grow(p, bowl)
+    final, sweep = rounds[-1], sweep_of(rounds[-1], p)
+
+    def runs(st, norm, d, seeds):
+        """lr -> sorted seeds of one swept arm's configs at width d on `seeds` (fixed-rate runs included)."""
+        out = {}
+        for c in final:
+            here = c["part"] not in ("null", "mlp") and (setting(c), c["norm"], c["d_model"]) == (st, norm, d)
+            if here and c["seed"] in seeds and c["placement"] == "pre" and c["batch"] == 4:
+                assert c["part"] == view.PART[st]
+                out.setdefault(c["lr"], []).append(c["seed"])
+        return {lr: sorted(s) for lr, s in sorted(out.items())}
+
+    sel, fresh = [10, 11], [0, 1]
+    # the first width: the sweep (widened by one ×2 step where the choice sat at an end), then the choice on
+    # the fresh seeds beside the fixed-rate cell (a choice at the profile's rate is that cell's runs, made once)
+    assert runs("lines", "layer", 32, sel) == {lr: sel for lr in p["rates"]}
+    assert runs("lines", "layer", 32, fresh) == {1e-3: fresh}
+    assert runs("lines", "batch", 32, sel) == {lr: sel for lr in p["rates"]}
+    assert runs("lines", "batch", 32, fresh) == {5e-4: fresh, 1e-3: fresh}
+    assert runs("lines", "batch_masked", 32, sel) == {lr: sel for lr in [*p["rates"], 4e-3]}
+    assert runs("lines", "batch_masked", 32, fresh) == {1e-3: fresh, 4e-3: fresh}  # at the top after widening
+    assert runs("enc-windows", "batch", 32, sel) == {lr: sel for lr in [1.25e-4, *p["rates"]]}
+    assert runs("enc-windows", "batch", 32, fresh) == {1.25e-4: fresh, 1e-3: fresh}
+    assert runs("enc-windows", "layer", 32, fresh) == {1e-3: fresh}
+    # the next width: the settings in scale_settings only, around the first width's choice (× rate_factors)
+    assert {setting(c) for c in sweep if c["d_model"] != 32} == set(p["scale_settings"]) == {"enc-windows"}
+    assert runs("enc-windows", "layer", 48, sel) == {2.5e-4: sel, 5e-4: sel, 1e-3: sel}
+    assert runs("enc-windows", "layer", 48, fresh) == {5e-4: fresh}
+    wider = (1.5625e-5, 3.125e-5, 6.25e-5, 1.25e-4)
+    assert runs("enc-windows", "batch", 48, sel) == {lr: sel for lr in wider}
+    assert runs("enc-windows", "batch", 48, fresh) == {1.5625e-5: fresh}  # widened below the ×¼ end
+    assert runs("lines", "layer", 48, sel + fresh) == {}
+    # the rounds: the first width's choices need the sweep; the next width's sweep needs them
+    assert {c["d_model"] for c in sweep_of(rounds[0], p)} == {32}
+    assert not any(c["seed"] in fresh for c in sweep_of(rounds[0], p))
+    assert len({str(sorted(c.items())) for c in final}) == len(final)  # no config twice
+    assert fixed(final, p) == fixed(rounds[0], p)  # the fixed-rate cells never depend on the sweep
+
+
+def test_default_profile_has_small_batch_post_norm_window_and_masked_lm_arms_and_a_null_pair_per_tuned_cell():
     p = EXP.profiles["default"]
     g = EXP.grid(p)
-    ln, win = arms(g, "lines"), arms(g, "windows")
+    ln, win, enc = arms(g, p, "lines"), arms(g, p, "windows"), arms(g, p, "encoder")
     assert len(p["seeds"]) == len(set(p["seeds"])) == 5 and p["steps"] >= 1500
-    assert all(s == sorted(p["seeds"]) for s in [*ln.values(), *win.values()])
-    assert {("pre", 2, n) for n in NORMS} <= set(ln)  # a genuinely small batch: 2 lines, every norm
-    big = max(b for _, b, _ in ln)
-    assert big >= 16 and {("pre", big, n) for n in NORMS} <= set(ln)  # (c) has its two batch sizes
-    assert {("post", big, n) for n in ("layer", "batch", "batch_masked")} <= set(ln)  # the anchors' placement
-    for pl in ("pre", "post"):  # (b) and (d) on windows at both placements
-        assert {(pl, big, "layer"), (pl, big, "batch_masked")} <= set(win)
-    assert ("pre", big, "batch_prev") in win
-    # every cell where LN is compared with another arm has its null pair
-    compared = {
-        (data, pl, b)
-        for data, a in (("lines", ln), ("windows", win))
-        for pl, b, n in a
-        if n != "layer" and (pl, b, "layer") in a
-    }
-    assert {("lines", "pre", 2), ("lines", "post", big), ("windows", "post", big)} <= compared
-    null = {(c["data"], c["placement"], c["batch"]) for c in g if c["part"] == "null"}
-    assert compared <= null
+    assert all(s == sorted(p["seeds"]) for s in [*ln.values(), *win.values(), *enc.values()])
+    leak_free = ("layer", "batch_masked", "batch_causal")
+    assert {("lines", "pre", 2, n) for n in leak_free} <= set(ln)  # a genuinely small batch: 2 lines
+    big = max(b for _, _, b, _ in ln)
+    assert big >= 16 and {("lines", "pre", big, n) for n in NORMS} <= set(ln)  # (c) has its two batch sizes
+    assert {("lines", "post", big, n) for n in ("layer", "batch_masked")} <= set(ln)  # the anchors' placement
+    assert {("windows", "pre", big, n) for n in leak_free} <= set(win)
+    assert {("enc-windows", "pre", big, n) for n in ("layer", "batch")} <= set(enc)  # (b) and (d)
+    assert {("enc-lines", "pre", big, n) for n in ("layer", "batch", "batch_masked")} <= set(enc)  # a-enc
+    null = {(setting(c), c["placement"], c["batch"]) for c in g if c["part"] == "null"}
+    assert {("lines", "pre", 2), ("lines", "pre", big), ("enc-windows", "pre", big)} <= null
     assert {c["seed"] for c in g if c["part"] == "null"} == {s + 1000 for s in p["seeds"]}
+    # the sweep: 1.5 decades, ×2 apart, three selection seeds apart from the fresh ones
+    rates = p["rates"]
+    assert math.log10(rates[-1] / rates[0]) >= 1.5 - 1e-9 and p["lr"] in rates
+    assert all(b / a == pytest.approx(2.0) for a, b in zip(rates, rates[1:]))
+    assert len(p["selection_seeds"]) >= 3 and not set(p["selection_seeds"]) & set(p["seeds"])
+    assert {a[0] for a in p["sweep_arms"]} == {"lines", "enc-windows"}
+    assert p["scale_settings"] == ["enc-windows"]
+    # the masked LM's second width has at least 4× the parameters of the first
+    c = {k: p[k] for k in ("n_layers", "n_heads", "max_len", "seq_len", "warmup")}
+    small, large = (n_params(NP.build_lm({**c, "d_model": d, "norm": "layer", "placement": "pre",
+                                          "attn": "bidirectional"}, 96)) for d in p["scales"])  # fmt: skip
+    assert large >= 4 * small
 
 
 @pytest.mark.parametrize(
-    "change",
+    "change, match",
     [
-        {"line_arms": [["mid", 4, "layer"]]},  # placement
-        {"line_arms": [["pre", 0, "layer"]]},  # batch
-        {"line_arms": [["pre", 2.5, "layer"]]},
-        {"line_arms": [["pre", 4]]},  # not [placement, batch, norm]
-        {"window_arms": [["pre", 4, "group"]]},  # unknown norm
-        {"line_arms": [["pre", 4, "layer"], ["pre", 4, "batch"], ["pre", 4, "layer"]]},  # declared twice
-        {"null_cells": [["lines", "post", 2]]},  # a null cell without an LN arm: no such cell
-        {"null_cells": [["windows", "pre", 2]]},  # on lines only
-        {"window_arms": [["pre", 4, "batch_masked"]], "null_cells": [["windows", "pre", 4]]},  # BN only there
-        {"pad_fracs": [0.99]},
+        ({"line_arms": [["mid", 4, "layer"]]}, "line_arms"),  # placement
+        ({"line_arms": [["pre", 0, "layer"]]}, "line_arms"),  # batch
+        ({"line_arms": [["pre", 2.5, "layer"]]}, "line_arms"),
+        ({"line_arms": [["pre", 4]]}, "line_arms"),  # not [placement, batch, norm]
+        ({"window_arms": [["pre", 4, "group"]]}, "unknown norm"),
+        ({"window_arms": [["pre", 4, "batch_prev"]]}, "unknown norm"),  # the previous design's arm is gone
+        ({"line_arms": [["pre", 4, "layer"], ["pre", 4, "batch"], ["pre", 4, "layer"]]}, "twice"),
+        ({"enc_arms": [["enc-windows", "pre", 4, "layer"]] * 2}, "twice"),
+        ({"enc_arms": [["windows", "pre", 4, "layer"]]}, "enc_arms"),  # not a masked-LM setting
+        ({"enc_arms": [["enc-windows", "pre", 4, "batch_prev"]]}, "unknown norm"),
+        ({"null_cells": [["lines", "post", 2]]}, "no LN arm"),  # a null cell without an LN arm
+        ({"null_cells": [["windows", "pre", 2]]}, "no LN arm"),  # on lines only
+        ({"null_cells": [["text", "pre", 4]]}, "unknown setting"),
+        ({"window_arms": [["pre", 4, "batch_masked"]], "null_cells": [["windows", "pre", 4]]}, "no LN arm"),
+        ({"sweep_arms": [["lines", "pre", 2, "batch"]], "scale_settings": []}, "sweep_arms"),  # no such arm
+        ({"sweep_arms": [["lines", "pre", 4, "batch_prev"]], "scale_settings": []}, "sweep_arms"),
+        ({"sweep_arms": [["text", "pre", 4, "layer"]], "scale_settings": []}, "sweep_arms"),
+        ({"scale_settings": ["enc-windows", "windows"]}, "scale_settings"),  # windows: no swept arm
+        ({"scales": [48, 32]}, "scales"),  # not starting at d_model
+        ({"scales": [32, 32]}, "scales"),
+        ({"rates": [1e-3, 5e-4]}, "rates"),
+        ({"selection_seeds": [0]}, "disjoint"),  # a selection seed among the fresh ones
+        ({"pad_fracs": [0.99]}, "pad_fracs"),
     ],
 )
-def test_grid_rejects_bad_arms_null_cells_and_pad_fractions(change):
-    from tfclaims.nn.config import ConfigError
-
+def test_grid_rejects_bad_arms_null_cells_sweeps_and_pad_fractions(change, match):
     EXP.grid({**EXP.profiles["quick"], "null_cells": []})  # the quick profile itself is fine
-    with pytest.raises(ConfigError):
+    EXP.grid({**EXP.profiles["quick"], "sweep_arms": [["lines", "pre", 2, "layer"]], "scale_settings": []})
+    with pytest.raises(ConfigError, match=match):
         EXP.grid({**EXP.profiles["quick"], **change})
 
 
 @pytest.mark.parametrize("name", ["quick", "default", "full"])
-def test_every_profile_grid_builds_with_ln_only_null_pairs(name):
+def test_every_profile_grid_builds_with_ln_only_null_pairs_and_its_first_sweep_round(name):
     p = EXP.profiles[name]
     g = EXP.grid(p)
     null = [c for c in g if c["part"] == "null"]
     assert null and {c["norm"] for c in null} == {"layer"}
-    assert len(g) == (len(p["line_arms"]) + len(p["window_arms"]) + len(p["null_cells"]) + 1) * len(
-        p["seeds"]
-    )
+    fixed_rate = len(p["line_arms"]) + len(p["window_arms"]) + len(p["enc_arms"]) + len(p["null_cells"]) + 1
+    first = len(p["sweep_arms"]) * len(p["rates"]) * len(p["selection_seeds"])
+    assert len(g) == fixed_rate * len(p["seeds"]) + first
+    EXP.declare(p)  # the declaration builds from the profile

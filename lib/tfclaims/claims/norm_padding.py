@@ -1,6 +1,7 @@
 """Run recipes and probes of `norm_padding`: a character LM on padded lines with LayerNorm, BatchNorm (pads
-counted or masked) or PowerNorm; the same network on fixed-length windows; an MLP with BatchNorm on synthetic
-fixed-size inputs (where BatchNorm is known to work).
+counted or masked, or with causal statistics that see no later token) or PowerNorm; the same network on
+fixed-length windows; a bidirectional masked LM (BERT-style) on lines and windows, where train-mode BatchNorm
+leaks nothing; an MLP with BatchNorm on synthetic fixed-size inputs (where BatchNorm is known to work).
 
 Probes: how far each BatchNorm's batch statistics lie from its running statistics during training
 (`StatRecorder`), the loss per real token in train or eval mode (`token_loss`), and whether the same tokens'
@@ -22,58 +23,86 @@ from torch import nn
 from ..data.corpus import PAD, eval_windows, load_corpus, pad_batch, random_windows
 from ..measure.threads import intra_op_threads
 from ..nn.config import ModelConfig, TrainConfig
-from ..nn.models import LM
+from ..nn.models import LM, Encoder
 from ..nn.norms import TokenBatchNorm
 from ..nn.powernorm import PowerNorm
 from ..train.loop import lr_at, make_optimizer, train_lm
 
-NORMS = ("layer", "batch", "batch_masked", "batch_prev", "power")
+NORMS = ("layer", "batch", "batch_masked", "batch_causal", "power")
+ATTN = ("causal", "bidirectional")
 LM_KEYS = ("d_model", "n_layers", "n_heads", "steps", "lr", "warmup", "min_len", "max_len", "seq_len",
-           "n_val_lines", "eval_batch", "stat_every", "threads")  # fmt: skip
+           "n_val_lines", "eval_batch", "stat_every", "threads", "mask_rate")  # fmt: skip
 INV_KEYS = ("inv_T0", "inv_K", "inv_neighbours", "inv_draws", "pad_fracs")
 
 
 # ---------------------------------------------------------------------------- models and data
-class PrevBatchNorm(TokenBatchNorm):
-    """Leak-free batch statistics: in training, every position is normalised with the statistics of the previous
-    training batch (real tokens only), so no output depends on the other positions of its own batch, later tokens
-    included; the normaliser still comes from batches (noisy, batch-dependent) and still feeds the running
-    statistics that eval mode uses. The first batch sees the initial statistics (mean 0, variance 1)."""
+class CausalBatchNorm(TokenBatchNorm):
+    """BatchNorm without the future: in training, position t of every line is normalised with the mean and
+    variance over the real tokens at positions <= t of all lines of the batch, so no output depends on a
+    later token (train-mode BatchNorm's leak in a causal LM) while it still depends on its batch, and gradients
+    flow through the statistics as in BatchNorm. Eval mode and the running statistics are BatchNorm's (whole
+    batch, real tokens). The statistics at early positions pool fewer tokens (B at t = 0): noisier, as a
+    small batch's."""
 
     def __init__(self, d: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__(d, eps, momentum, masked=True)
-        self.register_buffer("prev_mean", torch.zeros(d))
-        self.register_buffer("prev_var", torch.ones(d))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if not self.training:
             return super().forward(x, mask)
-        y = (x - self.prev_mean) * torch.rsqrt(self.prev_var + self.eps) * self.weight + self.bias
+        w = torch.ones(x.shape[:2], dtype=x.dtype, device=x.device) if mask is None else mask.to(x.dtype)
+        w = w[..., None]  # (B, T, 1)
+        n = (w.sum(0).cumsum(0)).clamp_min(1)  # (T, 1): real tokens at positions <= t
+        mean = (x * w).sum(0).cumsum(0) / n  # (T, d)
+        var = ((x * x * w).sum(0).cumsum(0) / n - mean**2).clamp_min(0)  # (T, d), biased
         with torch.no_grad():
-            mean, var, n = self.batch_stats(x.detach(), mask)
-            self.running_mean.lerp_(mean, self.momentum)
-            self.running_var.lerp_(var * n / max(n - 1, 1), self.momentum)
-            self.prev_mean.copy_(mean)
-            self.prev_var.copy_(var)
-        self.last_stats = (mean, var)
-        return y
+            full_mean, full_var, cnt = self.batch_stats(x.detach(), mask)
+            self.running_mean.lerp_(full_mean, self.momentum)
+            self.running_var.lerp_(full_var * cnt / max(cnt - 1, 1), self.momentum)
+        self.last_stats = (full_mean, full_var)
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
 
-def build_lm(cfg: dict, vocab: int) -> LM:
-    """The LM with cfg['norm'] everywhere; PowerNorm and PrevBatchNorm (not ModelConfig norms) replace the
-    norms after init."""
-    swap = cfg["norm"] in ("power", "batch_prev")
+class MaskedLM(nn.Module):
+    """A bidirectional encoder with a tied output head (BERT-style masked-token prediction): logits (B, T, V)
+    of idx (B, T); the vocabulary includes the mask token."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.encoder.stack.tok.weight
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        return self.encoder.blocks
+
+    @property
+    def stack(self):
+        return self.encoder.stack
+
+    def forward(self, idx: torch.Tensor, *, pad_mask=None) -> torch.Tensor:
+        return self.head(self.encoder(idx, pad_mask=pad_mask))
+
+
+def build_lm(cfg: dict, vocab: int) -> nn.Module:
+    """The model of a run with cfg['norm'] everywhere: a causal LM (attn 'causal') or a masked LM over the
+    vocabulary plus a mask token (attn 'bidirectional'). PowerNorm and CausalBatchNorm (not ModelConfig
+    norms) replace the norms after init."""
+    swap = cfg["norm"] in ("power", "batch_causal")
+    enc = cfg["attn"] == "bidirectional"
     mc = ModelConfig(
-        vocab_size=vocab, d_model=cfg["d_model"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
-        placement=cfg["placement"], norm="layer" if swap else cfg["norm"],
+        vocab_size=vocab + enc, d_model=cfg["d_model"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
+        placement=cfg["placement"], norm="layer" if swap else cfg["norm"], causal=not enc,
         max_seq_len=max(cfg["max_len"] - 1, cfg["seq_len"]),
     )  # fmt: skip
-    model = LM(mc)
+    model = MaskedLM(mc) if enc else LM(mc)
     if swap:
 
         def make():
-            if cfg["norm"] == "batch_prev":
-                return PrevBatchNorm(cfg["d_model"])
+            if cfg["norm"] == "batch_causal":
+                return CausalBatchNorm(cfg["d_model"])
             # as the authors: group scaling over head-sized groups, PowerNorm warm-up = the lr warm-up
             return PowerNorm(cfg["d_model"], group_num=cfg["n_heads"], warmup_iters=cfg["warmup"])
 
@@ -82,6 +111,15 @@ def build_lm(cfg: dict, vocab: int) -> LM:
         if model.stack.final_norm is not None:
             model.stack.final_norm = make()
     return model
+
+
+def mask_tokens(x: torch.Tensor, real: torch.Tensor | None, rate: float, mask_id: int, gen) -> tuple:
+    """BERT's input corruption, simplified: each real token is replaced by the mask token with probability
+    `rate` and becomes a target; every other position has target -1 (ignored). Returns (inputs, targets)."""
+    hit = torch.rand(x.shape, generator=gen) < rate
+    if real is not None:
+        hit &= real
+    return x.masked_fill(hit, mask_id), torch.where(hit, x, torch.full_like(x, -1))
 
 
 _LINES: dict = {}
@@ -260,11 +298,12 @@ def invariance_probe(
 
 # ---------------------------------------------------------------------------- run recipes
 def padded_lm(cfg: dict, ctx) -> dict:
-    """The LM with one norm, trained on whole lines padded to each batch's longest (data 'lines') or on
-    fixed-length contiguous windows (data 'windows', no padding). Metrics: losses per real token in eval mode
-    (running statistics, batches of `eval_batch` lines) and in train mode (batch statistics at the training
-    batch size, random order and sorted by length), the batch-statistics record, the unigram cross-entropy
-    (the learned-at-all baseline) and, on lines, the invariance probes of the trained model."""
+    """The model with one norm (a causal LM, or a masked LM with attn 'bidirectional'), trained on whole lines
+    padded to each batch's longest (data 'lines') or on fixed-length contiguous windows (data 'windows', no
+    padding). Metrics: losses per target token in eval mode (running statistics, batches of `eval_batch`
+    lines) and in train mode (batch statistics at the training batch size, random order and sorted by
+    length), the batch-statistics record, the unigram cross-entropy (the learned-at-all baseline) and, for
+    the causal LM on lines, the invariance probes of the trained model."""
     # threads only set the speed (tiny models run faster on one thread beside busy neighbours)
     with intra_op_threads(cfg["threads"]):
         return _padded_lm(cfg, ctx)
@@ -275,8 +314,21 @@ def _padded_lm(cfg: dict, ctx) -> dict:
     model = build_lm(cfg, corpus.vocab_size)
     t = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"],
                     warmup=cfg["warmup"], eval_every=cfg["steps"], seed=cfg["seed"])  # fmt: skip
-    B = cfg["batch"]
+    B, enc = cfg["batch"], cfg["attn"] == "bidirectional"
     pad_seen = []
+
+    def task(batch, g):
+        """A causal LM's batch as it is; a masked LM's with masked inputs and targets at the masked tokens."""
+        if not enc:
+            return batch
+        x, real = batch[0], (batch[2] if len(batch) > 2 else None)
+        xm, y = mask_tokens(x, real, cfg["mask_rate"], corpus.vocab_size, g)
+        return (xm, y) if real is None else (xm, y, real)
+
+    def fixed(batches):
+        g = torch.Generator().manual_seed(2468)  # the same masks for every run
+        return [task(b, g) for b in batches]
+
     if cfg["data"] == "lines":
         train = cached_lines(corpus, "train", cfg["min_len"], cfg["max_len"])
         val_pool = cached_lines(corpus, "val", cfg["min_len"], cfg["max_len"])
@@ -287,24 +339,25 @@ def _padded_lm(cfg: dict, ctx) -> dict:
                 [train[i] for i in torch.randint(0, len(train), (B,), generator=g).tolist()]
             )
             pad_seen.append(1 - float(mask.float().mean()))
-            return x, y, mask
+            return task((x, y, mask), g)
 
         evals = {
-            "eval_mixed": (line_batches(val, cfg["eval_batch"], "random"), False),
-            "train_mixed": (line_batches(val, B, "random"), True),
-            "train_sorted": (line_batches(val, B, "sorted"), True),
+            "eval_mixed": (fixed(line_batches(val, cfg["eval_batch"], "random")), False),
+            "train_mixed": (fixed(line_batches(val, B, "random")), True),
+            "train_sorted": (fixed(line_batches(val, B, "sorted")), True),
         }
     else:  # fixed-length contiguous windows: no padding at all
 
         def sample(g):
             pad_seen.append(0.0)
-            return random_windows(corpus.train, B, cfg["seq_len"], g)
+            return task(random_windows(corpus.train, B, cfg["seq_len"], g), g)
 
-        n_win = max(cfg["n_val_lines"] // 4, cfg["eval_batch"])
+        # as many windows as lines for the masked LM (it predicts 1 in 1 / mask_rate tokens), a quarter for the LM
+        n_win = max(cfg["n_val_lines"] // (1 if enc else 4), cfg["eval_batch"])
         eb, sl = cfg["eval_batch"], cfg["seq_len"]
         evals = {
-            "eval_mixed": (eval_windows(corpus.val, n_win // eb, eb, sl), False),
-            "train_mixed": (eval_windows(corpus.val, max(n_win // B, 1), B, sl), True),
+            "eval_mixed": (fixed(eval_windows(corpus.val, n_win // eb, eb, sl)), False),
+            "train_mixed": (fixed(eval_windows(corpus.val, max(n_win // B, 1), B, sl)), True),
         }
     rec = StatRecorder(model, cfg["stat_every"])
     res = train_lm(model, t, corpus, ctx.device, sample=sample, val_batches=evals["eval_mixed"][0][:1],
@@ -312,13 +365,13 @@ def _padded_lm(cfg: dict, ctx) -> dict:
     out = {
         "diverged_at": res["diverged_at"], "train_loss": res["train_loss"][:: max(1, cfg["steps"] // 100)],
         "seconds": res["seconds"], "pad_frac_train": float(np.mean(pad_seen)), "stats": rec.close(),
-        "unigram_xent": res["unigram_xent"],
+        "unigram_xent": res["unigram_xent"], "init_loss": res["val_loss"][0],
     }  # fmt: skip
     if res["diverged_at"] is not None:
         return out
     for name, (batches, train_mode) in evals.items():
         out[name] = token_loss(model, batches, ctx.device, train_mode)
-    if cfg["data"] == "lines":
+    if cfg["data"] == "lines" and not enc:
         gen = torch.Generator().manual_seed(4321)
         cands = [ln for ln in val_pool if ln.numel() > cfg["inv_T0"]]
         pick = torch.randperm(len(cands), generator=gen)[: cfg["inv_K"]].tolist()

@@ -85,10 +85,12 @@ def loglog(ax, x, y, *, label: str, fit_from: float | None = None, **kw) -> LogL
     return fit
 
 
-def lr_sweep(ax, curves, tuned, labels: dict, *, unigram: float | None = None) -> None:
+def lr_sweep(
+    ax, curves, tuned, labels: dict, *, unigram: float | None = None, loss: str = "final_val"
+) -> None:
     """Final loss against peak learning rate for each swept arm at one scale: `curves` (arm, lr, mean, min,
     max over the selection seeds; `tuning.curve_table`) as lines with their range, and each arm's fresh seeds
-    at its chosen rate (`tuned`: arm, lr, final_val) as a star with its 95% CI. Arms in `labels`' order."""
+    at its chosen rate (`tuned`: arm, lr and the `loss` column) as a star with its 95% CI. Arms in `labels`' order."""
     from .stats import mean_ci
 
     for i, (arm, label) in enumerate(labels.items()):
@@ -98,7 +100,7 @@ def lr_sweep(ax, curves, tuned, labels: dict, *, unigram: float | None = None) -
         (line,) = ax.plot(g.lr, g["mean"], "o-", ms=3, label=f"{label} (selection seeds)")
         ax.fill_between(g.lr, g["min"], g["max"], color=line.get_color(), alpha=0.15, linewidth=0)
         fresh = tuned[tuned.arm == arm]
-        ci = mean_ci(fresh.final_val.dropna().to_numpy())
+        ci = mean_ci(fresh[loss].dropna().to_numpy())
         if ci.n:
             x = fresh.lr.iloc[0] * 1.08 ** (i - (len(labels) - 1) / 2)  # side by side where arms share a rate
             ax.errorbar(
