@@ -6,13 +6,24 @@ import pandas as pd
 
 from ..evidence.curves import plot_curves
 from ..evidence.declare import Readout
-from ..evidence.plots import arm_bands
+from ..evidence.plots import arm_bands, lr_sweep
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
+from ..evidence.tuning import curve_table, read_sweep
 from . import part
 
 INIT_NAME = {"normal": "N(0, 0.02²)", "xavier": "N(0, 1/d)"}
 TRAINED = ("train", "control", "null")
+SWEPT = {"no factor": False, "× sqrt(d)": True}  # the swept arms (N(0, 1/d), sinusoidal, tied): the factor
+# the untied 2×2: (table, factor) -> (the embedding's variance at init, its effective step size under Adam)
+CELLS_2X2 = {
+    ("init", False): ("1/d", "×1"),
+    ("unit", False): ("1", "×1"),
+    ("small", True): ("1/d", "×sqrt(d)"),
+    ("init", True): ("1", "×sqrt(d)"),
+}
+VARIANCES, STEPS = ("1/d", "1"), ("×1", "×sqrt(d)")
+VAR_CELL, STEP_CELL = {"1/d": "var-1-over-d", "1": "var-1"}, {"×1": "step-x1", "×sqrt(d)": "step-x-sqrt-d"}
 SHOWN = {
     "d": "d_model",
     "var_table": "Var(table × factor)",
@@ -36,32 +47,69 @@ SHARE = Readout(
 )
 
 
-def observe(runs: list[dict], readouts) -> dict[str, pd.DataFrame]:
+def fixed_runs(runs: list[dict], p: dict) -> list[dict]:
+    """The fixed-rate design's records (the profile's rate and width, the fresh seeds, the null reruns, the
+    init probe); the sweep's other records are read by `observe` alone."""
+    sel = set(p["selection_seeds"])
+
+    def fixed(c):
+        return (
+            c.get("lr", p["lr"]) == p["lr"]
+            and c.get("d_model", p["d_model"]) == p["d_model"]
+            and (c["seed"] not in sel)
+        )
+
+    return [r for r in runs if fixed(r["config"])]
+
+
+def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     """init: one row per width, embedding init, position kind and factor, as initialised (one model per row at
-    a fixed seed, so one unit); runs: one row per training run (tied cells, untied controls, null reruns),
-    paired across arms by seed."""
+    a fixed seed, so one unit); runs: one row per fixed-rate training run (tied cells, untied controls with
+    their 2×2 coordinates emb_var and emb_step, null reruns), paired across arms by seed; sweep, tuned,
+    choices, sensitivity: the learning-rate sweep of the claim's setting, read by `evidence.tuning`."""
     rows = part(runs, "init")[0]["metrics"]["rows"]
+    sel = set(p["selection_seeds"])
+    extra = dict(
+        role=lambda c, m: "selection" if c["seed"] in sel else "test",
+        init_loss=lambda c, m: m["val_loss"][0],
+        unigram=lambda c, m: m["unigram_xent"],
+        emb_var=lambda c, m: CELLS_2X2.get((c["table"], c["emb_scale"]), (None, None))[0],
+        emb_step=lambda c, m: CELLS_2X2.get((c["table"], c["emb_scale"]), (None, None))[1],
+        n_params=lambda c, m: m.get("n_params"),
+    )
+    sw = runs_table(part(runs, "train"), readouts, **extra)
+    sw = sw[(sw["init"] == "xavier") & (sw["pos"] == "sinusoidal") & sw["tie"] & (sw["table"] == "init")]
+    sw = sw.assign(arm=[next(k for k, v in SWEPT.items() if v == s) for s in sw["emb_scale"]])
+    scales = {f"d{d}": {"d_model": d} for d, _ in p["scales"]}
+    choices, tuned, seeds = read_sweep(sw, {k: {"arm": k} for k in SWEPT}, scales)
+    fixed = fixed_runs(runs, p)
     return {
         "init": pd.DataFrame([{**r, "unit": 0} for r in rows]),
-        "runs": runs_table([r for n in TRAINED for r in part(runs, n)], readouts),
+        "runs": runs_table([r for n in TRAINED for r in part(fixed, n)], readouts, **extra),
+        "sweep": sw,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": seeds,
     }
 
 
 def key_number(result, decl, inits) -> str:
-    """Per init and position kind: with − without in final loss and escape step, with the decisions."""
+    """With − without the factor at each arm's own best rate per width; at one rate, per position kind."""
 
-    def one(i: str) -> str:
-        sc = decl.sub(f"train-{i}")
-        out = []
+    def cells_of(sub: str) -> list[str]:
+        sc, out = decl.sub(sub), []
         for cell in sc.cells:
-            fin, esc = (result.at(sc.id, cell, r) for r in sc.readouts[:2])
-            if fin.excluded:
-                out.append(f"{cell.label}: neither arm learned (excluded)")
-                continue
-            out.append(f"{cell.label}: {fin.short()} nats ({fin.decision}), escape {esc.short('+.0f')} steps")
-        return f"{INIT_NAME[i]}: " + ", ".join(out)
+            fin = result.at(sc.id, cell, sc.readouts[0])
+            num = fin.short()  # a difference, or '— (why there is none)'
+            unit = "" if num.startswith("—") else " nats"
+            out.append(f"{cell.label}: {num}{unit}" + ("" if fin.excluded else f" ({fin.decision})"))
+        return out
 
-    return "; ".join(one(i) for i in inits)
+    fixed = "; ".join(
+        f"{INIT_NAME[i]}: " + ", ".join(cells_of(f"train-{i}") + cells_of(f"learned-pos-{i}")) for i in inits
+    )
+    tuned = ", ".join(cells_of("train"))
+    return f"With − without the factor, each at its own best rate: {tuned}; at one rate, {fixed}"
 
 
 def summary(t: dict, result, p: dict) -> str:
@@ -69,13 +117,83 @@ def summary(t: dict, result, p: dict) -> str:
     xs, nr = x[(x["init"] == "xavier") & x["scaled"]], x[(x["init"] == "normal") & x["scaled"]]
     sin = x[(x["init"] == "xavier") & (x["pos"] == "sinusoidal")]
     low, high = sin[~sin["scaled"]]["tok_share"].max(), sin[sin["scaled"]]["tok_share"].min()
-    trained = "; ".join(f"{INIT_NAME[i]} init → {result.sub(f'train-{i}').verdict}" for i in p["inits"])
+    ch = t["choices"]
+    rates = (
+        "; ".join(f"{a} ({s}): {r:g}" for a, s, r in zip(ch.arm, ch.scale, ch.chosen_lr)) if len(ch) else ""
+    )
+    subs = {k: result.sub(k).verdict for k in ("train", "variance", "step")}
     return (
         f"Under N(0, 1/d) embeddings the factor gives the table variance {xs['var_table'].mean():.2f} and "
         f"lifts the token share of the first block's input from ≤{low:.1%} to ≥{high:.0%} against sinusoidal "
         f"positions; under the library's N(0, 0.02²) the scaled variance is {nr['var_table'].min():.3g}–"
-        f"{nr['var_table'].max():.3g}, not 1. Training for {p['steps']} steps, with − without the factor: "
-        f"{trained}."
+        f"{nr['var_table'].max():.3g}, not 1. Training for {p['steps']} steps, with − without the factor at "
+        f"each arm's own best rate: {subs['train']} (chosen rates: {rates}). The untied 2×2: unit variance at "
+        f"init alone {subs['variance']}, the faster embedding alone {subs['step']}."
+    )
+
+
+def caveats(p: dict) -> list[str]:
+    wide = ", ".join(f"d = {d}" for d, _ in p["scales"][1:])
+    return [
+        "The claim's cells tie the output projection to the token embedding, so the factor scales the input "
+        "side only and also changes the ratio between the input scale and the output logits' scale; the "
+        "untied controls separate the two.",
+        "Under Adam the factor is also a sqrt(d)× larger step for the embedding in the units the model sees "
+        "(×8 at d = 64); the untied 2×2 (table variance 1/d or 1 at init, step ×1 or ×sqrt(d)) separates it "
+        "from the variance at init, at one rate.",
+        f"Pre-norm blocks normalise their input, so the factor matters through the token:position ratio and "
+        f"the residual stream's scale relative to the blocks' updates. Tuned at d = {p['d_model']} and {wide} "
+        f"({p['n_layers']} layers, {p['steps']} steps); the other comparisons at one rate ({p['lr']:g}).",
+        "Sinusoidal positions are the claim's setting (the notes' Transformer); learned positions start at the "
+        "table's scale, so there the factor also shrinks the positions' share, and they are reported as "
+        "context. The N(0, 0.02²) init's training cells are in the full profile only.",
+        "The N(0, 1/d) variance is a check (an identity of the init); the N(0, 0.02²) variance and the token "
+        "share are exact numbers against declared bounds (no noise floor), reported beside the verdict. The "
+        "null pair floors the final validation loss only (not the escape step or the seeds that learned).",
+    ]
+
+
+def write_sweep(t: dict, out) -> None:
+    out.table(
+        "lr_sweep",
+        curve_table(t["sweep"], ["arm", "d_model"]),
+        "Learning-rate sweep on the selection seeds: final validation loss (nats/char; a failed run counts at "
+        "the loss at init), per arm, width and peak rate",
+        in_report=False,
+    )
+    out.table(
+        "lr_choices",
+        t["choices"],
+        "Each arm's chosen rate per width (lowest mean final loss on the selection seeds), whether it sits at "
+        "an end of the sweep, and its learning-rate sensitivity (Wortsman et al.; nats) with a 95% bootstrap "
+        "interval over seeds",
+    )
+
+
+def plot_sweep(t: dict, p: dict, out) -> None:
+    """The claim's main figure: final loss against peak learning rate per width, with and without the factor,
+    each arm's chosen rate on the fresh seeds marked."""
+    from ..plotting import subplots
+
+    sw = t["sweep"]
+    if sw.empty:
+        return
+    curves = curve_table(sw, ["arm", "d_model"])
+    fig, axes = subplots(len(p["scales"]), width=4.6, height=3.6)
+    for ax, (d, h) in zip(axes, p["scales"]):
+        tuned = t["tuned"][t["tuned"].scale == f"d{d}"] if len(t["tuned"]) else t["tuned"]
+        lr_sweep(ax, curves[curves.d_model == d], tuned, {k: k for k in SWEPT}, unigram=sw.unigram.iloc[0])
+        n = sw[sw.d_model == d].n_params if "n_params" in sw else None
+        size = f" ({n.iloc[0] / 1e6:.2f}M parameters)" if n is not None and len(n) else ""
+        ax.set_title(f"d = {d}, {h} heads{size}", fontsize=9)
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Final validation loss against peak learning rate, N(0, 1/d) embeddings, sinusoidal positions, tied "
+        f"head, {p['steps']} steps, per width. Lines: mean over the {len(p['selection_seeds'])} selection "
+        f"seeds (band: their range; a diverged run counts at the loss at init). Stars: each arm at its chosen "
+        f"rate on the {len(p['seeds'])} fresh seeds, mean ± 95% CI: the tuned comparison.",
     )
 
 
@@ -109,7 +227,7 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
     show = t["init"].drop(columns="unit").rename(columns=SHOWN)
     title = "As initialised: what enters the first block (a batch of real text)"
     out.table("as_initialised", show, title, floatfmt=".3g")
-    ids = [s.id for s in result.subs if s.id.startswith(("train-", "learned", "untied", "unit-table"))]
+    ids = [s.id for s in result.subs if s.id.startswith(("train", "learned", "untied", "variance", "step"))]
     cmps = [c for i in ids for c in (*result.of(i), *result.of(i, reported=True))]
     out.table(
         "training",
@@ -168,7 +286,7 @@ def plot_training(runs, t: dict, decl, gap: pd.DataFrame, p: dict, out) -> None:
         ax.set(
             xlabel="training step",
             ylabel="validation loss (nats/char)",
-            title=f"{INIT_NAME[init]} embeddings, tied",
+            title=f"{INIT_NAME[init]} embeddings, sinusoidal, tied",
         )
         ax.legend(fontsize=6)
     ax = axes[len(p["inits"])]
@@ -184,13 +302,16 @@ def plot_training(runs, t: dict, decl, gap: pd.DataFrame, p: dict, out) -> None:
     ax.legend(fontsize=6.5)
     ax = axes[-1]
     arm_bands(ax, runs, t["runs"], decl.sub("untied"))
-    unit = {
-        "untied N(0, 1) table, no factor": [
-            r for r in part(runs, "control") if r["config"]["table"] == "unit"
-        ]
-    }
-    plot_curves(ax, unit, styles={k: {"color": "C3"} for k in unit})
-    ax.set(xlabel="training step", ylabel="validation loss (nats/char)", title="Untied controls, sinusoidal")
+    redrawn = {}
+    for r in part(runs, "control"):
+        if r["config"]["table"] != "init":
+            c = r["config"]
+            name = {"unit": "N(0, 1)", "small": "N(0, 1/d²)"}[c["table"]]
+            redrawn.setdefault(
+                f"untied {name} table, {'× sqrt(d)' if c['emb_scale'] else 'no factor'}", []
+            ).append(r)
+    plot_curves(ax, redrawn, styles={k: {"color": f"C{3 + i}"} for i, k in enumerate(redrawn)})
+    ax.set(xlabel="training step", ylabel="validation loss (nats/char)", title="Untied 2×2, sinusoidal")
     ax.legend(fontsize=5.5)
     out.figure(
         "training",

@@ -36,7 +36,8 @@ class Sweep:
     extend: int = 0
 
     def __post_init__(self):
-        if len(self.rates) < 2 or any(r <= 0 for r in self.rates) or list(self.rates) != sorted(self.rates):
+        increasing = all(a < b for a, b in zip(self.rates, self.rates[1:]))
+        if len(self.rates) < 2 or any(r <= 0 for r in self.rates) or not increasing:
             raise EvidenceError(f"Sweep: give at least two increasing positive rates, got {self.rates}")
         if self.extend < 0:
             raise EvidenceError(f"Sweep: extend must be 0 or more, got {self.extend}")
