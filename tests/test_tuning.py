@@ -61,7 +61,13 @@ def test_sweep_declaration_is_validated_and_later_scales_centre_on_the_choice():
     assert SWEEP.decades == pytest.approx(math.log10(8))
     assert Sweep((2.5e-4, 8e-3), (1,), (0,)).later(4e-3) == (1e-3, 2e-3, 4e-3)
     repeated = dict(rates=(1e-3, 1e-3, 2e-3))
-    for bad in (dict(rates=(1e-3,)), dict(rates=(2e-3, 1e-3)), repeated, dict(fresh=(10,)), dict(selection=())):
+    for bad in (
+        dict(rates=(1e-3,)),
+        dict(rates=(2e-3, 1e-3)),
+        repeated,
+        dict(fresh=(10,)),
+        dict(selection=()),
+    ):
         with pytest.raises(EvidenceError):
             Sweep(**{"rates": (1e-3, 2e-3), "selection": (10,), "fresh": (0,), **bad})
 
