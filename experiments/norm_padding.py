@@ -235,10 +235,10 @@ class NormPadding(Experiment):
                          for n in ("layer", "batch", "batch_masked")],
             "null_cells": [["lines", "pre", 64], ["lines", "post", 64], ["windows", "pre", 64],
                            ["enc-windows", "pre", 64], ["enc-lines", "pre", 64]],
-            "sweep_arms": [[st, "pre", 64, n] for st in ("lines", "enc-lines")
+            "sweep_arms": [["lines", "pre", 64, n]
                            for n in ("layer", "batch", "batch_masked")]
                           + [["enc-windows", "pre", 64, n] for n in ("layer", "batch")],
-            "scale_settings": ["lines", "enc-lines", "enc-windows"], "scales": [256, 512],
+            "scale_settings": ["lines", "enc-windows"], "scales": [256, 512],
             "rates": [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], "selection_seeds": [100, 101, 102],
             "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
             "seeds": [0, 1, 2, 3, 4], "d_model": 256, "n_layers": 6, "n_heads": 8, "steps": 4000, "lr": 5e-4,
@@ -272,6 +272,7 @@ class NormPadding(Experiment):
             (cell(f"d{p['d_model']}", scale=f"d{p['d_model']}"),),
             cells("{scale}", scale=[f"d{d}" for d in p["scales"]]),
         )
+        at_l, at_e = (both if st in p["scale_settings"] else first for st in ("lines", "enc-windows"))
         tune = dict(
             readouts=(LOSS,), guard=LEARNED, margin=MARGIN, table="tuned", note=profile_sweep(p).rule()
         )
@@ -296,7 +297,7 @@ class NormPadding(Experiment):
                      counts=False, **loss, note="The arms differ only in which positions enter BN's statistics."),
             SubClaim("a", "Padding: BN counting pads worse than BN masking them, each at its own best rate "
                      f"(causal LM, padded lines, {sl[1]}-norm, batch {sl[2]})", Better("a"), a=in_lines("batch_masked"),
-                     b=in_lines("batch"), cells=first, control="a-fixed", noise="null-lines", **tune),
+                     b=in_lines("batch"), cells=at_l, control="a-fixed", noise="null-lines", **tune),
             SubClaim("a-enc", "Padding in the masked LM: BN counting pads worse than BN masking them, one rate",
                      Better("a"), a=masked, b=bn, cells=at("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
                      counts=False, **loss),
@@ -305,7 +306,7 @@ class NormPadding(Experiment):
                      "layer", "batch"), counts=False, **loss),
             SubClaim("b", "Batch statistics without padding or leak: BN worse than LN, each at its own best "
                      "rate (masked LM, fixed windows)", Better("a"), a=in_enc("layer"), b=in_enc("batch"),
-                     cells=both, control="b-fixed", noise="null-enc", **tune),
+                     cells=at_e, control="b-fixed", noise="null-enc", **tune),
             SubClaim("b-causal", "Causal LM on fixed windows: BN with causal statistics (no leak) worse than LN, "
                      "one rate", Better("a"), a=ln, b=causal, cells=at("windows", wins, "layer", "batch_causal"),
                      counts=False, **loss),
@@ -331,7 +332,7 @@ class NormPadding(Experiment):
                      cells=mode_cells("lines", lines, "batch_masked") + mode_cells("windows", wins, "batch_masked"),
                      counts=False, **modes),
             SubClaim("naive", "BN counting pads worse than LN, each at its own best rate (causal LM, padded "
-                     "lines)", Better("a"), a=in_lines("layer"), b=in_lines("batch"), cells=first,
+                     "lines)", Better("a"), a=in_lines("layer"), b=in_lines("batch"), cells=at_l,
                      counts=False, noise="null-lines", **tune),
             SubClaim("naive-fixed", "BN counting pads worse than LN, one rate (padded lines)", Better("a"),
                      a=ln, b=bn, cells=at("lines", lines, "layer", "batch"), counts=False, **loss),

@@ -512,14 +512,25 @@ def plot_sweep(t: dict, p: dict, out) -> None:
 
 
 def caveats(p: dict, null_offset: int) -> list[str]:
-    wide = ", ".join(f"d = {d}" for d in p["scales"][1:])
+    def widths(setting: str) -> str:
+        ds = p["scales"] if setting in p["scale_settings"] else p["scales"][:1]
+        return " and ".join(f"d = {d}" for d in ds)
+
     return [
         f"Setting differs from the anchors: a character LM and a masked LM ({p['n_layers']} layers, d = "
         f"{p['d_model']}, {p['steps']} steps; pre-norm, and post-norm, the anchors' placement, in some "
         "fixed-rate cells) instead of an encoder-decoder translation model trained to convergence.",
-        f"Tuned (each norm at its own best rate): a at d = {p['d_model']} only (a second width for the padded "
-        f"lines would cost about 50 CPU-minutes more); b at d = {p['d_model']} and {wide}. The other "
-        f"comparisons are at one rate ({p['lr']:g}), as the previous design's.",
+        "Tuned (each norm at its own best rate): a at "
+        + widths("lines")
+        + ", b at "
+        + widths("enc-windows")
+        + f". The other comparisons are at one rate ({p['lr']:g}), as the previous design's."
+        + (
+            ""
+            if "lines" in p["scale_settings"]
+            else " A second width for the padded lines (about 25 more minutes on two cores) "
+            "does not fit the default profile's budget."
+        ),
         "Batch size is counted in lines; BatchNorm's statistics pool every position of the batch (hundreds "
         "to thousands of tokens), far more samples than a vision batch, so 'small batch' here is small in "
         "lines, not in positions.",
