@@ -288,31 +288,37 @@ class NormPadding(Experiment):
         gap = dict(table="interaction", a=arm("largest batch", size="largest"), b=arm("smallest batch", size="smallest"),
                    guard=LEARNED, margin=MARGIN, where="all")  # fmt: skip
         modes = dict(table="modes", guard=LEARNED, margin=MARGIN, where="all")
+        floored_cells = {view.cell_of(*c).label for c in p["null_cells"]}
+
+        def fx(st, arms_, *norms):  # fixed-rate cells, floored by the null pair where it has a cell
+            cs = at(st, arms_, *norms)
+            return {**loss, "cells": cs, "noise": "null" if floored_cells & {c.label for c in cs} else None}
+
         mode_cells = lambda st, arms_, n: tuple(  # noqa: E731
             cell(c.label, **dict(c.where), norm=n) for c in at(st, arms_, n)
         )
         return Declaration((
             SubClaim("a-fixed", "Padding: BN counting pads worse than BN masking them, one rate (causal LM, "
-                     "padded lines)", Better("a"), a=masked, b=bn, cells=at("lines", lines, "batch", "batch_masked"),
-                     counts=False, **loss, note="The arms differ only in which positions enter BN's statistics."),
+                     "padded lines)", Better("a"), a=masked, b=bn, **fx("lines", lines, "batch", "batch_masked"),
+                     counts=False, note="The arms differ only in which positions enter BN's statistics."),
             SubClaim("a", "Padding: BN counting pads worse than BN masking them, each at its own best rate "
                      f"(causal LM, padded lines, {sl[1]}-norm, batch {sl[2]})", Better("a"), a=in_lines("batch_masked"),
                      b=in_lines("batch"), cells=at_l, control="a-fixed", noise="null-lines", **tune),
             SubClaim("a-enc", "Padding in the masked LM: BN counting pads worse than BN masking them, one rate",
-                     Better("a"), a=masked, b=bn, cells=at("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
-                     counts=False, **loss),
+                     Better("a"), a=masked, b=bn, **fx("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
+                     counts=False),
             SubClaim("b-fixed", "Batch statistics without padding or leak: BN worse than LN, masked LM on fixed "
-                     "windows, one rate", Better("a"), a=ln, b=bn, cells=at("enc-windows", enc["enc-windows"],
-                     "layer", "batch"), counts=False, **loss),
+                     "windows, one rate", Better("a"), a=ln, b=bn, **fx("enc-windows", enc["enc-windows"],
+                     "layer", "batch"), counts=False),
             SubClaim("b", "Batch statistics without padding or leak: BN worse than LN, each at its own best "
                      "rate (masked LM, fixed windows)", Better("a"), a=in_enc("layer"), b=in_enc("batch"),
                      cells=at_e, control="b-fixed", noise="null-enc", **tune),
             SubClaim("b-causal", "Causal LM on fixed windows: BN with causal statistics (no leak) worse than LN, "
-                     "one rate", Better("a"), a=ln, b=causal, cells=at("windows", wins, "layer", "batch_causal"),
-                     counts=False, **loss),
+                     "one rate", Better("a"), a=ln, b=causal, **fx("windows", wins, "layer", "batch_causal"),
+                     counts=False),
             SubClaim("b-leaky", "Causal LM on fixed windows: BN (batch statistics, which leak later tokens) "
                      "worse than LN, one rate", Better("a"), a=ln, b=masked,
-                     cells=at("windows", wins, "layer", "batch_masked"), counts=False, **loss),
+                     **fx("windows", wins, "layer", "batch_masked"), counts=False),
             SubClaim("c", f"Small batches: (BN causal − LN) larger at the smallest batch than at the largest "
                      f"({small}; one rate)", Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_causal"),
                      noise="null-gap" if fl else None, counts=False, **gap,
@@ -335,10 +341,10 @@ class NormPadding(Experiment):
                      "lines)", Better("a"), a=in_lines("layer"), b=in_lines("batch"), cells=at_l,
                      counts=False, noise="null-lines", **tune),
             SubClaim("naive-fixed", "BN counting pads worse than LN, one rate (padded lines)", Better("a"),
-                     a=ln, b=bn, cells=at("lines", lines, "layer", "batch"), counts=False, **loss),
+                     a=ln, b=bn, **fx("lines", lines, "layer", "batch"), counts=False),
             SubClaim("power", "PowerNorm better than LN (the anchors' finding; padded lines, one rate)",
-                     Better("b"), a=ln, b=arm("PowerNorm", norm="power"), cells=at("lines", lines, "layer", "power"),
-                     counts=False, **loss),
+                     Better("b"), a=ln, b=arm("PowerNorm", norm="power"), **fx("lines", lines, "layer", "power"),
+                     counts=False),
             check("ln-invariant", "LN, train mode: no change with pads, neighbours or later tokens",
                   (PADS_T, NB_T, LEAK_T), bound(None, INVARIANT), table="probes", b=ln),
             check("eval-invariant", "Eval mode, every norm: no change with pads, neighbours or later tokens",
