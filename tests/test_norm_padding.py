@@ -21,6 +21,7 @@ from tfclaims.nn.powernorm import PowerNorm, group_scaling
 
 EXP = load("norm_padding")
 V = 20
+MAXLEN = 16  # positions a CausalBatchNorm of the unit tests keeps statistics for
 
 
 def lm(norm: str, seed: int = 0, warmup: int = 3, attn: str = "causal"):
@@ -167,7 +168,7 @@ def causal_batch(seed, d, shift):
 def test_causal_batchnorm_matches_a_loop_over_positions_forward_and_backward(masked):
     torch.manual_seed(0)
     d, eps = 6, 1e-5
-    bn = NP.CausalBatchNorm(d, eps=eps).double().train()
+    bn = NP.CausalBatchNorm(d, MAXLEN, eps=eps).double().train()
     with torch.no_grad():
         bn.weight.uniform_(0.5, 1.5)
         bn.bias.normal_(0, 0.3)
@@ -199,40 +200,56 @@ def test_causal_batchnorm_matches_a_loop_over_positions_forward_and_backward(mas
     assert torch.all(alone.grad[:, 1:] == 0)  # later positions enter no statistic of position 0
 
 
-def test_causal_batchnorm_running_statistics_are_batchnorm1d_over_real_tokens_and_eval_is_masked_bn():
+def test_causal_batchnorm_keeps_running_prefix_statistics_per_position_and_eval_uses_them():
     torch.manual_seed(0)
-    d, eps = 6, 1e-5
-    bn = NP.CausalBatchNorm(d, eps=eps).double().train()
+    d, eps, T = 6, 1e-5, 7
+    bn = NP.CausalBatchNorm(d, MAXLEN, eps=eps).double().train()
     with torch.no_grad():
         bn.weight.uniform_(0.5, 1.5)
         bn.bias.normal_(0, 0.3)
     ref = torch.nn.BatchNorm1d(d, eps=eps, momentum=0.1).double().train()  # fed the real tokens
     rec = NP.StatRecorder(torch.nn.Sequential(bn), every=1)
+    pm, pv = torch.zeros(MAXLEN, d, dtype=torch.float64), torch.ones(MAXLEN, d, dtype=torch.float64)
     for seed, shift in ((0, torch.linspace(-1.0, 1.0, d)), (1, torch.linspace(0.8, -0.4, d))):
         x, mask = causal_batch(seed, d, shift)
         with torch.no_grad():
             bn(x, mask)
             ref(x[mask])
+        for t in range(T):  # by hand: the real tokens at positions <= t, unbiased, momentum 0.1
+            seen = x[:, : t + 1][mask[:, : t + 1]]
+            pm[t] = 0.9 * pm[t] + 0.1 * seen.mean(0)
+            pv[t] = 0.9 * pv[t] + 0.1 * seen.var(0, unbiased=True)
         real = x[mask]
         mean, var = bn.last_stats  # the whole batch's real tokens: what the statistics record reads
         torch.testing.assert_close(mean, real.mean(0), rtol=0, atol=1e-12)
         torch.testing.assert_close(var, real.var(0, unbiased=False), rtol=0, atol=1e-12)
         torch.testing.assert_close(bn.running_mean, ref.running_mean, rtol=0, atol=1e-12)
         torch.testing.assert_close(bn.running_var, ref.running_var, rtol=0, atol=1e-12)
+        torch.testing.assert_close(bn.pos_mean, pm, rtol=0, atol=1e-12)
+        torch.testing.assert_close(bn.pos_var, pv, rtol=0, atol=1e-12)
+    assert torch.all(bn.pos_mean[T:] == 0) and torch.all(bn.pos_var[T:] == 1)  # positions never seen
     assert rec.close()["0"]["n"] == [int(causal_batch(s, d, 0.0)[1].sum()) for s in (0, 1)]
-    # eval mode: masked BatchNorm's (running statistics, a per-token map); buffers untouched
-    masked = TokenBatchNorm(d, eps=eps, masked=True).double()
-    masked.load_state_dict(bn.state_dict())
+    # eval mode: each position with its own running statistics (a per-token map); buffers untouched
     bn.eval()
-    masked.eval()
     state = {k: v.clone() for k, v in bn.state_dict().items()}
     x, mask = causal_batch(2, d, 0.3)
     with torch.no_grad():
         ye = bn(x, mask)
-        torch.testing.assert_close(ye, masked(x, mask), rtol=0, atol=0)
-        fe = F.batch_norm(x.reshape(-1, d), ref.running_mean, ref.running_var, bn.weight, bn.bias, eps=eps)
-    torch.testing.assert_close(ye, fe.reshape(x.shape), rtol=0, atol=1e-12)
+        for t in range(T):
+            fe = F.batch_norm(x[:, t], pm[t], pv[t], bn.weight, bn.bias, training=False, eps=eps)
+            torch.testing.assert_close(ye[:, t], fe, rtol=0, atol=1e-12)
+        whole = F.batch_norm(x.reshape(-1, d), bn.running_mean, bn.running_var, bn.weight, bn.bias, eps=eps)
+    assert (ye - whole.reshape(x.shape)).abs().max() > 1e-2  # not the whole batch's running statistics
     assert all(torch.equal(v, state[k]) for k, v in bn.state_dict().items())
+
+
+def test_causal_batchnorm_skips_positions_whose_prefix_holds_one_token():
+    bn = NP.CausalBatchNorm(3, 4).double().train()
+    x = torch.randn(1, 3, 3, dtype=torch.float64)  # one line: position 0 pools a single token
+    with torch.no_grad():
+        bn(x)
+    assert torch.all(bn.pos_mean[0] == 0) and torch.all(bn.pos_var[0] == 1)
+    assert not torch.equal(bn.pos_mean[1], torch.zeros(3))
 
 
 def test_causal_batchnorm_lm_sees_no_later_token_no_pads_but_its_neighbours_in_train_mode():

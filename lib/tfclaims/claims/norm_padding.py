@@ -40,25 +40,37 @@ class CausalBatchNorm(TokenBatchNorm):
     """BatchNorm without the future: in training, position t of every line is normalised with the mean and
     variance over the real tokens at positions <= t of all lines of the batch, so no output depends on a
     later token (train-mode BatchNorm's leak in a causal LM) while it still depends on its batch, and gradients
-    flow through the statistics as in BatchNorm. Eval mode and the running statistics are BatchNorm's (whole
-    batch, real tokens). The statistics at early positions pool fewer tokens (B at t = 0): noisier, as a
-    small batch's."""
+    flow through the statistics as in BatchNorm. Eval mode uses running averages of the same statistics, one
+    per position (`pos_mean`, `pos_var`: (max_len, d), unbiased, BatchNorm's momentum), so that inference sees
+    what training saw; the whole batch's running statistics are kept too, for the statistics record. The
+    statistics at early positions pool fewer tokens (B at t = 0): noisier, as a small batch's."""
 
-    def __init__(self, d: int, eps: float = 1e-5, momentum: float = 0.1):
+    def __init__(self, d: int, max_len: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__(d, eps, momentum, masked=True)
+        self.register_buffer("pos_mean", torch.zeros(max_len, d))
+        self.register_buffer("pos_var", torch.ones(max_len, d))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        T = x.shape[1]
         if not self.training:
-            return super().forward(x, mask)
+            return (x - self.pos_mean[:T]) * torch.rsqrt(
+                self.pos_var[:T] + self.eps
+            ) * self.weight + self.bias
         w = torch.ones(x.shape[:2], dtype=x.dtype, device=x.device) if mask is None else mask.to(x.dtype)
         w = w[..., None]  # (B, T, 1)
-        n = (w.sum(0).cumsum(0)).clamp_min(1)  # (T, 1): real tokens at positions <= t
+        cnt = w.sum(0).cumsum(0)  # (T, 1): real tokens at positions <= t
+        n = cnt.clamp_min(1)
         mean = (x * w).sum(0).cumsum(0) / n  # (T, d)
         var = ((x * x * w).sum(0).cumsum(0) / n - mean**2).clamp_min(0)  # (T, d), biased
         with torch.no_grad():
-            full_mean, full_var, cnt = self.batch_stats(x.detach(), mask)
+            full_mean, full_var, k = self.batch_stats(x.detach(), mask)
             self.running_mean.lerp_(full_mean, self.momentum)
-            self.running_var.lerp_(full_var * cnt / max(cnt - 1, 1), self.momentum)
+            self.running_var.lerp_(full_var * k / max(k - 1, 1), self.momentum)
+            seen = cnt > 1  # (T, 1): positions whose prefix holds two real tokens or more
+            pm, pv = self.pos_mean[:T], self.pos_var[:T]
+            pm.copy_(torch.where(seen, pm.lerp(mean.detach(), self.momentum), pm))
+            unbiased = var.detach() * cnt / (cnt - 1).clamp_min(1)
+            pv.copy_(torch.where(seen, pv.lerp(unbiased, self.momentum), pv))
         self.last_stats = (full_mean, full_var)
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
@@ -102,7 +114,7 @@ def build_lm(cfg: dict, vocab: int) -> nn.Module:
 
         def make():
             if cfg["norm"] == "batch_causal":
-                return CausalBatchNorm(cfg["d_model"])
+                return CausalBatchNorm(cfg["d_model"], mc.max_seq_len)
             # as the authors: group scaling over head-sized groups, PowerNorm warm-up = the lr warm-up
             return PowerNorm(cfg["d_model"], group_num=cfg["n_heads"], warmup_iters=cfg["warmup"])
 
