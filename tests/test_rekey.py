@@ -7,6 +7,7 @@ import textwrap
 
 import torch
 
+from tfclaims.harness import provenance
 from tfclaims.harness.registry import REPO_ROOT, load_file
 from tfclaims.harness.runner import run_experiment
 
@@ -64,3 +65,30 @@ def test_a_rerun_reproduces_a_seeded_record_and_catches_a_changed_number(tmp_pat
             target = target[k]
         target[last] += 1e-12
         assert not rekey.rerun_equal(exp, changed, scratch)[0]
+
+
+def test_records_named_by_leave_are_left_to_rerun_and_the_rest_are_re_keyed(tmp_path, monkeypatch):
+    d = tmp_path / "experiments"
+    d.mkdir()
+    (d / "seeded.py").write_text(textwrap.dedent(SEEDED))
+    monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(d))
+    exp = load_file(d / "seeded.py")
+    rc, _ = run_experiment(
+        exp, profile="default", device=torch.device("cpu"), results_root=tmp_path, progress=False, log=lambda m: None
+    )  # fmt: skip
+    assert rc == 0
+    runs = tmp_path / "seeded" / "runs"
+    before = {json.loads(f.read_text())["config"]["seed"]: f.stem for f in runs.glob("*.json")}
+    # the committed result is today's, the code every run reaches changed, a rerun reproduces the records
+    monkeypatch.setattr(rekey, "committed_at", lambda since, path: path.read_text())
+    for mod in (rekey, provenance):
+        monkeypatch.setattr(mod, "run_code_hash", lambda exp, cfg: "0123456789abcdef")
+    monkeypatch.setattr(rekey, "rerun_equal", lambda exp, rec, scratch: (True, rec["run_id"]))
+    out = rekey.rekey("seeded", exp, "abc123", tmp_path, 1, False, {"seed": "1"})
+    assert "1 records re-keyed" in out and "1 records left to rerun (--leave)" in out
+    after = {
+        json.loads(f.read_text())["config"]["seed"]: json.loads(f.read_text()) for f in runs.glob("*.json")
+    }
+    assert after[1]["run_id"] == before[1] and "rekeyed" not in after[1]  # left as filed, to be rerun
+    assert after[0]["run_id"] != before[0] and after[0]["rekeyed"][0]["run_id"] == before[0]
+    assert not (runs / f"{before[0]}.json").exists()

@@ -15,7 +15,10 @@ computes, its records can stand for today's code. This tool shows it part by par
   repeat) is left alone: `make experiment` reruns exactly those runs, and re-analyses the claim. The records
   those reruns supersede stay in runs/ (no longer named by result.json) until they are removed; git keeps them.
 
-    .venv/bin/python tools/rekey.py --since <commit> [--verify 2] [--dry-run] [claim ...]
+A change that does move some runs' numbers (one arm's module fixed) names them with `--leave key=value` (a
+config field; repeatable): those records are not re-keyed, and `make experiment` reruns them.
+
+    .venv/bin/python tools/rekey.py --since <commit> [--verify 2] [--leave key=value] [--dry-run] [claim ...]
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def rerun_equal(exp, rec: dict, scratch: Path) -> tuple[bool, str]:
     return same, rid
 
 
-def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool) -> str:
+def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool, leave: dict | None = None) -> str:
     res_path = root / cid / "result.json"
     if not res_path.exists():
         return f"{cid}: no result"
@@ -94,14 +97,19 @@ def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool) -> st
     grid = sorted(grid_run_ids(exp, p, res["device"]))
     if sorted(recs) == grid:
         return f"{cid}: up to date (nothing to re-key)"
-    cfg_hashes = sorted(config_hash(cid, c, res["device"]) for c in exp.grid(p))
+    ok = [r for r in recs.values() if r.get("status") == "ok"]
+    grid_now = exp.grid(p, ok) if exp.staged else exp.grid(p)  # a staged grid grows from the records
+    cfg_hashes = sorted(config_hash(cid, c, res["device"]) for c in grid_now)
     if sorted(r["config_hash"] for r in recs.values()) != cfg_hashes:
         return f"{cid}: not re-keyed (its runs are not today's grid)"
     by_part: dict[str, list[dict]] = {}
+    left = 0
     for rec in recs.values():
-        if run_code_hash(exp, rec["config"]) != rec["code_hash"]:
+        if any(str(rec["config"].get(k)) == v for k, v in (leave or {}).items()):
+            left += 1  # its computation changed: rerun, never re-keyed
+        elif run_code_hash(exp, rec["config"]) != rec["code_hash"]:
             by_part.setdefault(rec["config"].get("part", ""), []).append(rec)
-    lines, moved = [], 0
+    lines, moved = ([f"  {left} records left to rerun (--leave)"] if left else []), 0
     with tempfile.TemporaryDirectory() as scratch:
         for part, part_recs in sorted(by_part.items()):
             sample = sorted(part_recs, key=_seconds)[:n_verify]
@@ -140,8 +148,18 @@ def main() -> int:
     ap.add_argument("--verify", type=int, default=2, help="records rerun per changed part (default 2)")
     ap.add_argument("--results-dir", default=str(REPO_ROOT / "results"))
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument(
+        "--leave",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="leave records whose config has this field to be rerun (repeatable)",
+    )
     ap.add_argument("claims", nargs="*", help="claim ids (default: all)")
     args = ap.parse_args()
+    if any("=" not in x for x in args.leave):
+        ap.error("--leave takes key=value")
+    leave = dict(x.split("=", 1) for x in args.leave)
     if args.verify < 1:
         ap.error("--verify must be at least 1: a re-key is shown by rerunning, never assumed")
     exps = load_all()
@@ -153,7 +171,9 @@ def main() -> int:
     if since.returncode != 0:
         ap.error(f"--since {args.since!r} is not a commit of this repository")
     for cid in args.claims or sorted(exps):
-        line = rekey(cid, exps[cid], since.stdout.strip(), Path(args.results_dir), args.verify, args.dry_run)
+        line = rekey(
+            cid, exps[cid], since.stdout.strip(), Path(args.results_dir), args.verify, args.dry_run, leave
+        )
         print(line, flush=True)
     return 0
 

@@ -555,7 +555,7 @@ def caveats(p: dict, null_offset: int) -> list[str]:
         "departures stated in `tfclaims.nn.powernorm`.",
         "No positive control detects an effect of the margin's size in the fixed-rate cells, so a cell "
         "equivalent within the margin counts as undecided, never as refuting; a tuned comparison refutes "
-        "only where its fixed-rate control saw an effect beyond the margin.",
+        "only where its fixed-rate control saw the claimed effect beyond the margin.",
         f"The null pair (LN at seeds + {null_offset}) floors the eval-mode loss in each declared null cell "
         "(a cell without one has no floor) and the tuned comparisons of its setting; LN's smallest − largest "
         "batch difference floors the small-batch interaction. The train/inference gap has none (both "

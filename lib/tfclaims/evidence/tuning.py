@@ -56,8 +56,8 @@ class Sweep:
             "fresh seeds; a later width sweeps the first width's choice "
             + ", ".join(f"×{f:g}" for f in self.factors)
             + ". A width where the arms are equivalent within the margin refutes only where the fixed-rate "
-            "comparison (the positive control) saw an effect beyond the margin; the sub-verdict names the "
-            "widths where it holds."
+            "comparison (the positive control) saw the claimed effect beyond the margin; the sub-verdict names "
+            "the widths where it holds."
         )
 
     @property
