@@ -265,7 +265,7 @@ class NormPadding(Experiment):
         masked, causal = arm("BN pads masked", norm="batch_masked"), arm("BN causal", norm="batch_causal")
         loss = dict(readouts=(LOSS,), guard=LEARNED, margin=MARGIN, noise="null", where="all")
         swept = view.swept_arms(p, NORMS)
-        tuned = {k: arm(f"{view.LABEL[a[3]]}, at its best rate", arm=k) for k, a in swept.items()}
+        tuned = {k: arm(f"{view.norm_label(a[0], a[3])}, at its best rate", arm=k) for k, a in swept.items()}
         name = {a: k for k, a in swept.items()}
         sl, se = view.swept_cell(swept, "lines"), view.swept_cell(swept, "enc-windows")
         first, both = (
@@ -308,7 +308,7 @@ class NormPadding(Experiment):
                      Better("a"), a=masked, b=bn, **fx("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
                      counts=False),
             SubClaim("b-fixed", "Batch statistics without padding or leak: BN worse than LN, masked LM on fixed "
-                     "windows, one rate", Better("a"), a=ln, b=bn, **fx("enc-windows", enc["enc-windows"],
+                     "windows, one rate", Better("a"), a=ln, b=arm("BN", norm="batch"), **fx("enc-windows", enc["enc-windows"],
                      "layer", "batch"), counts=False),
             SubClaim("b", "Batch statistics without padding or leak: BN worse than LN, each at its own best "
                      "rate (masked LM, fixed windows)", Better("a"), a=in_enc("layer"), b=in_enc("batch"),

@@ -152,6 +152,11 @@ def swept_arms(p: dict, norms) -> dict[str, tuple[str, str, int, str]]:
     return out
 
 
+def norm_label(setting: str, norm: str) -> str:
+    """A norm's label in a setting: plain 'BN' on fixed windows, where there are no pads to count."""
+    return "BN" if norm == "batch" and "windows" in setting else LABEL[norm]
+
+
 def swept_cell(swept: dict, setting: str) -> tuple[str, str, int]:
     """(setting, placement, batch) of the swept arms in `setting` (the tuned sub-claims' cell)."""
     found = sorted({a[:3] for a in swept.values() if a[0] == setting})
@@ -494,7 +499,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     what = {"lines": "causal LM, padded lines", "enc-windows": "masked LM, fixed windows"}
     for ax, (st, d) in zip(axes, panels):
         here = sw[(sw.setting == st) & (sw.d_model == d)]
-        labels = {a: LABEL[n] for a, n in zip(here.arm, here.norm)}
+        labels = {a: norm_label(st, n) for a, n in zip(here.arm, here.norm)}
         tuned = t["tuned"][t["tuned"].scale == f"d{d}"] if len(t["tuned"]) else t["tuned"]
         lr_sweep(ax, curves[(curves.d_model == d) & curves.arm.isin(labels)], tuned, labels,
                  unigram=here.unigram.iloc[0], loss="eval_mixed")  # fmt: skip
@@ -594,7 +599,7 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
     rows = []
     for (data, pl, b, n), g in qdf[qdf.diverged_at.isna()].groupby(["setting", "placement", "batch", "norm"]):
         ce, gap = mean_ci(g.eval_mixed), mean_ci(g.eval_mixed - g.train_mixed)
-        rows.append({"setting": data, "placement": pl, "batch": b, "norm": LABEL[n],
+        rows.append({"setting": data, "placement": pl, "batch": b, "norm": norm_label(data, n),
                      "pad fraction (train)": g.pad_frac_train.mean(),
                      "learned": f"{int(g.learned.sum())}/{len(g)}",
                      "eval-mode val": ce.mean, "±": ce.half_width, "train-mode val": g.train_mixed.mean(),
