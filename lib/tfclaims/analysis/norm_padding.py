@@ -505,7 +505,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
                  unigram=here.unigram.iloc[0], loss="eval_mixed")  # fmt: skip
         ax.set_ylabel("eval-mode validation loss (nats/char)")
         ax.set_title(f"{what.get(st, st)}, d = {d}", fontsize=9)
-        ax.legend(fontsize=5.5)
+        ax.legend(fontsize=5.5, loc="best")
     out.figure(
         "lr-sweep",
         fig,
