@@ -37,21 +37,27 @@ class Seeded(Experiment):
 """
 
 
-def test_wall_clock_fields_are_left_out_at_every_depth_and_nothing_else():
-    m = {"seconds": 1.0, "loss": 2.0, "probes": [{"steps_per_s": 3.0, "x": 4}], "swap": {"wall_s": 5, "y": 6}}
-    assert rekey.computed(m) == {"loss": 2.0, "probes": [{"x": 4}], "swap": {"y": 6}}
-
-
-def test_a_rerun_reproduces_a_seeded_record_and_catches_a_changed_number(tmp_path, monkeypatch):
+def seeded(tmp_path, monkeypatch, profile: str):
+    """The seeded experiment, run at `profile` into tmp_path (its records under seeded/runs)."""
     d = tmp_path / "experiments"
     d.mkdir()
     (d / "seeded.py").write_text(textwrap.dedent(SEEDED))
     monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(d))
     exp = load_file(d / "seeded.py")
     rc, _ = run_experiment(
-        exp, profile="quick", device=torch.device("cpu"), results_root=tmp_path, progress=False, log=lambda m: None
+        exp, profile=profile, device=torch.device("cpu"), results_root=tmp_path, progress=False, log=lambda m: None
     )  # fmt: skip
     assert rc == 0
+    return exp
+
+
+def test_wall_clock_fields_are_left_out_at_every_depth_and_nothing_else():
+    m = {"seconds": 1.0, "loss": 2.0, "probes": [{"steps_per_s": 3.0, "x": 4}], "swap": {"wall_s": 5, "y": 6}}
+    assert rekey.computed(m) == {"loss": 2.0, "probes": [{"x": 4}], "swap": {"y": 6}}
+
+
+def test_a_rerun_reproduces_a_seeded_record_and_catches_a_changed_number(tmp_path, monkeypatch):
+    exp = seeded(tmp_path, monkeypatch, "quick")
     rec = json.loads(next((tmp_path / "seeded" / "runs").glob("*.json")).read_text())
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -68,15 +74,7 @@ def test_a_rerun_reproduces_a_seeded_record_and_catches_a_changed_number(tmp_pat
 
 
 def test_records_named_by_leave_are_left_to_rerun_and_the_rest_are_re_keyed(tmp_path, monkeypatch):
-    d = tmp_path / "experiments"
-    d.mkdir()
-    (d / "seeded.py").write_text(textwrap.dedent(SEEDED))
-    monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(d))
-    exp = load_file(d / "seeded.py")
-    rc, _ = run_experiment(
-        exp, profile="default", device=torch.device("cpu"), results_root=tmp_path, progress=False, log=lambda m: None
-    )  # fmt: skip
-    assert rc == 0
+    exp = seeded(tmp_path, monkeypatch, "default")
     runs = tmp_path / "seeded" / "runs"
     before = {json.loads(f.read_text())["config"]["seed"]: f.stem for f in runs.glob("*.json")}
     # the committed result is today's, the code every run reaches changed, a rerun reproduces the records
