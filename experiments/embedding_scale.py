@@ -7,6 +7,7 @@ from tfclaims.claims.embedding_scale import INIT_NAME, INITS, init_probe, train_
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import ALL, Better, Declaration, NullPair, SubClaim, arm, bound, cell, cells
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.tuning import fixed_rate
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
 from tfclaims.harness.sweep import profile_sweep, sweep_grid
 from tfclaims.nn.config import ConfigError
@@ -236,7 +237,7 @@ class EmbeddingScale(Experiment):
         decl = self.declare(p)
         t = view.observe(runs, p, (FINAL, escape(p), LEARNED))
         result = evaluate(decl, t)
-        fixed = view.fixed_runs(runs, p)
+        fixed = fixed_rate(runs, p)
         gap = view.write_tables(fixed, t, result, p, out)
         view.write_sweep(t, out)
         view.plot_sweep(t, p, out)

@@ -18,6 +18,7 @@ from tfclaims.evidence.declare import (
     check,
 )
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.tuning import fixed_rate
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
 from tfclaims.harness.sweep import profile_sweep, sweep_grid
 from tfclaims.nn.config import ConfigError
@@ -381,7 +382,7 @@ class NormPadding(Experiment):
         p = view.with_arms(p, _arms(p, "line_arms"), NORMS)  # the lines' placements, batch sizes and norms
         t, decl = view.observe(runs, p, (LOSS, LEARNED), FLUCT_FACTOR), self.declare(p)
         result = evaluate(decl, t)
-        fixed = view.fixed_runs(runs, p)
+        fixed = fixed_rate(runs, p)
         fl = view.write_tables(fixed, t, result, p, out)
         view.write_sweep(t, out)
         view.plot_sweep(t, p, out)

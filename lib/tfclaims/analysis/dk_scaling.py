@@ -9,7 +9,7 @@ from ..evidence.curves import curve, plot_curves
 from ..evidence.plots import arm_bands, lr_sweep
 from ..evidence.stats import mean_ci
 from ..evidence.tables import COMPARISON_COLUMNS, comparison_table, runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import curve_table, fixed_rate, read_sweep
 from . import part
 
 TRAIN_COLUMNS = tuple(c for c in COMPARISON_COLUMNS if c != "metric")  # one metric: no column for it
@@ -77,11 +77,7 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
 def fixed_runs(runs: list[dict], p: dict) -> list[dict]:
     """The fixed-rate runs (every d_k and logit scale at `lr` and `d_model`, and the null pair): the
     learning-rate sweep's other runs are read by `sweep_tables` only."""
-    sel, here = set(p["selection_seeds"]), (p["lr"], p["d_model"])
-    return [
-        r for n in TRAINED for r in part(runs, n)
-        if (r["config"]["lr"], r["config"]["d_model"]) == here and r["config"]["seed"] not in sel
-    ]  # fmt: skip
+    return fixed_rate([r for n in TRAINED for r in part(runs, n)], p)
 
 
 def sweep_tables(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:

@@ -9,7 +9,7 @@ from ..evidence.declare import Readout
 from ..evidence.plots import arm_bands, lr_sweep
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import curve_table, fixed_rate, read_sweep
 from . import part
 
 INIT_NAME = {"normal": "N(0, 0.02²)", "xavier": "N(0, 1/d)"}
@@ -47,21 +47,6 @@ SHARE = Readout(
 )
 
 
-def fixed_runs(runs: list[dict], p: dict) -> list[dict]:
-    """The fixed-rate design's records (the profile's rate and width, the fresh seeds, the null reruns, the
-    init probe); the sweep's other records are read by `observe` alone."""
-    sel = set(p["selection_seeds"])
-
-    def fixed(c):
-        return (
-            c.get("lr", p["lr"]) == p["lr"]
-            and c.get("d_model", p["d_model"]) == p["d_model"]
-            and (c["seed"] not in sel)
-        )
-
-    return [r for r in runs if fixed(r["config"])]
-
-
 def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     """init: one row per width, embedding init, position kind and factor, as initialised (one model per row at
     a fixed seed, so one unit); runs: one row per fixed-rate training run (tied cells, untied controls with
@@ -82,7 +67,7 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     sw = sw.assign(arm=[next(k for k, v in SWEPT.items() if v == s) for s in sw["emb_scale"]])
     scales = {f"d{d}": {"d_model": d} for d, _ in p["scales"]}
     choices, tuned, seeds = read_sweep(sw, {k: {"arm": k} for k in SWEPT}, scales)
-    fixed = fixed_runs(runs, p)
+    fixed = fixed_rate(runs, p)
     return {
         "init": pd.DataFrame([{**r, "unit": 0} for r in rows]),
         "runs": runs_table([r for n in TRAINED for r in part(fixed, n)], readouts, **extra),

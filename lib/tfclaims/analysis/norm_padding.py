@@ -11,7 +11,7 @@ from ..evidence.declare import Cell, Readout, cell
 from ..evidence.plots import lr_sweep
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import curve_table, fixed_rate, read_sweep
 from ..nn.config import ConfigError
 from . import part
 
@@ -314,19 +314,6 @@ def probe_rows(lines: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def fixed_runs(runs: list[dict], p: dict) -> list[dict]:
-    """The fixed-rate design's records: the profile's rate and width on the fresh seeds (and the null pair's
-    reruns); the sweep's other records are read by `observe` alone."""
-    sel = set(p["selection_seeds"])
-
-    def fixed(c):
-        return (
-            c.get("lr") == p["lr"] and c.get("d_model", p["d_model"]) == p["d_model"] and c["seed"] not in sel
-        )
-
-    return [r for r in runs if fixed(r["config"])]
-
-
 def setting_of(data: str, attn: str) -> str:
     return {v: k for k, v in SETTINGS.items()}[(data, attn)]
 
@@ -361,7 +348,7 @@ def observe(runs: list[dict], p: dict, readouts, factor: float) -> dict[str, pd.
     sw = sw[sw.arm.notna()]
     scales = {f"d{d}": {"d_model": d} for d in p["scales"]}
     choices, tuned, seeds = read_sweep(sw, {k: {"arm": k} for k in swept}, scales, loss="eval_mixed")
-    runs = fixed_runs(runs, p)
+    runs = fixed_rate(runs, p)
     lm = [r for n in ("lines", "windows", "encoder", "null") for r in part(runs, n)]
     t = runs_table(lm, readouts, **extra)
     base = t[t["part"] != "null"]

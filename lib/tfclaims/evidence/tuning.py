@@ -119,6 +119,18 @@ def sensitivity_interval(curve: np.ndarray, level: float = 0.95, seed: int = 0) 
 
 
 # ------------------------------------------------------------------ reading a sweep from an observation table
+def fixed_rate(records: list[dict], p: dict) -> list[dict]:
+    """The records of a claim's fixed-rate design: at the profile's `lr` and `d_model` (a config without one
+    counts as at it) and not on a selection seed; a sweep's other records are read from its own table."""
+    sel = set(p["selection_seeds"])
+
+    def fixed(c: dict) -> bool:
+        at = c.get("lr", p["lr"]) == p["lr"] and c.get("d_model", p["d_model"]) == p["d_model"]
+        return at and c["seed"] not in sel
+
+    return [r for r in records if fixed(r["config"])]
+
+
 def _select(df: pd.DataFrame, fields: Mapping) -> pd.DataFrame:
     mask = np.ones(len(df), bool)
     for k, v in fields.items():
