@@ -254,8 +254,12 @@ class Drawn(Toy):
 
 
 def _files(root):
+    """Every published file's bytes and modification time; the sweep's lock file is no publication (filelock
+    versions differ in whether acquiring it touches it: newer ones do)."""
     return {
-        p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted((root / "toy").glob("**/*")) if p.is_file()
+        p: (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted((root / "toy").glob("**/*"))
+        if p.is_file() and p.name != ".lock"
     }
 
 
