@@ -111,45 +111,6 @@ class AttentionComplexity(Experiment):
     title = "Self-attention costs O(n²·d); multi-head costs the same as one head"
     order = 6
     times_code = True
-    statement = (
-        "Self-attention over n tokens of width d costs O(n²·d): the score matrix QKᵀ and the weighted sum "
-        "PV each take n²·d multiply-adds and the softmax n² operations. Splitting the width into h heads of "
-        "size d/h leaves the cost unchanged. In a Transformer block the n² term overtakes the projections "
-        "and the FFN once n exceeds a few times d."
-    )
-    notes_say = "attention is O(n²d); h heads of d/h cost the same as one head"
-    anchors = [
-        "Vaswani et al. 2017, Table 1: self-attention O(n²·d) per layer against recurrent O(n·d²); attention "
-        "is cheaper when n < d.",
-        "Kaplan et al. 2020: forward FLOPs per token ≈ 2N + 2·n_layer·n_ctx·d (N non-embedding "
-        "parameters); the context term is half of QKᵀ + PV over the full n×n as counted here "
-        "(4·n_layer·n_ctx·d).",
-        "Under the convention QKᵀ + PV (4·n·d per token per layer) against projections + FFN (24·d² with "
-        "d_ff = 4d), the n² term overtakes at n = 6d.",
-    ]
-    anchor_number = "O(n²·d); crossover with projections + FFN at n = 6d (QKᵀ+PV vs 24d²)"
-    method = (
-        "Two parts. `count`: torch's FlopCounterMode with SDPA forced onto the MATH backend (the fused CPU "
-        "kernel has no FLOP formula and counts zero) over the library's Attention (explicit and SDPA "
-        "backends, causal and not) and Block, on the meta device (same dispatched operations, no memory), "
-        "for a grid of n, d and h, and GPT-2 small's whole forward; each count is compared with the closed "
-        "forms in `tfclaims.measure.counting`. Convention: a multiply-add is 2 FLOPs, only matmuls count "
-        "(norms, softmax, GELU and biases are not), causal masking is not discounted (the MATH and explicit "
-        "paths compute the full n×n scores). `time`: one run per sweep (n at each width, d at fixed n and "
-        "head size h = d/head size, h at fixed d and n); in each, `timing.time_interleaved` times every "
-        "size and unit round by round (so a change in background load lands on every size alike), after "
-        "warm-up, each sample repeating fast calls to last at least 2 ms; batch 1, no autograd, non-causal "
-        "attention, one CPU thread (so that thread-pool effects do not bend the exponents). Units: the "
-        "attention module (explicit, fused SDPA), a pre-LN block (SDPA), the score part alone "
-        "(QKᵀ/softmax/PV, explicit and fused) and the dense part (norms, projections, FFN). Exponents: in "
-        "every round, least squares of log time on log n (or d), at the sizes where the n² term holds at "
-        "least 80% of the unit's FLOPs (n ≥ 8d for attention, n ≥ 24d for a block); the exponent the FLOP "
-        "closed form predicts over the same sizes is the reference it is compared with, the rounds are the "
-        "units of the test. Heads: log time at h heads against one head, paired over the rounds of one "
-        "interleaved timing. Noise floor: in every sweep the fused attention module at one size is timed "
-        "twice under two names in the same interleaved call (A/A), and the two are compared like any pair "
-        "of arms."
-    )
     profiles = {
         "quick": {
             "count_ns": [16, 64], "count_ds": [32], "count_hs": [1, 4],

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from tfclaims.analysis import dk_scaling as view
-from tfclaims.claims.dk_scaling import dk_init_probe, dk_monte_carlo, dk_overrides, dk_train, dk_train_qknorm
+from tfclaims.claims.dk_scaling import dk_init_probe, dk_monte_carlo, dk_train, dk_train_qknorm
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import (
     Better,
@@ -21,10 +19,18 @@ from tfclaims.evidence.declare import (
     check,
 )
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.grids.dk_scaling import (
+    NULL_OFFSET,
+    SWEPT,
+    grid_init,
+    grid_logit,
+    grid_mc,
+    grid_null,
+    grid_sweep,
+    grid_train,
+)
+from tfclaims.grids.sweep import profile_sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.harness.sweep import profile_sweep, sweep_grid
-from tfclaims.nn.config import ConfigError
-from tfclaims.train.small_lm import model_config
 
 LAW_TOL = 0.10  # Monte Carlo Var(q.k)/d_k (and the scaled variance) must lie within 10% of 1
 SAT_MAX_P = 0.9  # unscaled mean max probability at the largest d_k must exceed this
@@ -32,88 +38,8 @@ SAT_FLAT = 0.05  # scaled softmax: the slope of ln|J| per doubling of d_k inside
 ADD_RATIO = 4.0  # additive scores' variance: max/min across d below this
 TRAIN_MARGIN = 0.02  # nats: TOST margin reported beside the training comparisons
 LEARN_MARGIN = 0.10  # nats below the unigram cross-entropy: the run learned
-NULL_OFFSET = 1000
-BASE_INIT = "normal"  # the library's init for every other weight; W_q, W_k are re-initialised (qk_std)
-TRAIN_KEYS = (
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "steps",
-    "batch",
-    "seq_len",
-    "lr",
-    "eval_every",
-    "eval_batches",
-)
-
 FINAL = rd.final_loss()
 LEARNED = rd.learned(LEARN_MARGIN)
-
-
-def _train_cfg(p: dict, dk: int, scaled: bool, qk_std: float = 1.0) -> dict:
-    return {"dk": dk, "init": BASE_INIT, "scaled": scaled, "qk_std": qk_std, **{k: p[k] for k in TRAIN_KEYS}}
-
-
-def grid_mc(p):
-    return [{"dks": p["mc_dks"], "samples": p["mc_samples"], "seed": 0}]
-
-
-def grid_init(p):
-    keys = ("d_model", "n_heads", "seq_len")
-    return [
-        {"dk": dk, "init": i, **{k: p[k] for k in keys}, "seed": 0}
-        for dk in p["mc_dks"]
-        for i in ("normal", "torch", "xavier", "unit")
-        if dk <= 1024
-    ]
-
-
-def grid_train(p):
-    """d_k varied with unit-variance q and k components: scaled vs unscaled on the same seeds."""
-    cfgs = [_train_cfg(p, dk, s) for dk in p["dks"] for s in (True, False)]
-    for c in cfgs:
-        model_config(c, 96, **dk_overrides(c))  # validates sizes before anything runs
-    return [{**c, "seed": s} for c in cfgs for s in p["seeds"]]
-
-
-def grid_logit(p):
-    """d_k fixed at ref_dk, scaled, the initial logit standard deviation varied directly: q/k components of
-    standard deviation sqrt(s) give scaled logits of standard deviation s (s = 1: the training grid's arm)."""
-    if p["ref_dk"] not in p["dks"]:
-        raise ConfigError(f"ref_dk={p['ref_dk']} must be one of dks {p['dks']}")
-    return [
-        {**_train_cfg(p, p["ref_dk"], True, float(np.sqrt(s))), "seed": seed}
-        for s in p["logit_stds"]
-        for seed in p["seeds"]
-    ]
-
-
-def grid_null(p):
-    """The null pair: the scaled arm at null_dk rerun at seeds s + NULL_OFFSET."""
-    return [{**_train_cfg(p, p["null_dk"], True), "seed": s + NULL_OFFSET} for s in p["seeds"]]
-
-
-# The swept arms at d_k = sweep_dk: name -> (part whose recipe runs it, scaled)
-SWEPT = {"scaled": ("train", True), "unscaled": ("train", False), "unscaled, qk-norm": ("qknorm", False)}
-
-
-def grid_sweep(p, done):
-    """Per swept arm and scale ([d_model, heads], d_k fixed), the learning-rate sweep on selection seeds, then
-    the chosen rate on the fresh seeds (`harness.sweep`); scaled and unscaled runs are the training part's, so
-    a chosen rate equal to `lr` reuses the fixed-rate runs at d_k = sweep_dk."""
-    if p["sweep_dk"] not in p["dks"] or [p["d_model"], p["n_heads"]] != list(p["scales"][0]):
-        raise ConfigError(
-            f"sweep_dk must be one of dks and scales must start with [d_model, n_heads] = "
-            f"[{p['d_model']}, {p['n_heads']}], got {p['sweep_dk']}, {p['scales']}"
-        )
-
-    def make(arm, scale, lr, seed):
-        part, scaled = SWEPT[arm["arm"]]
-        cfg = {**_train_cfg(p, p["sweep_dk"], scaled), "d_model": scale["d"], "n_heads": scale["h"], "lr": lr}
-        return {"part": part, **cfg, "seed": seed}
-
-    scales = [{"d": d, "h": h} for d, h in p["scales"]]
-    return sweep_grid(profile_sweep(p), {k: {"arm": k} for k in SWEPT}, scales, make, done)
 
 
 COLLAPSE = Readout(
@@ -144,55 +70,6 @@ class DkScaling(Experiment):
     claim_id = "dk_scaling"
     title = "Scaling q·k by 1/sqrt(d_k) keeps logits at unit variance"
     order = 2
-    statement = (
-        "For query and key vectors with independent zero-mean unit-variance components, q·k has variance "
-        "d_k; without the 1/sqrt(d_k) factor, large d_k pushes softmax towards a one-hot argmax, its "
-        "gradients vanish and training slows. Additive attention's scores do not grow with dimension."
-    )
-    notes_say = "Var(q·k) = d_k; unscaled softmax saturates, gradients vanish, training slows"
-    anchors = [
-        "Vaswani et al. 2017 §3.2.1 and footnote 4: Var(q·k) = d_k for unit-variance components; additive "
-        "attention beats unscaled dot product for large d_k.",
-        "Britz et al. 2017 (LSTM NMT, BLEU): unscaled multiplicative attention 22.03 / 22.33 / 21.78 / 18.22 "
-        "at sizes 128 / 256 / 512 / 1024, additive ≈22.1–22.5 throughout.",
-    ]
-    anchor_number = "Britz et al.: unscaled dot product falls to 18.2 BLEU at d=1024 (additive ≈22.3)"
-    method = (
-        "(1) Monte Carlo with i.i.d. N(0,1) components: Var(q·k) against d_k, and softmax saturation over 64 "
-        "keys (mean max probability, entropy, norm of the softmax Jacobian per query) scaled vs unscaled; "
-        "additive (Bahdanau) scores with PyTorch's default init for comparison. (2) As initialised: the "
-        "first layer's q and k of the library's LM on real text at init, under the library's inits (normal "
-        "0.02, PyTorch's default, Xavier) and 'unit' (W_q, W_k ~ N(0, 1/d_model), which gives unit-variance "
-        "components for LayerNorm's unit-variance output): component variances, Var(q·k), and the law's "
-        "prediction d_k·Var(q)·Var(k). With a library init the premise does not hold and the component "
-        "variance falls as the attention width grows (Xavier: Var(q·k) 28.6 at d_k = 16, 12.2 at 256), so a "
-        "d_k sweep at a library init varies the logit scale the wrong way. (3) Training, d_k varied: "
-        "character LM on the Shakespeare texts, head size d_k ∈ {16, 64, 256, 1024} at fixed d_model "
-        "(attention width h·d_k), W_q and W_k re-initialised for unit-variance q and k components (the "
-        "claim's premise: unscaled logits then start with standard deviation sqrt(d_k)), every other weight "
-        "the library's normal init; scaled vs unscaled on the same seeds (same init and data order). (4) "
-        "Training, the logit scale varied directly: d_k fixed at 64, scaled attention, q/k components of "
-        "standard deviation sqrt(s) so that the initial logits have standard deviation s ∈ {1, 4, 8, 16, 32} "
-        "(what unscaled attention starts with at d_k = 1, 16, 64, 256, 1024): separates the logit scale from "
-        "d_k. During training, on a fixed validation batch at every evaluation: the first layer's logit "
-        "variance and mean max attention probability, and the gradient norm ∂L/∂W_q of every layer (read "
-        "with autograd, the optimiser's gradients untouched). Default profile: d_model = 64, 2 layers, 2 "
-        "heads, context 64, batch 32, 400 steps, lr 3e-3 (10% warmup, cosine), 5 seeds. A null pair (the "
-        "scaled arm at d_k = 256 rerun at seeds s + 1000) gives the noise floor of the final validation "
-        "loss. (5) The learning-rate sweep (Wortsman et al. 2023): at d_k = 64, scaled, unscaled, and "
-        "unscaled with qk-layernorm (a per-head LayerNorm on q and k, their positive control for "
-        "attention-logit growth) each over six peak rates 7.5e-4 to 2.4e-2 (×2 apart, 1.5 decades) on three "
-        "selection seeds (100–102); each arm's rate is the one with the lowest mean final loss there (a "
-        "diverged run counted at the loss at init; a choice at an end of its sweep widens the sweep by one "
-        "more ×2 step, at most twice), and the arms are compared at their chosen rates on the five fresh "
-        "seeds (a chosen rate of 3e-3 reuses the fixed-rate runs). A second width, d_model = 136 with 4 "
-        "heads of d_k = 64 (4.2× the parameters), sweeps each arm's first-width choice ×¼, ×½, ×1 on the "
-        "same selection seeds, then its own choice on the fresh seeds. The mechanism is read on the "
-        "fixed-rate runs: layer 1's mean max attention probability at the end (collapse) and the growth of "
-        "its logit variance. History: the previous design varied d_k at library inits (normal and Xavier) "
-        "for 150 steps of 16×64 characters at d_k ≤ 256 and found Xavier's unscaled arm worse by 0.12 nats "
-        "at d_k = 256 and the normal-init cells undecided; a review found the premise never held there."
-    )
     profiles = {
         "quick": {
             "mc_dks": [8, 64], "mc_samples": 2000, "dks": [8, 32], "d_model": 32, "n_layers": 1, "n_heads": 2,

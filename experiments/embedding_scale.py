@@ -8,8 +8,8 @@ from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import ALL, Better, Declaration, NullPair, SubClaim, arm, bound, cell, cells
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.tuning import fixed_rate
+from tfclaims.grids.sweep import profile_sweep, sweep_grid
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.harness.sweep import profile_sweep, sweep_grid
 from tfclaims.nn.config import ConfigError
 from tfclaims.train.small_lm import run_fields, train_profile
 
@@ -62,7 +62,7 @@ def grid_null(p):
 
 def grid_sweep(p, done):
     """The claim's setting (N(0, 1/d) init, sinusoidal positions, tied) with and without the factor: each
-    arm's learning-rate sweep per width (`harness.sweep`); the runs are the training part's, so a chosen rate
+    arm's learning-rate sweep per width (`grids.sweep`); the runs are the training part's, so a chosen rate
     equal to the profile's reuses the fixed-rate runs."""
     if p["scales"][0] != [p["d_model"], p["n_heads"]] or len({d for d, _ in p["scales"]}) != len(p["scales"]):
         raise ConfigError(
@@ -92,51 +92,6 @@ class EmbeddingScale(Experiment):
     claim_id = "embedding_scale"
     title = "Scaling embeddings by sqrt(d_model) restores unit variance"
     order = 14
-    statement = (
-        "Token embeddings initialised with variance 1/d_model (Xavier-style) have unit variance once "
-        "multiplied by sqrt(d_model), which is why the original Transformer scales them; at that scale they "
-        "converge better."
-    )
-    notes_say = (
-        "multiply embeddings by sqrt(d_model): Xavier init gives variance 1/d, the factor restores 1, helps "
-        "convergence"
-    )
-    anchors = [
-        "Vaswani et al. 2017 §3.4: in the embedding layers the weights are multiplied by sqrt(d_model) (no "
-        "reason or ablation given); positions are added as sinusoids of amplitude 1 (variance 1/2 per "
-        "component).",
-        "GPT-2 (Radford et al. 2019) and T5 do not scale: GPT-2 draws embeddings from N(0, 0.02²) and adds "
-        "learned positions of the same scale.",
-    ]
-    anchor_number = "no published ablation; Transformer base: d = 512, factor 22.6"
-    method = (
-        "(1) As initialised, on a batch of real text: the variance of the token part of the first block's "
-        "input (after any sqrt(d) factor), of the position part, the token share of their sum, and the "
-        "first block's relative update ||block(h) − h|| / ||h||, over widths, for the library's two "
-        "embedding inits (N(0, 0.02²) as in GPT-2, and N(0, 1/d) with Xavier linears), learned and "
-        "sinusoidal positions, with and without the factor. (2) Training, the claim's setting: the character "
-        "LM with N(0, 1/d) embeddings, sinusoidal positions and a tied head (the notes' Transformer), with "
-        "and without the factor, trained to a plateau (1,000 steps of 32×64 characters, 2 layers). Each arm "
-        "gets its own learning rate (Wortsman et al. 2023): a sweep over six peak rates 7.5e-4 to 2.4e-2 "
-        "(×2 apart, 1.5 decades) on three selection seeds (100–102), the lowest mean final validation loss "
-        "chosen (a diverged run counted at the loss at init; a choice at an end widens the sweep by one ×2 "
-        "step, at most twice), and the arms compared at their chosen rates on five fresh seeds (0–4; a "
-        "chosen rate of 3e-3 reuses the fixed-rate runs); a second width, d = 136 with 4 heads (4.3× the "
-        "parameters), sweeps each arm's first-width choice ×½ and ×1, then compares again. At one rate "
-        "(3e-3), the same arms with learned positions are reported as context. Per run: the final "
-        f"validation loss, the escape step (the first step the {ESCAPE_WINDOW}-step mean training loss is "
-        f"{LEARN_MARGIN} nats below the unigram level) and the embedding variances during training. (3) "
-        "Mechanism, untied head, sinusoidal positions, at one rate: under Adam a weight moves about the "
-        "learning rate per step whatever its scale, so the factor also makes the embedding move sqrt(d)× "
-        "faster in the units the model sees. A 2×2 separates the two: the embedding's variance at init (1/d "
-        "or 1) × its effective step (×1 or ×sqrt(d)), from N(0, 1/d) and N(0, 1) tables without the factor "
-        "and N(0, 1/d²) and N(0, 1/d) tables with it. A null pair (the tied arm without the factor, "
-        f"sinusoidal positions, rerun at seeds s + {NULL_OFFSET}) gives the noise floor of the final "
-        "validation loss. History: the previous design trained both inits and both position kinds at one "
-        "rate (3e-3) and counted both position kinds: with − without was +0.116 nats (learned positions, "
-        "the factor worse) and −0.026 (sinusoidal, undecided) under N(0, 1/d), and −0.388 (sinusoidal) under "
-        "N(0, 0.02²), where the unscaled tokens are swamped by unit-amplitude positions."
-    )
     profiles = {
         "quick": train_profile("quick", init_dims=[32, 128], inits=["xavier"],
                                positions=["learned", "sinusoidal"], scales=[[32, 2], [48, 2]],

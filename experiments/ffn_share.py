@@ -125,41 +125,6 @@ class FFNShare(Experiment):
     claim_id = "ffn_share"
     title = "The FFN holds about 2/3 of a block's parameters"
     order = 4
-    statement = (
-        "In a Transformer block the feed-forward network owns about two thirds of the parameters, or more: "
-        "with d_ff = 4d its two matrices hold 8d² against attention's 4d² (GPT-2: ≈66.6%)."
-    )
-    notes_say = "FFN ≥ 66% of attention + FFN parameters; GPT-2 ≈ 66.6%"
-    anchors = [
-        "Kaplan et al. 2020: N ≈ 12·n_layer·d² (attention 4d², FFN 8d² with d_ff = 4d).",
-        "GPT-2 small has 124,439,808 parameters; one block 7,087,872, of which the FFN is 4,722,432 (66.6%); "
-        "the FFN is 45.5% of the whole model with embeddings.",
-        "LLaMA's SwiGLU uses three matrices with d_ff ≈ 8d/3, keeping ≈2/3; LLaMA-2-70B (GQA, 8 K/V heads, "
-        "d_ff = 28672) has ≈82% of a block in the FFN.",
-        "Published totals the closed forms reproduce: Llama-3-8B 8,030,261,248; Mistral-7B 7,241,732,096; "
-        "Gemma-7B 8,537,680,896; Falcon-7B 6,921,720,704; T5 v1.1 base 247,577,856.",
-    ]
-    anchor_number = "GPT-2 small block: 66.6%; with embeddings 45.5%"
-    method = (
-        "Two parts. `counts`: for each published configuration (GPT-2, BERT, the original Transformer, "
-        "LLaMA, LLaMA-2-70B, Mixtral, and Llama-3-8B, Mistral-7B, Gemma-7B, Falcon-7B, T5 v1.1 base and a "
-        "generic parallel block; widths from each model's config.json, listed in "
-        "`tfclaims.claims.ffn_share`), closed-form counts beside the library's modules instantiated on the "
-        "meta device: attention, FFN, block and whole model (a parallel block is built from the library's "
-        "attention, FFN and norm with one norm feeding both; an encoder–decoder's encoder stack is built, "
-        "its decoder block is counted in closed form and checked against torch's `TransformerDecoderLayer` "
-        "for the original Transformer). The test suite also checks the counts against Hugging Face "
-        "`transformers` models built from configs (GPT-2, BERT, LLaMA, Mixtral, Llama-3, Mistral, Gemma, "
-        "Falcon, T5, GPT-J). A gated GELU FFN (Gemma's GeGLU, T5's gated-gelu) has SwiGLU's three matrices "
-        "and is counted as such. Shares are FFN / (attention + FFN) per block (norms excluded, as in the "
-        "notes' count of the MLP and attention modules); encoder–decoders are rows of their encoder block, "
-        "and their decoder blocks (with cross-attention) are judged beside them for the 66% wording. "
-        "`flops`: forward FLOPs per token of one block (matmuls, a multiply-add = 2) for the FFN against "
-        "attention (W_q, W_k, W_v, W_o plus QK^T and AV over the keys a query sees: the causal mean (n + "
-        "1)/2 for decoders, capped by Mistral's 4096-token window; all n keys for encoders) at contexts 512 "
-        "to 131,072, and the context where attention overtakes the FFN (also with every query charged all n "
-        "keys)."
-    )
     profiles = {
         "quick": {
             "presets": ["gpt2-small", "bert-base", "transformer-base", "llama-7b", "llama3-8b", "falcon-7b",

@@ -61,37 +61,6 @@ class FlashMemory(Experiment):
     title = "A fused attention kernel keeps only per-row softmax statistics, not the n×n matrix"
     order = 8
     times_code = True
-    statement = (
-        "An attention implementation that materialises the n×n probability matrix must keep it for the "
-        "backward pass, so its activation memory grows as n². A fused kernel (FlashAttention-style) "
-        "recomputes the scores in backward and keeps only the inputs, the output and one softmax normaliser "
-        "per row (the log-sum-exp), so its memory grows linearly in n."
-    )
-    notes_say = "fused attention keeps only the log-sum-exp per row for backward, not the n×n matrix"
-    anchors = [
-        "Dao et al. 2022 (FlashAttention): memory linear in sequence length; 10× memory saving at sequence "
-        "length 2K and 20× at 4K against standard attention (GPU).",
-        "The forward pass keeps the output and per-row softmax statistics (m, ℓ); the backward recomputes "
-        "the attention matrix block by block from Q, K, V. FlashAttention-2 (Dao 2023) keeps a single "
-        "log-sum-exp per row.",
-    ]
-    anchor_number = "FlashAttention: memory linear in n; 10× at 2K, 20× at 4K"
-    method = (
-        "One part, `saved`, one run per n. Device-independent: the bytes of the distinct storages autograd "
-        "saves for backward (`measure.saved_bytes`, saved-tensor hooks; parameters excluded), measured as "
-        "the forward runs, for the attention core on leaf q, k, v (batch 1) and for the library's causal "
-        "Attention module, against n. Paths: the library's explicit backend (materialises the n×n scores), "
-        "SDPA forced onto the MATH kernel, and SDPA with PyTorch's default kernel choice (on CPU: the fused "
-        "flash kernel) without a mask, with is_causal, and with a boolean mask tensor. Every saved tensor's "
-        "shape and dtype is listed, and every byte count is compared with a formula derived by hand from "
-        "what each operation saves. Exponents are least-squares log-log fits over n ≥ 16·head size. "
-        "Gradients of the fused and explicit paths are compared. On CUDA, the peak allocated memory of "
-        "forward + backward is also recorded (`torch.cuda.max_memory_allocated` after a reset). Part "
-        "`peak`: the peak memory of forward + backward of the core (explicit and fused, plain and causal) "
-        "at a few n, on a GPU from the allocator, on the CPU from the profiler's memory events (allocations "
-        "and frees in time order, the largest running sum). The byte counts are deterministic: every check "
-        "is exact, with no seeds and no noise floor."
-    )
     profiles = {
         "quick": {"heads": 2, "head_dim": 16, "ns": [16, 32, 64, 128, 256, 512], "inventory_n": 64,
                   "grad_check_max_n": 128, "peak_ns": [256, 512]},

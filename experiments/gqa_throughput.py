@@ -111,55 +111,6 @@ class GQAThroughput(Experiment):
     title = "MQA/GQA raise decoding throughput by 30–40% at a small quality cost"
     order = 5
     times_code = True
-    statement = (
-        "Letting groups of query heads share one key/value head (GQA), or all of them share a single one "
-        "(MQA), shrinks the KV cache by h / n_kv_heads; autoregressive decoding, which re-reads that cache "
-        "for every new token, gets faster by 30–40% while the model loses only a little quality. Prefill "
-        "and training, which are dominated by matrix products rather than by reading the cache, should "
-        "barely change."
-    )
-    notes_say = "MQA: many query heads, one K/V head; throughput +30–40%, slight quality drop; GQA in between"
-    anchors = [
-        "Shazeer 2019 (MQA, WMT14 EN-DE, TPUv2): decoder time per token 46 → 3.8 µs greedy (≈12×), 203 → 32 "
-        "µs with beam 4 (≈6×); training step time unchanged (13.2 vs 13.0 µs/token); dev ln(PPL) 1.424 → "
-        "1.439 with the FFN widened to match parameters.",
-        "Ainslie et al. 2023 (GQA, T5-XXL, TPUv4): time per sample MHA 1.51 s, GQA-8 0.28 s (5.4×), MQA "
-        "0.24 s (6.3×); average quality 47.2 / 47.1 / 46.6; MHA checkpoints converted by mean-pooling K/V "
-        "heads (better than keeping the first head or random init) then uptrained with 5% of the "
-        "pre-training compute.",
-        'No source found for "30–40%": the speed-up depends on how much of a decoding step is spent reading '
-        "the KV cache rather than the weights, so it should grow with batch × context.",
-    ]
-    anchor_number = "Shazeer: 46 → 3.8 µs/token (≈12×); Ainslie: 1.51 → 0.24 s/sample (6.3×)"
-    method = (
-        "(1) Decoding: whole decoder-only models (pre-LN, GELU FFN 4d, learned positions, char vocabulary) "
-        "with n_kv_heads ∈ {h, h/2, …, 1}, the library's `sdpa` backend and a preallocated KV cache. For "
-        "each batch × context cell the cache is filled to the context length (random values: timing does "
-        "not depend on them) and a fixed number of greedy single-token steps is timed (writing at position "
-        "= context); all variants of a cell, and MHA at sdpa a second time under another name (the A/A "
-        "pair), are timed in interleaved rounds, each in a fresh seeded order, after warm-up "
-        "(`timing.time_interleaved`, load average recorded), on one thread (profile parameter `threads`). "
-        "(2) Bytes: KV-cache size (`counting.kv_cache_bytes`); bytes read per decoding step = every weight "
-        "once (the positional table only for the rows used) + the whole filled K and V of every layer; "
-        "achieved bandwidth = bytes / time, against the copy bandwidth (read + write) measured in the same "
-        "run. The byte-predicted speed-up is bytes(MHA) / bytes(variant). (3) Prefill (a prompt through the "
-        "cache) and one AdamW training step, timed the same way (sdpa). (4) Quality: character LMs on the "
-        "Shakespeare texts trained with each n_kv_heads for the same steps over several seeds, plus MQA "
-        "with the FFN widened to match MHA's parameter count (as Shazeer did), and the MHA arm rerun at "
-        f"seeds + {NULL_OFFSET} (the null pair). (5) Conversion: each seed's trained MHA model converted to "
-        "every smaller n_kv_heads by mean-pooling the K/V head projections (Ainslie et al.) or keeping each "
-        "group's first head, evaluated at once and after uptraining for 5% of the original steps (peak lr "
-        "0.3×, warm-up 10%, cosine); the MHA model uptrained the same way is the control. (6) Backends: "
-        "every variant of every cell is timed with both attention backends in the same rounds (PyTorch's "
-        "SDPA with enable_gqa, and the library's explicit backend, whose grouped matmul reads the shared "
-        "K/V in place). Every timing comparison sets both arms at one backend, declared before the timings "
-        "were read: sdpa (scaled_dot_product_attention, the standard fused path) is the one counted, "
-        "explicit is reported as a second set of the same comparisons (until this re-analysis each variant "
-        "was read at its faster backend, chosen on the rounds then tested). A roofline per cell sets the "
-        "compulsory bytes over the copy bandwidth against the counted FLOPs over the measured GEMM peak (an "
-        "n × n matmul on the same threads); cells whose 1-minute load average exceeded the cores left free "
-        "are flagged."
-    )
     profiles = {
         "quick": {
             "d_model": 64, "n_layers": 2, "n_heads": 4, "batches": [1, 4], "contexts": [16, 64],

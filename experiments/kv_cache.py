@@ -95,39 +95,6 @@ class KVCacheClaim(Experiment):
     title = "A KV cache makes each decoding step O(n) instead of O(n²)"
     order = 7
     times_code = True
-    statement = (
-        "When generating token by token, keeping the keys and values of earlier positions (a KV cache) means "
-        "each new token costs one forward pass of a single position that attends to the n cached keys, O(n) "
-        "in the context length, instead of re-running the whole prefix, whose attention costs O(n²). The "
-        "price is memory that grows linearly with n."
-    )
-    notes_say = "with a KV cache each decoding step is O(n) instead of O(n²)"
-    anchors = [
-        "Kaplan et al. 2020: forward FLOPs per token ≈ 2N + 2·n_layer·n_ctx·d, i.e. a cached decoding step "
-        "grows linearly with the context; recomputing the prefix costs n such tokens, with an n² attention "
-        "term.",
-        "KV-cache size is 2·n_layer·n·n_kv·d_head values per sequence: GPT-2 small at 1024 tokens in fp16 ≈ "
-        "37.7 MB; LLaMA-2-70B keeps 8 K/V heads (GQA) so 4096 tokens take ≈ 1.34 GB instead of ≈ 10.7 GB.",
-    ]
-    anchor_number = "cached step O(n), uncached O(n²); cache = 2·L·n·n_kv·d_head values"
-    method = (
-        "A decoder-only LM of the library (random init; timing does not depend on the weights), batch 1, "
-        "float32, no autograd, one CPU thread. Per-step cost at context n: the cached step is one token "
-        "through the model with n − 1 positions already in a `KVCache` (the cache position is reset before "
-        "each repeat so every repeat does the same work); the uncached step is the forward over all n "
-        "tokens, as `LM.generate(use_cache=False)` does each step. All lengths, cached and uncached, and the "
-        "cached step at the largest n a second time (the A/A pair), are timed round by round with "
-        "`timing.time_interleaved` (after warm-up; a change in background load lands on every length alike; "
-        "load average recorded), and the two steps' logits are compared. FLOPs per step are counted with "
-        "torch's counter (SDPA on the MATH kernel) on the meta device and compared with "
-        "`counting.lm_forward_flops`. Total generation time of N tokens from a short prompt is timed the "
-        "same way with `LM.generate(use_cache=True/False)`. Cache memory is the allocated `KVCache` (bytes) "
-        "against `counting.kv_cache_bytes`, and the closed form is applied to published configurations. "
-        "Linear part: a larger model (default d = 512, 4 layers: 16 KiB of K/V per position, so the cache "
-        "passes 32 MiB at n = 2048 and reaches 256 MiB at 16,384) with its cache filled with random values, "
-        "one cached step per context length, all lengths and the largest again (A/A) interleaved round by "
-        "round; a large copy's bandwidth is measured before and after."
-    )
     profiles = {
         "quick": {"d_model": 32, "n_heads": 2, "n_layers": 1, "ns": [16, 64, 256, 512, 1024],
                   "gen_ns": [8, 16], "prompt": 4, "warmup": 1, "repeats": 3, "gen_repeats": 3, "threads": 1,

@@ -51,33 +51,6 @@ class LabelSmoothing(Experiment):
     claim_id = "label_smoothing"
     title = "Label smoothing trades training loss for generalisation"
     order = 16
-    statement = (
-        "Training against smoothed targets (1 − ε on the true token, ε spread over the vocabulary) raises "
-        "the training loss but improves generalisation to held-out data; it also makes the model less "
-        "over-confident."
-    )
-    notes_say = "label smoothing (e.g. 0.1) sacrifices training error to improve generalisation"
-    anchors = [
-        "Szegedy et al. 2016 (Inception-v3) introduced it (ε = 0.1), with a small top-1 gain on ImageNet.",
-        "Vaswani et al. 2017 Table 3 (D), newstest2013 dev: ε = 0 gives perplexity 4.67 and 25.3 BLEU, ε = "
-        "0.1 (base) 4.92 and 25.8, ε = 0.2 5.47 and 25.7: it 'hurts perplexity … but improves accuracy and "
-        "BLEU'.",
-        "Müller et al. 2019: label smoothing improves calibration (lower expected calibration error, close "
-        "to temperature scaling) and accuracy, but hurts knowledge distillation.",
-    ]
-    anchor_number = "Transformer: PPL 4.67 → 4.92, BLEU 25.3 → 25.8 with ε = 0.1"
-    method = (
-        "A subword LM (byte-level BPE, 4096 tokens, `tfclaims.data.bpe`) trained for many epochs on a small "
-        "slice of the training text, so that it over-fits and grows over-confident, with ε ∈ {0, 0.05, 0.1, "
-        "0.2} on the same seeds (same init and data order). The held-out plays are split in two halves: a "
-        "calibration split (early stopping and the temperature) and a test split (every reported number). "
-        "At every evaluation, with plain (unsmoothed) cross-entropy: the loss on the training slice, and on "
-        "the test split the loss, top-1 accuracy, mean confidence and expected calibration error (ECE, "
-        f"{N_BINS} equal-width confidence bins). At the end, for the last model and for the early-stopped "
-        "one, a temperature T* is fitted on the calibration split (the NLL minimum over T, "
-        "`tfclaims.measure.calibration.fit_temperature`) and the test split is scored again at T*. A null "
-        f"pair (ε = 0 rerun at seeds s + {NULL_OFFSET}) gives the noise floor of every measure."
-    )
     profiles = {
         "quick": subword_profile("quick", epsilons=[0.0, 0.1], subset_tokens=2048),
         "default": subword_profile("default", epsilons=[0.0, 0.05, 0.1, 0.2], subset_tokens=40960,

@@ -142,52 +142,6 @@ class LayerNormVariants(Experiment):
     claim_id = "layernorm_variants"
     title = "The notes' hand-written LayerNorm and RMSNorm vs the standard definitions"
     order = 11
-    statement = (
-        "The notes' hand-written LayerNorm divides by the unbiased standard deviation plus eps (eps outside "
-        "the square root), and their RMSNorm divides by the root mean square plus eps; these are "
-        "interchangeable with the standard layers (torch.nn.LayerNorm: biased variance, eps inside the root; "
-        "torch.nn.RMSNorm: eps inside the root)."
-    )
-    notes_say = (
-        "LayerNorm as g·(x−mean)/(std+eps)+b with unbiased std, eps = 1e-6; RMSNorm as g·x/(rms+eps), "
-        "eps = 1e-8"
-    )
-    anchors = [
-        "Ba et al. 2016 (Layer Normalization) define the statistics with the mean over the d features: σ = "
-        "sqrt(mean((x−μ)²)), i.e. the biased estimate; torch.nn.LayerNorm computes (x−μ)/sqrt(Var_biased + "
-        "eps).",
-        "Zhang & Sennrich 2019 (RMSNorm): RMS(x) = sqrt(mean(x²)); torch.nn.RMSNorm computes x/sqrt(mean(x²) "
-        "+ eps).",
-        "The notes' LayerNorm is the form popularised by the Annotated Transformer (x.std(), which is "
-        "unbiased in PyTorch, plus eps): the two differ by sqrt(d/(d−1)), 1/(2d) relative, plus the eps "
-        "placement.",
-    ]
-    anchor_number = "closed form: unbiased std changes outputs by 1 − sqrt((d−1)/d) ≈ 1/(2d)"
-    method = (
-        "All variants at gain 1 and bias 0 scale (x − mean) or x by a per-token factor, so they differ only "
-        "in that factor; the closed forms (notes LN: 1/(σ·sqrt(d/(d−1)) + eps) vs 1/sqrt(σ² + eps); notes "
-        "RMS: 1/(r + eps) vs 1/sqrt(r² + eps)) are checked against measured outputs of torch.nn.LayerNorm / "
-        "torch.nn.RMSNorm and the notes' variants (float32). Part `width`: relative output difference "
-        "||y_notes − y_torch|| / ||y_torch|| per token vs width d at unit-variance inputs. Part `scale`: the "
-        "same vs input scale σ (10⁻⁷…10²) at two widths: tiny-variance inputs are where eps placement "
-        "matters, and σ* is the largest scale at which the difference exceeds 1%. Part `train`, the "
-        "checkpoint swap: the character LM is trained, per family (LayerNorm, RMSNorm), once with torch's "
-        "formula (eps = 1e-5 inside the root) and once with the notes' formula at the notes' own eps "
-        "(LayerNorm 1e-6, RMSNorm 1e-8, outside the root) in every norm, same seeds (same initial weights "
-        "and data order). Each trained model is then evaluated on the fixed validation batches as trained "
-        "and with every norm swapped to another formula (the swapped module holds the very same gain and "
-        "bias tensors, so only the per-token factor changes): torch-trained weights with the notes' formula "
-        "at eps 1e-5 (the formula alone) and at the notes' eps (the notes' code as written); notes-trained "
-        "weights with torch's formula. The swap's loss change, swapped − as trained, is a deterministic "
-        "number per trained model, paired by seed, with no retraining noise in it, so it can resolve forward "
-        "differences (3.5e-6 relative for RMSNorm at unit scale) that no comparison of two trainings could. "
-        "The same swaps are evaluated with the whole model cast to bfloat16 (weights and activations; logits "
-        "taken to float32 for the loss), where rounding meets the eps and the d/(d−1) factor. During "
-        "training the per-token scale σ of every norm's input is probed on a fixed validation batch, to see "
-        "whether real activations reach σ*. Part `null`: the torch-trained arm of each family retrained at "
-        "seeds s + 1000 and evaluated the same way, in both precisions: the noise floor of the validation "
-        "loss, what retraining alone changes, shown beside every swap effect."
-    )
     profiles = {
         "quick": train_profile("quick", widths=[2, 8, 64, 512], sigmas=[1e-6, 1e-3, 1.0], scale_widths=[32],
                                tokens=256, eps=1e-5, dtypes=["float32", "bfloat16"]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfclaims.analysis import norm_padding as view
-from tfclaims.claims.norm_padding import INV_KEYS, LM_KEYS, NORMS, bn_mlp, build_lm, padded_lm
+from tfclaims.claims.norm_padding import NORMS, bn_mlp, padded_lm
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import (
     ALL,
@@ -19,13 +19,23 @@ from tfclaims.evidence.declare import (
 )
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.tuning import fixed_rate
+from tfclaims.grids.norm_padding import (
+    NULL_OFFSET,
+    arms,
+    enc_arms,
+    grid_encoder,
+    grid_lines,
+    grid_mlp,
+    grid_null,
+    grid_sweep,
+    grid_windows,
+    swept_arms,
+)
+from tfclaims.grids.sweep import profile_sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.harness.sweep import profile_sweep, sweep_grid
-from tfclaims.nn.config import ConfigError
 
 MARGIN = 0.02  # nats/char: TOST margin reported beside every loss comparison
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
-NULL_OFFSET = 1000
 INVARIANT = 1e-10  # float64 relative change that counts as "unchanged" (rounding is ~1e-15)
 DEPENDENT = 1e-4  # relative change that counts as a real dependence
 FLUCT_FACTOR = 2.0  # "fluctuates much more": above 2x the control's multiple of i.i.d. sampling noise
@@ -35,160 +45,10 @@ LOSS, GAP, MODE, FLUCT = view.LOSS, view.GAP, view.MODE, view.FLUCT_READOUTS
 PADS_T, PADS_E, NB_T, NB_E, LEAK_T, LEAK_E = view.PROBE_READOUTS
 
 
-def _lm_common(p):
-    return {**{k: p[k] for k in LM_KEYS}, **{k: p[k] for k in INV_KEYS}}
-
-
-def _arms(p, key) -> list[tuple[str, int, str]]:
-    """A profile's declared arms, [placement, batch, norm] each, validated."""
-    return view.arms(p, key, NORMS)
-
-
-def _run(p, setting: str, pl: str, b: int, norm: str, seed: int, **over) -> dict:
-    """One run's config: a setting ('lines', 'windows', 'enc-lines', 'enc-windows': causal LM or masked LM, on
-    padded lines or fixed windows), placement, batch, norm and seed; `over` replaces profile values (lr,
-    d_model)."""
-    data, attn = view.SETTINGS[setting]
-    common = _lm_common(p) if data == "lines" else {k: p[k] for k in LM_KEYS}
-    return {
-        "data": data,
-        "attn": attn,
-        "norm": norm,
-        "batch": b,
-        "placement": pl,
-        **common,
-        **over,
-        "seed": seed,
-    }
-
-
-def grid_lines(p):
-    arms = _arms(p, "line_arms")
-    for pl in {a[0] for a in arms}:
-        build_lm({**_lm_common(p), "norm": "layer", "placement": pl, "attn": "causal"}, 96)  # validates sizes
-    fr = p["pad_fracs"]
-    if not 0 < min(fr) or max(fr) >= 1 or p["inv_T0"] / (1 - max(fr)) > p["max_len"] - 1:
-        raise ConfigError(
-            "pad_fracs must lie in (0, 1) and inv_T0 / (1 - max(pad_fracs)) fit in max_len - 1 positions"
-        )
-    return [_run(p, "lines", pl, b, n, s) for pl, b, n in arms for s in p["seeds"]]
-
-
-def grid_windows(p):
-    """The same LM on fixed-length contiguous windows: no padding at all."""
-    return [_run(p, "windows", pl, b, n, s) for pl, b, n in _arms(p, "window_arms") for s in p["seeds"]]
-
-
-def grid_encoder(p):
-    """The masked LM (bidirectional: train-mode BatchNorm leaks nothing) on lines or windows."""
-    return [_run(p, st, pl, b, n, s) for st, pl, b, n in view.enc_arms(p, NORMS) for s in p["seeds"]]
-
-
-def grid_null(p):
-    """The null pairs: the LN arm of each declared (setting, placement, batch) cell rerun at seeds s + 1000."""
-    out = []
-    for st, pl, b in p["null_cells"]:
-        if ("layer", pl, b) not in view.norms_at(p, st, NORMS):
-            raise ConfigError(f"null_cells: {[st, pl, b]} has no LN arm")
-        out += [_run(p, st, pl, b, "layer", s + NULL_OFFSET) for s in p["seeds"]]
-    return out
-
-
-def grid_sweep(p, done):
-    """Per swept arm, the learning-rate sweep on selection seeds, then its chosen rate on the fresh seeds
-    (`harness.sweep`); the settings in `scale_settings` sweep again at each later width. The runs are their
-    setting's part's, so a chosen rate equal to the profile's reuses the fixed-rate runs."""
-    sweep, swept = profile_sweep(p), view.swept_arms(p, NORMS)
-    if p["scales"][0] != p["d_model"] or len(set(p["scales"])) != len(p["scales"]):
-        raise ConfigError(
-            f"scales: distinct widths starting with d_model = {p['d_model']}, got {p['scales']}"
-        )
-
-    def make(arm, scale, lr, seed):
-        st, pl, b, n = arm["arm"]
-        return {"part": view.PART[st], **_run(p, st, pl, b, n, seed, lr=lr, d_model=scale["d_model"])}
-
-    out = []
-    for wide in (False, True):
-        arms = {k: {"arm": a} for k, a in swept.items() if (a[0] in p["scale_settings"]) == wide}
-        scales = [{"d_model": d} for d in (p["scales"] if wide else p["scales"][:1])]
-        out += sweep_grid(sweep, arms, scales, make, done, read=view.final_and_init)
-    return out
-
-
-def grid_mlp(p):
-    keys = ("steps", "lr", "warmup", "stat_every", "threads")
-    mlp = {"batch": p["mlp_batch"], "width": p["mlp_width"], "d_in": p["mlp_in"]}
-    return [{**mlp, **{k: p[k] for k in keys}, "seed": s} for s in p["seeds"]]
-
-
 class NormPadding(Experiment):
     claim_id = "norm_padding"
     title = "LayerNorm rather than BatchNorm: padding vs batch statistics"
     order = 3
-    statement = (
-        "Transformers normalise each token over its own features (LayerNorm) rather than each feature over "
-        "the batch (BatchNorm) because, on text, BatchNorm's batch statistics are spoiled: pad positions "
-        "enter them, statistics computed on training batches differ from those used at inference, and "
-        "small batches make them noisy; so BatchNorm gives worse models."
-    )
-    notes_say = (
-        "padding corrupts BN's statistics, train/inference statistics differ, small batches are noisy: so LN"
-    )
-    anchors = [
-        "Shen et al. 2020 (PowerNorm): BatchNorm in Transformers underperforms LayerNorm on translation "
-        "(IWSLT14, post-norm encoder-decoder) although their BatchNorm already excludes pad tokens from "
-        "its statistics; they attribute it to batch statistics that fluctuate strongly during training "
-        "(distance of batch mean/variance from the running statistics far larger than for ResNet on "
-        "CIFAR-10).",
-        "PowerNorm (no centring, running quadratic mean in the forward pass, approximate backward) beats "
-        "LayerNorm by 0.4 BLEU on IWSLT14 and 0.6 BLEU on WMT14 in their Table 1.",
-        "No paper isolates the padding effect alone (pads counted vs masked) — this experiment does.",
-        "Wortsman et al. 2023: compare training interventions on loss-against-learning-rate curves, each arm at "
-        "its own best rate, at several scales.",
-    ]
-    anchor_number = "PowerNorm − LayerNorm: +0.4 BLEU (IWSLT14), +0.6 BLEU (WMT14); BN (pads masked) below LN"
-    method = (
-        "Character LM on the Shakespeare texts. The reasons the notes give are separated, each by its own "
-        "comparison at equal everything else (data, placement, batch size, seeds, initial weights and data "
-        "order). (a) Padding: a causal LM trained on whole lines of 8–96 characters padded to each batch's "
-        "longest line, BatchNorm over all B·T positions (pads counted) against BatchNorm over real tokens "
-        "only (pads masked); both leak alike (below). (b) Batch statistics without padding and without a "
-        "leak: a bidirectional masked LM (BERT-style: 15% of the characters replaced by a mask token and "
-        "predicted) on fixed-length contiguous windows, BatchNorm against LayerNorm. (c) Small batches: (BN "
-        "− LN) at 2 lines (about 90 real tokens) against 16. (d) Train/inference mismatch: one trained BN "
-        "model evaluated with its batch statistics (train mode) and its running statistics (eval mode). "
-        "Train-mode BatchNorm in a causal LM lets an output see later tokens of its batch through the "
-        "statistics, which training can exploit and eval mode removes; so c and d use BatchNorm with causal "
-        "statistics (position t normalised by the mean and variance over positions ≤ t of every line of the "
-        "batch: batch-dependent and noisy, gradients through the statistics, no later token) and the masked "
-        "LM's BN, and the leaky versions are reported beside them. PowerNorm (the authors' released design) "
-        "is the anchors' arm. The learning-rate sweep (Wortsman et al. 2023): LN, BN pads counted and BN "
-        "pads masked on padded lines, and LN and BN in the masked LM on windows, each over six peak rates "
-        "2.5e-4 to 8e-3 (×2 apart, 1.5 decades) on three selection seeds (100–102); each arm's rate is the "
-        "one with the lowest mean eval-mode loss there (a diverged run counted at the loss at init; a "
-        "choice at an end widens the sweep by one ×2 step, at most twice); the arms are compared at their "
-        "chosen rates on the five fresh seeds (0–4; a chosen rate of 1e-3 reuses the fixed-rate runs). The "
-        "masked LM is swept again at d = 136 (4.3× the parameters) around its first-width choice (×¼, ×½, "
-        "×1). Default profile: d = 64, 2 layers, 4 heads, 1,500 steps (150 warm-up steps), batch 16 lines "
-        "(or 16 windows of 32), fixed-rate cells at lr 1e-3 with 5 seeds; pre-norm, and post-norm (the "
-        "anchors') for LN and BN masked on lines. A null pair (the LN arm of each declared cell rerun at "
-        f"seeds s + {NULL_OFFSET}) gives the noise floor. History: the previous design (kept as the "
-        "fixed-rate sub-claims) used one rate for every norm, judged b, c and d with BatchNorm that leaks "
-        "later tokens, and had a leak-free arm that normalised each batch with the previous batch's "
-        "statistics (no gradient through them), which learned in 0 of 5 seeds. Probes: (1) invariance, in "
-        "float64 on the trained causal line models: fixed target lines in batches with added pads only, and "
-        "next to random other lines; the largest change of their logits, absolute and relative per token, "
-        "in train and eval mode; and the future leak: change the last token of one line and watch every "
-        "earlier output. (2) Batch statistics: at every few training steps, the distance of each "
-        "BatchNorm's batch mean and variance from its running statistics, in running-standard-deviation "
-        "units and as a multiple of what i.i.d. sampling of the same number of positions would give; for "
-        "the LMs and for an MLP with BatchNorm on a synthetic fixed-size classification task (fresh Gaussian "
-        "inputs, labels from a random teacher network), the textbook setting where BatchNorm works. (3) "
-        "Quality: validation loss per predicted character in eval mode on a fixed validation set batched 64 "
-        "at a time in random order (a composition different from training), and in train mode at the "
-        "training batch size, in random order and sorted by length."
-    )
     profiles = {
         "quick": {
             "line_arms": [["pre", 2, n] for n in ("layer", "batch_masked", "batch_causal")]
@@ -219,7 +79,7 @@ class NormPadding(Experiment):
                            ["enc-windows", "pre", 16]],
             "sweep_arms": [["lines", "pre", 16, n] for n in ("layer", "batch", "batch_masked")]
                           + [["enc-windows", "pre", 16, n] for n in ("layer", "batch")],
-            "scale_settings": ["enc-windows"], "scales": [64, 136],
+            "scale_settings": ["lines", "enc-windows"], "scales": [64, 136],
             "rates": [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3], "selection_seeds": [100, 101, 102],
             "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
             "seeds": [0, 1, 2, 3, 4], "d_model": 64, "n_layers": 2, "n_heads": 4, "steps": 1500, "lr": 1e-3,
@@ -259,13 +119,13 @@ class NormPadding(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        lines, wins, at = _arms(p, "line_arms"), _arms(p, "window_arms"), view.cells_at
-        enc = {st: [(pl, b, n) for s_, pl, b, n in view.enc_arms(p, NORMS) if s_ == st]
+        lines, wins, at = arms(p, "line_arms", NORMS), arms(p, "window_arms", NORMS), view.cells_at
+        enc = {st: [(pl, b, n) for s_, pl, b, n in enc_arms(p, NORMS) if s_ == st]
                for st in ("enc-lines", "enc-windows")}  # fmt: skip
         ln, bn = arm("LN", norm="layer"), arm("BN pads counted", norm="batch")
         masked, causal = arm("BN pads masked", norm="batch_masked"), arm("BN causal", norm="batch_causal")
         loss = dict(readouts=(LOSS,), guard=LEARNED, margin=MARGIN, noise="null", where="all")
-        swept = view.swept_arms(p, NORMS)
+        swept = swept_arms(p, NORMS)
         tuned = {k: arm(f"{view.norm_label(a[0], a[3])}, at its best rate", arm=k) for k, a in swept.items()}
         name = {a: k for k, a in swept.items()}
         sl, se = view.swept_cell(swept, "lines"), view.swept_cell(swept, "enc-windows")
@@ -379,7 +239,9 @@ class NormPadding(Experiment):
         ) if n.cells))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
-        p = view.with_arms(p, _arms(p, "line_arms"), NORMS)  # the lines' placements, batch sizes and norms
+        p = view.with_arms(
+            p, arms(p, "line_arms", NORMS), NORMS
+        )  # the lines' placements, batch sizes and norms
         t, decl = view.observe(runs, p, (LOSS, LEARNED), FLUCT_FACTOR), self.declare(p)
         result = evaluate(decl, t)
         fixed = fixed_rate(runs, p)

@@ -64,39 +64,6 @@ class RMSNormSpeed(Experiment):
     title = "RMSNorm is cheaper than LayerNorm at the same quality"
     order = 10
     times_code = True
-    statement = (
-        "RMSNorm normalises each token by its root mean square only, skipping LayerNorm's mean subtraction "
-        "(and bias); this makes it cheaper to compute than LayerNorm, and models trained with it reach the "
-        "same quality."
-    )
-    notes_say = "RMSNorm removes mean-centring; simpler and cheaper than LayerNorm, same effect"
-    anchors = [
-        "Zhang & Sennrich 2019 (RMSNorm): 7%–64% less running time than LayerNorm across models; on a "
-        "Transformer (WMT14 En-De) only about 7% (6.9%) faster per step at equal BLEU; the 64% is partial "
-        "RMSNorm (pRMSNorm) on an RNN.",
-        "LLaMA (Touvron et al. 2023) and later open models use RMSNorm before every sub-layer.",
-    ]
-    anchor_number = "Transformer step time: −6.9% (Zhang & Sennrich 2019)"
-    method = (
-        "(1) Norm alone: forward+backward time (torch.autograd.grad, no accumulation) of LayerNorm vs "
-        "RMSNorm over widths at a fixed number of tokens, for PyTorch's built-in functions `F.layer_norm` "
-        "and `F.rms_norm` (what the library's layers, `torch.nn.LayerNorm` and `torch.nn.RMSNorm`, call), "
-        "for the standard formulas written in eager elementwise ops, and for those formulas fused by "
-        "`torch.compile` (one generated kernel per direction); all six, and the built-in LayerNorm a second "
-        "time under another name (an A/A pair), are timed interleaved round by round. Each time is also read "
-        "as achieved bandwidth: the compulsory bytes of a forward+backward (x read twice, y written, the "
-        "output gradient read, the input gradient written: 5 × tokens × d × 4 bytes) over the time, against "
-        "the bandwidth of a large copy measured before and after (both norms are memory-bound). The kernels "
-        "each one runs (forward and backward apart) are read from torch's profiler: the computing aten ops "
-        "that call no other computing op, which shows whether one fused kernel ran or a composite of "
-        "elementwise ones. (2) Whole training step (forward, loss, backward, AdamW) of the character LM with "
-        "each of the four norms (and the built-in LayerNorm step again, A/A), interleaved; the norms' share "
-        "of the step estimated as (2L+1) × the norm-alone time at the model's shape over the step time. "
-        "Timing comparisons are log t_RMS − log t_LN paired over rounds (the log of the time ratio), "
-        "reported as the ratio LN/RMS or the saving 1 − t_RMS/t_LN with their CIs. (3) Final validation loss "
-        "of the character LM (Shakespeare) trained with LayerNorm vs RMSNorm over seeds, paired by seed, "
-        "with the learned-at-all guard and a null pair (LayerNorm rerun at seeds s + 1000)."
-    )
     profiles = {
         # quick leaves out the fused family: compiling takes longer than the whole quick profile may
         "quick": train_profile("quick", widths=[64, 128], tokens=256, repeats=2, fused=False,

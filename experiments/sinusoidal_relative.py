@@ -144,57 +144,6 @@ class SinusoidalRelative(Experiment):
     claim_id = "sinusoidal_relative"
     title = "Sinusoidal PE(pos+k) is a linear map of PE(pos), which lets models use relative positions"
     order = 12
-    statement = (
-        "With sinusoidal position encodings, the encoding of position pos + k is a linear map of the "
-        "encoding of pos, and the map (a block-diagonal rotation by k·ω_i on each sine/cosine pair) depends "
-        "on the offset k only; so dot products between encodings depend only on the distance, and this lets "
-        "a model attend by relative position (and, the original paper hoped, work on sequences longer than "
-        "those it was trained on)."
-    )
-    notes_say = (
-        "PE(pos+k) can be computed linearly from PE(pos) by the angle-addition formulas, which lets a model "
-        "use relative positions"
-    )
-    anchors = [
-        "Vaswani et al. 2017 §3.5: sinusoids chosen because for any fixed offset k, PE(pos+k) can be "
-        "represented as a linear function of PE(pos); this may let the model attend by relative position, "
-        "and may let it extrapolate to sequence lengths longer than those met in training.",
-        "Vaswani et al. 2017 Table 3 row (E): learned positional embeddings instead of sinusoids give "
-        "nearly identical results (25.7 vs 25.8 dev BLEU, 4.92 PPL both).",
-        "Press et al. 2022 (ALiBi), Fig. 1: language models with sinusoidal or rotary positions, trained at "
-        "L = 512 or 1,024 tokens, lose perplexity when evaluated on longer inputs, the sinusoidal one most "
-        "steeply.",
-    ]
-    anchor_number = "Learned vs sinusoidal: 25.7 vs 25.8 BLEU (Vaswani et al. Table 3)"
-    method = (
-        "Part `identity`, on `tfclaims.nn.positions.sinusoidal_table` (float32 entries): build M_k from the "
-        "angle-addition formulas and measure max |M_k·PE(p) − PE(p+k)| over every position p and offsets k, "
-        "in float32 and in float64 arithmetic, at two widths; check that M_k is orthogonal and that M_k·M_1 "
-        "= M_(k+1); and the dot products PE(p)·PE(p+k): their spread over p for each k, against the closed "
-        "form Σ_i cos(k·ω_i). Part `length` (the use of the identity): the character LM of the small-LM "
-        "recipe (default profile: d = 64, 2 layers, 4 heads, pre-norm) trained at T = 64 characters with "
-        "sinusoidal, learned, rotary (RoPE) and no position encodings (NoPE; the causal mask is its only "
-        "position signal), with equal steps (800 in the default profile), data order and seeds (0–4); token "
-        "embeddings are multiplied by √d in every arm, as in the original Transformer. Learned embeddings "
-        "are built with max_seq_len = T (they have no rows beyond it); the others with 4T, which adds no "
-        "parameter. Each trained model is evaluated per position on fixed validation windows of 4T "
-        "characters (the 1× and 2× losses are the means over their first T and 2T positions: the same text "
-        "at every length), and on their first T characters placed at absolute positions T.. and 3T.. (new "
-        "positions, no new distances). The offset-only share: the first layer's position-only attention "
-        "logits L_h[i, j] = (W_q p̃_i)·(W_k p̃_j)/√d_k for i, j < T, with p̃ = γ ⊙ (p − mean(p)) (the first "
-        "norm's centring and gain, both linear and token-independent, folded in; its per-token scale and "
-        "the biases left out), and the share of their variance over the causal cells j ≤ i explained by the "
-        "mean of each diagonal i − j (pooled over heads: 1 − ΣSS_res/ΣSS_tot); for RoPE the logits of the "
-        "query and key of the mean first-layer input, rotated to positions i and j (offset-only by "
-        "construction: a check of the measure). Part `length_null`: the sinusoidal arm at seeds s + "
-        f"{NULL_OFFSET}, the noise floor of every length measure. Part `learned`: train the character LM "
-        "with learned absolute positions over more positions than its width (so a linear shift map is "
-        "over-determined) and ask the identity's two questions of the learned table at every evaluation: "
-        "the share of the variance of the Gram matrix PE(p)·PE(q) explained by the offset q − p alone (R², "
-        "1 for sinusoids), and the relative residual of the best single linear map taking every PE(p) to "
-        f"PE(p+1) (least squares; 0 for sinusoids). Part `null`: that run at seeds s + {NULL_OFFSET}, the "
-        "noise floor of both measures."
-    )
     profiles = {
         "quick": train_profile("quick", d_models=[16, 64], max_len=256, offsets=[1, 3, 50], pe_len=48,
                                len_steps=12, len_eval_every=6, len_eval_batches=1, **LENGTH),

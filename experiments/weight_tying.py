@@ -95,35 +95,6 @@ class WeightTying(Experiment):
     claim_id = "weight_tying"
     title = "Tying input and output embeddings cuts parameters and speeds convergence"
     order = 15
-    statement = (
-        "Using one matrix for the token embedding and (transposed) for the output projection before the "
-        "softmax removes V·d parameters and makes a language model converge faster."
-    )
-    notes_say = "embedding and pre-softmax projection share weights: fewer parameters, faster convergence"
-    anchors = [
-        "Press & Wolf 2017 and Inan et al. 2017: tying lowers perplexity of LSTM language models and can "
-        "halve the size of translation models without loss.",
-        "PyTorch's word_language_model example (2-layer LSTM, Penn Treebank, 40 epochs): test perplexity "
-        "80.97 untied vs 75.96 tied at 650 units, 77.42 vs 72.30 at 1500 units.",
-        "GPT-2 small: the 50257 × 768 token embedding (38.6M) is 31% of its 124.4M parameters; an untied "
-        "head would add as many again. Vaswani et al. 2017 share it between both embeddings and the "
-        "pre-softmax layer.",
-    ]
-    anchor_number = "PTB LSTM: 80.97 → 75.96 test perplexity with tying"
-    method = (
-        "(1) Parameter counts of each arm, closed form (`tfclaims.measure.counting`) against the "
-        "instantiated model, and the share V·d represents for published configurations: an identity the "
-        "harness relies on, checked, not counted as evidence. (2) Training: a subword LM (byte-level BPE "
-        "with a 4096-token vocabulary trained on the training works, `tfclaims.data.bpe`) in three arms on "
-        "the same seeds (same data order): tied; untied (the head a separate matrix with the same init "
-        "scale); and a parameter-matched control, tied with its FFN widened until it has the untied model's "
-        "parameter count (an untied model cut to the tied count would lose its whole FFN at this "
-        "vocabulary). Convergence speed is the number of steps until the validation loss first reaches the "
-        f"unigram level less {TARGET_BELOW_UNIGRAM} nats (interpolated between evaluations; log-rank, a run "
-        "that never reaches it censored at the run's length); the final validation loss is the other "
-        f"measure. A null pair (the untied arm rerun at seeds s + {NULL_OFFSET}) gives the noise floor of "
-        "both."
-    )
     profiles = {
         "quick": subword_profile("quick"),
         "default": subword_profile("default", d_model=96, n_layers=3, n_heads=4, seq_len=64, batch=16,

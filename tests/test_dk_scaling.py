@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from tfclaims.claims.dk_scaling import QKNorm, add_qk_norm, dk_overrides, init_qk
+from tfclaims.grids import dk_scaling as G
 from tfclaims.harness.experiment import RunContext
 from tfclaims.harness.registry import load
 from tfclaims.nn.models import LM
@@ -31,7 +32,7 @@ def test_qk_norm_is_a_layernorm_over_each_head_of_the_projection():
 
 def test_qk_norm_keeps_unscaled_logits_at_sqrt_dk_and_trains_through_the_recipe():
     p = EXP.profiles["quick"]
-    cfg = {**MOD._train_cfg(p, 8, False), "seed": 0}
+    cfg = {**G._train_cfg(p, 8, False), "seed": 0}
     model = LM(model_config(cfg, 85, **dk_overrides(cfg)))
     init_qk(model, 1.0)
     add_qk_norm(model)
@@ -58,7 +59,7 @@ def test_the_sweep_spans_a_decade_and_a_half_and_the_second_width_has_four_times
     assert {c["part"] for c in sweep} == {"train", "qknorm"} and len(sweep) == 3 * len(rates) * 3
 
     def n(d, h):
-        c = {**MOD._train_cfg(p, p["sweep_dk"], True), "d_model": d, "n_heads": h}
+        c = {**G._train_cfg(p, p["sweep_dk"], True), "d_model": d, "n_heads": h}
         return sum(x.numel() for x in LM(model_config(c, 85, **dk_overrides(c))).parameters())
 
     (d0, h0), (d1, h1) = p["scales"]

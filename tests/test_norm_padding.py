@@ -13,6 +13,7 @@ from tfclaims.analysis import norm_padding as view
 from tfclaims.claims import norm_padding as NP
 from tfclaims.claims.norm_padding import NORMS
 from tfclaims.data.corpus import PAD, pad_batch
+from tfclaims.grids import norm_padding as G
 from tfclaims.harness.registry import load
 from tfclaims.nn.config import ConfigError
 from tfclaims.nn.models import n_params
@@ -512,8 +513,8 @@ def test_quick_profile_grid_is_the_declared_arms_in_their_settings_with_their_nu
     assert arms(g, p, "encoder") == {tuple(a): seeds for a in p["enc_arms"]}
     for c in g:
         if c["part"] != "mlp":  # every LM config names its data and attention, as its setting says
-            assert (c["data"], c["attn"]) == view.SETTINGS[setting(c)] and c["mask_rate"] == p["mask_rate"]
-            assert c["part"] == "null" or c["part"] == view.PART[setting(c)]
+            assert (c["data"], c["attn"]) == G.SETTINGS[setting(c)] and c["mask_rate"] == p["mask_rate"]
+            assert c["part"] == "null" or c["part"] == G.PART[setting(c)]
     null = [c for c in g if c["part"] == "null"]
     assert len(null) == len(p["null_cells"]) * len(seeds) and {c["norm"] for c in null} == {"layer"}
     assert {(setting(c), c["placement"], c["batch"]) for c in null} == {tuple(x) for x in p["null_cells"]}
@@ -549,7 +550,7 @@ def test_first_round_sweep_is_every_swept_arm_at_every_rate_on_the_selection_see
     }
     for c in sweep:
         twin = twins[setting(c), c["placement"], c["batch"], c["norm"]]
-        assert c["part"] == view.PART[setting(c)] == twin["part"]
+        assert c["part"] == G.PART[setting(c)] == twin["part"]
         assert c == {**twin, "lr": c["lr"], "seed": c["seed"]}
 
 
@@ -592,7 +593,7 @@ def test_staged_sweep_runs_the_choice_on_fresh_seeds_and_sweeps_the_scaled_setti
         for c in final:
             here = c["part"] not in ("null", "mlp") and (setting(c), c["norm"], c["d_model"]) == (st, norm, d)
             if here and c["seed"] in seeds and c["placement"] == "pre" and c["batch"] == 4:
-                assert c["part"] == view.PART[st]
+                assert c["part"] == G.PART[st]
                 out.setdefault(c["lr"], []).append(c["seed"])
         return {lr: sorted(s) for lr, s in sorted(out.items())}
 
@@ -646,12 +647,13 @@ def test_default_profile_has_small_batch_post_norm_window_and_masked_lm_arms_and
     assert all(b / a == pytest.approx(2.0) for a, b in zip(rates, rates[1:]))
     assert len(p["selection_seeds"]) >= 3 and not set(p["selection_seeds"]) & set(p["seeds"])
     assert {a[0] for a in p["sweep_arms"]} == {"lines", "enc-windows"}
-    assert p["scale_settings"] == ["enc-windows"]
-    # the masked LM's second width has at least 4× the parameters of the first
+    assert p["scale_settings"] == ["lines", "enc-windows"]  # both settings at two widths
+    # the second width has at least 4× the parameters of the first, in the causal and the masked LM
     c = {k: p[k] for k in ("n_layers", "n_heads", "max_len", "seq_len", "warmup")}
-    small, large = (n_params(NP.build_lm({**c, "d_model": d, "norm": "layer", "placement": "pre",
-                                          "attn": "bidirectional"}, 96)) for d in p["scales"])  # fmt: skip
-    assert large >= 4 * small
+    for attn in ("causal", "bidirectional"):
+        small, large = (n_params(NP.build_lm({**c, "d_model": d, "norm": "layer", "placement": "pre",
+                                              "attn": attn}, 96)) for d in p["scales"])  # fmt: skip
+        assert large >= 4 * small
 
 
 @pytest.mark.parametrize(

@@ -154,8 +154,9 @@ def test_warmup_schedule_is_what_the_optimiser_uses(corpus):
 def test_grid_has_four_arms_in_every_fixed_cell_a_sweep_and_an_untied_head():
     p = EXP.profiles["default"]
     grid = EXP.grid(p)  # the first round: the fixed-rate cells and the first width's sweep
-    fresh = [c for c in grid if c["part"] == "train" and c["seed"] in p["seeds"]]
-    sweep = [c for c in grid if c["part"] == "train" and c["seed"] in p["selection_seeds"]]
+    main = [c for c in grid if c["part"] == "train" and c["steps"] == p["steps"]]
+    fresh = [c for c in main if c["seed"] in p["seeds"]]
+    sweep = [c for c in main if c["seed"] in p["selection_seeds"]]
     null = [c for c in grid if c["part"] == "null"]
     cells = {(c["depth"], c["lr"]) for c in fresh}
     assert cells == {(d, lr) for d, lr in p["cells"]} and len(p["seeds"]) >= 5 and p["steps"] >= 400
@@ -175,6 +176,19 @@ def test_grid_has_four_arms_in_every_fixed_cell_a_sweep_and_an_untied_head():
     assert not set(p["selection_seeds"]) & set(p["seeds"]) and p["scales"][1] >= 2 * p["scales"][0]
     assert all(c["tie"] is False for c in grid if c["part"] != "probe") and p["init_seeds"] >= 10
     assert all("kind" not in c for c in grid)
+    # C at depth: only warmed-up Post-LN sweeps (the same rates, seeds), over a longer run with the same warmup
+    # share; Pre-LN runs C-fixed's rate on the fresh seeds
+    deep = [c for c in grid if c["part"] == "train" and c["steps"] == p["deep_steps"] > p["steps"]]
+    assert {c["depth"] for c in deep} == {p["deep_depth"]} == {max(d for d, _ in p["cells"])}
+    post = [c for c in deep if c["placement"] == "post"]
+    assert {c["warmup"] for c in post} == {p["deep_steps"] // 4} and sorted({c["lr"] for c in post}) == p[
+        "rates"
+    ]
+    assert len(post) == len(p["deep_rates"]) * len(p["selection_seeds"])
+    pre = sorted((c["seed"], c["lr"], c["warmup"]) for c in deep if c["placement"] == "pre")
+    assert (
+        pre == [(s, p["deep_control_lr"], 0) for s in p["seeds"]] and [12, p["deep_control_lr"]] in p["cells"]
+    )
     # the null pair: the Pre-LN control of one training cell, at seeds s + 1000
     assert sorted(c["seed"] for c in null) == [s + 1000 for s in p["seeds"]]
     twin = {k: v for k, v in null[0].items() if k not in ("part", "seed")}

@@ -4,7 +4,8 @@ Quick profile: cells (depth 1, lr 3e-3) and (depth 2, lr 3e-3), four arms each (
 Pre-LN and DeepNorm without), seeds 0 and 1, probe depths 1, 2, 4 with two init seeds. A run 'learns' when its
 final validation loss is at least 0.10 nats below the unigram level U; the deciding comparisons are paired by seed
 (with two seeds only a very consistent difference survives Holm, so the synthetic effects are). Comparison ids are
-`sub/cell/readout` (C has one cell at the deepest depth: `C/readout`; the mechanism numbers `F/quantity`)."""
+`sub/cell/readout` (C-fixed has one cell at the deepest depth: `C-fixed/readout`; C one, its deep sweep's:
+`C/readout`; the mechanism numbers `F/quantity`). C's runs are longer (deep_steps): a loss function sees `steps`."""
 
 import math
 
@@ -68,7 +69,7 @@ def probe_metrics(pl: str, L: int, *, amp_pre: float = 0.3, q_post: float = 0.5)
 
 
 def records(loss, *, null=None, params=P, **probe_kw):
-    """loss(placement, warmup, depth, seed, lr=, width=) -> final loss (None: diverged); null(seed) for the null
+    """loss(placement, warmup, depth, seed, lr=, width=, steps=) -> final loss (None: diverged); null(seed) for the null
     pair. The staged grid grows as the runner grows it: the sweep's selection seeds choose each arm's rate, whose
     fresh-seed runs (and the second scale's sweep) join the grid."""
     grid, done = None, []
@@ -81,7 +82,13 @@ def records(loss, *, null=None, params=P, **probe_kw):
                 m = train_metrics(null(c["seed"] % 1000) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
             else:
                 f = loss(
-                    c["placement"], c["warmup"] > 0, c["depth"], c["seed"], lr=c["lr"], width=c["d_model"]
+                    c["placement"],
+                    c["warmup"] > 0,
+                    c["depth"],
+                    c["seed"],
+                    lr=c["lr"],
+                    width=c["d_model"],
+                    steps=c["steps"],
                 )
                 m = train_metrics(f, c["depth"])
             done.append(record(c, m, f"r{i}"))
@@ -93,12 +100,14 @@ def bowl(lr: float) -> float:
     return 0.05 * abs(math.log2(lr / 1.5e-3))
 
 
-def anchor_like(pl, wu, d, s, lr=3e-3, **_):
+def anchor_like(pl, wu, d, s, lr=3e-3, steps=P["steps"], **_):
     """Post-LN without warmup stuck everywhere; with warmup it learns at L = 1, and at L = 2 only below the
     fixed cells' rate 3e-3 (so the sweep finds it a rate that trains, while the fixed cell L = 2 has both Post-LN
-    arms stuck); Pre-LN and DeepNorm learn everywhere."""
+    arms stuck) and never in C's longer runs at depth (Liu et al.: fails even with warmup); Pre-LN and DeepNorm
+    learn everywhere."""
     if pl == "post":
-        return (OK + 0.001 * s + bowl(lr)) if (wu and (d == 1 or lr < 3e-3)) else STUCK + 0.002 * s
+        trains = wu and (d == 1 or (lr < 3e-3 and steps == P["steps"]))
+        return (OK + 0.001 * s + bowl(lr)) if trains else STUCK + 0.002 * s
     return OK - 0.05 + 0.001 * s
 
 
@@ -107,18 +116,19 @@ def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(
     assert v.verdict == "supported"
     assert verdicts(v) == {
         "A-fixed": "supported", "A": "supported", "A-range": "inconclusive", "B-fixed": "supported",
-        "B": "supported", "B-range": "inconclusive", "C": "supported", "D": "supported", "F": "supported",
-        "G": "supported", "G-paired": "supported", "H": "supported",
+        "B": "supported", "B-range": "inconclusive", "C-fixed": "supported", "C": "supported", "D": "supported",
+        "F": "supported", "G": "supported", "G-paired": "supported", "H": "supported",
     }  # fmt: skip
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
-    assert kinds["A"] == kinds["B"] == ("effect", True)
-    assert all(kinds[k][1] is False for k in kinds if k not in ("A", "B"))
+    assert kinds["A"] == kinds["B"] == kinds["C"] == ("effect", True)
+    assert all(kinds[k][1] is False for k in kinds if k not in ("A", "B", "C"))
     a = decisions(v, "A-fixed/")
     assert a[f"{A1}/final_val"] == "b_better"  # b = warmed-up Post-LN
     # L = 2: both Post-LN arms stuck at the plateau: never counted for or against A ...
     assert {a[f"{A2}/{m}"] for m in ("learned", "final_val", "escape")} == {"excluded"}
-    # ... but evidence for C: Pre-LN (a) learned there, warmed-up Post-LN did not
-    assert comparison(v, "C/final_val").decision == "a_better"
+    # ... but evidence for C: Pre-LN (a) learned there, warmed-up Post-LN did not, at one rate and at its best
+    assert comparison(v, "C-fixed/final_val").decision == "a_better"
+    assert comparison(v, "C/final_val").decision == "a_better" and comparison(v, "C/final_val").learned_b == 0
     # tuned: warmed-up Post-LN chose a rate that trains, at both widths; only the final loss counts
     assert sub(v, "A").holds == ["d16", "d32"] and sub(v, "A").comparisons == [
         "A/d16/final_val",
@@ -139,19 +149,27 @@ def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(
 
 
 def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln_and_pre_ln_is_worse(tmp_path):
-    """A and B both refuted: refuted. (A refuted beside an inconclusive B is inconclusive: the overall verdict
-    combines the counted sub-claims; the old rule called any refuted A or B refuted.)"""
+    """A, B and C all refuted: refuted (at depth, Post-LN with warmup at its best rate beats Pre-LN). A refuted
+    beside an inconclusive B is inconclusive: the overall verdict combines the counted sub-claims; the old rule
+    called any refuted A or B refuted."""
 
-    def loss(pl, wu, d, s, **_):
+    def loss(pl, wu, d, s, steps=P["steps"], **_):
+        if steps > P["steps"]:
+            return OK + 0.001 * s if pl == "post" else OK + 0.3 + 0.001 * s
         if pl == "post":
             return (STUCK - 0.03 + 0.001 * s) if wu else OK + 0.001 * s
         return (STUCK - 0.01 + 0.001 * s) if pl == "pre" else OK + 0.001 * s
 
     v = analyse(EXP, records(loss, null=lambda s: STUCK - 0.01 + 0.0012 * s), P, tmp_path)  # the rerun agrees
     assert decisions(v)[f"{A1}/final_val"] == "a_better"
-    assert verdicts(v)["A"] == "refuted" and verdicts(v)["B"] == "refuted" and v.verdict == "refuted"
+    assert verdicts(v)["A"] == verdicts(v)["B"] == verdicts(v)["C"] == "refuted" and v.verdict == "refuted"
 
-    def only_a(pl, wu, d, s, **_):  # Pre-LN as good as Post-LN without warmup: every seed of both learned
+    def only_a(
+        pl, wu, d, s, steps=P["steps"], **_
+    ):  # Pre-LN as good as Post-LN without warmup: every seed of
+        # both learned; at depth over the longer run nothing learned (C inconclusive)
+        if steps > P["steps"]:
+            return STUCK + 0.001 * s
         return (STUCK - 0.03 + 0.001 * s) if (pl == "post" and wu) else OK + 0.001 * s
 
     v = analyse(EXP, records(only_a), P, tmp_path)
@@ -192,7 +210,7 @@ def test_postnorm_warmup_rule_both_arms_at_the_plateau_is_not_warmup_not_needed(
     assert verdicts(v)["A"] == "inconclusive" and v.verdict == "inconclusive"
     assert set(decisions(v, A1).values()) == {"excluded"}
     assert set(decisions(v, A2).values()) == {"excluded"}
-    assert verdicts(v)["B"] == "supported" and verdicts(v)["C"] == "supported"  # the same cells
+    assert verdicts(v)["B"] == "supported" and verdicts(v)["C-fixed"] == "supported"  # the same cells
 
 
 def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tmp_path):
@@ -259,7 +277,7 @@ def test_postnorm_warmup_rule_nothing_learned_excludes_every_training_comparison
     v = analyse(EXP, records(lambda pl, wu, d, s, **_: STUCK + 0.001 * s), P, tmp_path)
     train = [c for c in v.comparisons if c.id[0] in "ABCD" and "-range" not in c.id]
     assert train and all(c.decision == "excluded" for c in train)
-    assert {verdicts(v)[k] for k in ("A", "A-fixed", "B", "B-fixed", "C", "D")} == {"inconclusive"}
+    assert {verdicts(v)[k] for k in ("A", "A-fixed", "B", "B-fixed", "C-fixed", "C", "D")} == {"inconclusive"}
     assert v.verdict == "inconclusive"
     assert not (tmp_path / "post_vs_pre.csv").exists()  # (E) has no cell where both arms learned
 
@@ -307,8 +325,8 @@ def test_postnorm_warmup_rule_control_failing_does_not_flip_A(tmp_path):
         return anchor_like(pl, wu, d, s, **kw)
 
     v = analyse(EXP, records(loss, null=lambda s: STUCK + 0.001 * s), P, tmp_path)
-    assert verdicts(v)["A"] == "supported" and verdicts(v)["C"] == "inconclusive"
-    assert set(decisions(v, "C/").values()) == {"excluded"}
+    assert verdicts(v)["A"] == "supported" and verdicts(v)["C-fixed"] == verdicts(v)["C"] == "inconclusive"
+    assert set(decisions(v, "C-fixed/").values()) == set(decisions(v, "C/").values()) == {"excluded"}
 
 
 def test_postnorm_warmup_rule_gradient_signature_separates_failed_from_learned_runs(tmp_path):
@@ -316,7 +334,7 @@ def test_postnorm_warmup_rule_gradient_signature_separates_failed_from_learned_r
     v = analyse(EXP, records(anchor_like), P, tmp_path)
     sig = (tmp_path / "grad_signature.csv").read_text()
     assert "learned" in sig and "first/last there" in sig
-    c = sub(v, "C")
+    c = sub(v, "C-fixed")
     assert "not learned" in c.detail and "first/last-layer gradient norm" in c.detail.lower()
 
 
@@ -408,3 +426,33 @@ def test_postnorm_warmup_rule_chosen_rate_is_read_on_selection_seeds_only(tmp_pa
     ch = {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
     assert ch[("post-warmup", "d16")] == 3e-3
     assert comparison(v, "A/d16/final_val").mean_b == pytest.approx(OK + 0.0005)
+
+
+def test_postnorm_warmup_rule_C_tells_a_late_start_from_a_failure(tmp_path):
+    """Post-LN with warmup stuck at depth at the fixed rate over the short run (C-fixed supported), but at its own
+    best rate over the longer run it trains level with Pre-LN: 'fails' is refuted (late, not never), and only
+    because C-fixed, the positive control, saw the effect. Its sweep chose among the deep rates on the selection
+    seeds alone."""
+
+    def late(pl, wu, d, s, lr=3e-3, steps=P["steps"], **kw):
+        if pl == "post" and wu and d == 2 and steps > P["steps"]:
+            return OK - 0.05 + 0.001 * s + (0.0 if lr < 3e-3 else 0.4)
+        return anchor_like(pl, wu, d, s, lr=lr, steps=steps, **kw)
+
+    v = analyse(EXP, records(late), P, tmp_path)
+    assert verdicts(v)["C-fixed"] == "supported" and verdicts(v)["C"] == "refuted"
+    c = comparison(v, "C/final_val")
+    assert c.decision == "equivalent" and c.learned_a == c.learned_b == len(P["seeds"])
+    ch = {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
+    assert ch[("post-warmup", f"L{P['deep_depth']}, {P['deep_steps']} steps")] < 3e-3
+
+    def level(
+        pl, wu, d, s, **kw
+    ):  # Post-LN with warmup trains at L = 2 in short runs too: no positive control
+        if pl == "post" and wu and d == 2:
+            return OK - 0.05 + 0.001 * s
+        return anchor_like(pl, wu, d, s, **kw)
+
+    v = analyse(EXP, records(level), P, tmp_path)
+    assert verdicts(v)["C-fixed"] == "inconclusive" and comparison(v, "C/final_val").decision == "equivalent"
+    assert verdicts(v)["C"] == "inconclusive"  # equivalence refutes only where the control saw the effect

@@ -18,10 +18,10 @@ from tfclaims.evidence.tuning import (
     sensitivity,
     sensitivity_interval,
 )
+from tfclaims.grids.sweep import sweep_grid
 from tfclaims.harness.experiment import Experiment, Part, Verdict
 from tfclaims.harness.provenance import grid_run_ids
 from tfclaims.harness.runner import run_experiment, stale_results
-from tfclaims.harness.sweep import sweep_grid
 
 SWEEP = Sweep((1e-3, 2e-3, 4e-3, 8e-3), selection=(10, 11), fresh=(0, 1, 2), factors=(0.5, 1.0))
 INIT = 4.0

@@ -12,6 +12,13 @@ from ..evidence.plots import lr_sweep
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
 from ..evidence.tuning import curve_table, fixed_rate, read_sweep
+from ..grids.norm_padding import (  # the design's settings and arms, shared with the run configs
+    PART,
+    PLACEMENTS,
+    SETTINGS,
+    arms,
+    swept_arms,
+)
 from ..nn.config import ConfigError
 from . import part
 
@@ -23,15 +30,6 @@ LABEL = {
     "power": "PowerNorm",
 }
 COLOR = {"layer": "C0", "batch": "C3", "batch_masked": "C1", "batch_causal": "C4", "power": "C2"}
-PLACEMENTS = ("pre", "post")
-# setting -> (data, attention): the causal LM or the masked LM (BERT-style), on padded lines or fixed windows
-SETTINGS = {
-    "lines": ("lines", "causal"),
-    "windows": ("windows", "causal"),
-    "enc-lines": ("lines", "bidirectional"),
-    "enc-windows": ("windows", "bidirectional"),
-}
-PART = {"lines": "lines", "windows": "windows", "enc-lines": "encoder", "enc-windows": "encoder"}
 YCUT = 5.0  # nats/char: top of the training-loss axis (the unigram level is about 3.3)
 PROBES = {"pads": "pads added", "nb": "other neighbours", "leak": "future leak (same row)"}
 FLUCT = ("log2 mean x iid", "log2 var x iid")
@@ -93,65 +91,6 @@ FLUCT_READOUTS = tuple(
 )
 
 
-def arms(p: dict, key: str, norms) -> list[tuple[str, int, str]]:
-    """A profile's declared arms, [placement, batch, norm] each, validated."""
-    out = []
-    for a in p[key]:
-        if not (
-            isinstance(a, (list, tuple))
-            and len(a) == 3
-            and a[0] in PLACEMENTS
-            and isinstance(a[1], int)
-            and not isinstance(a[1], bool)
-            and a[1] >= 1
-        ):
-            raise ConfigError(f"{key}: each arm is [placement (pre or post), batch ≥ 1, norm], got {a!r}")
-        if a[2] not in norms:
-            raise ConfigError(f"{key}: unknown norm {a[2]!r}; choose from {norms}")
-        out.append((a[0], a[1], a[2]))
-    if len(set(out)) != len(out):
-        raise ConfigError(f"{key}: an arm is declared twice")
-    return out
-
-
-def enc_arms(p: dict, norms) -> list[tuple[str, str, int, str]]:
-    """The masked LM's declared arms, [setting ('enc-lines' or 'enc-windows'), placement, batch, norm]."""
-    out = []
-    for a in p["enc_arms"]:
-        if not (isinstance(a, (list, tuple)) and len(a) == 4 and a[0] in ("enc-lines", "enc-windows")):
-            raise ConfigError(
-                f"enc_arms: each arm is [enc-lines or enc-windows, placement, batch, norm], got {a!r}"
-            )
-        out += [(a[0], *x) for x in arms({"enc_arms": [a[1:]]}, "enc_arms", norms)]
-    if len(set(out)) != len(out):
-        raise ConfigError("enc_arms: an arm is declared twice")
-    return out
-
-
-def norms_at(p: dict, setting: str, norms) -> set[tuple[str, str, int]]:
-    """(norm, placement, batch) of every fixed-rate arm declared in a setting."""
-    if setting not in SETTINGS:
-        raise ConfigError(f"unknown setting {setting!r}; choose from {list(SETTINGS)}")
-    if setting.startswith("enc-"):
-        return {(n, pl, b) for st, pl, b, n in enc_arms(p, norms) if st == setting}
-    return {(n, pl, b) for pl, b, n in arms(p, "line_arms" if setting == "lines" else "window_arms", norms)}
-
-
-def swept_arms(p: dict, norms) -> dict[str, tuple[str, str, int, str]]:
-    """The learning-rate sweep's arms by name, each a declared fixed-rate arm [setting, placement, batch,
-    norm] (so that a chosen rate equal to the profile's reuses its runs)."""
-    out = {}
-    for a in p["sweep_arms"]:
-        ok = isinstance(a, (list, tuple)) and len(a) == 4 and a[0] in SETTINGS
-        if not ok or (a[3], a[1], a[2]) not in norms_at(p, a[0], norms):
-            raise ConfigError(f"sweep_arms: {a!r} is not a declared [setting, placement, batch, norm] arm")
-        out[swept_name(*a)] = (a[0], a[1], a[2], a[3])
-    bad = set(p["scale_settings"]) - {a[0] for a in out.values()}
-    if bad:
-        raise ConfigError(f"scale_settings: {sorted(bad)} have no swept arm")
-    return out
-
-
 def norm_label(setting: str, norm: str) -> str:
     """A norm's label in a setting: plain 'BN' on fixed windows, where there are no pads to count."""
     return "BN" if norm == "batch" and "windows" in setting else LABEL[norm]
@@ -163,15 +102,6 @@ def swept_cell(swept: dict, setting: str) -> tuple[str, str, int]:
     if len(found) != 1:
         raise ConfigError(f"sweep_arms: give the swept arms of {setting!r} in one (placement, batch) cell")
     return found[0]
-
-
-def swept_name(setting: str, pl: str, b: int, norm: str) -> str:
-    return f"{setting}-{pl}-B{b}-{norm}"
-
-
-def final_and_init(m: dict) -> tuple[float | None, float]:
-    """A run's (eval-mode validation loss, None if it diverged; loss at init): what the sweep chooses by."""
-    return (m.get("eval_mixed") if m.get("diverged_at") is None else None), m["init_loss"]
 
 
 def label(setting: str, pl: str, b: int) -> str:

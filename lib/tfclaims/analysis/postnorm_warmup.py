@@ -108,21 +108,26 @@ def observe(runs: list[dict], p: dict, readouts, swept: dict) -> dict[str, pd.Da
         unigram=lambda c, m: m["unigram_xent"],
     )
     name = {(f["placement"], f["warmup"]): k for k, f in swept.items()}
-    t["arm"] = [name.get((pl, w)) for pl, w in zip(t.placement, t.warmup)]
-    sweep = t[(t.part == "train") & (t.depth == p["sweep_depth"])]
+    main = (t.depth == p["sweep_depth"]) & (t.steps == p["steps"])  # the sweep's runs, beside C's deep ones
+    t["arm"] = [name.get((pl, w)) if m else None for pl, w, m in zip(t.placement, t.warmup, main)]
+    sweep = t[(t.part == "train") & main]
     choices, tuned, seeds = read_sweep(sweep, swept, {f"d{d}": {"d_model": d} for d in p["scales"]})
+    deep_choice, deep = observe_deep(t, p)
     probes = part(runs, "probe")
     grads, grad_fits = describe_grads(probes)
     amp, amp_fits = describe_amplification(probes)
     ident = describe_identity(probes)
-    fixed = t[(t.part == "train") & (t.role == "test") & (t.d_model == p["d_model"])]
+    fixed = t[
+        (t.part == "train") & (t.role == "test") & (t.d_model == p["d_model"]) & (t.steps == p["steps"])
+    ]
     cells = {(int(d), float(lr)) for d, lr in p["cells"]}
     fixed = fixed[[(d, lr) in cells for d, lr in zip(fixed.depth, fixed.lr)]]
     return {
         "runs": t,
         "fixed": fixed,
         "tuned": tuned,
-        "choices": choices,
+        "deep": deep,
+        "choices": pd.concat([choices, deep_choice], ignore_index=True),
         "sensitivity": seeds,
         "mechanism": mechanism(grads, grad_fits, amp_fits, ident),
         "amp_seeds": seed_slopes(probes),
@@ -132,6 +137,23 @@ def observe(runs: list[dict], p: dict, readouts, swept: dict) -> dict[str, pd.Da
         "amplification_fits": amp_fits,
         "identity_share": ident,
     }
+
+
+def deep_label(p: dict) -> str:
+    return f"L{p['deep_depth']}, {p['deep_steps']} steps"
+
+
+def observe_deep(t: pd.DataFrame, p: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """C at depth: Post-LN with warmup's sweep read like the others (its choice; its fresh seeds at the chosen
+    rate as arm 'post-warmup', its sweep rows marked with that arm in `t`), and Pre-LN's fresh seeds at its
+    fixed rate as arm 'pre-control'."""
+    warm = round(p["warmup"] * p["deep_steps"] / p["steps"])
+    here = (t.part == "train") & (t.depth == p["deep_depth"]) & (t.steps == p["deep_steps"])
+    t.loc[here & (t.placement == "post") & (t.warmup == warm), "arm"] = "post-warmup"
+    df, label = t[here], deep_label(p)
+    choice, tuned, _ = read_sweep(df, {"post-warmup": {"placement": "post", "warmup": warm}}, {label: {}})
+    pre = df[(df.placement == "pre") & (df.role == "test") & (df.lr == p["deep_control_lr"])]
+    return choice, pd.concat([tuned, pre.assign(arm="pre-control", scale=label)], ignore_index=True)
 
 
 def mechanism(grads, grad_fits, amp_fits, ident) -> pd.DataFrame:
@@ -169,9 +191,9 @@ def seed_slopes(probes) -> pd.DataFrame:
 
 
 def generalisation(t: dict, decl: Declaration, margin: float) -> list:
-    """(E) reported, never decided: warmed-up Post-LN − Pre-LN (no warmup) final loss (sub-claim C's arms) in
+    """(E) reported, never decided: warmed-up Post-LN − Pre-LN (no warmup) final loss (C-fixed's arms) in
     every cell where both learned in every seed, paired, Holm among them, beside the null pair's floor."""
-    a, c = decl.sub("A-fixed"), decl.sub("C")
+    a, c = decl.sub("A-fixed"), decl.sub("C-fixed")
     final = next(r for r in a.readouts if r.column == "final_val")
     both = CellRule("the rule 'every seed of both arms learned'", all_learned)
     e = SubClaim(
@@ -724,8 +746,9 @@ def plot_identity(probes, out):
 
 
 def sweep_curves(t: dict) -> pd.DataFrame:
-    """Per swept arm, width and rate: the selection seeds' capped final loss and how many learned."""
-    return curve_table(t["runs"][t["runs"].arm.notna()], ["arm", "d_model"])
+    """Per swept arm, width, depth, horizon and rate: the selection seeds' capped final loss and how many
+    learned (C's deep sweep beside the main one)."""
+    return curve_table(t["runs"][t["runs"].arm.notna()], ["arm", "d_model", "depth", "steps"])
 
 
 def write_sweep(t: dict, curves: pd.DataFrame, p: dict, out) -> None:
@@ -748,30 +771,54 @@ def write_sweep(t: dict, curves: pd.DataFrame, p: dict, out) -> None:
 def plot_sweep(t: dict, curves: pd.DataFrame, p: dict, params: dict, labels: dict, out) -> None:
     """The claim's main figure: final loss against peak learning rate, one panel per width, one line per swept
     arm, each arm's chosen rate on the fresh seeds marked."""
+    from matplotlib.colors import to_hex
+
     from ..plotting import subplots
 
-    fig, axes = subplots(len(p["scales"]), width=4.6, height=3.6)
+    fig, axes = subplots(len(p["scales"]) + 1, width=4.6, height=3.6)
+    unigram = t["runs"].unigram.iloc[0]
+    main = curves[(curves.depth == p["sweep_depth"]) & (curves.steps == p["steps"])]
     for ax, d in zip(axes, p["scales"]):
         tuned = t["tuned"][t["tuned"].scale == f"d{d}"] if len(t["tuned"]) else t["tuned"]
-        lr_sweep(ax, curves[curves.d_model == d], tuned, labels, unigram=t["runs"].unigram.iloc[0])
+        lr_sweep(ax, main[main.d_model == d], tuned, labels, unigram=unigram)
         ax.set_title(f"d = {d}, L = {p['sweep_depth']} ({params[d] / 1e6:.2f}M parameters)")
     axes[0].legend(fontsize=6)
+    ax, deep = axes[-1], curves[(curves.depth == p["deep_depth"]) & (curves.steps == p["deep_steps"])]
+    ax.set_prop_cycle(color=[to_hex("C1")])  # warmed-up Post-LN's colour in the other panels
+    lr_sweep(ax, deep, t["deep"], {"post-warmup": labels["post-warmup"]}, unigram=unigram)
+    pre = t["deep"][t["deep"].arm == "pre-control"].final_val.dropna().to_numpy()
+    if len(pre):
+        ci = mean_ci(pre)
+        ax.errorbar([p["deep_control_lr"]], [ci.mean], yerr=[[ci.mean - ci.lo], [ci.hi - ci.mean]], fmt="D",
+                    color="C2", mec="k", mew=0.5, label="pre, no warmup, fixed rate (fresh seeds)")  # fmt: skip
+    ax.set_title(f"C: L = {p['deep_depth']}, d = {p['d_model']}, {p['deep_steps']} steps")
+    ax.legend(fontsize=6)
     out.figure(
         "lr-sweep",
         fig,
         f"Final validation loss against peak learning rate, L = {p['sweep_depth']}, {p['steps']} steps, per "
         f"width (left: d = {p['scales'][0]}). Lines: mean over the {len(p['selection_seeds'])} selection "
         "seeds (band: their range; a diverged run counts at the loss at init). Stars: each arm at its "
-        f"chosen rate on the {len(p['seeds'])} fresh seeds, mean ± 95% CI: the tuned comparison (A, B).",
+        f"chosen rate on the {len(p['seeds'])} fresh seeds, mean ± 95% CI: the tuned comparison (A, B). "
+        f"Right: C at depth, {p['deep_steps']} steps (warmup the same share): Post-LN with warmup swept the "
+        "same way; the diamond is Pre-LN at its one fixed rate on the fresh seeds.",
     )
 
 
 def tuned_headline(result) -> str:
-    """Warmup − none in Post-LN's final loss, each at its own best rate, per scale."""
+    """Warmup − none in Post-LN's final loss, each at its own best rate, per scale; and C at depth: warmed-up
+    Post-LN at its best rate − Pre-LN, with how many seeds of each learned."""
     parts = [
         f"{c.id.split('/')[1]} {c.diff:+.3f} ({c.decision})" for c in result.of("A") if c.diff is not None
     ]
-    return "Post-LN, warmup − none at each arm's best rate: " + (", ".join(parts) or "no comparison")
+    c = next((c for c in result.of("C") if c.id.endswith("final_val") and c.diff is not None), None)
+    deep = (
+        f"; at depth (C), warmed-up Post-LN at its best rate − Pre-LN {c.diff:+.3f} ({c.decision}; learned "
+        f"{c.learned_b}/{c.n_b} vs {c.learned_a}/{c.n_a})"
+        if c
+        else ""
+    )
+    return "Post-LN, warmup − none at each arm's best rate: " + (", ".join(parts) or "no comparison") + deep
 
 
 # ---------------------------------------------------------------- the verdict's numbers
@@ -803,11 +850,20 @@ def numbers(t: dict) -> dict:
 
 
 def extra_detail(sid: str, t: dict, sig: pd.DataFrame, deep: int) -> str:
-    """What a sub-verdict's detail adds beside its comparisons: C the gradient signature at the deepest depth,
+    """What a sub-verdict's detail adds beside its comparisons: C-fixed the gradient signature at the deepest depth,
+    C how many of warmed-up Post-LN's sweep runs learned at each rate,
     G the fitted slopes' intervals, H the branch statistics the identity law assumes."""
-    if sid == "C":
+    if sid == "C-fixed":
         text = signature_text(sig, deep)
         return f". {text[0].upper()}{text[1:]}" if text else ""
+    if sid == "C":
+        runs = t["runs"]
+        longest = (runs.depth == deep) & (runs.steps == runs.steps.max())  # C's runs at depth
+        swept = runs[longest & (runs.arm == "post-warmup") & (runs.role == "selection")]
+        by = swept.groupby("lr").learned.agg(["sum", "size"])
+        return ". Warmed-up Post-LN learned, by peak rate on the selection seeds: " + ", ".join(
+            f"{lr:g} {int(r['sum'])}/{int(r['size'])}" for lr, r in by.iterrows()
+        )
     if sid == "G":
         a = t["amplification_fits"][t["amplification_fits"].init == "xavier"].set_index("placement")
         return ". Log-log slopes in N (95% CI): " + ", ".join(
@@ -854,8 +910,9 @@ def caveats(p: dict, deep: int, null_offset: int) -> list[str]:
         "an end of its sweep (the lr_choices table's at_edge) may sit short of the arm's true optimum. "
         "Sensitivity is compared at the first width only, where every arm sweeps the same rates, and with "
         "three selection seeds its paired test has little power (its bootstrap intervals are in lr_choices). "
-        "C keeps one rate and 400 steps at L = 12: it cannot tell a Post-LN run that escapes the plateau late "
-        "from one that never does (lower rates over 800 steps, about 30 more minutes here, would).",
+        f"C at L = {p['deep_depth']} tunes only Post-LN with warmup (over {len(p['deep_rates'])} rates, "
+        f"{p['deep_steps']} steps); Pre-LN there keeps one rate, so C's final-loss difference is a lower "
+        "bound on Pre-LN's advantage, and C is read at the first width only.",
         f"Warmup is {100 * p['warmup'] / p['steps']:.0f}% of a short run, so warmed-up runs also spend less "
         "time at the peak learning rate; without warmup the cosine decay starts at once.",
         "Post-LN and DeepNorm have no final LayerNorm (as in the original Transformer), Pre-LN has one; "

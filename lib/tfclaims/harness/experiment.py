@@ -15,6 +15,7 @@ progress, staged publication of result.json with its tables and figures, the rep
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ import torch
 from ..evidence.declare import Declaration
 from ..evidence.evaluate import Evaluation
 from ..evidence.rules import render
+from . import prose
 
 VERDICTS = ("supported", "refuted", "mixed", "inconclusive")
 PROFILES = ("quick", "default", "full")
@@ -146,6 +148,9 @@ def _markdown(df: pd.DataFrame, floatfmt: str) -> str:
 
 
 class Experiment:
+    """A claim's experiment. Its prose (statement, notes_say, anchors, anchor_number, method) lives in
+    `<experiment file>.md` beside it (`harness.prose`), read when the subclass is defined."""
+
     claim_id: str = ""
     title: str = ""
     order: int = 100  # position in the report
@@ -160,6 +165,19 @@ class Experiment:
     rule: str = ""  # rendered from declare(p) where the experiment declares its sub-claims
     profiles: dict[str, dict] = {}
     parts: tuple[Part, ...] = ()
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        module = sys.modules.get(cls.__module__)
+        md = Path(getattr(module, "__file__", "") or "").with_suffix(".md")
+        if not md.is_file():
+            return  # a class defined elsewhere (a test's toy) declares its prose itself
+        fields = prose.read(md, vars(module))
+        twice = sorted(set(fields) & set(vars(cls)))
+        if twice:
+            raise prose.ProseError(f"{cls.__name__}: {twice} given both in the class and in {md.name}")
+        for k, v in fields.items():
+            setattr(cls, k, v)
 
     def grid(self, p: dict, done: list[dict] | tuple = ()) -> list[dict]:
         """Every part's configs, each tagged with its part's name. A staged part is given `done`, the ok
