@@ -28,6 +28,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -81,7 +82,7 @@ def rerun_equal(exp, rec: dict, scratch: Path) -> tuple[bool, str]:
     return same, rid
 
 
-def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool, leave: dict | None = None) -> str:
+def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool, leave: Sequence = ()) -> str:
     res_path = root / cid / "result.json"
     if not res_path.exists():
         return f"{cid}: no result"
@@ -105,7 +106,7 @@ def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool, leave
     by_part: dict[str, list[dict]] = {}
     left = 0
     for rec in recs.values():
-        if any(str(rec["config"].get(k)) == v for k, v in (leave or {}).items()):
+        if any(str(rec["config"].get(k)) == v for k, v in leave):  # leave: (key, value) pairs
             left += 1  # its computation changed: rerun, never re-keyed
         elif run_code_hash(exp, rec["config"]) != rec["code_hash"]:
             by_part.setdefault(rec["config"].get("part", ""), []).append(rec)
@@ -159,7 +160,7 @@ def main() -> int:
     args = ap.parse_args()
     if any("=" not in x for x in args.leave):
         ap.error("--leave takes key=value")
-    leave = dict(x.split("=", 1) for x in args.leave)
+    leave = [tuple(x.split("=", 1)) for x in args.leave]  # pairs: one key may name several values
     if args.verify < 1:
         ap.error("--verify must be at least 1: a re-key is shown by rerunning, never assumed")
     exps = load_all()
