@@ -24,7 +24,8 @@ from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
 FLAT = 0.1  # |log-log slope| of score variance vs d within this: "does not grow with d"
 LINEAR = (0.9, 1.1)  # the unscaled dot product's slope, Var ∝ d
 LEARN_MARGIN = 0.10  # held-out accuracy at least this above chance (1 / n_values): the run learned
-# converged: held-out accuracy moved by at most CONV_TOL over the training after CONV_FROM (its last CONV_LAST)
+# converged: held-out accuracy moved by at most CONV_TOL after the CONV_FROM share of training (the last
+# CONV_LAST of it)
 CONV_TOL, CONV_FROM = 0.02, 0.8
 CONV_LAST = 1 - CONV_FROM
 NULL_OFFSET = 1000  # the null pair: additive rerun at seed s + NULL_OFFSET

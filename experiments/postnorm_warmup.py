@@ -167,6 +167,7 @@ class PostnormWarmup(Experiment):
         post_w = arm(f"post, warmup {W}", placement="post", warmup=W)
         tuned = {k: arm(f"{SWEPT_LABEL[k]}, at its best rate", arm=k) for k in SWEPT}
         esc = rd.escape_step(LEARN_MARGIN, ESCAPE_WINDOW, p["steps"])
+        esc_deep = rd.escape_step(LEARN_MARGIN, ESCAPE_WINDOW, p["deep_steps"])  # C's longer horizon
         fixed = dict(readouts=(FINAL, LEARNED, esc), primary=True, guard=LEARNED, margin=MARGIN, noise="null")
         null = " The null pair (at the first width) floors both widths."
         tr = dict(fixed, table="tuned", cells=scales, note=profile_sweep(p).rule() + null)
@@ -188,16 +189,15 @@ class PostnormWarmup(Experiment):
             SubClaim("B-range", "Pre-LN trains over a wider range of rates than Post-LN (neither warmed up)",
                      Better("b"), (SENSITIVITY,), a=arm("post, no warmup", arm="post"),
                      b=arm("pre, no warmup", arm="pre"), **sens),
-            SubClaim("C-fixed", f"Post-LN fails at depth even with warmup, at one fixed rate (L = {cs[-1][0]}, "
-                     "against Pre-LN; Liu et al.)", Better("a"), a=PRE, b=post_w, cells=deep,
+            SubClaim("C-fixed", "Post-LN fails at depth even with warmup, at one fixed rate (L = "
+                     f"{cs[-1][0]}, against Pre-LN; Liu et al.)", Better("a"), a=PRE, b=post_w, cells=deep,
                      count_if=SOME_FAILED, counts=False, **fixed),
-            SubClaim("C", f"Post-LN fails at depth even with warmup, at its own best rate and {p['deep_steps']} "
-                     f"steps (L = {p['deep_depth']}, against Pre-LN)", Better("a"),
-                     (FINAL, LEARNED, rd.escape_step(LEARN_MARGIN, ESCAPE_WINDOW, p["deep_steps"])),
+            SubClaim("C", "Post-LN fails at depth even with warmup, at its own best rate and "
+                     f"{p['deep_steps']} steps (L = {p['deep_depth']}, against Pre-LN)", Better("a"),
                      a=arm(f"pre, no warmup, lr {p['deep_control_lr']:g}", arm="pre-control"),
                      b=arm(f"post, warmup {deep_warmup(p)}, at its best rate", arm="post-warmup"),
                      cells=(cell(view.deep_label(p), scale=view.deep_label(p)),), table="deep",
-                     control="C-fixed", note=NOTE_C, **{k: v for k, v in fixed.items() if k != "readouts"}),
+                     control="C-fixed", note=NOTE_C, **dict(fixed, readouts=(FINAL, LEARNED, esc_deep))),
             SubClaim("D", "DeepNorm trains without warmup where Post-LN fails", Better("b"), a=POST,
                      b=DEEPNORM, cells=grid, keep_if=POST_FAILED, counts=False, **fixed, note="Its cells are "
                      "chosen on its own arm a, by no other sub-claim's outcome; with none, inconclusive."),
@@ -216,7 +216,8 @@ class PostnormWarmup(Experiment):
                      "the derivation's own assumption (independent unit-variance branches) it is 2^(-1/2)."),
         ), nulls=(
             NullPair("null", arm(f"pre, no warmup, L{nd}-lr{p['null_lr']:g}", part="train", placement="pre",
-                                 warmup=0, depth=nd, lr=p["null_lr"], d_model=d0, steps=p["steps"], role="test"),
+                                 warmup=0, depth=nd, lr=p["null_lr"], d_model=d0, steps=p["steps"],
+                                 role="test"),
                      arm("rerun", part="null"), (FINAL, esc), seed_offset=NULL_OFFSET),
         ))  # fmt: skip
 
@@ -245,8 +246,8 @@ class PostnormWarmup(Experiment):
             summary=(
                 f"{key}. Learned runs are those ending ≥ {LEARN_MARGIN} nats below the unigram level U = "
                 f"{U:.3f}. Reported beside the verdict: (C at one rate, {p['steps']} steps) "
-                f"{result.sub('C-fixed').verdict}, (D) {result.sub('D').verdict}. At init, Post-LN's identity share falls by q = "
-                f"{found['post_identity_factor']:.2f} per sublayer (note: 0.5)."
+                f"{result.sub('C-fixed').verdict}, (D) {result.sub('D').verdict}. At init, Post-LN's "
+                f"identity share falls by q = {found['post_identity_factor']:.2f} per sublayer (note: 0.5)."
             ),
             evidence={"unigram_xent": U, **NUMBERS, **found, "lr_choices": t["choices"].to_dict("records")},
             caveats=view.caveats(p, deep, NULL_OFFSET),

@@ -176,8 +176,8 @@ def test_grid_has_four_arms_in_every_fixed_cell_a_sweep_and_an_untied_head():
     assert not set(p["selection_seeds"]) & set(p["seeds"]) and p["scales"][1] >= 2 * p["scales"][0]
     assert all(c["tie"] is False for c in grid if c["part"] != "probe") and p["init_seeds"] >= 10
     assert all("kind" not in c for c in grid)
-    # C at depth: only warmed-up Post-LN sweeps (the same rates, seeds), over a longer run with the same warmup
-    # share; Pre-LN runs C-fixed's rate on the fresh seeds
+    # C at depth: only warmed-up Post-LN sweeps (the same rates, seeds), over a longer run with the same
+    # warmup share; Pre-LN runs C-fixed's rate on the fresh seeds
     deep = [c for c in grid if c["part"] == "train" and c["steps"] == p["deep_steps"] > p["steps"]]
     assert {c["depth"] for c in deep} == {p["deep_depth"]} == {max(d for d, _ in p["cells"])}
     post = [c for c in deep if c["placement"] == "post"]

@@ -1,5 +1,5 @@
-"""A claim's prose in markdown beside its experiment: read into the same strings the code reports, filled from the
-experiment module's constants, and malformed files stopped with one line naming the file."""
+"""A claim's prose in markdown beside its experiment: read into the same strings the code reports, filled from
+the experiment module's constants, and malformed files stopped with one line naming the file."""
 
 import pytest
 
@@ -10,8 +10,8 @@ from tfclaims.harness.registry import load_all
 EXPS = load_all()
 TEXT = (
     "A sentence long enough to wrap at the width of the file, with an interval [0.1, 0.2], a {{brace}} kept, "
-    "and the offset {OFFSET} and the margin {MARGIN:g} filled in from the experiment's constants, so that the "
-    "words cannot drift from the numbers."
+    "and the offset {OFFSET} and the margin {MARGIN:g} filled in from the experiment's constants, so that "
+    "the words cannot drift from the numbers."
 )
 
 

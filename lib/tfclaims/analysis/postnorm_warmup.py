@@ -16,6 +16,7 @@ from ..evidence.plots import lr_sweep
 from ..evidence.stats import loglog_fit, mean_ci
 from ..evidence.tables import comparison_table, runs_table
 from ..evidence.tuning import curve_table, read_sweep
+from ..grids.postnorm_warmup import deep_warmup
 from . import part
 
 PLACEMENTS = ("post", "pre", "deepnorm")
@@ -112,7 +113,7 @@ def observe(runs: list[dict], p: dict, readouts, swept: dict) -> dict[str, pd.Da
     t["arm"] = [name.get((pl, w)) if m else None for pl, w, m in zip(t.placement, t.warmup, main)]
     sweep = t[(t.part == "train") & main]
     choices, tuned, seeds = read_sweep(sweep, swept, {f"d{d}": {"d_model": d} for d in p["scales"]})
-    deep_choice, deep = observe_deep(t, p)
+    deep_choice, deep, deep_sweep = observe_deep(t, p)
     probes = part(runs, "probe")
     grads, grad_fits = describe_grads(probes)
     amp, amp_fits = describe_amplification(probes)
@@ -127,6 +128,7 @@ def observe(runs: list[dict], p: dict, readouts, swept: dict) -> dict[str, pd.Da
         "fixed": fixed,
         "tuned": tuned,
         "deep": deep,
+        "deep_sweep": deep_sweep,
         "choices": pd.concat([choices, deep_choice], ignore_index=True),
         "sensitivity": seeds,
         "mechanism": mechanism(grads, grad_fits, amp_fits, ident),
@@ -143,17 +145,19 @@ def deep_label(p: dict) -> str:
     return f"L{p['deep_depth']}, {p['deep_steps']} steps"
 
 
-def observe_deep(t: pd.DataFrame, p: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+def observe_deep(t: pd.DataFrame, p: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """C at depth: Post-LN with warmup's sweep read like the others (its choice; its fresh seeds at the chosen
-    rate as arm 'post-warmup', its sweep rows marked with that arm in `t`), and Pre-LN's fresh seeds at its
-    fixed rate as arm 'pre-control'."""
-    warm = round(p["warmup"] * p["deep_steps"] / p["steps"])
+    rate as arm 'post-warmup', its sweep rows marked with that arm in `t`), Pre-LN's fresh seeds at its fixed
+    rate as arm 'pre-control', and the sweep's selection rows."""
+    warm = deep_warmup(p)
     here = (t.part == "train") & (t.depth == p["deep_depth"]) & (t.steps == p["deep_steps"])
-    t.loc[here & (t.placement == "post") & (t.warmup == warm), "arm"] = "post-warmup"
+    swept = here & (t.placement == "post") & (t.warmup == warm)
+    t.loc[swept, "arm"] = "post-warmup"
     df, label = t[here], deep_label(p)
     choice, tuned, _ = read_sweep(df, {"post-warmup": {"placement": "post", "warmup": warm}}, {label: {}})
     pre = df[(df.placement == "pre") & (df.role == "test") & (df.lr == p["deep_control_lr"])]
-    return choice, pd.concat([tuned, pre.assign(arm="pre-control", scale=label)], ignore_index=True)
+    tuned = pd.concat([tuned, pre.assign(arm="pre-control", scale=label)], ignore_index=True)
+    return choice, tuned, t[swept & (t.role == "selection")]
 
 
 def mechanism(grads, grad_fits, amp_fits, ident) -> pd.DataFrame:
@@ -789,8 +793,9 @@ def plot_sweep(t: dict, curves: pd.DataFrame, p: dict, params: dict, labels: dic
     pre = t["deep"][t["deep"].arm == "pre-control"].final_val.dropna().to_numpy()
     if len(pre):
         ci = mean_ci(pre)
-        ax.errorbar([p["deep_control_lr"]], [ci.mean], yerr=[[ci.mean - ci.lo], [ci.hi - ci.mean]], fmt="D",
-                    color="C2", mec="k", mew=0.5, label="pre, no warmup, fixed rate (fresh seeds)")  # fmt: skip
+        err = [[ci.mean - ci.lo], [ci.hi - ci.mean]]
+        ax.errorbar([p["deep_control_lr"]], [ci.mean], yerr=err, fmt="D", color="C2", mec="k", mew=0.5,
+                    label="pre, no warmup, fixed rate (fresh seeds)")  # fmt: skip
     ax.set_title(f"C: L = {p['deep_depth']}, d = {p['d_model']}, {p['deep_steps']} steps")
     ax.legend(fontsize=6)
     out.figure(
@@ -850,17 +855,14 @@ def numbers(t: dict) -> dict:
 
 
 def extra_detail(sid: str, t: dict, sig: pd.DataFrame, deep: int) -> str:
-    """What a sub-verdict's detail adds beside its comparisons: C-fixed the gradient signature at the deepest depth,
-    C how many of warmed-up Post-LN's sweep runs learned at each rate,
-    G the fitted slopes' intervals, H the branch statistics the identity law assumes."""
+    """What a sub-verdict's detail adds beside its comparisons: C-fixed the gradient signature at the
+    deepest depth, C how many of warmed-up Post-LN's sweep runs learned at each rate, G the fitted slopes'
+    intervals, H the branch statistics the identity law assumes."""
     if sid == "C-fixed":
         text = signature_text(sig, deep)
         return f". {text[0].upper()}{text[1:]}" if text else ""
     if sid == "C":
-        runs = t["runs"]
-        longest = (runs.depth == deep) & (runs.steps == runs.steps.max())  # C's runs at depth
-        swept = runs[longest & (runs.arm == "post-warmup") & (runs.role == "selection")]
-        by = swept.groupby("lr").learned.agg(["sum", "size"])
+        by = t["deep_sweep"].groupby("lr").learned.agg(["sum", "size"])
         return ". Warmed-up Post-LN learned, by peak rate on the selection seeds: " + ", ".join(
             f"{lr:g} {int(r['sum'])}/{int(r['size'])}" for lr, r in by.iterrows()
         )

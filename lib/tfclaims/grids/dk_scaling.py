@@ -1,5 +1,6 @@
-"""dk_scaling's runs: the Monte Carlo and init probes, scaled against unscaled training per d_k, the logit-scale
-series, the null pair and the learning-rate sweep per arm and width, each built from the profile."""
+"""dk_scaling's runs: the Monte Carlo and init probes, scaled against unscaled training per d_k, the
+logit-scale series, the null pair and the learning-rate sweep per arm and width, each built from the
+profile."""
 
 from __future__ import annotations
 

@@ -138,7 +138,7 @@ def grid_encoder(p):
 
 
 def grid_null(p):
-    """The null pairs: the LN arm of each declared (setting, placement, batch) cell rerun at seeds s + 1000."""
+    """The null pairs: each declared (setting, placement, batch) cell's LN arm rerun at s + NULL_OFFSET."""
     out = []
     for st, pl, b in p["null_cells"]:
         if ("layer", pl, b) not in norms_at(p, st, NORMS):

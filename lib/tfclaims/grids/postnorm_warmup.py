@@ -94,7 +94,8 @@ def grid_sweep(p, done):
 
 
 def deep_sweep(p) -> Sweep:
-    """C's sweep: Post-LN with warmup at the deep cell over `deep_rates`, on the same seeds as the main sweep."""
+    """C's sweep: Post-LN with warmup at the deep cell over `deep_rates`, on the same seeds as the main
+    sweep."""
     return replace(profile_sweep(p), rates=tuple(p["deep_rates"]))
 
 
