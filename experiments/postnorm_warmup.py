@@ -13,7 +13,6 @@ from tfclaims.evidence.declare import (
     CellRule,
     Declaration,
     NullPair,
-    Readout,
     SubClaim,
     arm,
     bound,
@@ -57,11 +56,7 @@ POST_FAILED = CellRule(
     "the rule 'some Post-LN run without warmup did not learn'", lambda a, b: not view.all_learned(a)
 )
 
-SENSITIVITY = Readout(
-    "sensitivity", "learning-rate sensitivity", "nats", "lower", "paired",
-    "Wortsman et al.'s: over the sweep's rates, the mean excess of one selection seed's final loss over its "
-    "best, a failed run counted at the loss at init",
-)  # fmt: skip
+SENSITIVITY = rd.sensitivity()
 SWEPT_LABEL = {"post": "post, no warmup", "post-warmup": "post, warmup", "pre": "pre, no warmup"}
 NOTE_RANGE = (
     "At the first scale, where every arm sweeps the same rates; paired by selection seed (three seeds: weak "

@@ -3,12 +3,11 @@ convergence."""
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import partial
 
 from tfclaims.analysis import weight_tying as view
-from tfclaims.claims.weight_tying import matched_d_ff, tying_counts, tying_train
+from tfclaims.claims.weight_tying import tying_counts, tying_train, tying_train_small
 from tfclaims.evidence import readouts as rd
-from tfclaims.evidence.decisions import noise_bound
 from tfclaims.evidence.declare import (
     Better,
     Declaration,
@@ -17,20 +16,39 @@ from tfclaims.evidence.declare import (
     SubClaim,
     arm,
     cell,
+    cells,
     check,
     equal,
 )
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.grids.sweep import profile_sweep
+from tfclaims.grids.weight_tying import (
+    COUNT_PRESETS,
+    NULL_OFFSET,
+    grid_counts,
+    grid_null,
+    grid_small,
+    grid_sweep,
+    grid_train,
+    scale_label,
+    scales,
+)
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.train.small_lm import subword_fields, subword_profile
+from tfclaims.train.small_lm import subword_profile
 
-COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
-MARGIN = 0.02  # nats: |Δ final loss| inside this is "no difference" (TOST, reported)
+MARGIN = 0.02  # nats: |Δ loss| inside this is "no difference" (TOST, reported)
 TARGET_BELOW_UNIGRAM = 1.0  # nats: "steps to target" counts steps to the unigram level less this
 LEARN_MARGIN = 0.10  # nats below the unigram cross-entropy: the run learned
-NULL_OFFSET = 1000
 
 LEARNED, FINAL = rd.learned(LEARN_MARGIN), rd.final_loss("nats/token")
+# the small-data regime over-fits: it learned if its early-stopped loss (selection half) is below unigram
+LEARNED_SMALL = rd.learned(LEARN_MARGIN, key=view.early_select, what="early-stopped selection-half loss")
+EARLY = Readout(
+    "early_test", "early-stopped test loss", "nats/token", "lower", "paired",
+    "the loss on the test half of the validation works at the evaluation step whose loss on the selection "
+    "half is lowest (a diverged run has none)", fn=view.early_test,
+)  # fmt: skip
+SENSITIVITY = rd.sensitivity("nats")
 EXCESS = Readout(
     "excess", "untied − tied parameters − V·d", definition="closed form (tfclaims.measure.counting)"
 )
@@ -41,6 +59,10 @@ INSTANTIATED = Readout(
 )
 UNTIED, TIED = arm("untied", arm="untied", part="train"), arm("tied", arm="tied", part="train")
 WIDE = arm("tied, wider FFN", arm="tied-wide", part="train")
+NOTE_TUNED = (
+    " The null pair of each regime (at the first scale) floors both scales. Both arms are swept, so neither "
+    "is held at a rate that suits the other."
+)
 
 
 def steps_readout(p: dict) -> Readout:
@@ -59,122 +81,127 @@ def steps_readout(p: dict) -> Readout:
     )
 
 
-@cache
-def vocab_size(vocab: int) -> int:
-    """The trained tokenizer's vocabulary (loads the tokenised corpus once per process, not per grid call)."""
-    from tfclaims.data.bpe import load_bpe_corpus
-
-    return load_bpe_corpus(vocab).vocab_size
-
-
-def grid_counts(p):
-    return [
-        {
-            **subword_fields(p),
-            "presets": list(COUNT_PRESETS),
-            "d_ff_wide": matched_d_ff(p, vocab_size(p["vocab"])),
-        }
-    ]
-
-
-def grid_train(p):
-    wide = matched_d_ff(p, vocab_size(p["vocab"]))
-    return [
-        {"arm": a, **subword_fields(p), **({"d_ff_wide": wide} if a == "tied-wide" else {}), "seed": s}
-        for a in ("tied", "untied", "tied-wide")
-        for s in p["seeds"]
-    ]
-
-
-def grid_null(p):
-    """The null pair: the untied arm (the baseline) rerun at seeds s + NULL_OFFSET."""
-    return [{"arm": "untied", **subword_fields(p), "seed": s + NULL_OFFSET} for s in p["seeds"]]
-
-
 class WeightTying(Experiment):
     claim_id = "weight_tying"
     title = "Tying input and output embeddings cuts parameters and speeds convergence"
     order = 15
     profiles = {
-        "quick": subword_profile("quick"),
+        "quick": subword_profile("quick", scales=[[32, 1], [48, 1]], rates=[2e-3, 4e-3], selection_seeds=[10],
+                                 tuned_seeds=[0, 1], rate_factors=[0.5, 1.0], rate_extend=1,
+                                 subset_tokens=2048, dropout=0.1),
         "default": subword_profile("default", d_model=96, n_layers=3, n_heads=4, seq_len=64, batch=16,
-                                   steps=600, lr=3e-3, eval_every=25, eval_batches=8),
-        "full": subword_profile("full"),
+                                   steps=600, lr=3e-3, eval_every=25, eval_batches=8,
+                                   scales=[[64, 2], [160, 4]], rates=[1e-3, 2e-3, 4e-3, 8e-3],
+                                   selection_seeds=[100, 101], tuned_seeds=[0, 1, 2, 3, 4],
+                                   rate_factors=[0.25, 0.5, 1.0], rate_extend=1, subset_tokens=65536,
+                                   dropout=0.2),
+        "full": subword_profile("full", scales=[[384, 6], [768, 8]], rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
+                                selection_seeds=[100, 101], tuned_seeds=[0, 1, 2, 3, 4],
+                                rate_factors=[0.25, 0.5, 1.0], rate_extend=1, subset_tokens=400000,
+                                dropout=0.1),
     }  # fmt: skip
     parts = (
         Part("counts", grid_counts, tying_counts),
         Part("train", grid_train, tying_train),
         Part("null", grid_null, tying_train),
+        Part("sweep", grid_sweep, tying_train, staged=True),
+        Part("small", grid_small, tying_train_small, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:
         steps, models = steps_readout(p), ("subword-lm", *COUNT_PRESETS)
-        tr = dict(guard=LEARNED, noise="null")
+        fixed = dict(guard=LEARNED, noise="null", counts=False, cells=(cell("fixed", role="fixed"),))
+        by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
+        first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
+        rule = profile_sweep(p, fresh="tuned_seeds").rule() + NOTE_TUNED
+        untied = {
+            r: arm("untied, at its best rate", arm="untied", regime=r) for r in ("one-pass", "small-data")
+        }
+        tied = {r: arm("tied, at its best rate", arm="tied", regime=r) for r in ("one-pass", "small-data")}
+        one = dict(
+            a=untied["one-pass"],
+            b=tied["one-pass"],
+            table="tuned",
+            cells=by_scale,
+            guard=LEARNED,
+            noise="null-one-pass",
+            note=rule,
+        )
+        small = dict(
+            a=untied["small-data"],
+            b=tied["small-data"],
+            table="tuned",
+            cells=by_scale,
+            guard=LEARNED_SMALL,
+            noise="null-small",
+            note=rule,
+        )
+        sens = dict(
+            table="sensitivity",
+            cells=first,
+            counts=False,
+            note="At the first scale, where both arms "
+            "sweep the same rates; paired by selection seed (two seeds: weak power).",
+        )
         return Declaration((
             check("params", "Tying removes exactly V·d parameters (closed form, every configuration)", EXCESS,
                   equal(0), table="counts", cells=tuple(cell(m, model=m) for m in models)),
             check("instantiated", "Each instantiated arm has its closed-form parameter count", INSTANTIATED,
                   equal(0), table="instantiated"),
-            SubClaim("convergence", "Faster convergence (steps to the target loss)", Better("b"), (steps,),
-                     a=UNTIED, b=TIED, **tr),
-            SubClaim("final", "Lower final validation loss", Better("b"), (FINAL,), a=UNTIED, b=TIED,
-                     margin=MARGIN, **tr),
-            SubClaim("equal-params", "At equal parameter count: tied with a wider FFN against untied",
-                     Better("b"), (steps, FINAL), a=UNTIED, b=WIDE, margin=MARGIN, counts=False, **tr,
+            SubClaim("convergence-fixed", "Faster convergence (steps to the target loss), both arms at one "
+                     f"rate ({p['lr']:g})", Better("b"), (steps,), a=UNTIED, b=TIED, **fixed),
+            SubClaim("final-fixed", f"Lower final validation loss, both arms at one rate ({p['lr']:g})",
+                     Better("b"), (FINAL,), a=UNTIED, b=TIED, margin=MARGIN, **fixed),
+            SubClaim("equal-params", "At equal parameter count: tied with a wider FFN against untied (one "
+                     "rate)", Better("b"), (steps, FINAL), a=UNTIED, b=WIDE, margin=MARGIN, **fixed,
                      note=f"The ±{MARGIN:g}-nat TOST is the final loss's; the log-rank test has no margin."),
+            SubClaim("convergence", "Faster convergence in one pass over the text (steps to the target loss), "
+                     "each arm at its own best rate", Better("b"), (steps,), control="convergence-fixed",
+                     **one),
+            SubClaim("final", "Lower final validation loss in one pass over the text, each arm at its own "
+                     "best rate", Better("b"), (FINAL,), margin=MARGIN, primary=True, control="final-fixed",
+                     **one),
+            SubClaim("small-data", "Lower held-out loss after many epochs of a small subset with dropout "
+                     "(Press & Wolf's regime), early-stopped, each arm at its own best rate", Better("b"),
+                     (EARLY,), margin=MARGIN, **small),
+            SubClaim("range", "Tied as tolerant of the learning rate as untied (one pass; sensitivity)",
+                     Better("b"), (SENSITIVITY,), a=arm("untied", arm="untied", regime="one-pass"),
+                     b=arm("tied", arm="tied", regime="one-pass"), **sens),
         ), nulls=(
-            NullPair("null", UNTIED, arm("rerun", part="null"), (steps, FINAL), seed_offset=NULL_OFFSET),
+            NullPair("null", arm("untied", part="train", arm="untied", role="fixed"),
+                     arm("rerun", part="null", role="fixed"), (steps, FINAL), seed_offset=NULL_OFFSET),
+            NullPair("null-one-pass", arm("untied", arm="untied", regime="one-pass", role="test"),
+                     arm("rerun", arm="untied", regime="one-pass", role="null"), (steps, FINAL),
+                     table="first", seed_offset=NULL_OFFSET),
+            NullPair("null-small", arm("untied", arm="untied", regime="small-data", role="test"),
+                     arm("rerun", arm="untied", regime="small-data", role="null"), (EARLY,), table="first",
+                     seed_offset=NULL_OFFSET),
         ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)
-        t = view.observe(runs, (LEARNED, FINAL, steps_readout(p)))
+        t = view.observe(runs, p, (LEARNED, LEARNED_SMALL, FINAL, EARLY, steps_readout(p)))
         result = evaluate(decl, t)
         pdf = view.parameter_table(t["count_rows"])
         tok = self.runs_of(runs, "counts")[0]["metrics"]["tokenizer"]
         view.write_tables(t, result, pdf, p, TARGET_BELOW_UNIGRAM, out)
-        floor = next((noise_bound(f) for f in result.floors if f.metric == FINAL.label), None)
-        view.plot_training(self.runs_of(runs, "train"), pdf, floor, p, TARGET_BELOW_UNIGRAM, out)
-        conv, fin = result.get("convergence"), result.get("final")
+        view.plot_training(t, pdf, result, p, TARGET_BELOW_UNIGRAM, out)
+        view.plot_sweeps(t, p, out)
         own = pdf[pdf["model"].str.startswith("subword")].iloc[0]
-        g2 = pdf.set_index("model").loc["gpt2-small"] if "gpt2-small" in set(pdf["model"]) else None
-        g2_txt = (
-            "" if g2 is None else f"; GPT-2 small: {g2['saved']:,} ({g2['saved / untied']:.0%} of untied)"
-        )
-        at_equal = ", ".join(
-            f"{c.metric} {c.short('+.3g')} ({c.decision})" for c in result.of("equal-params")
-        )
+        key, summary = view.summary(result, own, pdf)
         return verdict_from(
             result,
-            key_number=f"tied − untied: steps to target {conv.short('+.0f')} ({conv.decision}), final loss "
-            f"{fin.short()} nats ({fin.decision}); tying saves {own['saved / untied']:.1%} of the parameters",
-            summary=(
-                f"Tying removes V·d parameters exactly (checked): {own['saved / untied']:.1%} of this "
-                f"subword model (V = {own['V']}, d = {own['d']}){g2_txt}. Steps to the target loss, "
-                f"{conv.text(' steps', '+.1f')}; final validation loss, {fin.text(' nats')}. At equal "
-                f"parameters (reported): {at_equal}."
-            ),
+            key_number=key,
+            summary=summary,
             evidence={
                 "margin": MARGIN,
                 "learn_margin": LEARN_MARGIN,
                 "tokenizer": tok,
                 "target_below_unigram": TARGET_BELOW_UNIGRAM,
+                "lr_choices": t["choices"].to_dict("records"),
+                "epochs_small_data": view.epochs(t),
             },
-            caveats=[
-                f"Byte-level BPE trained on the training works: V = {tok['vocab_size']}, "
-                f"{tok['chars_per_token']:.2f} characters per token on the validation works. GPT-2 uses V = "
-                "50257 and d = 768; here V·d is a similar share of the model, but the model is 10^2–10^3 "
-                "times smaller.",
-                f"{p['steps']} steps of {p['batch']} × {p['seq_len']} tokens (about "
-                f"{p['steps'] * p['batch'] * p['seq_len'] / 1e6:.2f}M tokens, under one epoch), d = "
-                f"{p['d_model']}, {p['n_layers']} layers, no dropout; the anchors' gains are in final "
-                "perplexity after many epochs of small corpora, where tying also acts as a regulariser.",
-                "The untied head starts at the embedding's init scale (normal, std 0.02), so the arms "
-                "differ only in sharing; the parameter-matched arm spends the V·d extra parameters in the "
-                "FFN instead.",
-                "Steps to target are compared by a log-rank test (unpaired; a run that never reaches the "
-                "target is censored): the difference is of restricted mean steps.",
-            ],
+            caveats=view.caveats(p, tok),
         )
 
 

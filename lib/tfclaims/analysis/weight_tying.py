@@ -9,6 +9,8 @@ import pandas as pd
 from ..evidence.curves import plot_curves
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
+from ..evidence.tuning import curve_table, read_sweep
+from ..grids.weight_tying import SWEPT, scale_label, scales
 from . import part
 
 LABELS = {"tied": "tied", "untied": "untied", "tied-wide": "tied, wider FFN (untied's parameter count)"}
@@ -30,35 +32,75 @@ def steps_to_target(m: dict, below: float) -> float | None:
     return None
 
 
+def early_select(m: dict) -> float | None:
+    """A small-data run's early-stopped loss on the selection half (what picks its step and its rate)."""
+    return (m.get("early") or {}).get("select_loss")
+
+
+def early_test(m: dict) -> float | None:
+    """A small-data run's early-stopped loss on the test half (its score)."""
+    return (m.get("early") or {}).get("test_loss")
+
+
 def _slug(model: str) -> str:
     return "subword-lm" if model.startswith("subword") else model
 
 
-def observe(runs: list[dict], readouts) -> dict[str, pd.DataFrame]:
-    """runs: one row per training (and null-pair) run with its readouts, parameters and unigram level;
-    counts: per model, untied − tied parameters less V·d (closed form); instantiated: per arm of this
-    project's model, instantiated less closed-form parameters."""
-    trained = [r for name in ("train", "null") for r in part(runs, name)]
+def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
+    """runs: one row per training run with its readouts, parameters, unigram level, loss at init, regime
+    (one-pass: the train and null parts; small-data: the small part), scale label and role (fixed: the
+    fixed-rate design at the profile's size; selection; test: the sweep's fresh seeds; null: a regime's null
+    pair); tuned, choices, sensitivity: each regime's sweep read by `evidence.tuning` (one pass chooses by
+    final loss, small data by the early-stopped selection-half loss); first: the null pairs of the sweep
+    (the untied arm's fresh seeds at the first scale and their reruns); counts: per model, untied − tied
+    parameters less V·d (closed form); instantiated: per arm of this project's model, instantiated less
+    closed-form parameters."""
+    sel, fresh, sc = set(p["selection_seeds"]), set(p["tuned_seeds"]), scales(p)
+    labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
+
+    def role(c, m):
+        if c.get("part") != "small" and (c["d_model"], c["n_layers"], c["lr"]) == (
+            p["d_model"],
+            p["n_layers"],
+            p["lr"],
+        ):
+            return "fixed"
+        return "selection" if c["seed"] in sel else "test" if c["seed"] in fresh else "null"
+
+    trained = [r for name in ("train", "null", "small") for r in part(runs, name)]
     t = runs_table(
-        trained, readouts, params=lambda c, m: m["n_params"], unigram=lambda c, m: m["unigram_xent"]
-    )
+        trained, readouts, params=lambda c, m: m["n_params"], unigram=lambda c, m: m["unigram_xent"],
+        init_loss=lambda c, m: m["val_loss"][0], role=role, select_loss=lambda c, m: early_select(m),
+        regime=lambda c, m: "small-data" if c["part"] == "small" else "one-pass",
+        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+    )  # fmt: skip
+    arms = {a: {"arm": a} for a in SWEPT}
+    by = {scale_label(s): s for s in sc}
+    choices, tuned, seeds = [], [], []
+    for regime, loss in (("one-pass", "final_val"), ("small-data", "select_loss")):
+        here = t[(t.regime == regime) & t.role.isin(["selection", "test"])]
+        c, tu, se = read_sweep(here, arms, by, loss=loss)
+        choices.append(c.assign(regime=regime))
+        tuned.append(tu.assign(regime=regime))
+        seeds.append(se.assign(regime=regime))
+    choices, tuned = pd.concat(choices, ignore_index=True), pd.concat(tuned, ignore_index=True)
+    first = pd.concat([tuned[tuned.scale == scale_label(sc[0])], t[t.role == "null"]], ignore_index=True)
     cdf = pd.DataFrame(part(runs, "counts")[0]["metrics"]["rows"])
     counts, inst = [], []
     for model, g in cdf.groupby("model", sort=False):
-        arms = g.set_index("arm")
-        saved = int(arms.loc["untied", "closed_form"] - arms.loc["tied", "closed_form"])
-        vd = int(arms.loc["tied", "V"] * arms.loc["tied", "d"])
+        arms_ = g.set_index("arm")
+        saved = int(arms_.loc["untied", "closed_form"] - arms_.loc["tied", "closed_form"])
+        vd = int(arms_.loc["tied", "V"] * arms_.loc["tied", "d"])
         counts.append({"model": _slug(model), "unit": 0, "excess": saved - vd})
         inst += [
-            {
-                "arm": a,
-                "unit": 0,
-                "instantiated_excess": int(arms.loc[a, "instantiated"] - arms.loc[a, "closed_form"]),
-            }
-            for a in arms.index
-            if not pd.isna(arms.loc[a, "instantiated"])
-        ]
-    return {"runs": t, "counts": pd.DataFrame(counts), "instantiated": pd.DataFrame(inst), "count_rows": cdf}
+            {"arm": a, "unit": 0, "instantiated_excess": int(arms_.loc[a, "instantiated"] - arms_.loc[a, "closed_form"])}
+            for a in arms_.index
+            if not pd.isna(arms_.loc[a, "instantiated"])
+        ]  # fmt: skip
+    return {
+        "runs": t, "tuned": tuned, "choices": choices, "sensitivity": pd.concat(seeds, ignore_index=True),
+        "first": first, "counts": pd.DataFrame(counts), "instantiated": pd.DataFrame(inst), "count_rows": cdf,
+    }  # fmt: skip
 
 
 def parameter_table(cdf: pd.DataFrame) -> pd.DataFrame:

@@ -24,11 +24,11 @@ def _key(cfg: dict) -> str:
     return json.dumps(cfg, sort_keys=True)
 
 
-def profile_sweep(p: dict) -> Sweep:
-    """The sweep a profile declares: `rates`, `selection_seeds`, the fresh `seeds`, `rate_factors` and
-    `rate_extend`; a malformed one is a configuration error (one line, before any run)."""
+def profile_sweep(p: dict, fresh: str = "seeds") -> Sweep:
+    """The sweep a profile declares: `rates`, `selection_seeds`, the fresh seeds (under the key `fresh`),
+    `rate_factors` and `rate_extend`; a malformed one is a configuration error (one line, before any run)."""
     try:
-        seeds = tuple(p["selection_seeds"]), tuple(p["seeds"])
+        seeds = tuple(p["selection_seeds"]), tuple(p[fresh])
         return Sweep(tuple(p["rates"]), *seeds, tuple(p["rate_factors"]), p["rate_extend"])
     except EvidenceError as e:
         raise ConfigError(str(e)) from None

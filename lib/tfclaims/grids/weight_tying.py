@@ -1,0 +1,121 @@
+"""weight_tying's runs: the parameter counts, the fixed-rate arms and their null pair (one pass over the text
+at the profile's rate), and the learning-rate sweep of the tied and untied arms in two regimes (one pass over
+the text; many epochs of a small subset with dropout) at two scales, with a null pair per regime at the first
+scale, each built from the profile and validated before any run."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ..claims.weight_tying import matched_d_ff
+from ..nn.config import ConfigError
+from ..train.small_lm import subword_fields
+from .sweep import final_and_init, profile_sweep, sweep_grid
+
+COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
+NULL_OFFSET = 1000  # a null pair: the untied arm rerun at seeds s + NULL_OFFSET
+SWEPT = ("tied", "untied")
+# regime -> the part whose recipe trains it: one pass over the text, or many epochs of a subset with dropout
+REGIMES = {"one-pass": "train", "small-data": "small"}
+SMALL_KEYS = ("subset_tokens", "dropout")
+
+
+@cache
+def vocab_size(vocab: int) -> int:
+    """The trained tokenizer's vocabulary (loads the tokenised corpus once per process, not per grid call)."""
+    from ..data.bpe import load_bpe_corpus
+
+    return load_bpe_corpus(vocab).vocab_size
+
+
+def scales(p: dict) -> list[dict]:
+    """The sweep's scales, [d_model, n_layers] each, validated: distinct, the parameters growing."""
+    out = []
+    for s in p["scales"]:
+        ok = isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(x, int) and x > 0 for x in s)
+        if not ok or s[0] % p["n_heads"]:
+            raise ConfigError(f"scales: each is [d_model, n_layers], d_model divisible by n_heads, got {s!r}")
+        out.append({"d_model": s[0], "n_layers": s[1]})
+    if len(out) < 1 or len({(s["d_model"], s["n_layers"]) for s in out}) != len(out):
+        raise ConfigError(f"scales: give distinct [d_model, n_layers] scales, got {p['scales']!r}")
+    return out
+
+
+def scale_label(s: dict) -> str:
+    return f"d{s['d_model']}-L{s['n_layers']}"
+
+
+def grid_counts(p):
+    return [
+        {
+            **subword_fields(p),
+            "presets": list(COUNT_PRESETS),
+            "d_ff_wide": matched_d_ff(p, vocab_size(p["vocab"])),
+        }
+    ]
+
+
+def grid_train(p):
+    """The fixed-rate design: each arm at the profile's size and rate on the seeds."""
+    wide = matched_d_ff(p, vocab_size(p["vocab"]))
+    return [
+        {"arm": a, **subword_fields(p), **({"d_ff_wide": wide} if a == "tied-wide" else {}), "seed": s}
+        for a in ("tied", "untied", "tied-wide")
+        for s in p["seeds"]
+    ]
+
+
+def grid_null(p):
+    """The fixed design's null pair: the untied arm (the baseline) rerun at seeds s + NULL_OFFSET."""
+    return [{"arm": "untied", **subword_fields(p), "seed": s + NULL_OFFSET} for s in p["seeds"]]
+
+
+def regime_fields(p: dict, regime: str) -> dict:
+    """A regime's own config fields: none in one pass, the subset and the dropout in the small-data one."""
+    if regime == "one-pass":
+        return {}
+    if not (0 < p["subset_tokens"] and 0 <= p["dropout"] < 1):
+        raise ConfigError("subset_tokens must be positive and dropout in [0, 1)")
+    return {k: p[k] for k in SMALL_KEYS}
+
+
+def early_and_init(m: dict) -> tuple[float | None, float]:
+    """A small-data run's (early-stopped selection-half loss, None if it diverged; that half's loss at init):
+    what its sweep chooses by (the last step has over-fitted)."""
+    early = None if m.get("diverged_at") is not None else (m.get("early") or {}).get("select_loss")
+    return early, m["val_loss"][0]
+
+
+def tuned_run(p: dict, regime: str, arm: str, scale: dict, lr: float, seed: int) -> dict:
+    """One run of the sweep: its part (the regime's recipe), the recipe's fields at the scale and rate."""
+    return {"part": REGIMES[regime], "arm": arm, **subword_fields(p), **scale, "lr": lr,
+            **regime_fields(p, regime), "seed": seed}  # fmt: skip
+
+
+def _sweep(p: dict, regime: str, done) -> list[dict]:
+    """One regime's sweep (`grids.sweep`), then its null pair: the untied arm at the first scale, at its
+    chosen rate, rerun at the fresh seeds + NULL_OFFSET (null-pair runs of the one-pass regime are the null
+    part's)."""
+    sweep, sc = profile_sweep(p, fresh="tuned_seeds"), scales(p)
+    if max(*sweep.fresh, *sweep.selection) >= NULL_OFFSET:
+        raise ConfigError(f"seeds must lie below {NULL_OFFSET} (the null pairs' offset)")
+
+    def make(arm, scale, lr, seed):
+        return tuned_run(p, regime, arm["arm"], scale, lr, seed)
+
+    read = final_and_init if regime == "one-pass" else early_and_init
+    out = sweep_grid(sweep, {a: {"arm": a} for a in SWEPT}, sc, make, done, read=read)
+    fresh = [c for c in out if c["arm"] == "untied" and c["seed"] in sweep.fresh
+             and all(c[k] == v for k, v in sc[0].items())]  # fmt: skip
+    null_part = "null" if regime == "one-pass" else REGIMES[regime]
+    return out + [{**c, "part": null_part, "seed": c["seed"] + NULL_OFFSET} for c in fresh]
+
+
+def grid_sweep(p, done):
+    """The one-pass regime's sweep (its runs are the train part's) and its null pair."""
+    return _sweep(p, "one-pass", done)
+
+
+def grid_small(p, done):
+    """The small-data regime's sweep (the small part's recipe) and its null pair."""
+    return _sweep(p, "small-data", done)
