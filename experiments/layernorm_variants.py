@@ -188,7 +188,10 @@ class LayerNormVariants(Experiment):
             SubClaim("tiny", "Tiny-variance inputs: the eps placement matters (above 1% at the smallest "
                      "scale)", bound(THRESHOLD, None), (view.TINY_DIFF,), table="family", cells=fam,
                      where="all", counts=False),
-            SubClaim("activations", "Real activations stay above σ*", bound(None, 0), (view.BELOW,),
+            SubClaim("activations", "Trained activations stay above σ* (every norm's input, every evaluation "
+                     "after step 0)", bound(None, 0), (view.BELOW,), table="family", cells=fam, where="all",
+                     counts=False),
+            SubClaim("activations-init", "At initialisation too (step 0)", bound(None, 0), (view.BELOW_INIT,),
                      table="family", cells=fam, where="all", counts=False),
             *(SubClaim(f"swap-{col[s]}-{prec[dt]}", f"Checkpoint swap, {name[s]}, {prec[dt]}: loss change "
                        f"within ±{SWAP_MARGIN:g} nats", equivalent(SWAP_MARGIN), (view.LOSS,), a=at,

@@ -26,7 +26,7 @@ MAY_IMPORT = {
     "train": {"nn", "data", "measure", "device"},
     "claims": {"nn", "data", "measure", "train", "device", "io"},
     "evidence": {"plotting"},
-    "grids": {"claims", "evidence", "nn", "train", *FOUNDATION},
+    "grids": {"claims", "evidence", "nn", "data", "train", *FOUNDATION},
     "analysis": {"grids", "evidence", "nn", "data", "measure", "train", *FOUNDATION},
     "harness": {"nn", "data", "measure", "train", "evidence", *FOUNDATION},
     "report": {"harness", "evidence", *FOUNDATION},

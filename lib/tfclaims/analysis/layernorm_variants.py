@@ -51,9 +51,15 @@ TINY_DIFF = Readout(
 )
 BELOW = Readout(
     "below",
-    "probes at or below σ*",
-    definition="the probes (norm × evaluation step × run) whose 1% quantile of per-token input scale is at "
-    "or below σ*, the closed-form scale under which the formulas differ by more than 1% at the model width",
+    "trained probes at or below σ*",
+    definition="the probes of trained weights (every norm × evaluation step after step 0 × run) whose 1% "
+    "quantile of per-token input scale is at or below σ*, the closed-form scale under which the formulas "
+    "differ by more than 1% at the model width",
+)
+BELOW_INIT = Readout(
+    "below_init",
+    "probes at initialisation at or below σ*",
+    definition="the same count at step 0, before any update (the init's scale, not a trained model's)",
 )
 REF_OFF = Readout(
     "ref_off",
@@ -98,6 +104,11 @@ def _losses(r: dict) -> dict:
     return r["metrics"].get("swap") or {dt: dict.fromkeys(c["evals"]) for dt in c["dtypes"]}
 
 
+def _below(g: pd.DataFrame) -> int | None:
+    """Probes whose 1% quantile of input scale is at or below σ*."""
+    return int((g["q01"] <= g["sigma*"]).sum()) if len(g) else None
+
+
 def observe(runs: list[dict], p: dict, guard, stars: dict[str, float]) -> dict[str, pd.DataFrame]:
     """family: one row per norm family with the exact numbers the checks and the forward sub-claims read;
     swap: one row per trained model, precision and evaluation formula (`eval` is 'as trained' for its own
@@ -140,7 +151,9 @@ def observe(runs: list[dict], p: dict, guard, stars: dict[str, float]) -> dict[s
         rows.append({
             "family": std, "unit": 0, "formula_err": max(errs), "unit_diff": float(unit),
             "tiny_diff": float(t["median"].iloc[0]) if len(t) else None,
-            "below": int((g["q01"] <= g["sigma*"]).sum()) if len(g) else None, "probes": len(g),
+            "below": _below(g[g["step"] > 0]), "probes": int((g["step"] > 0).sum()),
+            "below_init": _below(g[g["step"] == 0]), "probes_init": int((g["step"] == 0).sum()),
+            "closest": float((g["q01"] / g["sigma*"])[g["step"] > 0].min()) if (g["step"] > 0).any() else None,
             "ref_off": max(own) if own else None, "models": len(own),
         })  # fmt: skip
     swap = [
@@ -205,9 +218,13 @@ def write_tables(runs, t: dict, result, swap_subs: dict, p: dict, notes_eps: dic
     agg = dict(min_scale=("min", "min"), q01_lowest=("q01", "min"), median=("median", "median"))
     out.table(
         "norm_inputs",
-        pdf.groupby(["family", "trained with", "norm"]).agg(**agg).reset_index(),
-        "Per-token scale σ of every norm's input during training (fixed validation batch; lowest over probes "
-        f"and seeds); σ* at d = {d_model}: LN {stars['layer']:.3g}, RMS {stars['rms']:.3g}",
+        pdf.assign(when=np.where(pdf["step"] > 0, "trained", "init"))
+        .groupby(["family", "trained with", "norm", "when"])
+        .agg(**agg)
+        .reset_index(),
+        "Per-token scale σ of every norm's input at initialisation (step 0) and during training (every later "
+        "evaluation; fixed validation batch; lowest over probes and seeds); σ* at d = "
+        f"{d_model}: LN {stars['layer']:.3g}, RMS {stars['rms']:.3g}",
         floatfmt=".3g",
     )
     _swap_runs(runs, eps, notes_eps, out)
@@ -462,7 +479,10 @@ def headline(result, t: dict, swap_subs: dict, p: dict, margin: float, stars: di
         return f"{PREC[dt]} {c.diff:+.1e} nats ({c.id.split('/')[-1]}{ci}: {c.decision}){floor}"
 
     reach = ", ".join(
-        f"{COL[s]} {int(below[s])} of {int(fam['probes'][s])}" for s in NAME if below[s] == below[s]
+        f"{COL[s]} {int(below[s])} of {int(fam['probes'][s])} (lowest 1% quantile {fam['closest'][s]:.2g} σ*; "
+        f"at init {int(fam['below_init'][s])} of {int(fam['probes_init'][s])})"
+        for s in NAME
+        if below[s] == below[s]
     )
     swaps = "; ".join(f"{NAME[s]}: " + ", ".join(swap_txt(s, dt) for dt in p["dtypes"]) for s in NAME)
     key = ", ".join(
@@ -474,7 +494,8 @@ def headline(result, t: dict, swap_subs: dict, p: dict, margin: float, stars: di
         "At unit scale the notes' LayerNorm output is smaller than torch's by 1 − sqrt((d−1)/d) "
         f"({width_eff:.2%} at d = {d_model}, {1 - math.sqrt((dmin - 1) / dmin):.0%} at d = {dmin}) and their "
         f"RMSNorm differs by ~eps/2; below σ* ≈ {stars['layer']:.2g} (LN) / {stars['rms']:.2g} (RMS) eps "
-        f"placement dominates; norm inputs probed in training at or below σ*: {reach or 'not probed'}. "
+        f"placement dominates; trained norm inputs (every norm, every evaluation after step 0) at or below σ*: "
+        f"{reach or 'not probed'}. "
         "Swapping the formula under trained weights changes the validation loss by at most (mean over "
         f"seeds, worst cell): {swaps}; margin ±{margin:g} nats."
     )

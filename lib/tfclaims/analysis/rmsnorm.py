@@ -10,18 +10,22 @@ import torch
 
 from ..evidence.plots import arm_bands
 from ..evidence.readouts import achieved, of_limit
-from ..evidence.tables import runs_table, timing_rows
+from ..evidence.tables import comparison_table, runs_table, timing_rows
+from ..evidence.tuning import curve_table, read_sweep
+from ..grids.rmsnorm import NORMS, scale_label, scales
 from ..nn.norm_variants import VARIANTS
 from . import part
 
 LABEL = {"builtin": "built-in", "eager": "eager", "fused": "fused"}
 
 
-def observe(runs: list[dict], readouts, null_offset: int, aa: str) -> dict[str, pd.DataFrame]:
+def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> dict[str, pd.DataFrame]:
     """alone: one row per width d, implementation (`impl`; `aa` is the built-in LayerNorm's copy timed again)
     and interleaved round of the norm timed alone; step: one row per model (d_model, n_layers),
-    implementation and round of the whole training step; runs: one row per training run (`rerun`: the null
-    pair's seeds s + null_offset)."""
+    implementation and round of the whole training step; runs: one row per training run with its role
+    (selection, test, or null: the null pairs' seeds s + null_offset), scale label and loss at init; tuned,
+    choices, sensitivity: each norm's learning-rate sweep read by `evidence.tuning`; first: the tuned null
+    pair (LayerNorm's fresh seeds at the first scale's chosen rate and their reruns)."""
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = [*micro["impls"], aa]
     alone = [
@@ -35,14 +39,35 @@ def observe(runs: list[dict], readouts, null_offset: int, aa: str) -> dict[str, 
             v["times"], d_model=rec["config"]["d_model"], n_layers=rec["config"]["n_layers"], impl=k
         )
     ]
+    sel, sc = set(p["selection_seeds"]), scales(p)
+    labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
+
+    def role(c, m):
+        return "null" if c["seed"] >= null_offset else "selection" if c["seed"] in sel else "test"
+
     train = runs_table(
         part(runs, "train"),
         readouts,
         rerun=lambda c, m: c["seed"] >= null_offset,
+        role=role,
+        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+        init_loss=lambda c, m: m["val_loss"][0],
         unigram=lambda c, m: m["unigram_xent"],
         steps_per_s=lambda c, m: m["steps_per_s"],
     )
-    return {"alone": pd.DataFrame(alone), "step": pd.DataFrame(step), "runs": train}
+    swept = train[train.role.isin(["selection", "test"])]
+    choices, tuned, seeds = read_sweep(
+        swept, {n: {"norm": n} for n in NORMS}, {scale_label(s): s for s in sc}
+    )
+    first = scale_label(sc[0])
+    chosen = choices[(choices.arm == "layer") & (choices.scale == first)].chosen_lr
+    null = train[(train.role == "null") & (train.scale == first)]
+    null = null[null.lr == chosen.iloc[0]] if len(chosen) else null.iloc[:0]
+    return {
+        "alone": pd.DataFrame(alone), "step": pd.DataFrame(step), "runs": train, "tuned": tuned,
+        "choices": choices, "sensitivity": seeds,
+        "first": pd.concat([tuned[tuned.scale == first], null], ignore_index=True),
+    }  # fmt: skip
 
 
 def by_cell(result, sub_id: str) -> dict:
@@ -99,16 +124,37 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -
         f"Which aten kernels run (torch profiler, width {micro['kernel_width']}): computing ops that call no "
         "other computing op; allocation, view and copy ops left out",
     )
-    names = {"unit": "seed", "rerun": "null pair", "final_val": "final val", "steps_per_s": "steps/s"}
-    tdf = t["runs"][["norm", "unit", "rerun", "final_val", "unigram", "learned", "steps_per_s"]].rename(
-        columns=names
-    )
-    tdf = tdf.sort_values(["null pair", "norm", "seed"])
+    names = {"unit": "seed", "final_val": "final val", "steps_per_s": "steps/s"}
+    cols = ["scale", "role", "norm", "lr", "unit", "final_val", "unigram", "learned", "steps_per_s"]
+    tdf = t["runs"][cols].rename(columns=names).sort_values(["scale", "role", "norm", "lr", "seed"])
     out.table(
         "training",
         tdf,
         "Training runs: final validation loss (nats/char); learned = the run did not diverge and ended at "
-        "least the declared margin below the unigram cross-entropy; null pair = LayerNorm at seed + 1000",
+        "least the declared margin below the unigram cross-entropy; role: selection (the sweep's seeds), test "
+        "(the fixed design and each norm's chosen rate), null (LayerNorm at seed + 1000)",
+        in_report=False,
+    )
+    out.table(
+        "quality",
+        comparison_table([*result.of("quality"), *result.of("quality-fixed"), *result.of("range"),
+                          *result.floors]),
+        "Validation loss, RMSNorm (b) − LayerNorm (a): each at its own best rate per scale (counted), both at "
+        "the profile's rate (reported), and the learning-rate sensitivity; the null pairs last",
+    )  # fmt: skip
+    out.table(
+        "lr_choices",
+        t["choices"],
+        "Each norm's chosen rate per scale (lowest mean final loss on the selection seeds), whether it sits at "
+        "an end of the sweep, and its learning-rate sensitivity (mean excess over the best, nats/char) with a "
+        "95% bootstrap interval over seeds",
+    )
+    out.table(
+        "lr_sweep",
+        curve_table(t["runs"][t["runs"].role.isin(["selection", "test"])], ["scale", "norm"]),
+        "The learning-rate sweep on the selection seeds: final validation loss (nats/char; a failed run counts "
+        "at the loss at init) per scale, norm and peak rate",
+        in_report=False,
     )
     return dict(
         mdf=mdf, sdf=sdf, kdf=kdf, bw=bw, fams=fams, threads=micro["threads"], torch=torch.__version__
@@ -187,20 +233,24 @@ def describe(result, v: dict, p: dict) -> tuple[str, str]:
             f"({bw / 1e9:.1f} GB/s, one thread), {ln.iloc[-1]:.0f}% and {rms.iloc[-1]:.0f}% at d = "
             f"{int(mdf['width d'].iloc[-1])}."
         )
-    q = result.get("quality")
+    q = (
+        "; ".join(f"{c.id.split('/')[1]} {c.short('+.3f')} ({c.decision})" for c in result.of("quality"))
+        or "not run"
+    )
+    qf = result.get("quality-fixed")
     summary = (
         f"Like with like, LayerNorm/RMSNorm time alone is {rng(mdf['LN/RMS eager'])} in eager ops"
         + (f", fused by torch.compile {rng(mdf['LN/RMS fused'])}" if fused else "")
         + f" (>1: RMSNorm faster); the whole training step with eager norms saves {steps('eager')}.{bw_txt} "
         f"PyTorch's built-in functions on this device give {rng(mdf['LN/RMS built-in'])} ({kern}) and a step "
-        f"saving of {steps('built-in')}: a finding about its kernels, not counted. Validation loss: "
-        f"{q.text(' nats')}."
+        f"saving of {steps('built-in')}: a finding about its kernels, not counted. Validation loss, RMSNorm − "
+        f"LayerNorm, each at its own best rate: {q}; at one rate (reported): {qf.text(' nats') if qf else '—'}."
     )
     key = (
         f"norm alone LN/RMS eager {rng(mdf['LN/RMS eager'])}"
         + (f", fused {rng(mdf['LN/RMS fused'])}" if fused else "")
         + f"; step saving (eager) {', '.join(f'{s:+.1%}' for s in sdf['eager saving'])}; built-in (PyTorch "
-        f"kernels) {rng(mdf['LN/RMS built-in'])}; val Δ {q.short('+.3f')}"
+        f"kernels) {rng(mdf['LN/RMS built-in'])}; val Δ at each norm's best rate {q}"
     )
     return key, summary
 
@@ -296,4 +346,31 @@ def plot_step_and_training(runs, sdf: pd.DataFrame, table: pd.DataFrame, quality
         "LayerNorm, with PyTorch's built-in functions and with the eager formulas (error bars: CI over "
         "interleaved rounds at Holm's level); dashed: the anchor's 6.9%. Right: validation loss during "
         "training, mean and 95% band over seeds (dashed LayerNorm, solid RMSNorm).",
+    )
+
+
+def plot_sweep(t: dict, p: dict, out) -> None:
+    """Final loss against peak learning rate per scale, both norms, each norm's chosen rate on the seeds."""
+    from ..evidence.plots import lr_sweep
+    from ..plotting import subplots
+
+    sc = scales(p)
+    fig, axes = subplots(len(sc), width=4.6, height=3.6)
+    runs = t["runs"]
+    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "norm"]).rename(
+        columns={"norm": "arm"}
+    )
+    for ax, s in zip(axes, sc):
+        label = scale_label(s)
+        tuned = t["tuned"][t["tuned"].scale == label] if len(t["tuned"]) else t["tuned"]
+        lr_sweep(ax, curves[curves.scale == label], tuned, NORMS, unigram=runs.unigram.iloc[0])
+        ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Final validation loss against peak learning rate, {p['steps']} steps, per scale. Lines: mean over the "
+        f"{len(p['selection_seeds'])} selection seeds (band: their range; a failed run counts at the loss at "
+        f"init). Stars: each norm at its chosen rate on the {len(p['seeds'])} seeds, mean ± 95% CI: the tuned "
+        "quality comparison.",
     )

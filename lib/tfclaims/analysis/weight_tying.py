@@ -42,6 +42,12 @@ def early_test(m: dict) -> float | None:
     return (m.get("early") or {}).get("test_loss")
 
 
+def learned_loss(m: dict) -> float | None:
+    """The loss the learned-at-all guard reads: a small-data run's early-stopped selection-half loss (its last
+    step has over-fitted), a one-pass run's final validation loss."""
+    return early_select(m) if "early" in m else m.get("final_val")
+
+
 def _slug(model: str) -> str:
     return "subword-lm" if model.startswith("subword") else model
 
@@ -72,7 +78,7 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
         trained, readouts, params=lambda c, m: m["n_params"], unigram=lambda c, m: m["unigram_xent"],
         init_loss=lambda c, m: m["val_loss"][0], role=role, select_loss=lambda c, m: early_select(m),
         regime=lambda c, m: "small-data" if c["part"] == "small" else "one-pass",
-        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])), epochs=lambda c, m: m.get("epochs"),
     )  # fmt: skip
     arms = {a: {"arm": a} for a in SWEPT}
     by = {scale_label(s): s for s in sc}
@@ -129,26 +135,64 @@ def write_tables(t: dict, result, pdf: pd.DataFrame, p: dict, below: float, out)
         pdf,
         "Parameters tied vs untied (closed form; this project's subword LM also instantiated)",
     )
-    train = [c for s in ("convergence", "final", "equal-params") for c in result.of(s)]
+    tuned = [c for s in ("final", "convergence", "small-data", "range") for c in result.of(s)]
+    out.table(
+        "tuned",
+        comparison_table([*tuned, *(f for f in result.floors if f.sub_claim != "null")]),
+        "Tied (b) − untied (a), each at its own best rate on the fresh seeds, per regime and scale: final "
+        f"validation loss and steps to a validation loss of unigram − {below} nats in one pass over the text; "
+        "early-stopped test loss after many epochs of a small subset with dropout; learning-rate sensitivity "
+        "(selection seeds, first scale). The null pairs of each regime last",
+    )
+    fixed = [c for s in ("convergence-fixed", "final-fixed", "equal-params") for c in result.of(s)]
     out.table(
         "training",
-        comparison_table([*train, *result.floors]),
-        f"Steps to a validation loss of unigram − {below} nats (log-rank; restricted mean steps) and final "
-        f"validation loss (nats/token, paired by seed), each arm (b) − untied (a), {len(p['seeds'])} seeds; "
-        "the null pairs last",
+        comparison_table([*fixed, *(f for f in result.floors if f.sub_claim == "null")]),
+        f"At one rate ({p['lr']:g}, d = {p['d_model']}, {p['n_layers']} layers): steps to target (log-rank; "
+        "restricted mean steps) and final validation loss (nats/token, paired by seed), each arm (b) − untied "
+        f"(a), {len(p['seeds'])} seeds; the null pair last",
     )
-    runs = t["runs"]
-    cols = {"arm": "arm", "unit": "seed", "params": "params", "steps_to_target": "steps to target",
-            "final_val": "final val loss", "unigram": "unigram", "learned": "learned"}  # fmt: skip
+    curves = curve_table(t["runs"][t["runs"].regime == "one-pass"], ["scale", "arm"])
+    small = curve_table(t["runs"][t["runs"].regime == "small-data"], ["scale", "arm"], loss="select_loss")
+    out.table(
+        "lr_sweep",
+        pd.concat([curves.assign(regime="one-pass"), small.assign(regime="small-data")], ignore_index=True),
+        "The learning-rate sweep on the selection seeds per regime, scale and arm: final validation loss (one "
+        "pass) or early-stopped selection-half loss (small data), nats/token; a failed run counts at the loss "
+        "at init",
+        in_report=False,
+    )
+    out.table(
+        "lr_choices",
+        t["choices"],
+        "Each arm's chosen rate per regime and scale (lowest mean loss on the selection seeds), whether it "
+        "sits at an end of the sweep, and its learning-rate sensitivity (Wortsman et al.: mean excess over "
+        "the best across the sweep, nats) with a 95% bootstrap interval over seeds",
+    )
+    cols = {"regime": "regime", "scale": "scale", "role": "role", "arm": "arm", "lr": "lr", "unit": "seed",
+            "params": "params", "steps_to_target": "steps to target", "final_val": "final val loss",
+            "select_loss": "early-stopped selection loss", "early_test": "early-stopped test loss",
+            "unigram": "unigram", "learned": "learned"}  # fmt: skip
     out.table(
         "runs",
-        runs[list(cols)].rename(columns=cols),
-        "Every training run: steps to target and final loss",
+        t["runs"][list(cols)].rename(columns=cols),
+        "Every training run: steps to target, final loss and (small data) the early-stopped losses",
         in_report=False,
     )
 
 
+def fixed_records(runs: list[dict], p: dict) -> list[dict]:
+    """The fixed-rate design's training records (the profile's size and rate, one pass)."""
+    at = (p["d_model"], p["n_layers"], p["lr"])
+    return [
+        r
+        for r in part(runs, "train")
+        if (r["config"]["d_model"], r["config"]["n_layers"], r["config"]["lr"]) == at
+    ]
+
+
 def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below: float, out) -> None:
+    """The fixed-rate design's figure: curves per arm, per-seed differences, the parameters saved."""
     from ..plotting import subplots
 
     fig, (a, b, c) = subplots(3, width=4.4, height=3.6)
@@ -195,3 +239,91 @@ def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below:
         "tying saves (V·d) as a share of the untied model, for this subword model and published "
         "configurations.",
     )
+
+
+def plot_sweeps(t: dict, p: dict, out) -> None:
+    """Loss against peak learning rate per regime (rows) and scale (columns), both arms, each arm's chosen
+    rate on the fresh seeds marked."""
+    from ..evidence.plots import lr_sweep
+    from ..plotting import subplots
+
+    sc = scales(p)
+    fig, axes = subplots(len(sc), 2, width=4.6, height=3.6)
+    runs, labels = t["runs"], {"untied": "untied", "tied": "tied"}
+    unigram = runs.unigram.iloc[0]
+    for r, (regime, loss, what) in enumerate((
+        ("one-pass", "final_val", "final validation loss"),
+        ("small-data", "select_loss", "early-stopped loss (selection half)"),
+    )):  # fmt: skip
+        curves = curve_table(runs[runs.regime == regime], ["scale", "arm"], loss=loss)
+        for c, s in enumerate(sc):
+            ax, label = axes[r * len(sc) + c], scale_label(s)
+            tuned = t["tuned"][(t["tuned"].regime == regime) & (t["tuned"].scale == label)]
+            lr_sweep(ax, curves[curves.scale == label], tuned, labels, unigram=unigram, loss=loss)
+            params = runs[(runs.scale == label) & (runs.arm == "untied")].params
+            size = f", {params.iloc[0] / 1e6:.2f}M untied" if len(params) else ""
+            ax.set_title(f"{regime}: d = {s['d_model']}, L = {s['n_layers']}{size}", fontsize=9)
+            ax.set_ylabel(f"{what} (nats/token)")
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Loss against peak learning rate, {p['steps']} steps, per regime (top: one pass over the text, final "
+        f"validation loss; bottom: {p['subset_tokens']:,} tokens for many epochs with dropout {p['dropout']:g}, "
+        "early-stopped loss on the selection half) and scale (columns). Lines: mean over the "
+        f"{len(p['selection_seeds'])} selection seeds (band: their range; a failed run counts at the loss at "
+        f"init). Stars: each arm at its chosen rate on the {len(p['tuned_seeds'])} fresh seeds (top: final "
+        "loss; bottom: the selection-half loss), mean ± 95% CI.",
+    )
+
+
+def epochs(t: dict) -> float | None:
+    """Epochs of the small-data subset one run sees."""
+    small = t["runs"][t["runs"].regime == "small-data"]
+    return None if small.empty else float(small.epochs.iloc[0])
+
+
+def _per_scale(result, sub: str, fmt: str = "+.3f") -> str:
+    return (
+        "; ".join(f"{c.id.split('/')[1]} {c.short(fmt)} ({c.decision})" for c in result.of(sub)) or "not run"
+    )
+
+
+def summary(result, own, pdf: pd.DataFrame) -> tuple[str, str]:
+    """The key number and the summary: tied − untied at each arm's best rate, per regime and scale."""
+    key = (
+        f"tied − untied, each at its best rate: one pass, final loss {_per_scale(result, 'final')}; small "
+        f"data, early-stopped loss {_per_scale(result, 'small-data')}; tying saves {own['saved / untied']:.1%} "
+        "of the parameters"
+    )
+    g2 = pdf.set_index("model").loc["gpt2-small"] if "gpt2-small" in set(pdf["model"]) else None
+    g2_txt = "" if g2 is None else f"; GPT-2 small: {g2['saved']:,} ({g2['saved / untied']:.0%} of untied)"
+    fixed = ", ".join(f"{c.metric} {c.short('+.3g')} ({c.decision})" for c in result.of("final-fixed"))
+    text = (
+        f"Tying removes V·d parameters exactly (checked): {own['saved / untied']:.1%} of this subword model "
+        f"(V = {own['V']}, d = {own['d']}){g2_txt}. Each arm at its own best learning rate, tied − untied: in "
+        f"one pass over the text, final validation loss {_per_scale(result, 'final')} and steps to the target "
+        f"{_per_scale(result, 'convergence', '+.0f')}; after many epochs of a small subset with dropout, "
+        f"early-stopped test loss {_per_scale(result, 'small-data')}. At one shared rate (reported): {fixed}."
+    )
+    return key, text
+
+
+def caveats(p: dict, tok: dict) -> list[str]:
+    return [
+        f"Byte-level BPE trained on the training works: V = {tok['vocab_size']}, {tok['chars_per_token']:.2f} "
+        "characters per token on the validation works. GPT-2 uses V = 50257 and d = 768; here V·d is a "
+        "similar share of the model, but the model is 10^2–10^3 times smaller.",
+        f"One pass: {p['steps']} steps of {p['batch']} × {p['seq_len']} tokens (about "
+        f"{p['steps'] * p['batch'] * p['seq_len'] / 1e6:.2f}M tokens, under one epoch), no dropout. Small "
+        f"data: the first {p['subset_tokens']:,} training tokens for the same steps, dropout {p['dropout']:g} "
+        "on the embeddings and each sublayer's output; the anchors' LSTMs on Penn Treebank (929k tokens, V = "
+        "10k, 40 epochs) see far more tokens per vocabulary entry.",
+        "Scales: " + ", ".join(f"d = {s['d_model']}, {s['n_layers']} layers" for s in scales(p)) + " (the "
+        "second has over 4× the parameters of the first in both arms); the fixed-rate design is at d = "
+        f"{p['d_model']}, {p['n_layers']} layers.",
+        "The untied head starts at the embedding's init scale (normal, std 0.02), so the arms differ only in "
+        "sharing; the parameter-matched arm spends the V·d extra parameters in the FFN instead.",
+        "Steps to target are compared by a log-rank test (unpaired; a run that never reaches the target is "
+        "censored): the difference is of restricted mean steps.",
+    ]

@@ -29,15 +29,19 @@ def vocab_size(vocab: int) -> int:
 
 
 def scales(p: dict) -> list[dict]:
-    """The sweep's scales, [d_model, n_layers] each, validated: distinct, the parameters growing."""
+    """The sweep's scales, [d_model, n_layers] each, validated: distinct, none the fixed design's size."""
     out = []
     for s in p["scales"]:
         ok = isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(x, int) and x > 0 for x in s)
         if not ok or s[0] % p["n_heads"]:
             raise ConfigError(f"scales: each is [d_model, n_layers], d_model divisible by n_heads, got {s!r}")
         out.append({"d_model": s[0], "n_layers": s[1]})
-    if len(out) < 1 or len({(s["d_model"], s["n_layers"]) for s in out}) != len(out):
-        raise ConfigError(f"scales: give distinct [d_model, n_layers] scales, got {p['scales']!r}")
+    sizes = {(s["d_model"], s["n_layers"]) for s in out}
+    if not out or len(sizes) != len(out) or (p["d_model"], p["n_layers"]) in sizes:
+        raise ConfigError(
+            f"scales: give distinct [d_model, n_layers] scales, none the fixed design's "
+            f"[{p['d_model']}, {p['n_layers']}], got {p['scales']!r}"
+        )
     return out
 
 

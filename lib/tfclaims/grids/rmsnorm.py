@@ -1,0 +1,61 @@
+"""rmsnorm's training runs: LayerNorm and RMSNorm at the profile's rate (the fixed design) with the null pair,
+and each norm's learning-rate sweep at two scales (the first the fixed design's size, so a chosen rate equal to
+the profile's reuses its runs), with a null pair at the first scale's chosen rate, each validated before any
+run."""
+
+from __future__ import annotations
+
+from ..nn.config import ConfigError
+from ..train.small_lm import model_config, run_fields
+from .sweep import profile_sweep, sweep_grid
+
+NULL_OFFSET = 1000  # the null pairs: LayerNorm rerun at seed s + NULL_OFFSET
+NORMS = {"layer": "LayerNorm", "rms": "RMSNorm"}
+
+
+def scales(p: dict) -> list[dict]:
+    """The sweep's scales, [d_model, n_layers] each: distinct, the first the fixed design's size."""
+    out = []
+    for s in p["scales"]:
+        if not (
+            isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(x, int) and x > 0 for x in s)
+        ):
+            raise ConfigError(f"scales: each is [d_model, n_layers], got {s!r}")
+        out.append({"d_model": s[0], "n_layers": s[1]})
+    sizes = [(s["d_model"], s["n_layers"]) for s in out]
+    if not out or len(set(sizes)) != len(sizes) or sizes[0] != (p["d_model"], p["n_layers"]):
+        raise ConfigError(
+            f"scales: distinct [d_model, n_layers], the first the fixed design's [{p['d_model']}, "
+            f"{p['n_layers']}], got {p['scales']!r}"
+        )
+    for s in out:
+        model_config({**p, **s}, 96)  # validates sizes before anything runs
+    return out
+
+
+def scale_label(s: dict) -> str:
+    return f"d{s['d_model']}-L{s['n_layers']}"
+
+
+def train_grid(p: dict) -> list[dict]:
+    """The fixed design: each norm at the profile's rate on the seeds, and LayerNorm rerun (the null pair)."""
+    arms = [{"norm": n, **run_fields(p), "seed": s} for n in NORMS for s in p["seeds"]]
+    null = [{"norm": "layer", **run_fields(p), "seed": s + NULL_OFFSET} for s in p["seeds"]]
+    return arms + null
+
+
+def grid_sweep(p: dict, done) -> list[dict]:
+    """Each norm's sweep on the selection seeds, its choice on the seeds, the later scale around it
+    (`grids.sweep`; the runs are the train part's); then LayerNorm at its first-scale choice rerun at seeds
+    s + NULL_OFFSET (the tuned comparison's null pair)."""
+    sweep, sc = profile_sweep(p), scales(p)
+    if max(*sweep.fresh, *sweep.selection) >= NULL_OFFSET:
+        raise ConfigError(f"seeds must lie below {NULL_OFFSET} (the null pairs' offset)")
+
+    def make(arm, scale, lr, seed):
+        return {"part": "train", "norm": arm["norm"], **run_fields(p), **scale, "lr": lr, "seed": seed}
+
+    out = sweep_grid(sweep, {n: {"norm": n} for n in NORMS}, sc, make, done)
+    fresh = [c for c in out if c["norm"] == "layer" and c["seed"] in sweep.fresh
+             and all(c[k] == v for k, v in sc[0].items())]  # fmt: skip
+    return out + [{**c, "seed": c["seed"] + NULL_OFFSET} for c in fresh]
