@@ -107,7 +107,11 @@ def test_rmsnorm_rule_supported_when_faster_everywhere_and_quality_equivalent(tm
     assert d[FIRST] == d[f"quality/{SCALES[1]}"] == "equivalent"  # shown inside ±0.02
     q = comparison(v, FIRST)
     assert (
-        q.paired and q.n == 4 and (q.lo, q.hi) == (-MARGIN, MARGIN) and q.learned_a == 4 and q.noise is not None
+        q.paired
+        and q.n == 4
+        and (q.lo, q.hi) == (-MARGIN, MARGIN)
+        and q.learned_a == 4
+        and q.noise is not None
     )
     assert [c.id for c in v.noise_floor] == ["aa-alone/d64", "aa-alone/d128", "aa-step", "null", "null-tuned"]
     # each norm at its own chosen rate: the profile's at the first scale (the fixed runs reused), half at the

@@ -359,7 +359,12 @@ def test_weight_tying_rule_diverged_runs_leave_the_paired_comparison_and_never_c
     recs = records(claimed)
     for r in recs:
         c = r["config"]
-        if c.get("arm") == "tied" and c["seed"] == 1 and c["part"] == "train" and c["d_model"] == P["d_model"]:
+        if (
+            c.get("arm") == "tied"
+            and c["seed"] == 1
+            and c["part"] == "train"
+            and c["d_model"] == P["d_model"]
+        ):
             r["metrics"].update(diverged_at=7, final_val=None, val_loss=[START, 5.0, None])
     v = analyse(EXP, recs, P, tmp_path)
     fin = comparison(v, "final-fixed")
