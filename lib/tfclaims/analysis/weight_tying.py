@@ -201,7 +201,11 @@ def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below:
     a.axhline(U, color="0.5", lw=0.8, ls=":", label="unigram level")
     a.axhline(U - below, color="k", lw=0.8, ls="--", label="target loss")
     a.set_ylim(None, U + 0.5)  # the first evaluations (about ln V) would squash the curves that matter
-    a.set(xlabel="training step", ylabel="validation loss (nats/token)", title="Validation loss by arm")
+    a.set(
+        xlabel="training step",
+        ylabel="validation loss (nats/token)",
+        title=f"Validation loss by arm (one rate, {p['lr']:g})",
+    )
     a.legend(fontsize=7)
     by = {(r["config"]["arm"], r["config"]["seed"]): r["metrics"].get("final_val") for r in train}
     if floor is not None:
@@ -233,7 +237,8 @@ def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below:
     out.figure(
         "tying",
         fig,
-        f"Left: validation loss during training per arm (mean and 95% band over {len(p['seeds'])} seeds), "
+        f"The fixed-rate design (d = {p['d_model']}, {p['n_layers']} layers, both arms at {p['lr']:g}). Left: "
+        f"validation loss during training per arm (mean and 95% band over {len(p['seeds'])} seeds), "
         "with the unigram level and the target of 'steps to target'. Middle: final validation loss of each "
         "arm minus untied, per seed, with the null pair's 95% CI as the noise floor. Right: the parameters "
         "tying saves (V·d) as a share of the untied model, for this subword model and published "
@@ -253,7 +258,7 @@ def plot_sweeps(t: dict, p: dict, out) -> None:
     unigram = runs.unigram.iloc[0]
     for r, (regime, loss, what) in enumerate((
         ("one-pass", "final_val", "final validation loss"),
-        ("small-data", "select_loss", "early-stopped loss (selection half)"),
+        ("small-data", "select_loss", "early-stopped selection-half loss"),
     )):  # fmt: skip
         curves = curve_table(runs[runs.regime == regime], ["scale", "arm"], loss=loss)
         for c, s in enumerate(sc):
