@@ -212,7 +212,7 @@ class WeightTying(Experiment):
                 "lr_choices": t["choices"].to_dict("records"),
                 "epochs_small_data": view.epochs(t),
             },
-            caveats=view.caveats(p, tok),
+            caveats=view.caveats(p, tok, t),
         )
 
 
