@@ -122,27 +122,15 @@ class WeightTying(Experiment):
         by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
         first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
         rule = profile_sweep(p, fresh="tuned_seeds").rule() + NOTE_TUNED
-        untied = {
-            r: arm("untied, at its best rate", arm="untied", regime=r) for r in ("one-pass", "small-data")
-        }
-        tied = {r: arm("tied, at its best rate", arm="tied", regime=r) for r in ("one-pass", "small-data")}
-        one = dict(
-            a=untied["one-pass"],
-            b=tied["one-pass"],
-            table="tuned",
-            cells=by_scale,
-            guard=LEARNED,
-            noise="null-one-pass",
-            note=rule,
-        )
-        small = dict(
-            a=untied["small-data"],
-            b=tied["small-data"],
-            table="tuned",
-            cells=by_scale,
-            guard=LEARNED,
-            noise="null-small",
-            note=rule + NOTE_SMALL,
+
+        def tuned(regime: str, noise: str, note: str) -> dict:
+            return dict(a=arm("untied, at its best rate", arm="untied", regime=regime),
+                        b=arm("tied, at its best rate", arm="tied", regime=regime), table="tuned",
+                        cells=by_scale, guard=LEARNED, noise=noise, note=note)  # fmt: skip
+
+        one, small = (
+            tuned("one-pass", "null-one-pass", rule),
+            tuned("small-data", "null-small", rule + NOTE_SMALL),
         )
         sens = dict(
             table="sensitivity",

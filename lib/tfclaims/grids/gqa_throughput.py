@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..claims.gqa_throughput import lm_config
 from ..nn.config import ConfigError
-from .sweep import profile_sweep, sweep_grid
+from .sweep import model_scales, profile_sweep, sweep_grid
 
 NULL_OFFSET = 1000  # the null pairs: MHA rerun at seed s + NULL_OFFSET
 SWEPT = ("MHA", "MQA")
@@ -17,16 +17,9 @@ LM_FIXED = "lm_heads batch seq_len eval_batches uptrain_frac".split()
 
 def scales(p: dict) -> list[dict]:
     """The sweep's scales, [lm_d_model, lm_layers] each, validated: distinct, each a valid model."""
-    out = []
-    for s in p["scales"]:
-        if not (
-            isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(x, int) and x > 0 for x in s)
-        ):
-            raise ConfigError(f"scales: each is [lm_d_model, lm_layers], got {s!r}")
-        out.append({"lm_d_model": s[0], "lm_layers": s[1]})
-        lm_config({**p, **out[-1]}, 1, 96)  # validates sizes before anything runs
-    if not out or len({tuple(s.values()) for s in out}) != len(out):
-        raise ConfigError(f"scales: give distinct [lm_d_model, lm_layers] scales, got {p['scales']!r}")
+    out = model_scales(p, ("lm_d_model", "lm_layers"))
+    for s in out:
+        lm_config({**p, **s}, 1, 96)  # validates sizes before anything runs
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..nn.config import ConfigError
 from ..train.small_lm import model_config, run_fields
-from .sweep import profile_sweep, sweep_grid
+from .sweep import model_scales, profile_sweep, sweep_grid
 
 NULL_OFFSET = 1000  # the null pairs: LayerNorm rerun at seed s + NULL_OFFSET
 NORMS = {"layer": "LayerNorm", "rms": "RMSNorm"}
@@ -15,18 +15,10 @@ NORMS = {"layer": "LayerNorm", "rms": "RMSNorm"}
 
 def scales(p: dict) -> list[dict]:
     """The sweep's scales, [d_model, n_layers] each: distinct, the first the fixed design's size."""
-    out = []
-    for s in p["scales"]:
-        if not (
-            isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(x, int) and x > 0 for x in s)
-        ):
-            raise ConfigError(f"scales: each is [d_model, n_layers], got {s!r}")
-        out.append({"d_model": s[0], "n_layers": s[1]})
-    sizes = [(s["d_model"], s["n_layers"]) for s in out]
-    if not out or len(set(sizes)) != len(sizes) or sizes[0] != (p["d_model"], p["n_layers"]):
+    out = model_scales(p)
+    if (out[0]["d_model"], out[0]["n_layers"]) != (p["d_model"], p["n_layers"]):
         raise ConfigError(
-            f"scales: distinct [d_model, n_layers], the first the fixed design's [{p['d_model']}, "
-            f"{p['n_layers']}], got {p['scales']!r}"
+            f"scales: the first must be the fixed design's [{p['d_model']}, {p['n_layers']}], got {p['scales']!r}"
         )
     for s in out:
         model_config({**p, **s}, 96)  # validates sizes before anything runs

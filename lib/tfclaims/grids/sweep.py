@@ -34,6 +34,21 @@ def profile_sweep(p: dict, fresh: str = "seeds") -> Sweep:
         raise ConfigError(str(e)) from None
 
 
+def model_scales(p: dict, keys: tuple[str, str] = ("d_model", "n_layers")) -> list[dict]:
+    """A profile's `scales`, each [width, depth], as the run-config fields `keys`; validated: positive integers,
+    distinct, at least one (a configuration error otherwise, one line before any run)."""
+    out = []
+    for s in p["scales"]:
+        if not (
+            isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(x, int) and x > 0 for x in s)
+        ):
+            raise ConfigError(f"scales: each is [{', '.join(keys)}], positive integers, got {s!r}")
+        out.append(dict(zip(keys, s)))
+    if not out or len({tuple(s) for s in p["scales"]}) != len(out):
+        raise ConfigError(f"scales: give distinct [{', '.join(keys)}] scales, got {p['scales']!r}")
+    return out
+
+
 def final_and_init(m: dict) -> tuple[float | None, float]:
     """A training record's (final validation loss, None if it diverged; validation loss at step 0, before any
     update): what `train.loop.train_lm` records."""

@@ -10,7 +10,7 @@ from functools import cache
 from ..claims.weight_tying import matched_d_ff
 from ..nn.config import ConfigError
 from ..train.small_lm import subword_fields
-from .sweep import final_and_init, profile_sweep, sweep_grid
+from .sweep import final_and_init, model_scales, profile_sweep, sweep_grid
 
 COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
 NULL_OFFSET = 1000  # a null pair: the untied arm rerun at seeds s + NULL_OFFSET
@@ -30,16 +30,10 @@ def vocab_size(vocab: int) -> int:
 
 def scales(p: dict) -> list[dict]:
     """The sweep's scales, [d_model, n_layers] each, validated: distinct, none the fixed design's size."""
-    out = []
-    for s in p["scales"]:
-        ok = isinstance(s, (list, tuple)) and len(s) == 2 and all(isinstance(x, int) and x > 0 for x in s)
-        if not ok or s[0] % p["n_heads"]:
-            raise ConfigError(f"scales: each is [d_model, n_layers], d_model divisible by n_heads, got {s!r}")
-        out.append({"d_model": s[0], "n_layers": s[1]})
-    sizes = {(s["d_model"], s["n_layers"]) for s in out}
-    if not out or len(sizes) != len(out) or (p["d_model"], p["n_layers"]) in sizes:
+    out = model_scales(p)
+    if any(s["d_model"] % p["n_heads"] for s in out) or [p["d_model"], p["n_layers"]] in p["scales"]:
         raise ConfigError(
-            f"scales: give distinct [d_model, n_layers] scales, none the fixed design's "
+            f"scales: each d_model divisible by n_heads = {p['n_heads']}, none the fixed design's "
             f"[{p['d_model']}, {p['n_layers']}], got {p['scales']!r}"
         )
     return out
