@@ -207,6 +207,7 @@ class GQAThroughput(Experiment):
         view.plot_heatmaps(result, decl, p, out)
         view.plot_tokens(ddf, p, out)
         view.plot_bandwidth(ddf, p, out)
+        view.plot_sweep(t, p, out)
         band = result.of("band")
         inside = [c.id.split("/")[1] for c in band if view.band_status(c) == "inside"]
         mqa = ddf[(ddf.backend == "sdpa") & (ddf.n_kv_heads == 1)]

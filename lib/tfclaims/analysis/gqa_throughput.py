@@ -587,3 +587,30 @@ def plot_conversion(cdf: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
         "after uptraining, mean ± 95% CI over seeds; dotted gray: the MHA model uptrained the same way; "
         "dashed: the same K/V heads trained from scratch.",
     )
+
+
+def plot_sweep(t: dict, p: dict, out) -> None:
+    """Final loss against peak learning rate per scale (from scratch), MHA and MQA, each model's chosen rate on
+    the fresh seeds marked."""
+    from ..evidence.plots import lr_sweep
+    from ..evidence.tuning import curve_table
+    from ..plotting import subplots
+
+    sc, q = scales(p), t["quality"]
+    swept = q[(q.stage == "scratch") & q.role.isin(["selection", "test"])].rename(columns={"model": "arm"})
+    curves = curve_table(swept, ["scale", "arm"])
+    fig, axes = subplots(len(sc), width=4.6, height=3.6)
+    for ax, s in zip(axes, sc):
+        label = scale_label(s)
+        tuned = t["tuned"][(t["tuned"].scale == label) & (t["tuned"].stage == "scratch")]
+        lr_sweep(ax, curves[curves.scale == label], tuned, {m: m for m in SWEPT})
+        ax.set_title(f"d = {s['lm_d_model']}, L = {s['lm_layers']}, {p['lm_heads']} query heads")
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Quality from scratch: final validation loss against peak learning rate, {p['sweep_steps']} steps, per "
+        f"scale. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their range; a failed "
+        f"run counts at the loss at init). Stars: each model at its chosen rate on the {len(p['tuned_seeds'])} "
+        "fresh seeds, mean ± 95% CI.",
+    )
