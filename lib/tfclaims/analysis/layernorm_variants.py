@@ -464,7 +464,6 @@ def headline(result, t: dict, swap_subs: dict, p: dict, margin: float, stars: di
     """The key number and the summary sentence (after the counted sub-claims, which verdict_from states)."""
     d_model, fam = p["d_model"], t["family"].set_index("family")
     width_eff, dmin = 1 - math.sqrt((d_model - 1) / d_model), int(t["width"]["d"].min())
-    below = fam["below"]
 
     def largest(std, dt):  # the swap cell with the largest |mean change|
         cs = [c for c in result.of(swap_subs[std, dt]) if c.diff is not None]
@@ -478,11 +477,15 @@ def headline(result, t: dict, swap_subs: dict, p: dict, margin: float, stars: di
         floor = f" vs a noise floor of ±{c.noise:.2g}" if c.noise is not None else ""
         return f"{PREC[dt]} {c.diff:+.1e} nats ({c.id.split('/')[-1]}{ci}: {c.decision}){floor}"
 
+    def count(col: str, s: str) -> str:
+        v = fam[col][s]
+        return "—" if v is None or v != v else str(int(v))
+
     reach = ", ".join(
-        f"{COL[s]} {int(below[s])} of {int(fam['probes'][s])} (lowest 1% quantile {fam['closest'][s]:.2g} σ*; "
-        f"at init {int(fam['below_init'][s])} of {int(fam['probes_init'][s])})"
+        f"{COL[s]} {count('below', s)} of {count('probes', s)} (lowest 1% quantile {fam['closest'][s]:.2g} σ*; "
+        f"at init {count('below_init', s)} of {count('probes_init', s)})"
         for s in NAME
-        if below[s] == below[s]
+        if fam["closest"][s] is not None and fam["closest"][s] == fam["closest"][s]  # some trained probe
     )
     swaps = "; ".join(f"{NAME[s]}: " + ", ".join(swap_txt(s, dt) for dt in p["dtypes"]) for s in NAME)
     key = ", ".join(

@@ -661,7 +661,7 @@ def _ok(rec: dict | None) -> dict | None:
 
 def _check_corpus(exp: Experiment) -> None:
     """Fail before any run, in one line, when the experiment reads the corpus and its package is missing."""
-    if "data" in reached_modules(exp):
+    if any(m.split(".")[0] == "data" for m in reached_modules(exp)):  # data.corpus, data.bpe
         try:
             corpus_files()
         except CorpusError as e:
