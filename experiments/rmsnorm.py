@@ -7,8 +7,8 @@ from tfclaims.claims.rmsnorm import AA, FUSED, norm_alone, step_timing
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, arm, cell, cells, equivalent
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.grids.rmsnorm import NORMS, NULL_OFFSET, grid_sweep, scale_label, scales, train_grid
-from tfclaims.grids.sweep import profile_sweep
+from tfclaims.grids.rmsnorm import NORMS, NULL_OFFSET, grid_sweep, scales, train_grid
+from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
 from tfclaims.train.small_lm import model_config, train_profile, train_small
 

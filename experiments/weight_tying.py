@@ -22,7 +22,7 @@ from tfclaims.evidence.declare import (
     equal,
 )
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.grids.sweep import profile_sweep
+from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.grids.weight_tying import (
     COUNT_PRESETS,
     NULL_OFFSET,
@@ -31,7 +31,6 @@ from tfclaims.grids.weight_tying import (
     grid_small,
     grid_sweep,
     grid_train,
-    scale_label,
     scales,
 )
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from

@@ -140,6 +140,7 @@ def observe(runs: list[dict], p: dict, guard, stars: dict[str, float]) -> dict[s
     rows = []
     for std in NAME:
         g, t = probes[probes["family"] == std], tiny[tiny["family"] == std]
+        later, init = g[g["step"] > 0], g[g["step"] == 0]  # probes of trained weights, and of the init
         own = [
             abs(r["metrics"]["final_val"] - r["metrics"]["swap"]["float32"][_own(r["config"])])
             for r in with_swap
@@ -151,9 +152,8 @@ def observe(runs: list[dict], p: dict, guard, stars: dict[str, float]) -> dict[s
         rows.append({
             "family": std, "unit": 0, "formula_err": max(errs), "unit_diff": float(unit),
             "tiny_diff": float(t["median"].iloc[0]) if len(t) else None,
-            "below": _below(g[g["step"] > 0]), "probes": int((g["step"] > 0).sum()),
-            "below_init": _below(g[g["step"] == 0]), "probes_init": int((g["step"] == 0).sum()),
-            "closest": float((g["q01"] / g["sigma*"])[g["step"] > 0].min()) if (g["step"] > 0).any() else None,
+            "below": _below(later), "probes": len(later), "below_init": _below(init), "probes_init": len(init),
+            "closest": float((later["q01"] / later["sigma*"]).min()) if len(later) else None,
             "ref_off": max(own) if own else None, "models": len(own),
         })  # fmt: skip
     swap = [

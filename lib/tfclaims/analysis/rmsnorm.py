@@ -12,7 +12,8 @@ from ..evidence.plots import arm_bands
 from ..evidence.readouts import achieved, of_limit
 from ..evidence.tables import comparison_table, runs_table, timing_rows
 from ..evidence.tuning import curve_table, read_sweep
-from ..grids.rmsnorm import NORMS, scale_label, scales
+from ..grids.rmsnorm import NORMS, scales
+from ..grids.sweep import scale_label
 from ..nn.norm_variants import VARIANTS
 from . import part
 
@@ -233,10 +234,7 @@ def describe(result, v: dict, p: dict) -> tuple[str, str]:
             f"({bw / 1e9:.1f} GB/s, one thread), {ln.iloc[-1]:.0f}% and {rms.iloc[-1]:.0f}% at d = "
             f"{int(mdf['width d'].iloc[-1])}."
         )
-    q = (
-        "; ".join(f"{c.id.split('/')[1]} {c.short('+.3f')} ({c.decision})" for c in result.of("quality"))
-        or "not run"
-    )
+    q = result.per_cell("quality")
     qf = result.get("quality-fixed")
     summary = (
         f"Like with like, LayerNorm/RMSNorm time alone is {rng(mdf['LN/RMS eager'])} in eager ops"

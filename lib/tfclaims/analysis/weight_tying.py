@@ -10,7 +10,8 @@ from ..evidence.curves import plot_curves
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
 from ..evidence.tuning import curve_table, read_sweep
-from ..grids.weight_tying import SWEPT, scale_label, scales
+from ..grids.sweep import scale_label
+from ..grids.weight_tying import SWEPT, scales
 from . import part
 
 LABELS = {"tied": "tied", "untied": "untied", "tied-wide": "tied, wider FFN (untied's parameter count)"}
@@ -290,17 +291,11 @@ def epochs(t: dict) -> float | None:
     return None if small.empty else float(small.epochs.iloc[0])
 
 
-def _per_scale(result, sub: str, fmt: str = "+.3f") -> str:
-    return (
-        "; ".join(f"{c.id.split('/')[1]} {c.short(fmt)} ({c.decision})" for c in result.of(sub)) or "not run"
-    )
-
-
 def summary(result, own, pdf: pd.DataFrame) -> tuple[str, str]:
     """The key number and the summary: tied − untied at each arm's best rate, per regime and scale."""
     key = (
-        f"tied − untied, each at its best rate: one pass, final loss {_per_scale(result, 'final')}; small "
-        f"data, early-stopped loss {_per_scale(result, 'small-data')}; tying saves {own['saved / untied']:.1%} "
+        f"tied − untied, each at its best rate: one pass, final loss {result.per_cell('final')}; small "
+        f"data, early-stopped loss {result.per_cell('small-data')}; tying saves {own['saved / untied']:.1%} "
         "of the parameters"
     )
     g2 = pdf.set_index("model").loc["gpt2-small"] if "gpt2-small" in set(pdf["model"]) else None
@@ -309,9 +304,9 @@ def summary(result, own, pdf: pd.DataFrame) -> tuple[str, str]:
     text = (
         f"Tying removes V·d parameters exactly (checked): {own['saved / untied']:.1%} of this subword model "
         f"(V = {own['V']}, d = {own['d']}){g2_txt}. Each arm at its own best learning rate, tied − untied: in "
-        f"one pass over the text, final validation loss {_per_scale(result, 'final')} and steps to the target "
-        f"{_per_scale(result, 'convergence', '+.0f')}; after many epochs of a small subset with dropout, "
-        f"early-stopped test loss {_per_scale(result, 'small-data')}. At one shared rate (reported): {fixed}."
+        f"one pass over the text, final validation loss {result.per_cell('final')} and steps to the target "
+        f"{result.per_cell('convergence', '+.0f')}; after many epochs of a small subset with dropout, "
+        f"early-stopped test loss {result.per_cell('small-data')}. At one shared rate (reported): {fixed}."
     )
     return key, text
 

@@ -60,6 +60,14 @@ class Evaluation:
         ids = s.reported if reported else s.comparisons
         return [c for c in self.comparisons if c.id in ids]
 
+    def per_cell(self, sub_id: str, fmt: str = "+.3f") -> str:
+        """A one-readout sub-claim's effect in each of its cells, for a key number: `<cell> <effect>
+        (<decision>)` joined by '; ', or 'not run' where it has no comparison."""
+        return (
+            "; ".join(f"{c.id.split('/')[1]} {c.short(fmt)} ({c.decision})" for c in self.of(sub_id))
+            or "not run"
+        )
+
     def verdicts(self) -> dict[str, str]:
         return {s.id: s.verdict for s in self.subs}
 

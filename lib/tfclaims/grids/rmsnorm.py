@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..nn.config import ConfigError
 from ..train.small_lm import model_config, run_fields
-from .sweep import model_scales, profile_sweep, sweep_grid
+from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
 
 NULL_OFFSET = 1000  # the null pairs: LayerNorm rerun at seed s + NULL_OFFSET
 NORMS = {"layer": "LayerNorm", "rms": "RMSNorm"}
@@ -25,10 +25,6 @@ def scales(p: dict) -> list[dict]:
     return out
 
 
-def scale_label(s: dict) -> str:
-    return f"d{s['d_model']}-L{s['n_layers']}"
-
-
 def train_grid(p: dict) -> list[dict]:
     """The fixed design: each norm at the profile's rate on the seeds, and LayerNorm rerun (the null pair)."""
     arms = [{"norm": n, **run_fields(p), "seed": s} for n in NORMS for s in p["seeds"]]
@@ -41,13 +37,9 @@ def grid_sweep(p: dict, done) -> list[dict]:
     (`grids.sweep`; the runs are the train part's); then LayerNorm at its first-scale choice rerun at seeds
     s + NULL_OFFSET (the tuned comparison's null pair)."""
     sweep, sc = profile_sweep(p), scales(p)
-    if max(*sweep.fresh, *sweep.selection) >= NULL_OFFSET:
-        raise ConfigError(f"seeds must lie below {NULL_OFFSET} (the null pairs' offset)")
 
     def make(arm, scale, lr, seed):
         return {"part": "train", "norm": arm["norm"], **run_fields(p), **scale, "lr": lr, "seed": seed}
 
     out = sweep_grid(sweep, {n: {"norm": n} for n in NORMS}, sc, make, done)
-    fresh = [c for c in out if c["norm"] == "layer" and c["seed"] in sweep.fresh
-             and all(c[k] == v for k, v in sc[0].items())]  # fmt: skip
-    return out + [{**c, "seed": c["seed"] + NULL_OFFSET} for c in fresh]
+    return out + null_reruns(out, sweep, sc[0], {"norm": "layer"}, NULL_OFFSET)

@@ -49,6 +49,25 @@ def model_scales(p: dict, keys: tuple[str, str] = ("d_model", "n_layers")) -> li
     return out
 
 
+def scale_label(s: dict) -> str:
+    """A scale's label in tables and comparison ids: d<d_model>-L<n_layers>."""
+    return f"d{s['d_model']}-L{s['n_layers']}"
+
+
+def null_reruns(out: list[dict], sweep: Sweep, first: dict, fields: dict, offset: int) -> list[dict]:
+    """A tuned comparison's null pair: the runs in `out` (a sweep's configs) on the fresh seeds at the first
+    scale whose config has `fields` (the baseline arm, at its chosen rate), rerun at seeds s + offset; every
+    sweep seed must lie below the offset."""
+    if max(*sweep.fresh, *sweep.selection) >= offset:
+        raise ConfigError(f"seeds must lie below {offset} (the null pairs' offset)")
+    at = {**first, **fields}
+    return [
+        {**c, "seed": c["seed"] + offset}
+        for c in out
+        if c["seed"] in sweep.fresh and all(c.get(k) == v for k, v in at.items())
+    ]
+
+
 def final_and_init(m: dict) -> tuple[float | None, float]:
     """A training record's (final validation loss, None if it diverged; validation loss at step 0, before any
     update): what `train.loop.train_lm` records."""

@@ -10,7 +10,7 @@ from functools import cache
 from ..claims.weight_tying import matched_d_ff
 from ..nn.config import ConfigError
 from ..train.small_lm import subword_fields
-from .sweep import final_and_init, model_scales, profile_sweep, sweep_grid
+from .sweep import final_and_init, model_scales, null_reruns, profile_sweep, sweep_grid
 
 COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
 NULL_OFFSET = 1000  # a null pair: the untied arm rerun at seeds s + NULL_OFFSET
@@ -37,10 +37,6 @@ def scales(p: dict) -> list[dict]:
             f"[{p['d_model']}, {p['n_layers']}], got {p['scales']!r}"
         )
     return out
-
-
-def scale_label(s: dict) -> str:
-    return f"d{s['d_model']}-L{s['n_layers']}"
 
 
 def grid_counts(p):
@@ -95,18 +91,16 @@ def _sweep(p: dict, regime: str, done) -> list[dict]:
     chosen rate, rerun at the fresh seeds + NULL_OFFSET (null-pair runs of the one-pass regime are the null
     part's)."""
     sweep, sc = profile_sweep(p, fresh="tuned_seeds"), scales(p)
-    if max(*sweep.fresh, *sweep.selection) >= NULL_OFFSET:
-        raise ConfigError(f"seeds must lie below {NULL_OFFSET} (the null pairs' offset)")
 
     def make(arm, scale, lr, seed):
         return tuned_run(p, regime, arm["arm"], scale, lr, seed)
 
     read = final_and_init if regime == "one-pass" else early_and_init
     out = sweep_grid(sweep, {a: {"arm": a} for a in SWEPT}, sc, make, done, read=read)
-    fresh = [c for c in out if c["arm"] == "untied" and c["seed"] in sweep.fresh
-             and all(c[k] == v for k, v in sc[0].items())]  # fmt: skip
     null_part = "null" if regime == "one-pass" else REGIMES[regime]
-    return out + [{**c, "part": null_part, "seed": c["seed"] + NULL_OFFSET} for c in fresh]
+    return out + [
+        {**c, "part": null_part} for c in null_reruns(out, sweep, sc[0], {"arm": "untied"}, NULL_OFFSET)
+    ]
 
 
 def grid_sweep(p, done):
