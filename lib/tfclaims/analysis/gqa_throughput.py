@@ -17,6 +17,8 @@ from ..evidence.plots import effect_heatmap
 from ..evidence.readouts import of_limit
 from ..evidence.stats import mean_ci
 from ..evidence.tables import runs_table, timing_rows
+from ..evidence.tuning import read_sweep
+from ..grids.gqa_throughput import SWEPT, scale_label, scales
 from ..measure.counting import kv_cache_bytes, lm_forward_flops, model_params
 from ..train.decode import decode_config, kv_list
 from . import part
@@ -107,23 +109,62 @@ def observe(runs: list[dict], p: dict, final, learned) -> dict[str, pd.DataFrame
     qual, conv = [], []
     for r in q:
         c, m = r["config"], r["metrics"]
-        base = {"rerun": c["null_pair"], "unit": c["seed"]}
+        base = {"rerun": c["null_pair"], "unit": c["seed"], "role": quality_role(c, p), "lr": c["lr"],
+                "scale": scale_label(c)}  # fmt: skip
         qual.append({**base, "stage": "scratch", "model": _model(c, lm_h), "final_val": final.fn(m),
-                     "learned": learned.fn(m)})  # fmt: skip
+                     "learned": learned.fn(m), "init_loss": m["val_loss"][0]})  # fmt: skip
         for x in m.get("conversion", []):
             conv.append({**base, **{k: x[k] for k in ("target_kv", "method", "before", "after")}})
             if (x["method"], x["target_kv"]) in ((MHA_UP, lm_h), ("mean", 1)):
                 um = {"final_val": x["after"], "unigram_xent": m["unigram_xent"], "diverged_at": None}
                 qual.append({**base, "stage": "uptrained", "model": "MHA" if x["method"] == MHA_UP else "MQA",
                              "final_val": final.fn(um), "learned": learned.fn(um)})  # fmt: skip
+    qual = pd.DataFrame(qual)
+    tuned, choices, first = _tuned(qual, p)
     return {
         "decode": pd.DataFrame(dec),
         "bytes": pd.DataFrame(byt),
         "phases": pd.DataFrame(ph),
-        "quality": pd.DataFrame(qual),
-        "convert": pd.DataFrame(conv, columns=["rerun", "unit", "target_kv", "method", "before", "after"]),
-        "runs": runs_table(q, (final, learned), params=lambda c, m: m["params"], d_ff=lambda c, m: m["d_ff"]),
-    }
+        "quality": qual,
+        "tuned": tuned,
+        "choices": choices,
+        "first": first,
+        "convert": pd.DataFrame(conv, columns=[*CONV_BASE, "target_kv", "method", "before", "after"]),
+        "runs": runs_table(q, (final, learned), params=lambda c, m: m["params"], d_ff=lambda c, m: m["d_ff"],
+                           role=lambda c, m: quality_role(c, p), scale=lambda c, m: scale_label(c)),
+    }  # fmt: skip
+
+
+CONV_BASE = ["rerun", "unit", "role", "lr", "scale"]
+
+
+def quality_role(c: dict, p: dict) -> str:
+    """A quality run's role: the fixed design (at the profile's size, rate and steps) and its null pair, or
+    the sweep's selection, test (fresh) and null-pair seeds."""
+    at = (c["lm_d_model"], c["lm_layers"], c["lr"], c["steps"])
+    if at == (p["lm_d_model"], p["lm_layers"], p["lr"], p["steps"]):
+        return "fixed-null" if c["null_pair"] else "fixed"
+    if c["null_pair"]:
+        return "null"
+    return "selection" if c["seed"] in p["selection_seeds"] else "test"
+
+
+def _tuned(qual: pd.DataFrame, p: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The tuned comparison: each model's sweep read on the scratch rows (`evidence.tuning`), its fresh seeds
+    at its chosen rate; the uptrained rows of MHA's fresh seeds at its chosen rate; and the null pair's table
+    (the MHA rows at the first scale and their reruns at the same rate)."""
+    sc = {scale_label(s): {"scale": scale_label(s)} for s in scales(p)}
+    swept = qual[(qual.stage == "scratch") & qual.role.isin(["selection", "test"])]
+    choices, scratch, _ = read_sweep(swept, {m: {"model": m} for m in SWEPT}, sc)
+    up, null = [], []
+    for c in choices[choices.arm == "MHA"].itertuples() if len(choices) else ():
+        at = (qual.scale == c.scale) & (qual.lr == c.chosen_lr)
+        up.append(qual[at & (qual.stage == "uptrained") & (qual.role == "test")])
+        null.append(qual[at & (qual.role == "null")])
+    tuned = pd.concat([scratch, *up], ignore_index=True)
+    first = scale_label(scales(p)[0])
+    mha = tuned[(tuned.scale == first) & (tuned.model == "MHA")]
+    return tuned, choices, pd.concat([mha, *null], ignore_index=True)
 
 
 def band_status(c) -> str:
@@ -247,17 +288,45 @@ def write_tables(runs, t: dict, result, decl, p: dict, out) -> pd.DataFrame:
         f"({p['train_batch']} × {p['train_len']}), median seconds (sdpa)",
     )
     qs = _quality(runs, t, p, out)
-    conv = t["convert"][~t["convert"]["rerun"].astype(bool)]
+    _tuned_tables(t, result, out)
+    conv = t["convert"][t["convert"]["role"] == "fixed"]
     if len(conv):
         _conversion(conv, qs, p, out)
     return ddf
 
 
+def _tuned_tables(t: dict, result, out) -> None:
+    """The tuned quality comparison beside the fixed one, and each model's chosen rate."""
+    from ..evidence.tables import comparison_table
+
+    subs = [c for s in ("quality", "quality-fixed") for c in result.of(s)]
+    floors = [f for f in result.floors if f.id.startswith(("null/", "null-tuned/"))]
+    out.table(
+        "quality_tuned",
+        comparison_table([*subs, *floors]),
+        "Validation loss, MQA (b) − MHA (a): each model at its own best rate per stage and scale (counted), "
+        "and both at the profile's rate (reported); the null pairs last",
+    )
+    out.table(
+        "lr_choices",
+        t["choices"],
+        "Each model's chosen rate per scale (lowest mean final loss on the selection seeds), whether it sits at "
+        "an end of the sweep, and its learning-rate sensitivity (nats/char) with a 95% bootstrap interval",
+    )
+
+
 def _quality(runs, t: dict, p: dict, out) -> pd.DataFrame:
-    cols = ["kv", "matched", "null_pair", "unit", "params", "d_ff", "final_val", "learned"]
+    cols = ["role", "scale", "lr", "steps", "kv", "matched", "null_pair", "unit", "params", "d_ff", "final_val",
+            "learned"]  # fmt: skip
     qdf = t["runs"][cols].rename(columns={"kv": "n_kv_heads", "unit": "seed"})
-    out.table("quality_runs", qdf, "Quality runs (null-pair seeds ≥ 1000)", in_report=False)
-    real = qdf[~qdf["null_pair"].astype(bool)]
+    out.table(
+        "quality_runs",
+        qdf,
+        "Quality runs: the fixed design (role fixed, its null pair fixed-null) and the learning-rate sweep "
+        "(selection, test: fresh seeds, null: seeds ≥ 1000)",
+        in_report=False,
+    )
+    real = qdf[qdf.role == "fixed"].drop(columns=["role", "scale", "lr", "steps"])
     mha_v = real[(real.n_kv_heads == p["lm_heads"]) & ~real.matched].set_index("seed")["final_val"]
     rows = []
     for (kv, matched), g in real.groupby(["n_kv_heads", "matched"]):
@@ -517,4 +586,31 @@ def plot_conversion(cdf: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
         "(Ainslie et al.) or keeping each group's first head: validation loss right after conversion and "
         "after uptraining, mean ± 95% CI over seeds; dotted gray: the MHA model uptrained the same way; "
         "dashed: the same K/V heads trained from scratch.",
+    )
+
+
+def plot_sweep(t: dict, p: dict, out) -> None:
+    """Final loss against peak learning rate per scale (from scratch), MHA and MQA, each model's chosen rate on
+    the fresh seeds marked."""
+    from ..evidence.plots import lr_sweep
+    from ..evidence.tuning import curve_table
+    from ..plotting import subplots
+
+    sc, q = scales(p), t["quality"]
+    swept = q[(q.stage == "scratch") & q.role.isin(["selection", "test"])].rename(columns={"model": "arm"})
+    curves = curve_table(swept, ["scale", "arm"])
+    fig, axes = subplots(len(sc), width=4.6, height=3.6)
+    for ax, s in zip(axes, sc):
+        label = scale_label(s)
+        tuned = t["tuned"][(t["tuned"].scale == label) & (t["tuned"].stage == "scratch")]
+        lr_sweep(ax, curves[curves.scale == label], tuned, {m: m for m in SWEPT})
+        ax.set_title(f"d = {s['lm_d_model']}, L = {s['lm_layers']}, {p['lm_heads']} query heads")
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Quality from scratch: final validation loss against peak learning rate, {p['sweep_steps']} steps, per "
+        f"scale. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their range; a failed "
+        f"run counts at the loss at init). Stars: each model at its chosen rate on the {len(p['tuned_seeds'])} "
+        "fresh seeds, mean ± 95% CI.",
     )

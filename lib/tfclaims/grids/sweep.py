@@ -49,9 +49,9 @@ def model_scales(p: dict, keys: tuple[str, str] = ("d_model", "n_layers")) -> li
     return out
 
 
-def scale_label(s: dict) -> str:
-    """A scale's label in tables and comparison ids: d<d_model>-L<n_layers>."""
-    return f"d{s['d_model']}-L{s['n_layers']}"
+def scale_label(s: dict, keys: tuple[str, str] = ("d_model", "n_layers")) -> str:
+    """A scale's label in tables and comparison ids: d<width>-L<depth>, read from `keys`."""
+    return f"d{s[keys[0]]}-L{s[keys[1]]}"
 
 
 def null_reruns(out: list[dict], sweep: Sweep, first: dict, fields: dict, offset: int) -> list[dict]:
