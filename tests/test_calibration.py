@@ -6,7 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.measure.calibration import T_BOUNDS, ece, fit_temperature, nll_at, reliability, scores, top1
+from tfclaims.measure.calibration import (
+    T_BOUNDS,
+    ece,
+    fit_temperature,
+    nll_at,
+    reliability,
+    scaled_nll,
+    scores,
+    top1,
+)
 
 
 def sampled(n: int, c: int, t0: float, seed: int = 0, scale: float = 3.0):
@@ -49,6 +58,16 @@ def test_fitted_temperature_minimises_the_nll(t0):
     assert at <= nll_at(z, y, t * 1.1) and at <= nll_at(z, y, t / 1.1)
     assert at <= nll_at(z, y, 1.0)  # the fit never does worse than leaving the logits alone
     assert at < nll_at(z, y, 1.0) - 1e-3  # and here, with t0 far from 1, clearly better
+
+
+@pytest.mark.parametrize("t0", [0.5, 2.0])
+def test_scaled_nll_agrees_with_the_full_fit_within_its_tolerance(t0):
+    z, y = sampled(20_000, 50, t0, seed=2)
+    t_full = fit_temperature(z, y)
+    t, at = scaled_nll(z, y)
+    assert abs(t - t_full) / t_full < 0.02
+    assert at == pytest.approx(nll_at(z, y, t))  # the NLL it returns is the NLL at the T it returns
+    assert at - nll_at(z, y, t_full) < 1e-4  # and the flat minimum makes the coarse T cost almost nothing
 
 
 def test_fit_temperature_is_near_one_for_calibrated_logits():

@@ -16,7 +16,7 @@ import torch
 
 from ..data.bpe import load_bpe_corpus
 from ..data.corpus import eval_windows, random_windows
-from ..measure.calibration import ece, fit_temperature, reliability, scores, top1
+from ..measure.calibration import ece, fit_temperature, nll_at, reliability, scaled_nll, scores, top1
 from ..nn.dropout import add_dropout
 from ..train.small_lm import train_small
 
@@ -114,13 +114,14 @@ def _stream_scores(model, batches, device, temperature: float) -> dict:
     nll, conf, hit = dict.fromkeys(temps, 0.0), {tag: [] for tag in temps}, []
     for x, y in batches:
         lg, y = model(x.to(device)).float().cpu().flatten(0, 1), y.flatten()  # (B·T, V), (B·T,)
+        top = lg.argmax(-1)
+        hit.append((top == y).float())  # the argmax does not depend on T
         for tag, t in temps.items():
-            nll[tag] += float(-torch.log_softmax(lg / t, dim=-1).gather(1, y[:, None]).sum())
-            c, ok = top1(lg / t, y)  # the argmax, so `ok`, does not depend on t
-            conf[tag].append(c)
-        hit.append(ok)
+            logp = torch.log_softmax(lg / t, dim=-1)
+            nll[tag] += float(-logp.gather(1, y[:, None]).sum())
+            conf[tag].append(logp.gather(1, top[:, None]).squeeze(1).exp())  # the top-1 probability
     ok = torch.cat(hit)
-    out = {"test_tokens": ok.numel(), "test_acc": float(ok.float().mean())}
+    out = {"test_tokens": ok.numel(), "test_acc": float(ok.mean())}
     for tag in temps:
         c = torch.cat(conf[tag])
         out.update({f"test_nll{tag}": nll[tag] / ok.numel(), f"test_ece{tag}": ece(c, ok, ECE_BINS),
@@ -163,9 +164,9 @@ def smoothing_train_tuned(cfg: dict, ctx) -> dict:
         was = model.training
         model.eval()
         lg, y = _logits(model, probe["cal"], ctx.device)
-        T = fit_temperature(lg, y)
-        out = {"cal_nll_ts": scores(lg, y, T)["nll"], "cal_acc": scores(lg, y)["acc"], "temperature": T}
-        out["train_nll"] = scores(*_logits(model, probe["train"], ctx.device))["nll"]
+        T, nll = scaled_nll(lg, y)
+        out = {"cal_nll_ts": nll, "cal_acc": float((lg.argmax(-1) == y).float().mean()), "temperature": T}
+        out["train_nll"] = nll_at(*_logits(model, probe["train"], ctx.device))
         if out["cal_nll_ts"] < best["nll"]:
             best.update(nll=out["cal_nll_ts"], state=copy.deepcopy(model.state_dict()), step=step)
         model.train(was)
