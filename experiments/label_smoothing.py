@@ -155,7 +155,9 @@ class LabelSmoothing(Experiment):
                 "epochs_tuned": view.tuned_epochs(t),
                 "tokenizer": m0.get("tokenizer"),
             },
-            caveats=view.caveats(p, t, result.of("accuracy")),
+            caveats=view.caveats(
+                p, t, result.of("accuracy"), view.equivalence_note(result, "accuracy", "ece")
+            ),
         )
 
 

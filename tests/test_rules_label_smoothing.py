@@ -721,3 +721,30 @@ def test_rule_text_names_the_tuned_selection_and_the_control():
     rule = EXP.rule_text(P)
     assert "temperature-scaled calibration-split loss" in rule and "selection seeds" in rule
     assert "Positive control: (ece)" in rule
+
+
+def test_a_stricter_reading_of_an_accuracy_equivalence_is_stated_where_the_control_is_another_cells(tmp_path):
+    """The ECE control moves beyond its margin at the second scale only, accuracy is equal at both: the
+    equivalence refutes in both cells (the control is per sub-claim), and a caveat names the first scale,
+    where the control stayed inside its margin."""
+
+    def spec(eps, s, scale=None):
+        if not eps:
+            return {}
+        return {
+            **CLAIMED,
+            "test_acc": BASE["test_acc"],
+            "test_ece": BASE["test_ece"] if scale == FIRST else 0.03,
+        }
+
+    v = analyse(EXP, records(spec), P, tmp_path)
+    assert all(decisions(v)[cid("accuracy", sc)] == "equivalent" for sc in SCALES)
+    assert verdicts(v)["accuracy"] == "refuted"
+    note = [c for c in v.caveats if c.startswith("Accuracy equivalent, read strictly")]
+    assert (
+        len(note) == 1
+        and f"at {FIRST} the control (ece)" in note[0]
+        and f"at {SECOND} the control" not in note[0]
+    )
+    v = analyse(EXP, records(smoothed({**CLAIMED, "test_acc": BASE["test_acc"]})), P, tmp_path)
+    assert not any("read strictly" in c for c in v.caveats)  # the control moved in both cells

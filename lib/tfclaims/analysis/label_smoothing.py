@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..evidence.curves import plot_curves
+from ..evidence.decisions import beyond_margin
 from ..evidence.declare import Better, Declaration, Readout
 from ..evidence.evaluate import evaluate
 from ..evidence.stats import mean_ci
@@ -238,8 +239,38 @@ def temperatures(runs, p: dict) -> dict:
     }
 
 
-def caveats(p: dict, t: dict, accuracy) -> list[str]:
-    """The claim's caveats; `t` the observation tables, `accuracy` the tuned accuracy comparisons."""
+def equivalence_note(result, sub_id: str, control: str) -> str | None:
+    """Where `sub_id` is equivalent in a cell whose positive control did not move beyond its margin there, or
+    inside that measure's noise floor: what a stricter reading would make of it (None where neither holds)."""
+    ctrl = {c.id.split("/")[1]: c for c in result.of(control)}
+    out = []
+    for c in result.of(sub_id):
+        cell = c.id.split("/")[1]
+        if c.decision != "equivalent":
+            continue
+        k = ctrl.get(cell)
+        if k is not None and not (k.decision == "b_better" and beyond_margin(k)):
+            out.append(
+                f"at {cell} the control ({control}) moved by {k.diff:+.4f}, inside its ±{k.margin:g} margin"
+            )
+        if c.noise is not None and c.margin is not None and c.noise > c.margin:
+            out.append(f"at {cell} the ±{c.margin:g} equivalence lies inside the measure's noise floor "
+                       f"(±{c.noise:.4f})")  # fmt: skip
+    if not out:
+        return None
+    return (
+        f"{sub_id.capitalize()} equivalent, read strictly: the positive control is read per sub-claim (an effect "
+        "beyond its margin in any cell licenses a refutation in every cell) and the noise floor gates effects, "
+        "not equivalences; here "
+        + "; ".join(out)
+        + f". Read per cell and gated by the floor, {sub_id} would "
+        "be inconclusive."
+    )
+
+
+def caveats(p: dict, t: dict, accuracy, strict: str | None = None) -> list[str]:
+    """The claim's caveats; `t` the observation tables, `accuracy` the tuned accuracy comparisons, `strict`
+    what a stricter reading of an equivalence would say (`equivalence_note`)."""
     runs = t["runs"]
     tuned = runs[runs.part == "tuned"]
     epochs = tuned.epochs.iloc[0] if len(tuned) else float("nan")
@@ -263,6 +294,7 @@ def caveats(p: dict, t: dict, accuracy) -> list[str]:
         "The noise floor (ε = 0 against its rerun) gates every comparison: an effect no larger than the "
         "rerun's largest |95% CI bound| on that measure is undecided however small its p.",
         power_note(accuracy),
+        *([strict] if strict else []),
     ]
 
 
