@@ -277,6 +277,7 @@ def caveats(p: dict, t: dict, accuracy, strict: str | None = None) -> list[str]:
     sizes = ", ".join(f"{lab} {g.params.iloc[0] / 1e6:.2f}M" for lab, g in tuned.groupby("scale", sort=False))
     stop = tuned[tuned.role == "test"]
     late = int((stop.early_step == p["tuned_steps"]).sum()) if len(stop) else 0
+    scored = stop.test_tokens.dropna() if "test_tokens" in stop else stop.iloc[:0]  # a diverged run has none
     return [
         f"Subword targets over V = {p['vocab']} byte-level BPE tokens: ε spreads ε/V on every token. The "
         "anchors used word pieces (37k) and translation or ImageNet classification, where accuracy is the "
@@ -287,7 +288,7 @@ def caveats(p: dict, t: dict, accuracy, strict: str | None = None) -> list[str]:
         "stop).",
         "Temperature scaling is fitted on one half of the held-out plays and scored on the other, so it "
         f"never sees the test tokens; the tuned design scores every token of that half once "
-        f"({int(stop.test_tokens.iloc[0]) if 'test_tokens' in stop and len(stop) else 0:,} tokens), so an "
+        f"({int(scored.iloc[0]) if len(scored) else 0:,} tokens), so an "
         "accuracy difference of the anchors' size is not hidden by the test sample.",
         "The fixed design (reported) is the earlier one: one rate, a 40,960-token subset seen 15 times, no "
         "dropout; its models end barely below the unigram level on held-out text.",
