@@ -51,7 +51,8 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     init, the selection loss (early-stopped, temperature-scaled calibration loss) and the role (fixed: the
     fixed design and its null pair; selection, test: the tuned sweep's seeds; null: its null pair); tuned,
     choices, sensitivity: the tuned sweep read by `evidence.tuning`; first: the null pair of the tuned design
-    (ε = 0's fresh seeds at the first scale and their reruns)."""
+    (ε = 0's fresh seeds at the first scale and their reruns); curves: the sweep's selection-seed loss per scale,
+    ε and rate (`tuning.curve_table`)."""
     sel, fresh, sc = set(p["selection_seeds"]), set(p["tuned_seeds"]), scales(p)
     labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
 
@@ -71,7 +72,15 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     swept = t[t.role.isin(["selection", "test"])]
     choices, tuned, seeds = read_sweep(swept, arms, {scale_label(s): s for s in sc}, loss="select_loss")
     first = pd.concat([tuned[tuned.scale == scale_label(sc[0])], t[t.role == "null"]], ignore_index=True)
-    return {"runs": t, "tuned": tuned, "choices": choices, "sensitivity": seeds, "first": first}
+    curves = curve_table(swept, ["scale", "eps"], loss="select_loss")
+    return {
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": seeds,
+        "first": first,
+        "curves": curves,
+    }
 
 
 def every_measure(decl: Declaration, measures: dict, readouts: dict) -> Declaration:
@@ -127,9 +136,7 @@ def write_tables(runs, t: dict, result, every, p: dict, out) -> None:
     )
     out.table(
         "sweep",
-        curve_table(
-            t["runs"][t["runs"].role.isin(["selection", "test"])], ["scale", "eps"], loss="select_loss"
-        ),
+        t["curves"],
         "The tuned sweep on the selection seeds: early-stopped, temperature-scaled calibration loss (nats/token; "
         "a failed run counts at the loss at init) per scale, ε and peak rate",
         in_report=False,
@@ -160,10 +167,9 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     from ..evidence.plots import lr_sweep
     from ..plotting import subplots
 
-    sc, runs = scales(p), t["runs"]
+    sc = scales(p)
     fig, axes = subplots(len(sc), width=4.6, height=3.6)
-    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "eps"], loss="select_loss")
-    curves = curves.assign(arm=[f"eps{e:g}" for e in curves.eps])
+    curves = t["curves"].assign(arm=[f"eps{e:g}" for e in t["curves"].eps])
     labels = {f"eps{e:g}": f"ε = {e:g}" for e in tuned_eps(p)}
     for ax, s in zip(axes, sc):
         label = scale_label(s)
@@ -273,7 +279,7 @@ def caveats(p: dict, t: dict, accuracy, strict: str | None = None) -> list[str]:
     what a stricter reading of an equivalence would say (`equivalence_note`)."""
     runs = t["runs"]
     tuned = runs[runs.part == "tuned"]
-    epochs = tuned.epochs.iloc[0] if len(tuned) else float("nan")
+    epochs = tuned_epochs(t) or float("nan")
     sizes = ", ".join(f"{lab} {g.params.iloc[0] / 1e6:.2f}M" for lab, g in tuned.groupby("scale", sort=False))
     stop = tuned[tuned.role == "test"]
     late = int((stop.early_step == p["tuned_steps"]).sum()) if len(stop) else 0
