@@ -4,7 +4,7 @@ model use relative positions."""
 from __future__ import annotations
 
 from tfclaims.analysis import sinusoidal_relative as view
-from tfclaims.claims.sinusoidal_relative import identity_run, learned_run, length_run
+from tfclaims.claims.sinusoidal_relative import copy_run, identity_run, learned_run, length_run
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.decisions import paired
 from tfclaims.evidence.declare import (
@@ -22,11 +22,21 @@ from tfclaims.evidence.declare import (
     equivalent,
 )
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.grids.sinusoidal_relative import (
+    ARMS,
+    NULL_OFFSET,
+    copy_sweep,
+    grid_copy,
+    grid_learned,
+    grid_length,
+    identity_grid,
+    scales,
+)
+from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.train.small_lm import run_fields, train_profile
+from tfclaims.train.small_lm import train_profile
 
 TOL = 1e-6  # "float precision": about 8 float32 ulps of 1 (table entries are rounded to float32)
-NULL_OFFSET = 1000  # the null pairs: the learned-table run and the sinusoidal length arm at seeds s + 1000
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned at all
 CONVERGE_MARGIN = 0.02  # converged: offset R² changed by less than ±0.02 over the last probe interval (TOST)
 R2_SHARE, RES_SHARE = (
@@ -37,45 +47,17 @@ EXTRA_MARGIN = 0.05  # nats/char: sinusoidal's loss increase beyond T may exceed
 LOSS_MARGIN = 0.02  # nats/char: "the same loss" (TOST), at 1× and for a window moved to unseen positions
 SHARE_MARGIN = 0.05  # offset-only share: "the same" (TOST, reported beside the decision)
 CHECK_TOL = 1e-4  # nats/char (loss) and share units: what "by construction" must reproduce
-# evaluation lengths and window starts (× T); token embeddings × √d in every length arm (see the caveats)
-LENGTH = {"mults": [1, 2, 4], "shift_mults": [1, 3], "emb_scale": True}
-ARMS = view.ARMS
-
-
-# ---------------------------------------------------------------------------- grids
-def identity_grid(p: dict) -> list[dict]:
-    return [{"d_models": p["d_models"], "max_len": p["max_len"], "offsets": p["offsets"]}]
-
-
-def learned_grid(p: dict) -> list[dict]:
-    return [{**run_fields(p), "seq_len": p["pe_len"], "seed": s} for s in p["seeds"]]
-
-
-def null_grid(p: dict) -> list[dict]:
-    return [{**run_fields(p), "seq_len": p["pe_len"], "seed": s + NULL_OFFSET} for s in p["seeds"]]
-
-
-def _length_fields(p: dict) -> dict:
-    """The length part's recipe: the small LM's sizes, its own steps and evaluation, token embeddings × √d."""
-    keys = ("mults", "shift_mults", "len_eval_batches", "emb_scale")
-    return {
-        **run_fields(p),
-        "steps": p["len_steps"],
-        "eval_every": p["len_eval_every"],
-        **{k: p[k] for k in keys},
-    }
-
-
-def length_grid(p: dict) -> list[dict]:
-    return [{**_length_fields(p), "pos": pos, "seed": s} for pos in ARMS for s in p["seeds"]]
-
-
-def length_null_grid(p: dict) -> list[dict]:
-    return [{**_length_fields(p), "pos": "sinusoidal", "seed": s + NULL_OFFSET} for s in p["seeds"]]
+RATIO_TOL = 0.05  # relative: the matched norms' ratio at init, as drawn (its sampling spread is about 1%)
+COPY_MARGIN = 0.05  # accuracy: sinusoidal's copy accuracy may fall beyond T by this much more than RoPE's
+# evaluation lengths and window starts (× T)
+LENGTH = {"mults": [1, 2, 4], "shift_mults": [1, 3]}
 
 
 # ---------------------------------------------------------------------------- the guard and cell rules
 GUARD = rd.learned(LEARN_MARGIN)
+COPY_GUARD = rd.learned(
+    LEARN_MARGIN, baseline="chance_xent", what="final copy loss (against a uniform guess)"
+)
 
 
 def _converged(rows_a, rows_b) -> bool:
@@ -92,6 +74,11 @@ CONVERGED = CellRule(
 HAS_ROWS = CellRule("the arm has runs with the measure", lambda rows_a, rows_b: len(rows_b) > 0)
 
 
+NULL_NOTE = " The null pair (sinusoidal at its first-scale choice, rerun) floors both scales."
+COPY_NOTE = (
+    " The copy task runs at the first scale only. Accuracy within T is read over positions k .. T − 1, beyond T "
+    "over T .. 4T − 1 of longer sequences; the drop is within − beyond. Learned embeddings have no rows beyond T."
+)
 EXTRA_NOTE = (
     "RoPE is the comparison because its attention depends on content and offset only: beyond T it meets the "
     "same unseen distances, but no unseen absolute position. Learned embeddings have no rows beyond T: not "
@@ -146,28 +133,47 @@ class SinusoidalRelative(Experiment):
     order = 12
     profiles = {
         "quick": train_profile("quick", d_models=[16, 64], max_len=256, offsets=[1, 3, 50], pe_len=48,
-                               len_steps=12, len_eval_every=6, len_eval_batches=1, **LENGTH),
+                               len_steps=12, len_eval_every=6, len_eval_batches=1, scales=[[16, 1], [32, 1]],
+                               rates=[2e-3, 4e-3], selection_seeds=[10], tuned_seeds=[0, 1],
+                               rate_factors=[0.5, 1.0], rate_extend=1, copy_ks=[1, 3], copy_len=16,
+                               copy_steps=12, copy_eval_every=6, copy_symbols=8, copy_rates=[2e-3, 4e-3],
+                               copy_selection_seeds=[10], **LENGTH),
         "default": train_profile("default", d_models=[64, 512], max_len=2048,
-                                 offsets=[1, 2, 5, 10, 50, 100, 500, 1000], pe_len=128, seeds=[0, 1, 2, 3, 4],
-                                 len_steps=800, len_eval_every=200, len_eval_batches=8, **LENGTH),
+                                 offsets=[1, 2, 5, 10, 50, 100, 500, 1000], pe_len=128, len_steps=800,
+                                 len_eval_every=100, len_eval_batches=8, scales=[[64, 2], [128, 2]],
+                                 rates=[1e-3, 2e-3, 4e-3, 8e-3], selection_seeds=[100, 101],
+                                 tuned_seeds=[0, 1, 2, 3, 4], rate_factors=[0.25, 0.5, 1.0], rate_extend=1,
+                                 copy_ks=[1, 4, 16], copy_len=64, copy_steps=600, copy_eval_every=100,
+                                 copy_symbols=16, copy_rates=[1e-3, 2e-3, 4e-3, 8e-3],
+                                 copy_selection_seeds=[100], **LENGTH),
         "full": train_profile("full", d_models=[64, 512, 4096], max_len=8192,
                               offsets=[1, 2, 5, 10, 50, 100, 500, 1000, 4000], pe_len=512, len_steps=3000,
-                              len_eval_every=500, len_eval_batches=16, **LENGTH),
+                              len_eval_every=500, len_eval_batches=16, scales=[[256, 4], [512, 4]],
+                              rates=[2.5e-4, 5e-4, 1e-3, 2e-3], selection_seeds=[100, 101],
+                              tuned_seeds=[0, 1, 2, 3, 4], rate_factors=[0.25, 0.5, 1.0], rate_extend=1,
+                              copy_ks=[1, 4, 16, 64], copy_len=256, copy_steps=2000, copy_eval_every=250,
+                              copy_symbols=64, copy_rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
+                              copy_selection_seeds=[100], **LENGTH),
     }  # fmt: skip
     parts = (
         Part("identity", identity_grid, identity_run),
-        Part("learned", learned_grid, learned_run),
-        Part("null", null_grid, learned_run),
-        Part("length", length_grid, length_run),
-        Part("length_null", length_null_grid, length_run),
+        Part("length", grid_length, length_run, staged=True),
+        Part("learned", grid_learned, learned_run, staged=True),
+        Part("copy", grid_copy, copy_run, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:
-        ns, ks = [n for n in sorted(p["mults"]) if n > 1], p["shift_mults"]
-        by_d, at_k = cells("d{d}", d=p["d_models"]), tuple(cell(view.at_kT(k), k=k) for k in ks)
+        ns, ks, labels = (
+            [n for n in sorted(p["mults"]) if n > 1],
+            p["shift_mults"],
+            [scale_label(s) for s in scales(p)],
+        )
+        by_d, by_scale = cells("d{d}", d=p["d_models"]), cells("{scale}", scale=labels)
+        at_k = tuple(cell(f"{lab}-{view.at_kT(k)}", scale=lab, k=k) for lab in labels for k in ks)
         incs, moves = tuple(map(view.increase_readout, ns)), tuple(map(view.moved_readout, ks))
-        sin, lrn, rope, nope = (arm(view.LABEL[x], pos=x, part="length") for x in ARMS)
-        use = dict(table="length", guard=GUARD, noise="null")
+        sin, lrn, rope, nope = (arm(f"{view.LABEL[x]}, at its best rate", pos=x) for x in ARMS)
+        rule = profile_sweep(p, fresh="tuned_seeds").rule() + NULL_NOTE
+        use = dict(table="tuned", guard=GUARD, noise="null", cells=by_scale, note=rule)
         tab = dict(table="learned", guard=GUARD, counts=False)
         trained = arm("trained table", table="trained", part="learned")
         built = (
@@ -175,6 +181,9 @@ class SinusoidalRelative(Experiment):
             *(cell(f"{x}_moved", pos=x, measure="moved") for x in ("rope", "none")),
         )
         share_bounds = dict(rope_share=(1 - CHECK_TOL, 1 + CHECK_TOL))
+        by_k = cells("k{k}", k=p["copy_ks"])
+        moved_k = tuple(cell(f"k{k}-{view.at_kT(s)}", k=k, shift=s) for k in p["copy_ks"] for s in ks)
+        copy = dict(table="copy", guard=COPY_GUARD, cells=by_k, note=copy_sweep(p).rule() + COPY_NOTE)
         return Declaration((
             check("identity", "PE(p+k) = M_k·PE(p), M_k independent of p (orthogonal; M_k·M_1 = M_(k+1))",
                   (view.ERR32, view.ERR64, view.ORTH, view.COMPOSE), bound(0, TOL), table="identity",
@@ -184,13 +193,26 @@ class SinusoidalRelative(Experiment):
             check("construction", "RoPE's position logits are offset-only; RoPE and NoPE ignore where a "
                   "window starts", view.CONSTRUCTED, bound(-CHECK_TOL, CHECK_TOL, **share_bounds),
                   table="construction", cells=built, keep_if=HAS_ROWS),
+            check("matched", "Both additive arms start with ‖position‖/‖token‖ = 1/√2 (Vaswani et al.'s "
+                  f"ratio, ±{RATIO_TOL:.0%})", view.RATIO_ERR, bound(-RATIO_TOL, RATIO_TOL), table="ratios",
+                  cells=(cell("sinusoidal", pos="sinusoidal"), cell("learned", pos="learned"))),
+            SubClaim("copy-relative", "Copying the token k back, sinusoidal positions keep their accuracy beyond "
+                     f"the training length as a relative encoding does (RoPE, −{COPY_MARGIN:g})",
+                     Within(None, COPY_MARGIN, f"at most RoPE's drop + {COPY_MARGIN:g}"), (view.COPY_DROP,),
+                     a=arm("RoPE, at its best rate", pos="rope"), b=arm("sinusoidal, at its best rate",
+                     pos="sinusoidal"), where="all", **copy),
+            SubClaim("copy-moved", "Copying the token k back, a sinusoidal model keeps its accuracy on a "
+                     f"sequence moved to positions it never trained on (±{COPY_MARGIN:g})",
+                     equivalent(COPY_MARGIN), (view.COPY_WINDOW,), a=arm("at 0", shift=0),
+                     b=arm("moved to shift·T"), where="all", counts=False,
+                     **{**copy, "table": "copy_windows", "cells": moved_k}),
             SubClaim("share", "Trained with sinusoids, the first layer's position-only attention depends on "
                      "the offset more than with learned positions", Better("a"), (view.SHARE,), a=sin, b=lrn,
                      margin=SHARE_MARGIN, **use),
             SubClaim("extra", "Beyond the training length the sinusoidal model loses no more than a relative "
                      f"one (RoPE, +{EXTRA_MARGIN:g} nats/char)", Within(None, EXTRA_MARGIN, "at most RoPE's "
-                     f"increase + {EXTRA_MARGIN:g}"), incs, a=rope, b=sin, where="all", note=EXTRA_NOTE,
-                     **use),
+                     f"increase + {EXTRA_MARGIN:g}"), incs, a=rope, b=sin, where="all",
+                     **{**use, "note": rule + " " + EXTRA_NOTE}),
             SubClaim("anchor", "At the training length sinusoidal and learned positions give the same loss "
                      f"(±{LOSS_MARGIN:g}; Vaswani Table 3 (E))", equivalent(LOSS_MARGIN), (view.LOSS1,),
                      a=lrn, b=sin, counts=False, **use),
@@ -210,15 +232,15 @@ class SinusoidalRelative(Experiment):
                      part="learned"), where="all", noise="learned-null", count_if=CONVERGED,
                      note=LEARNED_NOTE, **tab),
         ), nulls=(
-            NullPair("null", arm("sinusoidal", pos="sinusoidal", part="length"),
-                     arm("rerun", part="length_null"), (view.LOSS1, view.SHARE, *incs, *moves),
-                     table="length", seed_offset=NULL_OFFSET),
+            NullPair("null", arm("sinusoidal", pos="sinusoidal", role="test"),
+                     arm("rerun", pos="sinusoidal", role="null"), (view.LOSS1, view.SHARE, *incs, *moves),
+                     table="first", seed_offset=NULL_OFFSET),
             NullPair("learned-null", trained, arm("rerun", table="trained", part="null"),
                      (view.R2, view.RES1), table="learned", seed_offset=NULL_OFFSET),
         ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
-        t = view.observe(runs, p, GUARD, {"r2": R2_SHARE, "res1": RES_SHARE})
+        t = view.observe(runs, p, GUARD, COPY_GUARD, {"r2": R2_SHARE, "res1": RES_SHARE})
         result = evaluate(self.declare(p), t)
         tab = view.write_tables(runs, t, result, p, out)
         view.plot_all(runs, t, p, TOL, out)

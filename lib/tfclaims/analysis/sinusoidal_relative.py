@@ -10,12 +10,14 @@ import pandas as pd
 from ..evidence.declare import Readout
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
+from ..evidence.tuning import curve_table, read_sweep
+from ..grids.sinusoidal_relative import ARMS, NULL_OFFSET, scales
+from ..grids.sweep import final_and_init, scale_label
 from . import part
 
-ARMS = ("sinusoidal", "learned", "rope", "none")
+RATIO = 2**-0.5  # ‖position‖/‖token‖ at init in both additive arms (Vaswani et al.'s parametrisation)
 LABEL = {"sinusoidal": "sinusoidal", "learned": "learned", "rope": "RoPE", "none": "NoPE"}
 COLOR = {"sinusoidal": "C0", "learned": "C3", "rope": "C2", "none": "C7"}
-LENGTH_PARTS = ("length", "length_null")
 USE = ("share", "extra", "anchor", "nope-sinusoidal", "nope-rope", "moved")  # the use half's sub-claims
 
 
@@ -70,70 +72,169 @@ def length_measures(p: dict) -> dict:
 
 
 def _guarded(t: pd.DataFrame, cols) -> pd.DataFrame:
-    """Measures as floats, missing where the run did not learn (runs that did not learn are left out)."""
+    """Measures as floats, missing where the run did not learn (runs that did not learn are left out); an
+    empty table gets the columns."""
     t = t.copy()
+    if "learned" not in t:
+        t["learned"] = pd.Series(dtype=bool)
     for c in cols:
-        t[c] = t[c].astype(float).where(t["learned"].astype(bool))
+        t[c] = (
+            (t[c] if c in t else pd.Series(index=t.index, dtype=float))
+            .astype(float)
+            .where(t["learned"].astype(bool))
+        )
     return t
 
 
+# ---------------------------------------------------------------------------- per-run values (copy part)
+def copy_acc(acc: list | None, lo: int, hi: int | None = None) -> float | None:
+    """Mean per-position copy accuracy over positions lo .. hi − 1 (None where there are none)."""
+    v = np.asarray(acc if acc is not None else [], float)[lo:hi]
+    v = v[~np.isnan(v)]
+    return float(v.mean()) if v.size else None
+
+
+def copy_measures(p: dict) -> dict:
+    """Column -> fn(config, metrics): the copy task's accuracy within T (positions k .. T − 1), beyond T
+    (T .. end of the longer sequences) and their difference (the drop)."""
+
+    def within(c, m):
+        return copy_acc(m.get("acc_by_position"), c["k"], c["seq_len"])
+
+    def beyond(c, m):
+        return copy_acc(m.get("acc_by_position"), c["seq_len"])
+
+    def drop(c, m):
+        a, b = within(c, m), beyond(c, m)
+        return None if a is None or b is None else a - b
+
+    return {"acc_within": within, "acc_beyond": beyond, "copy_drop": drop}
+
+
 # ---------------------------------------------------------------------------- observation tables
-def observe(runs: list[dict], p: dict, guard, thresholds: dict[str, float]) -> dict[str, pd.DataFrame]:
-    """identity: one row per (d, k) of the shift identity; length: one row per length run (null pair
-    included), each measure missing where the run did not learn; windows: the sinusoidal arm's loss on its
-    first T characters placed at k·T, one row per run and k (k = 0: where they were trained); construction:
-    RoPE's offset-only share and RoPE's and NoPE's loss change when the window moves (every run with the
-    value); learned: the learned-table part, one row per run and table (`trained`; `previous`, the probe
-    before the last; `threshold`, the declared thresholds set against every seed)."""
-    T, ks = p["seq_len"], p["shift_mults"]
+def _roles(selection, fresh):
+    def role(c, m):
+        return "selection" if c["seed"] in selection else "test" if c["seed"] in fresh else "null"
+
+    return role
+
+
+def observe(
+    runs: list[dict], p: dict, guard, copy_guard, thresholds: dict[str, float]
+) -> dict[str, pd.DataFrame]:
+    """identity: one row per (d, k) of the shift identity; length: one row per length run with its role
+    (selection, test: the fresh seeds, null: the null pair) and scale, each measure missing where the run did
+    not learn; tuned, choices, sensitivity: the length sweep read by `evidence.tuning` (each arm at its chosen
+    rate on the fresh seeds); first: the sinusoidal null pair at the first scale; windows: the tuned
+    sinusoidal runs' loss on their first T characters placed at k·T, one row per run and k; construction:
+    RoPE's offset-only share and RoPE's and NoPE's loss change when the window moves; ratios: each additive
+    arm's ‖position‖/‖token‖ at init less 1/√2; learned: the learned-table part, one row per run and table;
+    copy, copy_choices: the copy task's sweep, each (arm, k) at its chosen rate on the fresh seeds;
+    copy_windows: the tuned sinusoidal copy runs' accuracy on T-sequences placed at shift·T."""
+    T, ks, sc = p["seq_len"], p["shift_mults"], scales(p)
     ident = pd.DataFrame(part(runs, "identity")[0]["metrics"]["rows"])
     ident["unit"] = 0
     ident["dot_spread_rel"] = ident["dot_spread"] / (ident["d"] / 2)
     ident["dot_closed_rel"] = ident["dot_closed_err"] / (ident["d"] / 2)
-    lruns = [r for n in LENGTH_PARTS for r in part(runs, n)]
-    cols = length_measures(p)
-    length = _guarded(runs_table(lruns, (guard,), **cols), cols)
-    sin = [r for r in part(runs, "length") if r["config"]["pos"] == "sinusoidal"]
+    labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
+    lruns, cols = part(runs, "length"), length_measures(p)
+    length = _guarded(
+        runs_table(lruns, (guard,), **cols, role=_roles(set(p["selection_seeds"]), set(p["tuned_seeds"])),
+                   scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+                   final_val=lambda c, m: final_and_init(m)[0], init_loss=lambda c, m: m["val_loss"][0]),
+        cols,
+    )  # fmt: skip
+    by_scale = {scale_label(s): {"scale": scale_label(s)} for s in sc}
+    swept = length[length.role.isin(["selection", "test"])] if len(length) else length
+    choices, tuned, seeds = read_sweep(swept, {pos: {"pos": pos} for pos in ARMS}, by_scale)
+    first = pd.concat([tuned[tuned.scale == scale_label(sc[0])], length[length.role == "null"]] if len(length)
+                      else [tuned], ignore_index=True)  # fmt: skip
+    ids = set(tuned.run_id) if len(tuned) else set()
+    tuned_recs = [r for r in lruns if r.get("run_id") in ids]
+    sin = [r for r in tuned_recs if r["config"]["pos"] == "sinusoidal"]
     windows = runs_table(
-        [{**r, "config": {**r["config"], "k": k}} for r in sin for k in (0, *ks)],
+        [{**r, "config": {**r["config"], "k": k, "scale": labels[(r["config"]["d_model"], r["config"]["n_layers"])]}}
+         for r in sin for k in (0, *ks)],
         (guard,),
         window_loss=lambda c, m: shifted_loss(m, c["k"], T),
-    )
+    )  # fmt: skip
     construction = [
         {"pos": r["config"]["pos"], "unit": r["config"]["seed"], "measure": what, "value": v}
-        for r in part(runs, "length")
+        for r in lruns
         for what, v in (
             ("share", r["metrics"].get("offset_share") if r["config"]["pos"] == "rope" else None),
             *(("moved", shift_change(r["metrics"], k, T)) for k in ks),
         )
         if r["config"]["pos"] in ("rope", "none") and v is not None
     ]
+    ratios = [
+        {"pos": r["config"]["pos"], "unit": r["config"]["seed"], "ratio_err": r["metrics"]["norm_ratio"]["init"] / RATIO - 1}
+        for r in tuned_recs
+        if r["config"]["pos"] in ("sinusoidal", "learned") and r["metrics"].get("norm_ratio")
+    ]  # fmt: skip
+    copy, copy_choices, copy_windows = _copy(runs, p, copy_guard)
     return {
         "identity": ident,
         "length": length,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": seeds,
+        "first": first,
         "windows": _guarded(windows, ["window_loss"]),
         "construction": pd.DataFrame(construction, columns=["pos", "unit", "measure", "value"]),
+        "ratios": pd.DataFrame(ratios, columns=["pos", "unit", "ratio_err"]),
         "learned": _learned(runs, guard, thresholds),
+        "copy": copy,
+        "copy_choices": copy_choices,
+        "copy_windows": copy_windows,
     }
+
+
+def _copy(runs, p: dict, guard) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    recs, cols = part(runs, "copy"), copy_measures(p)
+    t = runs_table(recs, (guard,), **cols, role=_roles(set(p["copy_selection_seeds"]), set(p["tuned_seeds"])),
+                   final_val=lambda c, m: final_and_init(m)[0], init_loss=lambda c, m: m["val_loss"][0])  # fmt: skip
+    if not len(t):
+        empty = pd.DataFrame(columns=["pos", "k", "unit", "learned", *cols])
+        return empty, pd.DataFrame(), pd.DataFrame(columns=["pos", "k", "shift", "unit", "copy_window_acc"])
+    arms = {f"{pos}-k{k}": {"pos": pos, "k": k} for pos in ARMS for k in p["copy_ks"]}
+    choices, tuned, _ = read_sweep(t[t.role.isin(["selection", "test"])], arms, {"": {}})
+    ids = set(tuned.run_id) if len(tuned) else set()
+    rows = []
+    for r in recs:
+        c, m = r["config"], r["metrics"]
+        if r.get("run_id") not in ids or c["pos"] != "sinusoidal" or "acc_at_0" not in m:
+            continue
+        base = {"pos": c["pos"], "k": c["k"], "unit": c["seed"], "learned": guard.fn(m)}
+        rows.append({**base, "shift": 0, "copy_window_acc": copy_acc(m["acc_at_0"], c["k"])})
+        rows += [
+            {**base, "shift": int(s), "copy_window_acc": copy_acc(a, c["k"])}
+            for s, a in m["acc_moved"].items()
+        ]
+    windows = pd.DataFrame(rows, columns=["pos", "k", "shift", "unit", "learned", "copy_window_acc"])
+    return _guarded(tuned, list(cols)), choices, _guarded(windows, ["copy_window_acc"])
 
 
 def _learned(runs, guard, thresholds) -> pd.DataFrame:
     rows = []
-    for r in [*part(runs, "learned"), *part(runs, "null")]:
+    for r in part(runs, "learned"):
         c, m = r["config"], r["metrics"]
-        base = {"part": c["part"], "unit": c["seed"], "run_id": r.get("run_id"), "learned": guard.fn(m)}
+        null = c["seed"] >= NULL_OFFSET
+        base = {"part": "null" if null else "learned", "unit": c["seed"], "run_id": r.get("run_id"),
+                "learned": guard.fn(m)}  # fmt: skip
         r2 = m["final_table"]["toeplitz_r2"]
         prev = m["probes"][-2]["toeplitz_r2"] if len(m["probes"]) > 1 else None
         rows.append({**base, "table": "trained", "r2": r2, "res1": res1(m["final_table"]), "r2_prev": prev})
-        if c["part"] == "learned":
+        if not null:
             rows.append({**base, "table": "previous", "r2": prev})
             rows.append({**base, "table": "threshold", **thresholds})
-    return _guarded(pd.DataFrame(rows), ["r2", "res1", "r2_prev"])
+    cols = ["part", "unit", "run_id", "learned", "table", "r2", "res1", "r2_prev"]
+    return _guarded(pd.DataFrame(rows, columns=cols), ["r2", "res1", "r2_prev"])
 
 
 # ---------------------------------------------------------------------------- tables
 def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
-    """The claim's own tables; returns the length part's per-arm means (for the summary)."""
+    """The claim's own tables; returns the length part's per-(scale, arm) means (for the summary)."""
     cols = {
         "d": "d_model",
         "k": "offset k",
@@ -152,16 +253,67 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
         f"The shift identity over all {p['max_len']} positions (sinusoidal_table, float32 entries)",
         floatfmt=".3g",
     )
-    _learned_table(part(runs, "learned"), p, out)
-    tab = _length_table(part(runs, "length"), t["length"], p, out)
+    _learned_table(learned_runs(runs), p, out)
+    out.table(
+        "choices",
+        pd.concat([t["choices"].assign(task="language model"), t["copy_choices"].assign(task="copy")]),
+        "Each arm's chosen peak rate (lowest mean final validation loss over the selection seeds; the copy task "
+        "per k), whether it sits at an end of the sweep, and its learning-rate sensitivity",
+    )
+    sel = t["length"][t["length"].role.isin(["selection", "test"])] if len(t["length"]) else t["length"]
+    if len(sel):
+        out.table(
+            "sweep",
+            curve_table(sel, ["scale", "pos"]),
+            "The length part's sweep on the selection seeds: final validation loss (nats/char; a failed run "
+            "counts at the loss at init) per scale, arm and peak rate",
+            in_report=False,
+        )
+    tab = _length_table(t["tuned"], p, out)
+    _copy_table(t["copy"], p, out)
     use = [c for c in result.comparisons if c.sub_claim.split(" ")[0] in USE]
     out.table(
         "use_differences",
         comparison_table(use + [f for f in result.floors if not f.id.startswith("learned")]),
-        "The use half: paired comparisons over seeds (b − a; Holm within each sub-claim) and the null pair "
-        "(sinusoidal at seeds + 1000)",
+        "The use half: paired comparisons over seeds (b − a; Holm within each sub-claim), each arm at its "
+        "own best rate, and the null pair (sinusoidal at seeds + 1000)",
     )
     return tab
+
+
+def learned_runs(runs) -> list[dict]:
+    """The learned-table part's runs on the fresh seeds (not their null-pair reruns)."""
+    return [r for r in part(runs, "learned") if r["config"]["seed"] < NULL_OFFSET]
+
+
+def _copy_table(copy: pd.DataFrame, p: dict, out) -> None:
+    """Per (k, arm): how many learned, accuracy within and beyond T and the drop, mean ± 95% CI."""
+    rows = []
+    for k in p["copy_ks"]:
+        for pos in ARMS:
+            g = copy[(copy.pos == pos) & (copy.k == k)] if len(copy) else copy
+            if not len(g):
+                continue
+            row = {
+                "k": k,
+                "arm": LABEL[pos],
+                "rate": g.lr.iloc[0],
+                "learned": f"{int(g.learned.sum())}/{len(g)}",
+            }
+            for col, name in (("acc_within", "within T"), ("acc_beyond", "beyond T"), ("copy_drop", "drop")):
+                ci = mean_ci(g[col].dropna().tolist())
+                row[name] = (
+                    "n/a" if pos == "learned" and col != "acc_within" else _cell(ci.mean, ci.half_width)
+                )
+            rows.append(row)
+    out.table(
+        "copy",
+        pd.DataFrame(rows),
+        f"The copy task (output the token k back; {p['copy_symbols']} symbols, trained at T = {p['copy_len']}): "
+        "copy accuracy within T (positions k .. T − 1), beyond T (T .. 4T − 1) and the drop, each arm at its "
+        "own best rate, mean ± 95% CI over the fresh seeds that learned; n/a: learned embeddings have no rows "
+        "beyond T",
+    )
 
 
 def learned_summary(learned_runs) -> pd.DataFrame:
@@ -199,27 +351,12 @@ def _cell(v: float, hw: float) -> str:
     return f"{v:.3f}" if math.isnan(hw) or hw == 0 else f"{v:.3f} ± {hw:.3f}"
 
 
-def _length_table(runs, length: pd.DataFrame, p, out) -> pd.DataFrame:
-    """Per arm: learned count, loss at each length, the increases, the moved windows, the offset-only
-    share."""
+def _length_table(tuned: pd.DataFrame, p, out) -> pd.DataFrame:
+    """Per scale and arm at its chosen rate: learned count, loss at each length, the increases, the moved
+    windows, the offset-only share."""
     T, mults, ks = p["seq_len"], sorted(p["mults"]), p["shift_mults"]
-    if not runs:
+    if not len(tuned):
         return pd.DataFrame()
-    runs_rows = [
-        {"arm": LABEL[r["config"]["pos"]], "seed": r["config"]["seed"], "learned": bool(lr),
-         "final_val": r["metrics"].get("final_val"),
-         **{f"loss {n}×": loss_at(r["metrics"], n, T) for n in mults},
-         **{f"moved to {at_kT(k)}": shift_change(r["metrics"], k, T) for k in ks},
-         "share (init)": r["metrics"].get("offset_share_init"), "share": r["metrics"].get("offset_share"),
-         "seconds": r["metrics"].get("seconds")}
-        for r, lr in zip(runs, length[length["part"] == "length"]["learned"])
-    ]  # fmt: skip
-    out.table(
-        "length_runs",
-        pd.DataFrame(runs_rows),
-        "Length part, per run (nats/char; shares in [0, 1])",
-        in_report=False,
-    )
     src = {f"loss {n}×": f"loss{n}x" if n > 1 else "loss1" for n in mults}
     src |= {f"increase {n}×": f"increase{n}x" for n in mults if n > 1}
     src |= {f"moved to {at_kT(k)}": f"moved{at_kT(k)}" for k in ks}
@@ -227,27 +364,37 @@ def _length_table(runs, length: pd.DataFrame, p, out) -> pd.DataFrame:
     beyond = {
         c for c in src if c.startswith(("increase", "moved")) or (c.startswith("loss") and c != "loss 1×")
     }
-    mine = length[length["part"] == "length"]
+    keep = ["scale", "pos", "lr", "unit", "learned", *src.values()]
+    out.table("length_runs", tuned[[c for c in keep if c in tuned]], "Length part, each arm at its chosen rate, "
+              "per fresh run (nats/char; shares in [0, 1])", in_report=False)  # fmt: skip
     rows, shown = [], []
-    for pos in ARMS:
-        arm = mine[mine["pos"] == pos]
-        if not len(arm):
-            continue
-        row = {"arm": pos, "learned": f"{int(arm['learned'].sum())}/{len(arm)}"}
-        shown.append({"arm": LABEL[pos], "learned": row["learned"]})
-        for name, col in src.items():
-            ci = mean_ci(arm[col].dropna().tolist())
-            row[name], row[name + " ±"] = ci.mean, ci.half_width
-            shown[-1][name] = "n/a" if pos == "learned" and name in beyond else _cell(ci.mean, ci.half_width)
-        rows.append(row)
+    for scale, g in tuned.groupby("scale", sort=False):
+        for pos in ARMS:
+            arm = g[g["pos"] == pos]
+            if not len(arm):
+                continue
+            row = {
+                "scale": scale,
+                "arm": pos,
+                "lr": arm.lr.iloc[0],
+                "learned": f"{int(arm['learned'].sum())}/{len(arm)}",
+            }
+            shown.append({"scale": scale, "arm": LABEL[pos], "rate": row["lr"], "learned": row["learned"]})
+            for name, col in src.items():
+                ci = mean_ci(arm[col].dropna().tolist())
+                row[name], row[name + " ±"] = ci.mean, ci.half_width
+                shown[-1][name] = (
+                    "n/a" if pos == "learned" and name in beyond else _cell(ci.mean, ci.half_width)
+                )
+            rows.append(row)
     out.table(
         "length",
         pd.DataFrame(shown),
-        f"Trained at T = {T} characters, evaluated on {max(mults)}T-character windows: window-mean "
-        "validation loss at each length (nats/char), its increase over 1×, the change when the first T "
-        "characters are moved to start at kT, and the offset-only share of the first layer's position-only "
-        "logits (at initialisation and trained); mean ± 95% CI over the seeds that learned. n/a: learned "
-        "embeddings have no rows beyond T.",
+        f"Trained at T = {T} characters, each arm at its own best rate, evaluated on {max(mults)}T-character "
+        "windows: window-mean validation loss at each length (nats/char), its increase over 1×, the change "
+        "when the first T characters are moved to start at kT, and the offset-only share of the first layer's "
+        "position-only logits (at initialisation and trained); mean ± 95% CI over the fresh seeds that "
+        "learned. n/a: learned embeddings have no rows beyond T.",
     )
     return pd.DataFrame(rows)
 
@@ -333,7 +480,7 @@ def plot_learned(learned_runs, p, out) -> None:
         fig,
         "Cosine similarity between position encodings: sinusoidal (left) and learned absolute embeddings "
         f"after training (middle, seed {learned_runs[0]['config']['seed']}; {T} positions, d = "
-        f"{p['d_model']}). Right: during training, the share of the learned Gram matrix's variance explained "
+        f"{learned_runs[0]['config']['d_model']}). Right: during training, the share of the learned Gram matrix's variance explained "
         "by the offset alone, and the residual of the best linear map PE(p) → PE(p+1); convergence is "
         "judged on the last two probes.",
     )
@@ -343,7 +490,7 @@ def plot_length(runs, length: pd.DataFrame, p, out) -> None:
     from ..plotting import band, log_ticks, subplots
 
     T, mults = p["seq_len"], sorted(p["mults"])
-    mine = length[length["part"] == "length"]
+    mine = length
     fig, (a, b, c) = subplots(3, width=4.5, height=3.7)
     for pos in ARMS:
         arm = mine[mine["pos"] == pos]
@@ -405,7 +552,8 @@ def plot_length(runs, length: pd.DataFrame, p, out) -> None:
     out.figure(
         "length",
         fig,
-        f"Left: window-mean validation loss at 1×, 2× and 4× the training length T = {T} (the same text at "
+        f"At {mine.scale.iloc[0]}, each arm at its own best rate. Left: window-mean validation loss at 1×, 2× "
+        f"and 4× the training length T = {T} (the same text at "
         f"each length: prefixes of {max(mults)}T-character windows), mean and 95% band over the seeds that "
         "learned; learned embeddings have no rows beyond T. Middle: loss at each position of the window "
         "(moving average), the dotted line at T. Right: share of the variance of the first layer's "
@@ -545,6 +693,27 @@ RES1 = Readout(
 )
 
 
+RATIO_ERR = Readout(
+    "ratio_err",
+    "‖position‖/‖token‖ at init ÷ (1/√2) − 1",
+    definition="mean position-row norm over the first T positions over the mean token-row norm as added "
+    "(×√d), at step 0, relative to Vaswani et al.'s 1/√2 (the rows are random draws: about 1% apart at d = 64)",
+)
+COPY_DROP = Readout(
+    "copy_drop",
+    "copy accuracy within T − beyond T",
+    definition="the share of targets predicted over positions k .. T − 1, less over T .. 4T − 1 of longer "
+    "random sequences" + MISSING,
+)
+COPY_WINDOW = Readout(
+    "copy_window_acc",
+    "copy accuracy on a T-sequence",
+    better="higher",
+    definition="over positions k .. T − 1 of random sequences placed at absolute position shift·T (0: where "
+    "they were trained)" + MISSING,
+)
+
+
 def increase_readout(n: int) -> Readout:
     what = "window mean over the first n·T positions less that over the first T"
     return Readout(f"increase{n}x", f"loss increase 1×→{n}×", "nats/char", definition=what + MISSING)
@@ -560,16 +729,85 @@ def moved_readout(k: int) -> Readout:
 # ---------------------------------------------------------------------------- headline
 def plot_all(runs, t: dict, p: dict, tol: float, out) -> None:
     plot_identity(t["identity"], part(runs, "identity")[0]["metrics"], tol, out)
-    if part(runs, "learned"):
-        plot_learned(part(runs, "learned"), p, out)
-    if part(runs, "length"):
-        plot_length(part(runs, "length"), t["length"], p, out)
-        plot_logits(part(runs, "length"), p, out)
+    if learned_runs(runs):
+        plot_learned(learned_runs(runs), p, out)
+    tuned = t["tuned"]
+    if len(tuned):
+        first = tuned[tuned.scale == scale_label(scales(p)[0])]
+        ids = set(first.run_id)
+        recs = [r for r in part(runs, "length") if r.get("run_id") in ids]
+        plot_length(recs, first, p, out)
+        plot_logits(recs, p, out)
+        plot_sweep(t, p, out)
+    if len(t["copy"]):
+        plot_copy(runs, t["copy"], p, out)
+
+
+def plot_sweep(t: dict, p: dict, out) -> None:
+    """Final loss against peak rate per scale for the four arms, each at its chosen rate on the fresh seeds."""
+    from ..evidence.plots import lr_sweep
+    from ..plotting import subplots
+
+    sc, length = scales(p), t["length"]
+    fig, axes = subplots(len(sc), width=4.6, height=3.6)
+    curves = curve_table(length[length.role.isin(["selection", "test"])], ["scale", "pos"]).rename(
+        columns={"pos": "arm"}
+    )
+    for ax, s in zip(axes, sc):
+        lab = scale_label(s)
+        lr_sweep(ax, curves[curves.scale == lab], t["tuned"][t["tuned"].scale == lab], LABEL)
+        ax.set(title=f"d = {s['d_model']}, L = {s['n_layers']}", ylabel="final validation loss (nats/char)")
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Final validation loss against peak learning rate, {p['len_steps']} steps at T = {p['seq_len']}, per "
+        f"scale. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their range; a failed run "
+        f"counts at the loss at init). Stars: each arm at its chosen rate on the {len(p['tuned_seeds'])} fresh "
+        "seeds, mean ± 95% CI.",
+    )  # fmt: skip
+
+
+def plot_copy(runs, copy: pd.DataFrame, p: dict, out) -> None:
+    """Copy accuracy by position per k, each arm at its chosen rate (fresh seeds that learned)."""
+    from ..plotting import band, subplots
+
+    ks, T = p["copy_ks"], p["copy_len"]
+    fig, axes = subplots(len(ks), width=4.0, height=3.5)
+    ok = set(copy.run_id[copy.learned.astype(bool)])
+    for ax, k in zip(axes, ks):
+        for pos in ARMS:
+            ys = [r["metrics"]["acc_by_position"] for r in part(runs, "copy")
+                  if r.get("run_id") in ok and r["config"]["pos"] == pos and r["config"]["k"] == k]  # fmt: skip
+            if not ys:
+                continue
+            w = max(1, T // 16)  # a moving average over T/16 positions
+            sm = np.array(
+                [np.convolve(np.nan_to_num(np.asarray(y, float)[k:]), np.ones(w) / w, "valid") for y in ys]
+            )
+            cis = [mean_ci(sm[:, j]) for j in range(sm.shape[1])]
+            x = np.arange(sm.shape[1]) + k + (w - 1) / 2
+            band(ax, x, [c.mean for c in cis], [c.lo for c in cis], [c.hi for c in cis], label=LABEL[pos],
+                 color=COLOR[pos], marker=None)  # fmt: skip
+        ax.axvline(T, color="k", lw=0.8, ls=":")
+        ax.set(xlabel="position (tokens)", ylabel="copy accuracy (fraction)", title=f"Copy the token {k} back",
+               ylim=(-0.03, 1.03))  # fmt: skip
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=7)
+    out.figure(
+        "copy",
+        fig,
+        f"The copy task: accuracy at each position of random {max(p['mults'])}T-token sequences ({p['copy_symbols']} "
+        f"symbols; chance {1 / p['copy_symbols']:.2f}), trained at T = {T} (dotted line), each arm at its own best "
+        f"rate; mean and 95% band over the fresh seeds that learned ({max(1, T // 16)}-position moving average). "
+        "Learned embeddings stop at T.",
+    )  # fmt: skip
 
 
 def headline(result, t: dict, tab: pd.DataFrame, p: dict) -> tuple[str, str]:
     """The key number and the summary (after the counted sub-claims' verdicts, which verdict_from states)."""
-    m = {r["arm"]: r for r in tab.to_dict("records")} if len(tab) else {}
+    first = scale_label(scales(p)[0])
+    m = {r["arm"]: r for r in tab.to_dict("records") if r["scale"] == first} if len(tab) else {}
 
     def num(pos, col, fmt=".2f"):
         v = m.get(pos, {}).get(col)
@@ -585,16 +823,20 @@ def headline(result, t: dict, tab: pd.DataFrame, p: dict) -> tuple[str, str]:
     table = "no finite value (no run learned)" if r2 != r2 else f"offset R² {r2:.2f}, k=1 residual {res:.2f}"
     share = f"{num('sinusoidal', 'share')} (sinusoidal) vs {num('learned', 'share')} (learned)"
     rise = f"{num('sinusoidal', inc, '+.2f')} (sinusoidal) vs {num('rope', inc, '+.2f')} (RoPE)"
-    key = f"max |M_k PE(p) − PE(p+k)| = {err:.1g}; offset-only share {share}; loss rise 1×→{n2}× {rise}"
+    copy = result.per_cell("copy-relative")
+    key = (
+        f"copy k back, sinusoidal − RoPE accuracy drop beyond T: {copy}; loss rise 1×→{n2}× at {first} {rise}"
+    )
     summary = (
         f"Checks: M_k reproduces PE(p+k) from PE(p) at every position to {err:.1g} (float32 table entries), "
-        f"and PE(p)·PE(p+k) is the same for every p up to {spread:.1g}·d/2. Trained at T = {T} "
-        f"({len(p['seeds'])} seeds, {p['len_steps']} steps), the first layer's position-only logits are "
-        f"offset-only by a share of {share}; from 1× to {n2}× the loss rises by {rise}, NoPE "
-        f"{num('none', inc, '+.2f')} nats/char. Reported beside the verdict: a window moved to start at {k1} "
-        f"changes the sinusoidal model's loss by {num('sinusoidal', f'moved to {k1}', '+.2f')} (moved: "
-        f"{v['moved']}); at 1×, sinusoidal {num('sinusoidal', 'loss 1×', '.3f')} vs learned "
-        f"{num('learned', 'loss 1×', '.3f')} nats/char (anchor: {v['anchor']}); the trained learned table: "
-        f"{table} (learned: {v['learned']})."
+        f"and PE(p)·PE(p+k) is the same for every p up to {spread:.1g}·d/2. Every arm at its own best rate "
+        f"({len(p['tuned_seeds'])} fresh seeds, norms matched), trained at T = {T}: at {first} the first "
+        f"layer's position-only logits are offset-only by a share of {share}; from 1× to {n2}× the loss rises "
+        f"by {rise}, NoPE {num('none', inc, '+.2f')} nats/char (extra, per scale: {result.per_cell('extra')}). "
+        f"Copying the token k back, sinusoidal's accuracy drop beyond T less RoPE's: {copy}. Reported beside "
+        f"the verdict: a window moved to start at {k1} changes the sinusoidal model's loss by "
+        f"{num('sinusoidal', f'moved to {k1}', '+.2f')} (moved: {v['moved']}); at 1×, sinusoidal "
+        f"{num('sinusoidal', 'loss 1×', '.3f')} vs learned {num('learned', 'loss 1×', '.3f')} nats/char "
+        f"(anchor: {v['anchor']}); the trained learned table: {table} (learned: {v['learned']})."
     )
     return f"{key}; learned table: {table}", summary

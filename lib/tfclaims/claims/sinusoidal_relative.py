@@ -18,12 +18,56 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import parametrize
 
 from ..data.corpus import eval_windows, load_corpus
 from ..nn.positions import apply_rope, sinusoidal_table
 from ..train.small_lm import train_small
 
 EVAL_SEED = 4321  # the evaluation windows: the same text for every run and arm
+COPY_EVAL_SEED = 8765  # the copy task's evaluation sequences: the same for every run and arm
+
+
+class _Times(nn.Module):
+    """A parametrisation: the stored tensor times a constant."""
+
+    def __init__(self, c: float):
+        super().__init__()
+        self.c = c
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return w * self.c
+
+
+def match_norms(model) -> None:
+    """Vaswani et al.'s parametrisation in every arm (the model must scale token embeddings by √d): token
+    rows drawn N(0, 1/d), so that as added (×√d) their entries have unit variance; learned position rows
+    stored as θ ~ N(0, 1/(2d)) and used as √d·θ. At init ‖position row‖/‖token row‖ is then 1/√2 in both
+    additive arms, the ratio of the sinusoidal table (‖PE(p)‖ = √(d/2)) to such tokens, and both tables move
+    alike under Adam (the √d factor on each)."""
+    st, d = model.stack, model.cfg.d_model
+    if not model.cfg.emb_scale:
+        raise ValueError("match_norms needs token embeddings scaled by √d (emb_scale)")
+    nn.init.normal_(st.tok.weight, 0.0, d**-0.5)
+    if st.pos is not None:
+        parametrize.register_parametrization(st.pos, "weight", _Times(math.sqrt(d)))
+        nn.init.normal_(st.pos.parametrizations.weight.original, 0.0, (2 * d) ** -0.5)
+
+
+@torch.no_grad()
+def norm_ratio(model, T: int) -> float | None:
+    """Mean position-row norm over the first T positions / mean token-row norm as added to it (None without
+    an additive position encoding)."""
+    st, cfg = model.stack, model.cfg
+    tok = st.tok.weight.norm(dim=-1).mean() * (math.sqrt(cfg.d_model) if cfg.emb_scale else 1.0)
+    if st.pos is not None:
+        pos = st.pos.weight[:T]
+    elif cfg.pos == "sinusoidal":
+        pos = st.pe[:T]
+    else:
+        return None
+    return float(pos.norm(dim=-1).mean() / tok)
 
 
 def offset_share(L: torch.Tensor) -> float | None:
@@ -112,7 +156,8 @@ def mean_first_input(model, windows, device) -> torch.Tensor:
 
 
 def length_run(cfg: dict, ctx) -> dict:
-    """One arm of the length part: train at cfg['seq_len'] with cfg['pos'], then evaluate per position on
+    """One arm of the length part, its norms matched (`match_norms`): train at cfg['seq_len'] with cfg['pos'],
+    then evaluate per position on
     windows of max(mults)·T characters (learned: their first T), and on T-windows moved to start at k·T for
     each k in shift_mults (arms with room for them); probe the offset-only share of the first layer's
     position-only logits at every evaluation."""
@@ -131,13 +176,21 @@ def length_run(cfg: dict, ctx) -> dict:
         return {"offset_share": share(model)}
 
     max_len = T if pos == "learned" else T_eval
+    ratio = {}
+
+    def prepare(model):
+        match_norms(model)
+        ratio["init"] = norm_ratio(model, T)
+
     res, model = train_small(
         cfg,
         ctx,
-        model_kw={"pos": pos, "max_seq_len": max_len, "emb_scale": cfg.get("emb_scale", False)},
+        model_kw={"pos": pos, "max_seq_len": max_len, "emb_scale": True},
+        prepare=prepare,
         on_eval=probe,
         desc=f"{pos} seed {cfg['seed']}",
     )
+    res["norm_ratio"] = {"init": ratio["init"], "final": norm_ratio(model, T)}
     res["offset_share"] = res["probes"][-1]["offset_share"] if res.get("probes") else None
     res["offset_share_init"] = res["probes"][0]["offset_share"] if res.get("probes") else None
     if res["diverged_at"] is not None:
@@ -263,15 +316,17 @@ def identity_run(cfg: dict, ctx) -> dict:
 
 
 def learned_run(cfg: dict, ctx) -> dict:
-    """The `learned` part (and its null pair): the small LM with learned absolute positions; the position table
-    is probed at every evaluation, and the final table set beside a sinusoidal one of the same shape."""
+    """The `learned` part (and its null pair): the small LM with learned absolute positions, its norms matched
+    as in the length part; the position table is probed at every evaluation, and the final table set beside a
+    sinusoidal one of the same shape."""
 
     def probe(step, model):
         return table_stats(model.stack.pos.weight.detach().cpu())
 
     res, model = train_small(
-        cfg, ctx, model_kw={"pos": "learned"}, on_eval=probe, desc=f"learned positions seed {cfg['seed']}"
-    )
+        cfg, ctx, model_kw={"pos": "learned", "emb_scale": True}, prepare=match_norms, on_eval=probe,
+        desc=f"learned positions seed {cfg['seed']}",
+    )  # fmt: skip
     P = model.stack.pos.weight.detach().cpu()
     sin = sinusoidal_table(*P.shape)
     stride = max(1, P.shape[0] // 64)
@@ -281,4 +336,58 @@ def learned_run(cfg: dict, ctx) -> dict:
     res["gram_sinusoidal"] = cosine_gram(sin, stride)
     res["gram_stride"] = stride
     res["norms"] = P.norm(dim=-1).tolist()
+    return res
+
+
+# ---------------------------------------------------------------------------- the copy task
+def copy_batch(gen: torch.Generator, batch: int, T: int, k: int, symbols: int):
+    """Random sequences x (batch, T) over `symbols` tokens and targets y: at position i the token at i − k
+    (−1, ignored, at i < k). Solving it needs the token a fixed offset back, wherever i is."""
+    x = torch.randint(0, symbols, (batch, T), generator=gen)
+    y = torch.full_like(x, -1)
+    y[:, k:] = x[:, : T - k]
+    return x, y
+
+
+@torch.no_grad()
+def copy_accuracy(model, batches, device, start: int = 0) -> list[float]:
+    """Per position, the share of sequences whose target the model predicts (NaN where there is none), the
+    sequences placed at absolute positions start .. start + T − 1."""
+    was = model.training
+    model.eval()
+    hit = cnt = 0
+    for x, y in batches:
+        pred = model(x.to(device), start=start).argmax(-1).cpu()  # (B, T)
+        keep = y >= 0
+        hit = hit + ((pred == y) & keep).sum(0).double()
+        cnt = cnt + keep.sum(0).double()
+    model.train(was)
+    return (hit / cnt).tolist()  # 0/0 -> NaN where no target
+
+
+def copy_run(cfg: dict, ctx) -> dict:
+    """One arm of the copy task: the small LM with position encoding cfg['pos'] (norms matched) trained to
+    output the token k = cfg['k'] positions back, on fresh random sequences of T = cfg['seq_len'] tokens; then
+    its per-position accuracy on sequences of `max(mults)`·T (beyond T: positions never trained on; learned
+    embeddings: their T only) and on T-sequences moved to start at s·T for s in shift_mults."""
+    T, k, n, pos = cfg["seq_len"], cfg["k"], cfg["symbols"], cfg["pos"]
+    T_eval = max(cfg["mults"]) * T
+    gen = torch.Generator().manual_seed(COPY_EVAL_SEED)
+    val = [copy_batch(gen, cfg["batch"], T, k, n) for _ in range(cfg["eval_batches"])]
+    long = [copy_batch(gen, cfg["batch"], T_eval, k, n) for _ in range(cfg["eval_batches"])]
+    res, model = train_small(
+        cfg, ctx, model_kw={"pos": pos, "max_seq_len": T if pos == "learned" else T_eval, "emb_scale": True},
+        prepare=match_norms, sample=lambda g: copy_batch(g, cfg["batch"], T, k, n), val_batches=val,
+        on_eval=lambda step, model: {"acc": float(torch.tensor(copy_accuracy(model, val, ctx.device)).nanmean())},
+        desc=f"copy k={k} {pos} seed {cfg['seed']}",
+    )  # fmt: skip
+    res["chance_xent"] = math.log(n)  # the loss of a uniform guess over the symbols
+    if res.get("diverged_at") is not None:
+        return res
+    res["acc_by_position"] = copy_accuracy(model, long if pos != "learned" else val, ctx.device)
+    if pos != "learned":
+        res["acc_at_0"] = copy_accuracy(model, val, ctx.device)
+        res["acc_moved"] = {
+            str(s): copy_accuracy(model, val, ctx.device, start=s * T) for s in cfg["shift_mults"]
+        }
     return res
