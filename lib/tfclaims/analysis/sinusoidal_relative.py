@@ -196,7 +196,8 @@ def _copy(runs, p: dict, guard) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
                    final_val=lambda c, m: final_and_init(m)[0], init_loss=lambda c, m: m["val_loss"][0])  # fmt: skip
     if not len(t):
         empty = pd.DataFrame(columns=["pos", "k", "unit", "learned", *cols])
-        return empty, pd.DataFrame(), pd.DataFrame(columns=["pos", "k", "shift", "unit", "copy_window_acc"])
+        windows = pd.DataFrame(columns=["pos", "k", "shift", "unit", "learned", "copy_window_acc"])
+        return empty, pd.DataFrame(), windows
     arms = {f"{pos}-k{k}": {"pos": pos, "k": k} for pos in ARMS for k in p["copy_ks"]}
     choices, tuned, _ = read_sweep(t[t.role.isin(["selection", "test"])], arms, {"": {}})
     ids = set(tuned.run_id) if len(tuned) else set()
