@@ -105,9 +105,10 @@ def caveats(p: dict) -> list[str]:
         "with the rotations M_k, which training has to find. The offset-only share measures how far it did, "
         "for that term alone: content terms, token–position cross terms, LayerNorm's per-token scale and "
         "later layers are left out, and a model may reach relative attention through them too.",
-        "Every length arm multiplies token embeddings by √d, as the original Transformer did: at this "
-        "recipe's initialisation (N(0, 0.02)) the unscaled sinusoidal table (entries up to 1) swamps the "
-        "token embeddings and that arm barely learns in the budget. The scale is the same in every arm.",
+        "Every trained arm uses Vaswani et al.'s parametrisation (tokens drawn N(0, 1/d) and scaled by √d; learned "
+        "positions stored at N(0, 1/(2d)) and scaled by √d), so that position rows start at 1/√2 the length of "
+        "token rows in both additive arms (checked per run). With this recipe's default N(0, 0.02) tokens the "
+        "sinusoidal table would start 4.4× longer than tokens and a learned table 8× shorter.",
         "RoPE's offset-only share is 1 by construction (its content-free logits are one query and one key, "
         "rotated): it checks the measure and is not a finding. NoPE has no position logits.",
         f"Learned embeddings have rows only for the T = {p['seq_len']} trained positions: that arm is built "
@@ -118,12 +119,14 @@ def caveats(p: dict) -> list[str]:
         "trained on. RoPE meets only the second, so the comparison with RoPE isolates the first; the moved "
         "window (T characters placed at T or 3T) has no new distance at all and shows the sinusoidal "
         "model's reliance on absolute position directly.",
-        f"Small scale: a character LM (d = {p['d_model']}, {p['n_layers']} layers, {p['len_steps']} steps "
-        f"at T = {p['seq_len']}); larger models, trained longer, may learn more relative structure, and the "
-        "original paper's hypothesis concerned translation models.",
-        f"The learned-table part is a small character LM ({p['steps']} steps, {p['pe_len']} positions, d = "
-        f"{p['d_model']}); the learning-rate schedule decays to a tenth, so a table that stops changing at "
-        "the end may be frozen rather than converged.",
+        f"Small scale: character LMs at {', '.join(f'd = {d}, {n} layers' for d, n in p['scales'])}, "
+        f"{p['len_steps']} steps at T = {p['seq_len']}; larger models, trained longer, may learn more relative "
+        "structure, and the original paper's hypothesis concerned translation models.",
+        f"The learned-table part trains as long as the length part ({p['len_steps']} steps) over {p['pe_len']} "
+        "positions at the learned arm's chosen rate; the learning-rate schedule decays to a tenth, so a table "
+        "that stops changing at the end may be frozen rather than converged.",
+        f"The copy task uses random sequences over {p['copy_symbols']} symbols at the first scale only; each "
+        "(arm, k) chooses its rate on one selection seed.",
     ]
 
 
