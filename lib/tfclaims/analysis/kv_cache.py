@@ -28,6 +28,21 @@ def round_slopes(points: list[dict], kind: str, fit_from: int) -> dict[int, floa
     return {r: float(np.polyfit(x, ts[:, r], 1)[0]) for r in range(ts.shape[1])}
 
 
+def curvature(ns, times) -> list[dict]:
+    """Per round, the fit t = a + b·n + c·n² over the lengths `ns` (times: lengths × rounds): `n² share` =
+    c·n_max² ÷ t(n_max) (what the quadratic term adds at the largest n, signed) and `t−a exponent` = the
+    log-log slope of t − a in n (1 for a line, 2 for a pure square; NaN where some t ≤ a)."""
+    n, ts = np.asarray(ns, float), np.asarray(times, float)
+    rows = []
+    for r in range(ts.shape[1]):
+        c, b, a = np.polyfit(n, ts[:, r], 2)
+        top = n.max()
+        above = ts[:, r] - a
+        slope = np.polyfit(np.log(n), np.log(above), 1)[0] if (above > 0).all() else np.nan
+        rows.append({"unit": r, "n² share": c * top**2 / (a + b * top + c * top**2), "t−a exponent": slope})
+    return rows
+
+
 def _points(runs, name: str, key: str = "n") -> tuple[list[dict], dict]:
     m = part(runs, name)[0]["metrics"]
     return sorted(m["points"], key=lambda pt: pt[key]), m
@@ -39,7 +54,9 @@ def observe(runs: list[dict], fit_from: int) -> dict[str, pd.DataFrame]:
     cached step at the largest n and its A/A copy (the same callable timed again in the same rounds), per
     round; exponents: one row per round and series (cached, uncached): each round's log-log slope of step
     time in n over n ≥ fit_from; linear: the larger model's cached step, one row per n and round (seconds, and
-    seconds over the predicted per-position read time); linear_aa: its A/A pair."""
+    seconds over the predicted per-position read time); linear_aa: its A/A pair; curvature: one row per round
+    and series (cached: the linear part's larger model; uncached: the recomputing step over n ≥ fit_from)
+    with the quadratic fit's n² share at the largest n and the exponent of t − a (see `curvature`)."""
     count = pd.DataFrame(part(runs, "count")[0]["metrics"]["rows"]).sort_values("n")
     points, sm = _points(runs, "steps")
     logit = {pt["n"]: pt["max_logit_diff"] for pt in points}
@@ -73,6 +90,12 @@ def observe(runs: list[dict], fit_from: int) -> dict[str, pd.DataFrame]:
     linear["t ÷ b_pred"] = linear["seconds"] / b_pred
     top = next(pt for pt in lpts if pt["n"] == lm["aa"]["n"])
     aa = timing_rows(top["times"], step="cached") + timing_rows(lm["aa"]["times"], step="aa")
+    ns, ts = [pt["n"] for pt in lpts], [pt["times"] for pt in lpts]
+    curv = [{"series": "cached", **r} for r in curvature(ns, ts)]
+    sel = [pt for pt in points if pt["n"] >= fit_from]
+    if len(sel) >= 3:  # a quadratic needs three lengths
+        ns, ts = [pt["n"] for pt in sel], [pt["uncached"]["times"] for pt in sel]
+        curv += [{"series": "uncached", **r} for r in curvature(ns, ts)]
     return {
         "exact": exact,
         "steps": pd.DataFrame(steps),
@@ -80,6 +103,7 @@ def observe(runs: list[dict], fit_from: int) -> dict[str, pd.DataFrame]:
         "exponents": pd.DataFrame(ex, columns=["series", "unit", "exponent"]),
         "linear": linear,
         "linear_aa": pd.DataFrame(aa),
+        "curvature": pd.DataFrame(curv),
     }
 
 
@@ -133,6 +157,13 @@ def write_tables(runs, t: dict, result, p: dict, fit_from: int, out) -> dict:
         "over every round with its 95% CI, and the mean of the per-round slopes the rule tests), beside the "
         "exponent of the counted FLOPs over the same n",
     )
+    out.table(
+        "curvature",
+        t["curvature"],
+        "Per interleaved round, the fit t = a + b·n + c·n²: the n² term's share of the step at the largest n "
+        f"and the log-log exponent of t − a; cached: the larger model's step ({min(p['linear_ns'])}–"
+        f"{max(p['linear_ns'])}), uncached: the recomputing step (n ≥ {fit_from})",
+    )
     ldf, lin_info = _linear_table(runs, t, result, p, out)
     gdf = _generation_table(runs, p, out)
     presets = _presets_table(out)
@@ -162,7 +193,7 @@ def write_tables(runs, t: dict, result, p: dict, fit_from: int, out) -> dict:
 
 def _linear_table(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, dict]:
     lpts, lm = _points(runs, "linear")
-    lin, mech = result.get("linear"), result.get("mechanism")
+    lin, mech = result.get("grows"), result.get("mechanism")
     bw = float(np.mean(lm["copy_bw"]))
     b_pred = (
         lm["kv_bytes_per_position"] / bw
