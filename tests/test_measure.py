@@ -102,3 +102,23 @@ def test_bench_flags_a_loaded_machine_and_pairs_ratios():
     assert _loaded([0.4, 2.8], threads=2)  # and more than half a core of something else
     assert _loaded([1.6], threads=1) and not _loaded([None, 1.2], threads=1)
     assert _ratio([1.0, 2.0, 4.0], [2.0, 4.0, 8.0]).split()[0] == "2.00"  # paired per round
+
+
+def test_last_level_cache_is_the_highest_data_or_unified_level_sysfs_describes(tmp_path):
+    from tfclaims.measure.hardware import cpu_last_level_cache
+
+    for name, (kind, level, size) in {
+        "index0": ("Data", 1, "48K"),
+        "index1": ("Instruction", 1, "32K"),
+        "index2": ("Unified", 2, "2048K"),
+        "index3": ("Unified", 3, "32768K"),
+        "index4": ("Instruction", 4, "1G"),  # an instruction cache never counts, whatever its level
+    }.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "type").write_text(kind + "\n")
+        (d / "level").write_text(f"{level}\n")
+        (d / "size").write_text(size + "\n")
+    (tmp_path / "index5").mkdir()  # unreadable entries are skipped, not guessed
+    assert cpu_last_level_cache(tmp_path) == {"level": 3, "bytes": 32 * 2**20, "source": "sysfs index3"}
+    assert cpu_last_level_cache(tmp_path / "missing") is None

@@ -2,8 +2,9 @@
 deterministic counts of the quick grid). Timing cells cannot 'fail to learn', so there is no excluded cell;
 the analogue, a fit with fewer than two sizes in range, is not declared at all (counted neither way).
 
-Quick grid: n sweep at d = 32 (attention fitted over n = 256–1024; the block has one size in range), d sweep
-at n = 512, heads at d = 64, n = 256, h ∈ (1, 2, 8): head size 32 judged, head size 8 reported."""
+Quick grid: n sweep at d = 32 (attention fitted over n = 256–1024, the block over 768–1024), d sweep at
+n = 512, heads at d = 64, n = 256, h ∈ (1, 2, 8): head size 32 judged, head size 8 reported. Records carry no
+last-level cache size unless a test gives one: every size then counts as in cache."""
 
 import math
 
@@ -12,7 +13,7 @@ import pytest
 
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
-from tfclaims.measure.attention_cost import unit_config, unit_flops
+from tfclaims.measure.attention_cost import unit_config, unit_flops, working_set_bytes
 
 from rules import LOAD, analyse, comparison, decisions, quartiles, record, sub, verdicts
 
@@ -31,12 +32,13 @@ def count_record(exp):
     return record(cfg, exp.part("count").run(cfg, None), "count")
 
 
-def records(exp, count_record, seconds, noise=0.001, spread=None, load=0.0, aa_noise=0.0):
+def records(exp, count_record, seconds, noise=0.001, spread=None, load=0.0, aa_noise=0.0, llc=None):
     """Every time run of the quick grid with times seconds(unit, d, h, n) × exp(noise · z), one z per round
     and cell; with `spread`, the log-noise of round r at the j-th size of a sweep is
     spread · (1, -1, 0)[(r + j) % 3] instead: large, yet zero on average at every size, so the means over
     rounds are exactly those of `seconds`. `load` · LOAD[r] is added to every cell of round r (a machine-speed
-    change between rounds); `aa_noise` · (1, -1, 0)[r % 3] to the A/A copy alone."""
+    change between rounds); `aa_noise` · (1, -1, 0)[r % 3] to the A/A copy alone; `llc`: the last-level
+    cache bytes the runs record."""
     rng = np.random.default_rng(0)
     recs = [count_record]
     for i, cfg in enumerate(c for c in exp.grid(exp.profiles["quick"]) if c["part"] == "time"):
@@ -57,7 +59,9 @@ def records(exp, count_record, seconds, noise=0.001, spread=None, load=0.0, aa_n
         unit, d, h, n = cfg["aa"]
         a = next(pt for pt in points if (pt["d"], pt["h"], pt["n"]) == (d, h, n))["times"][unit]
         aa = {"unit": unit, "d": d, "h": h, "n": n, "a": a, "b": timed(unit, d, h, n, 0, aa_noise)}
-        recs.append(record(cfg, {"points": points, "aa": aa, "threads": 1}, f"t{i}"))
+        cache = {"level": 3, "bytes": llc, "source": "test"} if llc else None
+        m = {"points": points, "aa": aa, "threads": 1, "last_level_cache": cache}
+        recs.append(record(cfg, m, f"t{i}"))
     return recs
 
 
@@ -72,7 +76,7 @@ def test_attention_complexity_rule_supported_when_time_follows_flops(exp, count_
     assert verdicts(v) == {
         "counts": "supported", "heads-flops": "supported", "crossover": "supported",
         "n-exponent": "supported", "d-exponent": "supported", "heads": "supported",
-        "small-heads": "supported",
+        "small-heads": "supported", "beyond-cache": "inconclusive",  # no size beyond an unknown cache
     }  # fmt: skip
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert all(kinds[k] == ("check", False) for k in ("counts", "heads-flops", "crossover"))
@@ -81,16 +85,49 @@ def test_attention_complexity_rule_supported_when_time_follows_flops(exp, count_
     # compared with the FLOP-predicted exponent over the same sizes, not with 2; the rounds are the units
     assert all(1.5 < c.mean_a < 2 and abs(c.diff) < 0.02 and c.decision == "equivalent" for c in n_cmps)
     assert all(c.paired and c.n == exp.profiles["quick"]["repeats"] for c in n_cmps)
-    # the block has a single size in range at this grid: not declared, so not counted either way
-    assert "n-exponent/block-d32" not in decisions(v) and sub(v, "n-exponent").comparisons == [
+    assert sub(v, "n-exponent").comparisons == [
         "n-exponent/explicit-d32",
         "n-exponent/fused-d32",
+        "n-exponent/block-d32",
     ]
+    assert sub(v, "beyond-cache").comparisons == []  # every cell left out: no size in that range
     assert set(decisions(v, "heads/").values()) == {"equivalent"}
     assert all(c.decision == "equivalent" and c.test == "exact" for c in v.comparisons if c.test == "exact")
     assert [c.id for c in v.noise_floor] == ["aa/n-sweep-d32", "aa/d-sweep-d64", "aa/h-sweep-d64"]
     assert all(c.noise is not None for c in v.comparisons if c.id.startswith(("heads/", "small-heads/")))
     assert all(c.noise is None for c in v.comparisons if c.id.startswith(("n-exponent", "d-exponent")))
+
+
+LLC = int(
+    2.5 * 2**20
+)  # explicit at d = 32 holds 0.66, 1.4, 2.3 MiB at n = 256, 384, 512; 5.0, 8.6 at 768, 1024
+
+
+def dram(unit, d, h, n):
+    """Time ∝ FLOPs while the working set fits LLC; beyond it, slower by working set ÷ LLC (the n×n scores read
+    from DRAM): the memory system adds ~1 to the explicit path's exponent in n there, not the algorithm."""
+    return flops_time(unit, d, h, n) * max(1.0, working_set_bytes(unit, d, h, n) / LLC)
+
+
+def test_attention_complexity_the_exponent_beyond_the_last_level_cache_is_reported_apart(
+    exp, count_record, tmp_path
+):
+    v = analyse(exp, records(exp, count_record, dram, llc=LLC), "quick", tmp_path)
+    inside, beyond = (
+        comparison(v, "n-exponent/explicit-d32"),
+        comparison(v, "beyond-cache/explicit-d32-beyond"),
+    )
+    assert inside.decision == "equivalent" and abs(inside.diff) < 0.02  # n = 256–512: the algorithm
+    assert beyond.decision == "a_better" and beyond.diff > 0.8  # n = 768–1024: above the FLOPs' exponent
+    assert verdicts(v)["n-exponent"] == "supported" and verdicts(v)["beyond-cache"] == "refuted"
+    # the d sweep at n = 512 (h = d/16) has one explicit size in cache: that cell is left out, not counted
+    assert sub(v, "d-exponent").comparisons == ["d-exponent/fused"]
+    assert "left out" in sub(v, "d-exponent").detail.lower()
+    assert v.verdict == "supported"  # beyond the cache is reported, not counted
+    # the same times with the sizes pooled (no cache size recorded) bend the explicit exponent past the margin
+    pooled = analyse(exp, records(exp, count_record, dram), "quick", tmp_path)
+    assert comparison(pooled, "n-exponent/explicit-d32").decision == "a_better"
+    assert verdicts(pooled)["n-exponent"] != "supported"
 
 
 def test_attention_complexity_rule_refuted_when_every_timing_cell_differs(exp, count_record, tmp_path):

@@ -13,7 +13,7 @@ from ..evidence.declare import Readout
 from ..evidence.plots import loglog
 from ..evidence.stats import loglog_fit
 from ..evidence.tables import timing_rows
-from ..measure.attention_cost import UNITS, score_share, unit_config, unit_flops
+from ..measure.attention_cost import UNITS, score_share, unit_config, unit_flops, working_set_bytes
 from ..measure.counting import attention_flops, attention_score_flops, block_flops, score_crossover_length
 from ..nn.config import PRESETS
 from . import part
@@ -22,6 +22,7 @@ N_UNITS = ("attention_explicit", "attention_sdpa", "block_sdpa")  # what the n a
 SHORT = {"attention_explicit": "explicit", "attention_sdpa": "fused", "block_sdpa": "block"}
 BACKENDS = ("explicit", "sdpa")
 AA_COPY = "attention_sdpa, timed again"  # the A/A callable's second name, as a module in the time table
+IN, BEYOND = "in cache", "beyond cache"  # where a size's working set sits against the last-level cache
 
 # The columns of the observation tables that the declarations read (besides log_time)
 COUNT_ERR = Readout(
@@ -109,29 +110,72 @@ def _times(runs) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def llc_bytes(runs) -> int | None:
+    """The last-level cache the time runs recorded (None: unknown, and every size counts as in cache)."""
+    sizes = {(r["metrics"].get("last_level_cache") or {}).get("bytes") for r in part(runs, "time")}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def cache_range(module: str, d: int, h: int, n: int, llc: int | None) -> str:
+    return IN if llc is None or working_set_bytes(module, d, h, n) <= llc else BEYOND
+
+
 def _exponents(runs, share_min: float) -> pd.DataFrame:
     """Two rows per round and fitted cell: the slope of log time on log n (or d) over the round's times at the
-    fit sizes (source 'time'), and the FLOP closed form's over the same sizes (source 'flops')."""
-    rows = []
+    fit sizes (source 'time'), and the FLOP closed form's over the same sizes (source 'flops'). The fit sizes
+    of a module are split by where its working set sits (`range`: in the last-level cache or beyond it), each
+    part fitted apart where it has two sizes or more."""
+    rows, llc = [], llc_bytes(runs)
     for r in part(runs, "time"):
         var, pts = r["config"]["sweep"], r["metrics"]["points"]
         if var not in ("n", "d"):
             continue
         for module in (u for u in N_UNITS if u in r["config"]["units"]):
             keep = set(fit_points(module, pts, var, share_min))
-            sel = sorted((p for p in pts if (p["d"], p["h"], p["n"]) in keep), key=lambda p: p[var])
-            if len(sel) < 2:
-                continue
-            xs = [p[var] for p in sel]
-            flop = loglog_fit(
-                xs, [unit_flops(module, unit_config(p["d"], p["h"], p["n"]), p["n"]) for p in sel]
-            )
-            at = sel[0]["d"] if var == "n" else sel[0]["n"]
-            cell = {"var": var, "module": module, "d": at if var == "n" else None, "at": at}
-            for i, ts in enumerate(zip(*(p["times"][module]["times"] for p in sel))):
-                for source, slope in (("time", loglog_fit(xs, ts).slope), ("flops", flop.slope)):
-                    rows.append({**cell, "source": source, "unit": i, "exponent": slope, "sizes": len(sel),
-                                 "from": xs[0], "to": xs[-1]})  # fmt: skip
+            for where in (IN, BEYOND):
+                sel = sorted(
+                    (
+                        p
+                        for p in pts
+                        if (p["d"], p["h"], p["n"]) in keep
+                        and cache_range(module, p["d"], p["h"], p["n"], llc) == where
+                    ),
+                    key=lambda p: p[var],
+                )
+                if len(sel) >= 2:
+                    rows += _fit_rows(var, module, sel, where)
+    return pd.DataFrame(rows)
+
+
+def _fit_rows(var: str, module: str, sel: list[dict], where: str) -> list[dict]:
+    xs = [p[var] for p in sel]
+    flop = loglog_fit(xs, [unit_flops(module, unit_config(p["d"], p["h"], p["n"]), p["n"]) for p in sel])
+    at = sel[0]["d"] if var == "n" else sel[0]["n"]
+    cell = {"var": var, "module": module, "d": at if var == "n" else None, "at": at, "range": where}
+    rows = []
+    for i, ts in enumerate(zip(*(p["times"][module]["times"] for p in sel))):
+        for source, slope in (("time", loglog_fit(xs, ts).slope), ("flops", flop.slope)):
+            rows.append({**cell, "source": source, "unit": i, "exponent": slope, "sizes": len(sel),
+                         "from": xs[0], "to": xs[-1]})  # fmt: skip
+    return rows
+
+
+def cache_table(runs, share_min: float) -> pd.DataFrame:
+    """Every timed size of the n and d sweeps: each fitted unit's working set against the last-level cache."""
+    llc, rows = llc_bytes(runs), []
+    for r in part(runs, "time"):
+        var = r["config"]["sweep"]
+        if var not in ("n", "d"):
+            continue
+        for p in r["metrics"]["points"]:
+            for module in (u for u in N_UNITS if u in r["config"]["units"]):
+                fitted = (p["d"], p["h"], p["n"]) in set(fit_points(module, [p], var, share_min))
+                rows.append({
+                    "sweep": var, "unit": SHORT[module], "d": p["d"], "h": p["h"], "n": p["n"],
+                    "working set (MiB)": working_set_bytes(module, p["d"], p["h"], p["n"]) / 2**20,
+                    "last-level cache (MiB)": llc / 2**20 if llc else None,
+                    "where": cache_range(module, p["d"], p["h"], p["n"], llc), "in a fit": fitted,
+                })  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -241,12 +285,12 @@ def _heads(med: pd.DataFrame, counts: pd.DataFrame, p: dict) -> pd.DataFrame:
 
 
 def decided(result, subclaims) -> dict:
-    """(var, module, d or None) -> the declared comparison of that exponent cell."""
+    """(var, module, d or None, range) -> the declared comparison of that exponent cell."""
     out = {}
     for sc in subclaims:
         for cell in sc.cells:
             f = cell.fields
-            out[(f["var"], f["module"], f.get("d"))] = result.at(sc.id, cell)
+            out[(f["var"], f["module"], f.get("d"), f["range"])] = result.at(sc.id, cell)
     return out
 
 
@@ -262,16 +306,16 @@ def _exponent_table(t: dict, decisions: dict) -> pd.DataFrame:
     exponents and their mean excess over it, with the declared comparison's interval and decision."""
     ex, tm = t["exponents"], t["time"]
     rows = []
-    for (var, module, at), g in ex.groupby(["var", "module", "at"], sort=False):
+    for (var, module, at, rng), g in ex.groupby(["var", "module", "at", "range"], sort=False):
         g, flop = g[g.source == "time"], float(g[g.source == "flops"].exponent.iloc[0])
         lo, hi = g["from"].iloc[0], g["to"].iloc[0]
         sel = tm[(tm.sweep == var) & (tm.module == module) & (tm[var] >= lo) & (tm[var] <= hi)]
         sel = sel[sel.d == at] if var == "n" else sel
         f = loglog_fit(sel[var], sel["seconds"])
-        c = decisions.get((var, module, int(at) if var == "n" else None))
+        c = decisions.get((var, module, int(at) if var == "n" else None, rng))
         rows.append({
             "variable": var, "unit": module, "at": f"{'d' if var == 'n' else 'n'} = {int(at)}",
-            "range": f"{int(lo)}–{int(hi)}", "sizes": int(g["sizes"].iloc[0]), "pooled slope": f.slope,
+            "cache": rng, "range": f"{int(lo)}–{int(hi)}", "sizes": int(g["sizes"].iloc[0]), "pooled slope": f.slope,
             "lo": f.slope_lo, "hi": f.slope_hi, "flop_slope": flop,
             "per-round slopes": f"{g.exponent.median():.2f} [{g.exponent.min():.2f}, {g.exponent.max():.2f}]",
             "excess (mean over rounds)": float(g.exponent.mean() - flop), "ci_low": c.ci_low if c else None,
@@ -280,7 +324,7 @@ def _exponent_table(t: dict, decisions: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_tables(runs, t: dict, decisions: dict, p: dict, out) -> dict:
+def write_tables(runs, t: dict, decisions: dict, p: dict, share_min: float, out) -> dict:
     """Every table of the claim; returns the numbers the summary quotes."""
     counts = t["counts"]
     cols = ["n", "d", "h", "backend", "causal", "module", "counted", "closed_form"]
@@ -307,6 +351,15 @@ def write_tables(runs, t: dict, decisions: dict, p: dict, out) -> dict:
     med = _medians(runs)
     out.table("timings", med, "Median wall time (s) of every timed unit", in_report=False)
     fits = _exponent_table(t, decisions)
+    llc = llc_bytes(runs)
+    out.table(
+        "cache_fit",
+        cache_table(runs, share_min),
+        "Where each timed size sits: the unit's working set (input, q, k, v, output, and S and P for every "
+        "head where the n×n scores are held) against the last-level cache the runs recorded ("
+        + (f"{llc / 2**20:g} MiB" if llc else "unknown: every size counted as in cache")
+        + "); 'in a fit': QKᵀ+PV hold enough of the FLOPs for the n exponent",
+    )
     out.table(
         "exponents",
         fits,
@@ -326,7 +379,7 @@ def write_tables(runs, t: dict, decisions: dict, p: dict, out) -> dict:
         "time crossover (scores time = dense time); 'asymptotic from' = smallest n from which every local "
         "slope of time in n is ≥ 1.6",
     )
-    return {"med": med, "fits": fits, "heads": heads, "crossover": xdf, "gpt2": lm}
+    return {"med": med, "fits": fits, "heads": heads, "crossover": xdf, "gpt2": lm, "llc": llc}
 
 
 # ------------------------------------------------------------------ figures
@@ -371,18 +424,22 @@ def plot_flops_time(t: dict, fits: pd.DataFrame, p: dict, out) -> None:
         for module in N_UNITS:
             x, y = _repeats(tm, "n", module, d=d)
             f = fits[(fits.variable == "n") & (fits.unit == module) & (fits["at"] == f"d = {int(d)}")]
-            start = float(f["range"].iloc[0].split("–")[0]) if len(f) else None
-            if start is None:
-                b.plot(x, y, "o", ms=3, color=f"C{k}", label=f"{SHORT[module]}, d={int(d)} (not fitted)")
-            else:
-                loglog(b, x, y, label=f"{SHORT[module]}, d={int(d)}", fit_from=start, color=f"C{k}")
+            fitted = np.zeros(len(x), bool)
+            for row in f.itertuples():
+                lo, hi = (float(v) for v in row.range.split("–"))
+                keep = (x >= lo) & (x <= hi)
+                fitted |= keep
+                tag = f" ({row.cache})" if len(f) > 1 or row.cache == BEYOND else ""
+                loglog(b, x[keep], y[keep], label=f"{SHORT[module]}, d={int(d)}{tag}", color=f"C{k}")
+            rest = "" if len(f) else f"{SHORT[module]}, d={int(d)} (not fitted)"
+            b.plot(x[~fitted], y[~fitted], "o", ms=3, mfc="none", color=f"C{k}", label=rest or None)
             k += 1
     b.set(
         xscale="log",
         yscale="log",
         xlabel="sequence length n (tokens)",
         ylabel="wall time per call (s)",
-        title="Wall time vs n (fit where QKᵀ+PV ≥ 80% of FLOPs)",
+        title="Wall time vs n (fits where QKᵀ+PV ≥ 80% of FLOPs)",
     )
     b.legend(fontsize=5.5)
     out.figure(
@@ -392,7 +449,8 @@ def plot_flops_time(t: dict, fits: pd.DataFrame, p: dict, out) -> None:
         "several widths; each point equals its closed form. Right: wall time of every timing round (CPU, "
         "batch 1) of the attention module (explicit and fused SDPA) and a block, head size "
         f"{p['head_dim']}; lines are log-log fits over the sizes where the n² term holds at least 80% of "
-        "the FLOPs, with the exponent and its 95% CI.",
+        "the FLOPs, with the exponent and its 95% CI, fitted apart where the working set fits the "
+        "last-level cache and where it does not (table 'cache_fit'); open markers are not fitted.",
     )
 
 

@@ -25,6 +25,7 @@ from .counting import (
     ffn_flops,
     lm_forward_flops,
 )
+from .hardware import last_level_cache
 from .threads import intra_op_threads
 from .timing import time_interleaved
 
@@ -39,6 +40,14 @@ UNITS = {
     "dense": "projections + FFN + norms of the block",
 }
 AA_SUFFIX = "|aa"  # the second name under which the A/A callable is timed
+SCORES_HELD = ("attention_explicit", "scores_explicit")  # the units that hold the n×n scores in memory
+
+
+def working_set_bytes(unit: str, d: int, h: int, n: int, itemsize: int = 4) -> int:
+    """Bytes one call touches at a time, batch 1: the input and q, k, v and the output (5·n·d values), and in
+    the units that hold the n×n scores also S = QKᵀ and P = softmax(S) for every head (2·h·n²). The fused
+    kernel streams blocks of S and never holds it."""
+    return itemsize * (5 * n * d + (2 * h * n * n if unit in SCORES_HELD else 0))
 
 
 def unit_config(d: int, h: int, n: int, backend: str = "sdpa", causal: bool = False) -> ModelConfig:
@@ -161,7 +170,7 @@ def run_time_sweep(cfg: dict, ctx) -> dict:
     ]
     unit, d, h, n = cfg["aa"]
     aa = {"unit": unit, "d": d, "h": h, "n": n, "a": t[aa_key], "b": t[aa_key + AA_SUFFIX]}
-    return {"points": points, "aa": aa, "threads": n_threads}
+    return {"points": points, "aa": aa, "threads": n_threads, "last_level_cache": last_level_cache(dev)}
 
 
 # ---------------------------------------------------------------------------------------------- saved bytes
