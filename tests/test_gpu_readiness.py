@@ -27,13 +27,21 @@ def test_timing_synchronises_before_and_after_every_repeat_on_cuda(monkeypatch):
     assert events == ["call", "call"]  # nothing to wait for on the CPU
 
 
-def test_environment_records_cuda_and_tf32(monkeypatch):
+def test_environment_records_cuda_and_the_fp32_precision_as_set(monkeypatch):
+    from tfclaims.device import fix_precision
+
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "Fake GPU 80GB")
-    env = environment(torch.device("cuda"))
-    assert env["device_name"] == "Fake GPU 80GB"
-    assert env["tf32_matmul"] == torch.backends.cuda.matmul.allow_tf32
-    assert env["tf32_cudnn"] == torch.backends.cudnn.allow_tf32 and "cuda" in env
-    assert "tf32_matmul" not in environment(torch.device("cpu"))
+    prev = torch.backends.fp32_precision
+    try:
+        torch.backends.fp32_precision = "tf32"  # a process that turned TF32 on before the run
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+        set_ = fix_precision()
+        assert set_["cuda_matmul"] == set_["cudnn_conv"] == set_["fp32"] == "ieee"
+        env = environment(torch.device("cuda"))
+        assert env["device_name"] == "Fake GPU 80GB" and "cuda" in env
+        assert env["precision"] == set_ == environment(torch.device("cpu"))["precision"]
+    finally:
+        torch.backends.fp32_precision = prev
 
 
 def test_cuda_peak_memory_is_peak_minus_resident(monkeypatch):

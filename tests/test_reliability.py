@@ -314,6 +314,8 @@ def test_reliability_force_does_not_replace_a_good_record_with_a_failed_one(toy,
 def test_reliability_thread_count_is_recorded_in_every_run(toy, capsys):
     assert cli(capsys, *run_toy(toy / "r"))[0] == 0
     assert all(isinstance(r["threads"], int) and r["threads"] >= 1 for r in records(toy / "r"))
+    # the fp32 precision as the run set it (TF32 off everywhere), not as the process happened to find it
+    assert all(r["precision"]["cuda_matmul"] == r["precision"]["fp32"] == "ieee" for r in records(toy / "r"))
 
 
 # 7: a diverging run is an outcome, and analyses that meet it say so

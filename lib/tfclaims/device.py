@@ -33,6 +33,27 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def fix_precision() -> dict:
+    """float32 computes in float32 on every device: TF32 off for CUDA matmuls, cuDNN and oneDNN (one switch,
+    torch's fp32_precision API; CUDA's matmuls would otherwise follow whatever the process set). Returns the
+    settings read back after setting them, for the run record."""
+    torch.backends.fp32_precision = "ieee"
+    return precision()
+
+
+def precision() -> dict:
+    """The fp32 settings in force (read through the fp32_precision API only: reading the legacy allow_tf32
+    flags after setting the new ones raises)."""
+    b = torch.backends
+    return {
+        "fp32": b.fp32_precision,
+        "cuda_matmul": b.cuda.matmul.fp32_precision,
+        "cudnn_conv": b.cudnn.conv.fp32_precision,
+        "mkldnn": b.mkldnn.fp32_precision,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
 def synchronize(device: torch.device | str) -> None:
     """Wait for queued kernels so that wall-clock timings cover the work (a no-op on CPU)."""
     if torch.device(device).type == "cuda":
@@ -61,8 +82,7 @@ def environment(device: torch.device) -> dict:
         },
         "platform": platform.platform(),
     }
+    env["precision"] = precision()
     if device.type == "cuda":
         env["cuda"] = torch.version.cuda
-        env["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
-        env["tf32_cudnn"] = torch.backends.cudnn.allow_tf32
     return env

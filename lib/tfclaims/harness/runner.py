@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 
 from ..data.corpus import CorpusError, corpus_files
-from ..device import environment, seed_all
+from ..device import environment, fix_precision, seed_all
 from ..evidence.evaluate import CheckFailed
 from ..io import atomic_write_json, jsonable
 from ..nn.config import ConfigError
@@ -136,6 +136,7 @@ def execute_run(task: RunTask, exp: Experiment | None = None) -> str:
         if task.device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"no CUDA GPU in this worker on {rec['host']}")
         seed_all(int(task.config.get("seed", 0)))
+        rec["precision"] = fix_precision()  # as set, not as found: the same fp32 on every device
         device = torch.device(task.device)
         rec["metrics"] = exp.run_one(task.config, RunContext(device=device, progress=task.progress))
         rec["status"] = "ok"
