@@ -31,7 +31,7 @@ MATCH_SHARE = 0.75  # the band sub-claim is supported if shown inside in at leas
 QUALITY_MARGIN = 0.05  # nats/char: a "small" cost (≈2% of MHA's loss at the default scale; Shazeer: +1.1%)
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
 NULL_OFFSET = 1000  # the null pair: MHA rerun at seed s + NULL_OFFSET
-MEMBOUND = 0.5  # a cell is memory-bound when MHA decoding moves >= 50% of the measured copy bandwidth
+MEMBOUND = 0.5  # a cell is memory-bound when MHA decoding reads at >= 50% of the measured read bandwidth
 TRACK = (0.80, 1.25)  # measured / byte-predicted speed-up counted as "tracking" the byte reduction
 PHASE_TOL = 0.15  # prefill and training-step time "barely change": MQA/MHA time within 1 ± 0.15
 DECODE_KEYS = "d_model n_layers n_heads decode_steps warmup repeats dtype bw_bytes threads".split()
@@ -214,7 +214,7 @@ class GQAThroughput(Experiment):
         lo, hi = mqa["paired speed-up"].min(), mqa["paired speed-up"].max()
         mha = ddf[(ddf.backend == "sdpa") & (ddf.n_kv_heads == p["n_heads"])]
         aa = [noise_bound(c) for c in result.floors if c.id.startswith("aa/") and c.id.endswith("log_time")]
-        bw = ddf["copy GB/s"].median()
+        bw = ddf["read GB/s"].median()
         gaps = result.per_cell("quality")
         loaded = int(mha["measured under load"].sum())
         return verdict_from(
@@ -239,12 +239,12 @@ class GQAThroughput(Experiment):
                 "quality_margin": QUALITY_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
                 "learn_margin": LEARN_MARGIN,
-                "copy_bw_GBps": bw,
+                "read_bw_GBps": bw,
                 "aa_noise_bound_log": [min(aa), max(aa)] if aa else None,
                 "declared_backend": "sdpa",
             },
             caveats=[
-                f"Decoding is timed on one CPU thread (the copy bandwidth too, {bw:.1f} GB/s); the papers' "
+                f"Decoding is timed on one CPU thread (the read bandwidth too, {bw:.1f} GB/s); the papers' "
                 "5–12× come from accelerators, where the arithmetic that MQA leaves (every query head still "
                 "scores every cached key) is cheap next to memory traffic. On a CPU core the skinny "
                 "matrix-vector products of attention run slowly, so MQA's speed-up saturates well below the "

@@ -35,7 +35,7 @@ FIT_FROM = 16  # fit per-step time over contexts n >= 16 d
 CACHED_MAX = 1.2  # the small model's cached exponent at most 1.2 (linear or better), reported
 LOGIT_TOL = 1e-4
 # t(n) = a + b·n of a cached step whose KV cache outgrows the last-level cache: b against KV bytes ÷
-# bandwidth; measured b ÷ predicted b within this band: the step reads its cache at about the bandwidth
+# read bandwidth; measured b ÷ predicted b within this band: the step reads its cache at about the bandwidth
 SLOPE_BAND = (0.5, 2.0)
 # Fit t = a + b·n + c·n² per round. Cached (the larger model, beyond the last-level cache): the n² term
 # within ±CURV_MAX of the step at the largest n, i.e. at most a tenth of it (an O(n²) step would be mostly
@@ -59,8 +59,8 @@ PER_PRED = Readout(
     "t ÷ b_pred",
     "step time ÷ predicted seconds per position",
     "positions",
-    definition="the step time over b_pred = KV bytes per position ÷ a large copy's bandwidth (mean of the "
-    "copies before and after); its slope in n is measured b ÷ predicted b",
+    definition="the step time over b_pred = KV bytes per position ÷ the read bandwidth of a large tensor (mean "
+    "of the readings before and after); its slope in n is measured b ÷ predicted b",
 )
 SHARE = Readout(
     "n² share",
@@ -224,7 +224,7 @@ class KVCacheClaim(Experiment):
             "the closed forms: linear in n with a cache, quadratic without. With a cache beyond the "
             f"last-level cache (d = {dm}, {dl} layers, up to n = {max(p['linear_ns'])}), a cached step's "
             f"time is a + b·n with b = {lin.diff * 1e9:.3g} ns per position, {mech.diff:.2f}× the KV cache "
-            f"read at the copy bandwidth; in a quadratic fit its n² term is {sq_c:+.1%} of the step at n = "
+            f"read at the read bandwidth; in a quadratic fit its n² term is {sq_c:+.1%} of the step at n = "
             f"{max(p['linear_ns'])}, against {sq_u:.0%} of the recomputing step at n = {int(last.n)}."
             if fitted
             else f"Too few context lengths at n ≥ {FIT_FROM}·d to fit the exponents."
@@ -259,10 +259,10 @@ class KVCacheClaim(Experiment):
                 "per-operation overhead): its exponent below 1 cannot tell O(1) from O(n), so it is "
                 "reported, not counted; linearity is judged on the larger model whose cache outgrows the "
                 "last-level cache.",
-                "The mechanism's prediction divides by a large copy's bandwidth, which counts the bytes read "
-                "and the bytes written; a cached step only reads its cache, so where a core reads at the "
-                "rate a copy reads (half the copy's traffic) the measured slope comes out near 2× the "
-                "prediction. The table's 'achieved cache read' gives the rate itself.",
+                "The mechanism's prediction divides by the rate at which one core reads a large tensor (its "
+                "sum: bytes read, nothing written), since a cached step only reads its cache; a copy's "
+                "bandwidth, which counts the bytes written too, would overstate the rate. The table's "
+                "'achieved cache read' gives the rate the step reaches.",
                 "The uncached step uses the fused causal kernel, which skips the masked half of the scores; "
                 "counted FLOPs follow the no-discount convention (the MATH kernel computes every score).",
                 "The uncached forward computes logits at every position, as `LM.generate(use_cache=False)` "

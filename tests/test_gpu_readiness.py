@@ -167,3 +167,29 @@ def _estimates(claim, exp, p) -> dict:
         "decoding (bf16 weights + every variant's cache)": n_kv * 2 * params + caches,
         "phases": n_kv * (2 + 12) * params + 4 * params + acts,
     }
+
+
+def test_bandwidth_and_gemm_ceilings_batch_calls_between_syncs_and_reach_tensor_cores_on_cuda(monkeypatch):
+    """On CUDA a sample repeats calls for GPU_SAMPLE seconds between two synchronisations (a single call
+    would time launch and sync overhead), and the GEMM ceiling is taken in bfloat16 at 8192³, where a
+    data-centre GPU's tensor cores run; on the CPU one call is one sample, in float32 at 1024³."""
+    from tfclaims.measure import counters
+
+    seen = []
+    monkeypatch.setattr(
+        counters, "time_interleaved", lambda fns, **kw: seen.append(kw) or {"fn": {"times": [2.0]}}
+    )
+    shapes = []
+    real_randn = torch.randn
+
+    def randn(*size, device=None, dtype=None):
+        shapes.append((size, dtype))
+        return real_randn(2, 2)
+
+    monkeypatch.setattr(counters.torch, "randn", randn)
+    assert counters.gemm_peak("cuda") == 2 * 8192**3 / 2.0
+    assert shapes[-1] == ((8192, 8192), torch.bfloat16) and seen[-1]["min_sample"] == counters.GPU_SAMPLE
+    assert counters.gemm_peak("cpu") == 2 * 1024**3 / 2.0
+    assert shapes[-1] == ((1024, 1024), torch.float32) and seen[-1]["min_sample"] == 0
+    assert counters.read_bandwidth(1 << 12, device="cpu") == (1 << 12) / 2.0
+    assert counters.copy_bandwidth(1 << 12, device="cpu") == 2 * (1 << 12) / 2.0

@@ -2,7 +2,7 @@
 
 import torch
 
-from tfclaims.measure.counters import copy_bandwidth, count_flops, saved_bytes
+from tfclaims.measure.counters import copy_bandwidth, count_flops, read_bandwidth, saved_bytes
 from tfclaims.measure.counting import matmul_flops
 from tfclaims.measure.timing import time_call, time_interleaved
 from tfclaims.nn.attention import Attention
@@ -34,6 +34,7 @@ def test_time_call_and_bandwidth_return_sane_numbers():
     t = time_call(lambda: torch.ones(1000).sum(), repeats=3)
     assert 0 < t["q25"] <= t["median"] <= t["q75"] and len(t["times"]) == 3
     assert copy_bandwidth(1 << 20, repeats=2) > 1e6
+    assert read_bandwidth(1 << 20, repeats=2) > 1e6
 
 
 def test_interleaved_rounds_run_in_a_seeded_permutation_so_no_callable_keeps_one_neighbour():

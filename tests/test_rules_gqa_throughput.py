@@ -51,12 +51,12 @@ def decode_metrics(cfg, rng, speedup, noise, explicit, membound, load, aa_noise,
                 "bytes_per_call": per_call, "times": ts, "median_s": med, "tokens_per_s": 1 / med,
                 "achieved_bw": per_call / med,
             })  # fmt: skip
-    bw = rows[0]["achieved_bw"] * (1.5 if membound else 100)  # MHA at SDPA: 2/3 of the copy bandwidth, or 1%
+    bw = rows[0]["achieved_bw"] * (1.5 if membound else 100)  # MHA at SDPA: 2/3 of the read bandwidth, or 1%
     mha = rows[0]["times"]
     aa = [
         t * float(np.exp(-2 * _z(r, True) * noise + (-1) ** (r // 2) * aa_noise)) for r, t in enumerate(mha)
     ]
-    return {"rows": rows, "copy_bw": [bw, bw], "threads": 1, "load": [load, load], "cpus": 2,
+    return {"rows": rows, "read_bw": [bw, bw], "threads": 1, "load": [load, load], "cpus": 2,
             "gemm_flops": 1e10, "aa": {"n_kv_heads": h, "backend": "sdpa", "times": aa}}  # fmt: skip
 
 
@@ -231,12 +231,12 @@ def test_gqa_throughput_rule_tracking_where_memory_bound(tmp_path, speedup, expe
     v = analyse(EXP, records(lambda cell: speedup, membound=True), P, tmp_path)
     assert verdicts(v)["tracks"] == expect
     assert len(sub(v, "tracks").comparisons) == len(CELLS)
-    # MHA at explicit is 1.5× slower, so below half the copy bandwidth: every cell left out there
+    # MHA at explicit is 1.5× slower, so below half the read bandwidth: every cell left out there
     assert not sub(v, "tracks-explicit").comparisons and "Left out" in sub(v, "tracks-explicit").detail
     assert verdicts(v)["tracks-explicit"] == "inconclusive"
 
 
-def test_gqa_throughput_rule_tracking_leaves_out_cells_below_half_the_copy_bandwidth(tmp_path):
+def test_gqa_throughput_rule_tracking_leaves_out_cells_below_half_the_read_bandwidth(tmp_path):
     v = analyse(EXP, records(lambda cell: 2.5), P, tmp_path)
     assert not sub(v, "tracks").comparisons and verdicts(v)["tracks"] == "inconclusive"
 

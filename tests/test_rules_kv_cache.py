@@ -68,7 +68,7 @@ def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, bytes_off=0, l
                 ]
                 pts.append({"n": n, "kv_bytes": KV_PER_POS * n, **quartiles(ts)})
             aa = [t * (1 + 0.01 * (1 if r % 2 else -1)) for r, t in enumerate(pts[-1]["times"])]
-            m = {"points": pts, "aa": {"n": pts[-1]["n"], **quartiles(aa)}, "copy_bw": [BW, BW],
+            m = {"points": pts, "aa": {"n": pts[-1]["n"], **quartiles(aa)}, "read_bw": [BW, BW],
                  "kv_bytes_per_position": KV_PER_POS, "threads": 1}  # fmt: skip
         else:
             pts = [{"N": N, "cached": quartiles([1e-3 * N] * 3), "uncached": quartiles([1e-4 * N**2] * 3),

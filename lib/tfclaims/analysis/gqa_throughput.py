@@ -64,10 +64,10 @@ def kv_heavy(p: dict, batch: int, context: int) -> bool:
 
 
 def memory_bound(share: float) -> CellRule:
-    """Cells where arm a (MHA at the compared backend) reaches `share` of the copy bandwidth."""
+    """Cells where arm a (MHA at the compared backend) reaches `share` of the read bandwidth."""
     return CellRule(
-        f"(MHA's achieved bandwidth at this backend) ≥ {share:.0%} of the copy bandwidth",
-        lambda a, b: len(a) > 0 and float(a["of_copy_bw"].iloc[0]) >= share,
+        f"(MHA's achieved bandwidth at this backend) ≥ {share:.0%} of the read bandwidth",
+        lambda a, b: len(a) > 0 and float(a["of_read_bw"].iloc[0]) >= share,
     )
 
 
@@ -85,12 +85,12 @@ def observe(runs: list[dict], p: dict, final, learned) -> dict[str, pd.DataFrame
     dec, byt = [], []
     for r in part(runs, "decode"):
         c, m = r["config"], r["metrics"]
-        bw, here = float(np.median(m["copy_bw"])), {"batch": c["batch"], "context": c["context"]}
+        bw, here = float(np.median(m["read_bw"])), {"batch": c["batch"], "context": c["context"]}
         for x in m["rows"]:
             f = {**here, "kv": x["n_kv_heads"], "backend": x["backend"], "again": False}
             for row in timing_rows(x["times"], **f):
                 per_byte = row["log_time"] - math.log(x["bytes_per_call"])
-                dec.append({**row, "of_copy_bw": of_limit(x["achieved_bw"], bw), "log_s_per_byte": per_byte})
+                dec.append({**row, "of_read_bw": of_limit(x["achieved_bw"], bw), "log_s_per_byte": per_byte})
             ratio = x["kv_cache_bytes"] / x["kv_cache_bytes_closed_form"]
             byt.append({**f, "unit": 0, "cache_bytes": ratio})
         aa = m["aa"]  # the A/A copy: the same callable (and bytes) as its variant, timed under another name
@@ -182,11 +182,11 @@ def band_status(c) -> str:
 # ------------------------------------------------------------------ tables
 def decode_table(runs: list[dict], p: dict) -> pd.DataFrame:
     """One row per (cell, n_kv_heads, backend): throughput, the speed-up over MHA at the same backend
-    (geometric mean of the per-round ratios), bytes, bandwidth against the copy bandwidth, roofline, load."""
+    (geometric mean of the per-round ratios), bytes, bandwidth against the read bandwidth, roofline, load."""
     h, rows = p["n_heads"], []
     for r in part(runs, "decode"):
         c, m = r["config"], r["metrics"]
-        bw, peak, n = float(np.median(m["copy_bw"])), m.get("gemm_flops"), c["decode_steps"]
+        bw, peak, n = float(np.median(m["read_bw"])), m.get("gemm_flops"), c["decode_steps"]
         loaded = max(x or 0 for x in m.get("load") or [0]) > m.get("threads", 1) + LOAD_SLACK
         mha = {x["backend"]: x for x in m["rows"] if x["n_kv_heads"] == h}
         for x in m["rows"]:
@@ -204,7 +204,7 @@ def decode_table(runs: list[dict], p: dict) -> pd.DataFrame:
                 "byte-predicted": base["bytes_per_call"] / x["bytes_per_call"],
                 "KV cache MB": x["kv_cache_bytes"] / 1e6, "KV MB/step": x["kv_bytes_per_step"] / 1e6,
                 "weights MB/step": x["weight_bytes_per_step"] / 1e6, "GB/s": x["achieved_bw"] / 1e9,
-                "copy GB/s": bw / 1e9, "of copy bw": of_limit(x["achieved_bw"], bw),
+                "read GB/s": bw / 1e9, "of read bw": of_limit(x["achieved_bw"], bw),
                 "rel IQR": (q75 - q25) / x["median_s"],
                 "FLOPs/call": flops, "GEMM GFLOP/s": (peak or math.nan) / 1e9,
                 "roofline bound": "memory" if t_mem >= t_cmp else "compute",
@@ -225,7 +225,7 @@ def _summary(ddf: pd.DataFrame, result, decl, p: dict) -> pd.DataFrame:
         "KV cache MB": "MHA KV cache MB",
         "weights MB/step": "weights MB/step",
         "GB/s": "MHA GB/s",
-        "of copy bw": "MHA of copy bw",
+        "of read bw": "MHA of read bw",
     }
     out = mha[list(names)].rename(columns=names)
     for kv in kv_list(h)[1:]:
@@ -439,11 +439,11 @@ def plot_bandwidth(ddf: pd.DataFrame, p: dict, out) -> None:
 
     ddf = ddf[ddf.backend == "sdpa"]
     fig, (a, b) = subplots(2, width=4.8, height=3.6)
-    bw = ddf["copy GB/s"]
+    bw = ddf["read GB/s"]
     for kv in kv_list(p["n_heads"]):
         g = ddf[ddf.n_kv_heads == kv]
         a.scatter(g["KV MB/step"] + g["weights MB/step"], g["GB/s"], s=16, label=f"n_kv = {kv}")
-    a.axhline(bw.median(), color="k", ls="--", lw=1, label=f"copy bandwidth {bw.median():.1f} GB/s")
+    a.axhline(bw.median(), color="k", ls="--", lw=1, label=f"read bandwidth {bw.median():.1f} GB/s")
     a.axhspan(bw.min(), bw.max(), color="k", alpha=0.08, lw=0)
     a.set_xscale("log")
     a.set(
@@ -476,7 +476,7 @@ def plot_bandwidth(ddf: pd.DataFrame, p: dict, out) -> None:
         "bandwidth",
         fig,
         "At the sdpa backend. Left: achieved bandwidth (compulsory bytes per step / time) per cell against "
-        "the copy bandwidth measured in the same runs (dashed: median; band: range). Right: measured "
+        "the read bandwidth measured in the same runs (dashed: median; band: range). Right: measured "
         "speed-up over MHA (geometric mean of the per-round ratios) against the speed-up predicted by the "
         "bytes read; bars: quartiles of the per-round ratios.",
     )

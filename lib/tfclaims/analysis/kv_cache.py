@@ -83,7 +83,7 @@ def observe(runs: list[dict], fit_from: int) -> dict[str, pd.DataFrame]:
             for r, s in round_slopes(points, kind, fit_from).items()
         ]
     lpts, lm = _points(runs, "linear")
-    b_pred = lm["kv_bytes_per_position"] / float(np.mean(lm["copy_bw"]))
+    b_pred = lm["kv_bytes_per_position"] / float(np.mean(lm["read_bw"]))
     linear = pd.DataFrame(
         [r for pt in lpts for r in timing_rows(pt["times"], n=pt["n"], kv_bytes=pt["kv_bytes"])]
     )
@@ -185,7 +185,7 @@ def write_tables(runs, t: dict, result, p: dict, fit_from: int, out) -> dict:
         gdf=gdf,
         presets=presets,
         ldf=ldf,
-        bw=lin_info["copy_bw"],
+        bw=lin_info["read_bw"],
         last=sdf.iloc[-1],
         evidence=evidence,
     )
@@ -194,10 +194,10 @@ def write_tables(runs, t: dict, result, p: dict, fit_from: int, out) -> dict:
 def _linear_table(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, dict]:
     lpts, lm = _points(runs, "linear")
     lin, mech = result.get("grows"), result.get("mechanism")
-    bw = float(np.mean(lm["copy_bw"]))
+    bw = float(np.mean(lm["read_bw"]))
     b_pred = (
         lm["kv_bytes_per_position"] / bw
-    )  # seconds per position if the cache is read at the copy bandwidth
+    )  # seconds per position if the cache is read at the read bandwidth
     lt = t["linear"]
     a_fix = float(np.mean([np.polyfit(g.n, g.seconds, 1)[1] for _, g in lt.groupby("unit")]))
     b = lin.diff if lin.diff is not None else float("nan")
@@ -215,7 +215,7 @@ def _linear_table(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, di
         ldf.drop(columns=["q25 (ms)", "q75 (ms)"]),
         f"Cached step at long context (d = {dm}, {dl} layers, {dh} heads; {lm['kv_bytes_per_position']:,} KV "
         f"bytes per position), median over {lt.unit.nunique()} interleaved rounds, the fit t = a + b·n (mean "
-        "of the per-round fits) and the prediction with b = KV bytes per position ÷ copy bandwidth "
+        "of the per-round fits) and the prediction with b = KV bytes per position ÷ read bandwidth "
         f"({bw / 1e9:.1f} GB/s); achieved cache read = KV bytes ÷ (time − a)",
     )
     info = {
@@ -224,7 +224,7 @@ def _linear_table(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, di
         "a_s": a_fix,
         "b_predicted": b_pred,
         "slope_ratio": [mech.diff, mech.ci_low, mech.ci_high],
-        "copy_bw": bw,
+        "read_bw": bw,
     }
     return ldf, info
 
@@ -384,5 +384,5 @@ def plot_linear(ldf: pd.DataFrame, p: dict, bw: float, out) -> None:
         "Time of one cached decoding step (batch 1, one CPU thread) against the context length for a model "
         "whose KV cache outgrows the last-level cache (table 'linear' gives the cache size at each n): "
         "medians with quartiles over interleaved rounds, the least-squares line t = a + b·n, and the line "
-        "whose slope is the cache read at the measured copy bandwidth.",
+        "whose slope is the cache read at the measured read bandwidth.",
     )

@@ -16,7 +16,7 @@ import functools
 
 import torch
 
-from ..measure.counters import copy_bandwidth, count_flops
+from ..measure.counters import count_flops, read_bandwidth
 from ..measure.counting import kv_cache_bytes, lm_forward_flops, model_params
 from ..measure.threads import intra_op_threads
 from ..measure.timing import time_interleaved
@@ -35,14 +35,14 @@ def linear_model_config(cfg: dict) -> ModelConfig:
 
 def run_cached_linear(cfg: dict, ctx) -> dict:
     """One cached step (batch 1, one new token) at every context n in `linear_ns`, interleaved round by round
-    with the largest n timed twice (A/A); a large copy's bandwidth measured before and after."""
+    with the largest n timed twice (A/A); the read bandwidth of a large tensor measured before and after."""
     dev = ctx.device
     mc = linear_model_config(cfg)
     with torch.device(dev):
         model = LM(mc).eval()
     steps, kv = {}, {}
     with torch.no_grad(), intra_op_threads(cfg["threads"]) as n_threads:
-        bw_before = copy_bandwidth(cfg["bw_bytes"], device=dev)
+        bw_before = read_bandwidth(cfg["bw_bytes"], device=dev)
         tok = torch.randint(1, mc.vocab_size, (1, 1), device=dev)
         for n in cfg["linear_ns"]:
             cache = KVCache.for_model(mc, 1, n, device=dev)
@@ -60,10 +60,10 @@ def run_cached_linear(cfg: dict, ctx) -> dict:
         t = time_interleaved(
             fns, device=dev, warmup=cfg["warmup"], repeats=cfg["linear_repeats"], min_sample=0
         )
-        bw_after = copy_bandwidth(cfg["bw_bytes"], device=dev)
+        bw_after = read_bandwidth(cfg["bw_bytes"], device=dev)
     points = [{"n": n, "kv_bytes": kv[n], **t[f"cached|{n}"]} for n in cfg["linear_ns"]]
     return {
-        "points": points, "aa": {"n": n_aa, **t[AA]}, "copy_bw": [bw_before, bw_after],
+        "points": points, "aa": {"n": n_aa, **t[AA]}, "read_bw": [bw_before, bw_after],
         "kv_bytes_per_position": kv_cache_bytes(mc, 1), "threads": n_threads,
     }  # fmt: skip
 

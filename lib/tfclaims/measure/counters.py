@@ -1,15 +1,28 @@
-"""Measured counts and ceilings: FLOPs counted by torch, bytes saved for backward, copy bandwidth and GEMM peak
-(the roofline's two ceilings). Wall time lives in `timing`; closed forms in `counting`."""
+"""Measured counts and ceilings: FLOPs counted by torch, bytes saved for backward, copy and read bandwidth and
+GEMM peak (the roofline's two ceilings). Wall time lives in `timing`; closed forms in `counting`.
+
+On a GPU one call of these sizes lasts microseconds to milliseconds, so each timed sample repeats calls for at
+least `GPU_SAMPLE` seconds between two synchronisations: launch and sync overhead then do not count."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from .timing import time_call
+from .timing import time_interleaved
+
+GPU_SAMPLE = 0.02  # seconds per timed sample on CUDA; on the CPU a call of these sizes is one sample
+
+
+def _per_call(fn: Callable[[], object], device, repeats: int) -> list[float]:
+    """Seconds per call of fn in each of `repeats` samples (after one warm-up call)."""
+    sample = GPU_SAMPLE if torch.device(device).type == "cuda" else 0.0
+    t = time_interleaved({"fn": fn}, device=device, repeats=repeats, warmup=1, min_sample=sample)
+    return t["fn"]["times"]
 
 
 def count_flops(fn: Callable[[], object]) -> int:
@@ -44,15 +57,27 @@ def saved_bytes(fn: Callable[[], object], exclude: tuple[torch.Tensor, ...] = ()
 
 
 def copy_bandwidth(nbytes: int = 1 << 28, *, device="cpu", repeats: int = 5) -> float:
-    """Achieved bytes/s of a large tensor copy (read + write counted): the machine's practical memory limit."""
+    """Achieved bytes/s of a large tensor copy, read + write counted (median over samples): the limit of a
+    kernel that reads one tensor and writes another of the same size (a norm, an elementwise op)."""
     n = nbytes // 4
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    t = time_call(lambda: dst.copy_(src), device=device, warmup=1, repeats=repeats)["median"]
-    return 2 * n * 4 / t
+    return 2 * n * 4 / statistics.median(_per_call(lambda: dst.copy_(src), device, repeats))
 
 
-def gemm_peak(device, n: int = 1024, repeats: int = 5, dtype=torch.float32) -> float:
-    """FLOP/s of an n × n × n matrix product, the best of `repeats` timed calls: the roofline's compute ceiling."""
+def read_bandwidth(nbytes: int = 1 << 28, *, device="cpu", repeats: int = 5) -> float:
+    """Achieved bytes/s of reading a large tensor once (its sum: nbytes read, one value written; median over
+    samples): the limit of a kernel that only reads, like a decoding step reading its KV cache and weights."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    return src.nbytes / statistics.median(_per_call(src.sum, device, repeats))
+
+
+def gemm_peak(device, n: int | None = None, repeats: int = 5, dtype=None) -> float:
+    """FLOP/s of an n × n × n matrix product, the best of `repeats` samples: the roofline's compute ceiling.
+    Defaults: float32 at n = 1024 on the CPU; bfloat16 at n = 8192 on CUDA, the size and type that keep a
+    data-centre GPU's tensor cores busy (float32 or a small n measures a ceiling far below the device's)."""
+    cuda = torch.device(device).type == "cuda"
+    n = n or (8192 if cuda else 1024)
+    dtype = dtype or (torch.bfloat16 if cuda else torch.float32)
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    return 2 * n**3 / min(time_call(lambda: a @ b, device=device, warmup=1, repeats=repeats)["times"])
+    return 2 * n**3 / min(_per_call(lambda: a @ b, device, repeats))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..measure.counters import copy_bandwidth
+from ..measure.counters import read_bandwidth
 from ..measure.counting import kv_cache_bytes
 from ..measure.threads import intra_op_threads
 from ..measure.timing import time_interleaved
@@ -96,13 +96,13 @@ def _time_decoders(
     """Time every (kv, backend) variant in interleaved rounds; `aa`: a variant also timed under the name A/A."""
     dev, dtype = ctx.device, getattr(torch, cfg["dtype"])
     with intra_op_threads(cfg["threads"]) as n_threads:
-        bw_before = copy_bandwidth(cfg["bw_bytes"], device=dev)
+        bw_before = read_bandwidth(cfg["bw_bytes"], device=dev)
         built = {f"{kv}|{b}": filled_decoder(cfg, kv, b, dev, dtype) for kv, b in variants}
         fns = {name: fn for name, (fn, _) in built.items()}
         if aa is not None:
             fns[AA] = fns[f"{aa[0]}|{aa[1]}"]
         t = time_interleaved(fns, device=dev, repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)
-        bw_after = copy_bandwidth(cfg["bw_bytes"], device=dev)
+        bw_after = read_bandwidth(cfg["bw_bytes"], device=dev)
     rows = []
     for name, (_, info) in built.items():
         times = t[name]["times"]
@@ -115,7 +115,7 @@ def _time_decoders(
         )  # fmt: skip
     out = {
         "rows": rows,
-        "copy_bw": [bw_before, bw_after],
+        "read_bw": [bw_before, bw_after],
         "threads": n_threads,
         "load": t[next(iter(t))]["load"],
     }
