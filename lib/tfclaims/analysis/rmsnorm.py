@@ -20,9 +20,21 @@ from . import part
 LABEL = {"builtin": "built-in", "eager": "eager", "fused": "fused"}
 
 
-def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> dict[str, pd.DataFrame]:
+def quiet_rounds(row: dict, share: float) -> list[int]:
+    """The rounds of one width whose copy bandwidth is at least `share` of the best round's (every round where
+    none was measured): the others were contended by another process and are left out of every
+    implementation alike."""
+    bw = row.get("copy_bw")
+    if not bw:
+        return list(range(len(row["layer"]["times"])))
+    return [i for i, b in enumerate(bw) if b >= share * max(bw)]
+
+
+def observe(
+    runs: list[dict], p: dict, readouts, null_offset: int, aa: str, quiet: float
+) -> dict[str, pd.DataFrame]:
     """alone: one row per width d, implementation (`impl`; `aa` is the built-in LayerNorm's copy timed again)
-    and interleaved round of the norm timed alone; step: one row per model (d_model, n_layers),
+    and interleaved round of the norm timed alone, less the contended rounds (see `quiet_rounds`); step: one row per model (d_model, n_layers),
     implementation and round of the whole training step; runs: one row per training run with its role
     (selection, test, or null: the null pairs' seeds s + null_offset), scale label and loss at init; tuned,
     choices, sensitivity: each norm's learning-rate sweep read by `evidence.tuning`; first: the tuned null
@@ -30,7 +42,11 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> d
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = [*micro["impls"], aa]
     alone = [
-        r for row in micro["rows"] for k in impls for r in timing_rows(row[k]["times"], d=row["d"], impl=k)
+        r
+        for row in micro["rows"]
+        for k in impls
+        for r in timing_rows(row[k]["times"], d=row["d"], impl=k)
+        if r["unit"] in quiet_rounds(row, quiet)
     ]
     step = [
         r
@@ -82,15 +98,21 @@ def ratio_ci(c) -> tuple[float, float, float]:
     return math.exp(-c.diff), lo, hi
 
 
-def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -> dict:
+def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, quiet: float, out) -> dict:
     """norm_alone, step, kernels and training tables; returns what the summary and the figures read."""
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = micro["impls"]
     fams = [f for f, pair in families.items() if set(pair) <= set(impls)]
-    bw = float(np.mean(micro["copy_bw"])) if micro.get("copy_bw") else None
+    rounds = [b for r in micro["rows"] for b in r.get("copy_bw", [])]
+    bw = float(np.median(rounds)) if rounds else None
     rows = []
     for r in micro["rows"]:
         row = {"width d": r["d"], "tokens": p["tokens"], **{f"{k} (µs)": r[k]["median"] * 1e6 for k in impls}}
+        if r.get("copy_bw"):
+            row["copy GB/s (min–max over rounds)"] = (
+                f"{min(r['copy_bw']) / 1e9:.1f}–{max(r['copy_bw']) / 1e9:.1f}"
+            )
+            row["contended rounds left out"] = len(r["copy_bw"]) - len(quiet_rounds(r, quiet))
         if bw and r.get("bytes"):  # achieved bytes/s over the copy bandwidth, per implementation
             for fam in fams:
                 for norm, k in zip(("LN", "RMS"), families[fam]):
@@ -113,8 +135,9 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -
         f"({micro['threads']} intra-op thread(s)); LN/RMS = exp of the mean paired log ratio over rounds, "
         "with its CI at Holm's level (across widths); % of copy bandwidth = compulsory bytes (5 × tokens × d "
         "× 4) per second over a large copy's bytes per second"
-        + (f" ({bw / 1e9:.1f} GB/s)" if bw else "")
-        + "; A/A: "
+        + (f" (median over rounds {bw / 1e9:.1f} GB/s)" if bw else "")
+        + f"; a round whose copy ran below {quiet:.0%} of the best round's bandwidth at that width was "
+        "contended and is left out of every implementation" + "; A/A: "
         "the built-in LayerNorm timed twice",
     )
     sdf = _step_table(runs, result, families, out)
@@ -175,15 +198,21 @@ def _step_table(runs, result, families: dict, out) -> pd.DataFrame:
             row[f"{name} saving"] = 1 - math.exp(cmp.diff)
             row[f"{name} saving lo"] = 1 - math.exp(cmp.ci_high) if cmp.ci_high is not None else math.nan
             row[f"{name} saving hi"] = 1 - math.exp(cmp.ci_low) if cmp.ci_low is not None else math.nan
-            row[f"{name} LN share of step"] = m["n_norms"] * m["norm"][ln]["median"] / m["step"][ln]["median"]
+            share = m["n_norms"] * m["norm"][ln]["median"] / m["step"][ln]["median"]
+            row[f"{name} LN share of step"] = share
+            # the most the step can save: the norms' share times what RMSNorm saves on them alone
+            row[f"{name} saving the share allows"] = share * (
+                1 - m["norm"][rms]["median"] / m["norm"][ln]["median"]
+            )
         srows.append(row)
     sdf = pd.DataFrame(srows)
     out.table(
         "step",
         sdf,
         "Whole training step: median time, saving 1 − t_RMS/t_LN (from the mean paired log ratio over "
-        "interleaved rounds) with its CI at Holm's level (across model sizes), and the norms' estimated "
-        "share of the LN step",
+        "interleaved rounds) with its CI at Holm's level (across model sizes), the norms' estimated share of "
+        "the LN step, and the saving that share allows (share × the saving of the norms timed alone at the "
+        "model's shape): a step cannot save more than it spends in its norms",
     )
     return sdf
 
@@ -215,7 +244,8 @@ def describe(result, v: dict, p: dict) -> tuple[str, str]:
     def steps(name):
         return "; ".join(
             f"d={int(r['d_model'])}, {int(r['layers'])} layers: {r[f'{name} saving']:+.1%} "
-            f"[{r[f'{name} saving lo']:+.1%}, {r[f'{name} saving hi']:+.1%}]"
+            f"[{r[f'{name} saving lo']:+.1%}, {r[f'{name} saving hi']:+.1%}] (its norms' share allows at most "
+            f"{r[f'{name} saving the share allows']:+.1%})"
             for _, r in sdf.iterrows()
         )
 
