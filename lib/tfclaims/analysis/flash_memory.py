@@ -52,7 +52,19 @@ RATIO_ERR = Readout(
     definition="saved bytes explicit / fused, over (3n·d_k + n²)/(4n·d_k + n), less 1",
     fmt="+.2g",
 )
-READOUTS = (EXPONENT, STORAGES, HAND_ERR, INV_ERR, RATIO_ERR)
+LIVE = Readout(
+    "live",
+    "peak over its live-set unit",
+    definition="peak bytes of forward + backward over 3·h·n²·4 (P, dP and dS, which the explicit backward "
+    "holds at once) on the explicit paths, over h·n·d_k·4 (one n×d tensor) on the fused ones",
+    fmt=".3f",
+)
+READOUTS = (EXPONENT, STORAGES, HAND_ERR, INV_ERR, RATIO_ERR, LIVE)
+
+
+def live_unit(variant: str, n: int, h: int, dk: int, itemsize: int = 4) -> int:
+    """The bytes a path's peak is counted in: three n×n tensors per head (explicit), one n×d (fused)."""
+    return itemsize * h * (3 * n * n if variant.startswith("explicit") else n * dk)
 
 
 def fit_sizes(ns, fit_from: int) -> list:
@@ -124,6 +136,7 @@ def observe(
     ]  # fmt: skip
     df = pd.DataFrame(rows)
     wide = df.pivot(index="n", columns="variant", values="saved bytes").reset_index() if len(df) else df
+    h, dk = p["heads"], p["head_dim"]
     peaks = sorted(part(runs, "peak"), key=lambda r: r["config"]["n"])
     pk = pd.DataFrame([{"n": r["config"]["n"], **r["metrics"]["peak_bytes"]} for r in peaks])
     return {
@@ -133,6 +146,14 @@ def observe(
         "ratio": _ratio(wide, p["head_dim"], ratio_at) if len(wide) else pd.DataFrame(),
         "wide": wide,
         "peak": pk,
+        "peak_live": pd.DataFrame(
+            [
+                {"variant": v, "n": r.n, "unit": r.n, "live": getattr(r, v) / live_unit(v, r.n, h, dk)}
+                for r in pk.itertuples()
+                for v in PEAKED
+            ],
+            columns=["variant", "n", "unit", "live"],
+        ),
     }
 
 
@@ -198,7 +219,7 @@ def write_tables(runs, t: dict, p: dict, fit_from: int, out) -> dict:
         how = (
             "torch.cuda.max_memory_allocated"
             if where.startswith("cuda")
-            else "the CPU profiler memory events"
+            else "the CPU profiler's memory timeline"
         )
         out.table(
             "peak_memory",

@@ -1,10 +1,12 @@
 """Peak memory of an attention forward + backward: what Dao et al.'s 10×/20× compare, beside the bytes saved.
 
 On CUDA: `attention_cost.cuda_peak` (`torch.cuda.max_memory_allocated` after a reset, less what was allocated
-before). On the CPU, where
-torch keeps no allocator statistics, the profiler's memory view: every allocation and free it records (ops'
-own allocations and the frees between them) in time order, summed; the peak of that running sum is the most
-memory the call held at once beyond what existed before it.
+before). On the CPU, where torch keeps no allocator statistics, the profiler's memory timeline: every storage's
+allocation and free in time order (torch's `MemoryProfileTimeline`, what `export_memory_timeline` draws), summed;
+its peak less the total at its start is the most memory the call held at once beyond what existed before it.
+Summing each operator's net allocation at its start time instead undercounts: a tensor freed inside a later
+operator is netted out before the peak it was part of (the explicit backward then shows two n×n tensors where
+autograd holds three: P, dP and dS).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
+from torch.profiler._memory_profiler import MemoryProfileTimeline
 
 from ..measure.attention_cost import cuda_peak
 from ..nn.attention import Attention, build_mask
@@ -23,19 +26,14 @@ def _fwd_bwd(fn) -> None:
 
 
 def cpu_peak(fn) -> int:
-    """Peak bytes held at once by fn() on the CPU beyond what was allocated before it (profiler memory events)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    """Peak bytes held at once by fn() on the CPU beyond what was allocated before it (the profiler's memory
+    timeline: bytes live per category at every allocation and free)."""
+    kw = dict(profile_memory=True, record_shapes=True, with_stack=True)  # what the timeline needs
+    with profile(activities=[ProfilerActivity.CPU], **kw) as prof:
         fn()
-    moves = []
-    for e in prof.events():
-        b = e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage
-        if b:
-            moves.append((e.time_range.start, b))
-    cur = peak = 0
-    for _, b in sorted(moves, key=lambda m: m[0]):
-        cur += b
-        peak = max(peak, cur)
-    return int(peak)
+    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
+    live = [sum(s) for s in sizes]  # bytes live after each event, all categories
+    return int(max(live) - live[0]) if live else 0
 
 
 def peak_bytes(fn, device) -> int:
