@@ -13,7 +13,7 @@ from tfclaims.nn.config import ModelConfig
 from tfclaims.train.decode import decode_config
 
 EXPS = load_all()
-GPU_BYTES = 80 * 2**30  # the `full` profiles are sized for one 80 GB GPU (A100/H100)
+GPU_BYTES = 79 * 2**30  # the `full` profiles are sized for one 80 GB GPU (A100/H100): about 79 GiB usable
 
 
 def test_timing_synchronises_before_and_after_every_repeat_on_cuda(monkeypatch):
@@ -151,20 +151,27 @@ def _estimates(claim, exp, p) -> dict:
         if need is not None and "training" not in found:
             found["training"] = need
         return found
+    from tfclaims.claims.gqa_throughput import BACKENDS
+    from tfclaims.train.decode import RESIDENT_SHARE, decoder_set
+
     lm = {"d_model": p["lm_d_model"], "n_layers": p["lm_layers"], "n_heads": p["lm_heads"]}
-    n_kv = len(exp.grid(dict(p))[0]["kvs"])
+    kvs = exp.grid(dict(p))[0]["kvs"]
+    n_kv = len(kvs)
     c = decode_config(p, p["n_heads"], max(p["contexts"]) + p["decode_steps"])
     params = 12 * c.n_layers * c.d_model**2  # MHA: an upper bound for every variant
-    caches = sum(
-        kv_cache_bytes(c.replace(n_kv_heads=kv), c.max_seq_len, max(p["batches"]), 2)
-        for kv in exp.grid(dict(p))[0]["kvs"]
-    )
+    # the largest cell's decoders as the recipe builds them, counted from the tensors of a meta-device build:
+    # every K/V head count at once where that fits the device's share, else the largest one alone
+    cell = {**p, "batch": max(p["batches"]), "context": max(p["contexts"])}
+    meta, bf16 = torch.device("meta"), getattr(torch, p["dtype"])
+    together = decoder_set(kvs, BACKENDS, cell, meta, bf16)[1]
+    alone = max(decoder_set([kv], BACKENDS, cell, meta, bf16)[1] for kv in kvs)
+    resident = together if together <= RESIDENT_SHARE * GPU_BYTES else alone
     # phases: every variant resident at once (bf16 for prefill, fp32 weights + AdamW moments for the training
     # step), gradients and activations of one step at a time (fused attention: no s^2 term)
     acts = 2 * p["train_len"] * p["train_batch"] * c.d_model * c.n_layers * 34
     return {
         "lm training": _training_bytes({**p, **lm}),
-        "decoding (bf16 weights + every variant's cache)": n_kv * 2 * params + caches,
+        "decoding (the decoders resident at once, from their tensors)": resident,
         "phases": n_kv * (2 + 12) * params + 4 * params + acts,
     }
 

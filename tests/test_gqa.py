@@ -191,3 +191,56 @@ def test_explicit_gqa_never_materialises_repeated_keys_or_values(kv):
     ref_cache.pos = S - 1
     with torch.no_grad():
         torch.testing.assert_close(y, ref(step, cache=ref_cache), atol=1e-5, rtol=1e-4)
+
+
+def test_decoders_of_one_kv_head_count_share_weights_and_cache_and_the_meta_count_is_what_they_hold():
+    """Both backends of a K/V head count read one copy of the weights and one cache (a backend changes how
+    attention is computed, not what is stored); the bytes a meta-device build counts are exactly what the
+    real build holds, so the memory check on a GPU needs no allocation."""
+    from tfclaims.train.decode import decoder_set
+
+    cfg = {"d_model": 32, "n_layers": 2, "n_heads": 4, "batch": 2, "context": 12, "decode_steps": 2}
+    built, held = decoder_set([4, 1], ["sdpa", "explicit"], cfg, torch.device("cpu"), torch.float32)
+    _, counted = decoder_set([4, 1], ["sdpa", "explicit"], cfg, torch.device("meta"), torch.float32)
+    assert counted == held > 0
+    for kv in (4, 1):
+        a, b = (built[f"{kv}|{be}"][1] for be in ("sdpa", "explicit"))
+        assert a["kv_cache_bytes"] == b["kv_cache_bytes"]
+        built[f"{kv}|sdpa"][0]()  # both still decode after sharing
+        built[f"{kv}|explicit"][0]()
+    mc = ModelConfig(vocab_size=96, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4, max_seq_len=14)
+    one = kv_cache_bytes(mc, 14, 2) + kv_cache_bytes(mc.replace(n_kv_heads=1), 14, 2)
+    assert one < held < 2 * one + 2 * 4 * 40_000  # one cache per head count, not one per backend
+
+
+def test_decoding_builds_one_kv_head_count_at_a_time_where_the_gpu_cannot_hold_them_all(monkeypatch):
+    """On a GPU too small for every variant's cache (its capacity read from the device), the decoders are
+    built one K/V head count at a time; their rows come back in the order asked, with the A/A copy timed
+    beside the variant it copies."""
+    from types import SimpleNamespace
+
+    from tfclaims.train import decode
+
+    cfg = {"d_model": 32, "n_layers": 1, "n_heads": 4, "batch": 1, "context": 8, "decode_steps": 1,
+           "dtype": "float32", "threads": 1, "bw_bytes": 1 << 16, "warmup": 0, "repeats": 2}  # fmt: skip
+    ctx = SimpleNamespace(device=torch.device("cpu"))
+    cpu = decode.resident_groups([4, 2, 1], ["sdpa"], cfg, ctx.device, torch.float32)
+    assert cpu[0] == [[4, 2, 1]] and cpu[1]["together"] and cpu[1]["device_bytes"] is None
+    monkeypatch.setattr(
+        decode.torch.cuda, "get_device_properties", lambda dev: SimpleNamespace(total_memory=1)
+    )
+    groups, info = decode.resident_groups([4, 2, 1], ["sdpa"], cfg, torch.device("cuda"), torch.float32)
+    assert (
+        groups == [[4], [2], [1]]
+        and not info["together"]
+        and info["resident_bytes"] == cpu[1]["resident_bytes"]
+    )
+    built = []
+    monkeypatch.setattr(decode, "resident_groups", lambda *a: (groups, info))
+    real = decode.decoder_set
+    monkeypatch.setattr(decode, "decoder_set", lambda kvs, *a: built.append(list(kvs)) or real(kvs, *a))
+    variants = [(kv, b) for b in ("sdpa", "explicit") for kv in (4, 2, 1)]
+    out = decode._time_decoders(variants, cfg, ctx, aa=(4, "sdpa"))
+    assert built == [[4], [2], [1]]
+    assert [(r["n_kv_heads"], r["backend"]) for r in out["rows"]] == variants
+    assert len(out["aa"]["times"]) == 2 and out["memory"] == info

@@ -52,16 +52,24 @@ def weight_read_bytes(model: LM, batch: int) -> int:
     return total + sum(batch * m.weight.shape[1] * m.weight.element_size() for m in lookups)
 
 
-def filled_decoder(cfg: dict, kv: int, backend: str, dev, dtype):
-    """A model with its cache filled to the context, a call of `decode_steps` greedy steps, its byte counts."""
+def filled_decoder(cfg: dict, kv: int, backend: str, dev, dtype, share: dict | None = None):
+    """A model with its cache filled to the context, a call of `decode_steps` greedy steps, its byte counts.
+    `share` (a dict, empty at first) carries the weights and the cache to the next backend of the same K/V
+    head count: a backend changes how attention is computed, not what is stored, so both read one copy."""
     B, S, n = cfg["batch"], cfg["context"], cfg["decode_steps"]
     mc = decode_config(cfg, kv, S + n, backend)
     model = LM(mc).to(dev, dtype).eval()
-    cache = KVCache.for_model(mc, B, S + n, dtype=dtype, device=dev)
-    cache.k[0].normal_()  # stands in for a prefilled prompt of S tokens (values do not change the timing)
-    cache.v[0].normal_()
-    for t in cache.k[1:] + cache.v[1:]:
-        t.copy_(cache.k[0])
+    share = {} if share is None else share
+    if "state" in share:
+        model.load_state_dict(share["state"], assign=True)  # the same tensors, not a copy
+        cache = share["cache"]
+    else:
+        cache = KVCache.for_model(mc, B, S + n, dtype=dtype, device=dev)
+        cache.k[0].normal_()  # stands in for a prefilled prompt of S tokens (values do not change timing)
+        cache.v[0].normal_()
+        for t in cache.k[1:] + cache.v[1:]:
+            t.copy_(cache.k[0])
+        share.update(state=model.state_dict(), cache=cache)
     tok = torch.randint(1, mc.vocab_size, (B, 1), device=dev)
 
     @torch.no_grad()
@@ -90,21 +98,60 @@ def filled_decoder(cfg: dict, kv: int, backend: str, dev, dtype):
     return fn, info
 
 
+def decoder_set(kvs, backends, cfg: dict, dev, dtype) -> tuple[dict, int]:
+    """'kv|backend' -> (call, info) for every pair, one cache and one set of weights per K/V head count; and
+    the bytes they hold (on the meta device: what they would hold, nothing allocated)."""
+    built, held = {}, 0
+    for kv in kvs:
+        share: dict = {}
+        for b in backends:
+            built[f"{kv}|{b}"] = filled_decoder(cfg, kv, b, dev, dtype, share)
+        held += share["cache"].nbytes() + sum(t.nbytes for t in share["state"].values())
+    return built, held
+
+
+# share of a GPU's memory the resident decoders may hold; the rest is left to the allocator and workspaces
+RESIDENT_SHARE = 0.85
+
+
+def resident_groups(kvs, backends, cfg: dict, dev, dtype) -> tuple[list[list[int]], dict]:
+    """Every K/V head count resident and timed in the same rounds when their weights and caches fit the
+    device (counted from the tensors a meta-device build holds, against the GPU's own capacity); else one
+    K/V head count at a time, each freed before the next. The CPU build always keeps them all."""
+    _, need = decoder_set(kvs, backends, cfg, torch.device("meta"), dtype)
+    cap = torch.cuda.get_device_properties(dev).total_memory if torch.device(dev).type == "cuda" else None
+    together = cap is None or need <= RESIDENT_SHARE * cap
+    info = {"resident_bytes": need, "device_bytes": cap, "together": together}
+    return ([list(kvs)] if together else [[kv] for kv in kvs]), info
+
+
 def _time_decoders(
     variants: list[tuple[int, str]], cfg: dict, ctx, aa: tuple[int, str] | None = None
 ) -> dict:
-    """Time every (kv, backend) variant in interleaved rounds; `aa`: a variant also timed under the name A/A."""
+    """Time every (kv, backend) variant in interleaved rounds, all K/V head counts resident at once where the
+    device holds them (else one at a time: see `resident_groups`); `aa`: a variant also timed under the name
+    A/A, in the same rounds as the variant it copies."""
     dev, dtype = ctx.device, getattr(torch, cfg["dtype"])
+    kvs, backends = list(dict.fromkeys(kv for kv, _ in variants)), list(dict.fromkeys(b for _, b in variants))
+    groups, memory = resident_groups(kvs, backends, cfg, dev, dtype)
+    infos, t = {}, {}
     with intra_op_threads(cfg["threads"]) as n_threads:
         bw_before = read_bandwidth(cfg["bw_bytes"], device=dev)
-        built = {f"{kv}|{b}": filled_decoder(cfg, kv, b, dev, dtype) for kv, b in variants}
-        fns = {name: fn for name, (fn, _) in built.items()}
-        if aa is not None:
-            fns[AA] = fns[f"{aa[0]}|{aa[1]}"]
-        t = time_interleaved(fns, device=dev, repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)
+        for group in groups:
+            built, _ = decoder_set(group, backends, cfg, dev, dtype)
+            fns = {name: fn for name, (fn, _) in built.items()}
+            if aa is not None and aa[0] in group:
+                fns[AA] = fns[f"{aa[0]}|{aa[1]}"]
+            kw = dict(device=dev, repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)
+            t |= time_interleaved(fns, **kw)
+            infos |= {name: info for name, (_, info) in built.items()}
+            del built, fns  # free this group's weights and caches before the next is built
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
         bw_after = read_bandwidth(cfg["bw_bytes"], device=dev)
     rows = []
-    for name, (_, info) in built.items():
+    for kv, b in variants:
+        name, info = f"{kv}|{b}", infos[f"{kv}|{b}"]
         times = t[name]["times"]
         med = float(np.median(times))
         rows.append(
@@ -118,6 +165,7 @@ def _time_decoders(
         "read_bw": [bw_before, bw_after],
         "threads": n_threads,
         "load": t[next(iter(t))]["load"],
+        "memory": memory,
     }
     if aa is not None:
         out["aa"] = {"n_kv_heads": aa[0], "backend": aa[1], "times": t[AA]["times"]}
