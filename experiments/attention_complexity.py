@@ -65,7 +65,12 @@ def time_grid(p):
         unit_config(d, d // p["d_sweep_head_dim"], 1)
     for h in p["heads_hs"]:
         unit_config(p["heads_d"], h, 1)
-    tk = {"warmup": p["warmup"], "repeats": p["repeats"], "threads": p["threads"]}
+    tk = {
+        "warmup": p["warmup"],
+        "repeats": p["repeats"],
+        "threads": p["threads"],
+        "fill_rows": p["fill_rows"],
+    }
     runs = []
     for d in p["sweep_ds"]:
         pts = [[d, d // p["head_dim"], n] for n in p["ns"] if n * n * d <= p["max_n2d"]]
@@ -131,14 +136,14 @@ class AttentionComplexity(Experiment):
             "sweep_ds": [32], "head_dim": 32, "ns": [32, 64, 128, 256, 384, 512, 768, 1024], "max_n2d": 2**26,
             "d_sweep_n": 512, "d_sweep_ds": [16, 32, 64], "d_sweep_head_dim": 16,
             "heads_d": 64, "heads_n": 256, "heads_hs": [1, 2, 8],
-            "warmup": 1, "repeats": 3, "threads": 1, "gpt2": False,
+            "warmup": 1, "repeats": 3, "threads": 1, "gpt2": False, "fill_rows": 0,
         },
         "default": {
             "count_ns": [128, 1024, 8192], "count_ds": [64, 256, 1024], "count_hs": [1, 4, 16, 64],
             "sweep_ds": [64, 128], "head_dim": 64, "ns": [64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
             "max_n2d": 2**32, "d_sweep_n": 2048, "d_sweep_ds": [32, 64, 128, 256], "d_sweep_head_dim": 32,
             "heads_d": 256, "heads_n": 1024, "heads_hs": [1, 2, 4, 8, 16, 32, 64],
-            "warmup": 1, "repeats": 5, "threads": 1, "gpt2": True,
+            "warmup": 1, "repeats": 5, "threads": 1, "gpt2": True, "fill_rows": 0,
         },
         "full": {
             "count_ns": [128, 512, 2048, 8192, 32768], "count_ds": [64, 256, 1024, 4096],
@@ -147,6 +152,8 @@ class AttentionComplexity(Experiment):
             "d_sweep_n": 4096, "d_sweep_ds": [64, 128, 256, 512], "d_sweep_head_dim": 64,
             "heads_d": 1024, "heads_n": 2048, "heads_hs": [1, 2, 4, 8, 16, 32, 64, 128],
             "warmup": 3, "repeats": 10, "threads": 0, "gpt2": True,
+            # batch × heads × n ≥ 2^17 query rows: enough blocks for every SM of an H100, several times over
+            "fill_rows": 2**17,
         },
     }  # fmt: skip
     parts = (Part("count", count_grid, run_flop_counts), Part("time", time_grid, run_time_sweep))
@@ -245,7 +252,9 @@ class AttentionComplexity(Experiment):
                 }
             ),
             caveats=[
-                "One CPU thread, batch 1, float32, no autograd; other processes may add noise (the A/A "
+                "One CPU thread, batch 1 (on a GPU the full profile runs enough sequences per call that batch "
+                "× heads × n reaches 2^17 query rows, and times per sequence), float32, no autograd; other "
+                "processes may add noise (the A/A "
                 "pairs show what timing noise alone gives). On a GPU, fused kernels and tensor cores move "
                 "every crossover.",
                 "The FLOP convention counts matmuls only. The softmax and the reads and writes of the n×n "

@@ -142,3 +142,31 @@ def test_time_sweep_times_every_unit_and_an_a_a_pair_of_one_callable():
     assert (
         aa["a"]["times"] == m["points"][1]["times"]["dense"]["times"]
     )  # the A arm is the sweep's own timing
+
+
+def test_time_sweep_fills_a_gpu_with_sequences_and_reports_seconds_per_sequence(monkeypatch):
+    """With fill_rows, each size runs enough sequences that batch × heads × n reaches that many query rows
+    (one head at short n would leave a GPU idle); its times are a call's seconds over its batch, so the
+    exponents in n are read per sequence as on the CPU."""
+    from tfclaims.harness.experiment import RunContext
+    from tfclaims.measure import attention_cost as ac
+
+    assert (
+        ac.fill_batch(1, 64, 2**17) == 2048
+        and ac.fill_batch(8, 2**17, 2**17) == 1
+        and ac.fill_batch(4, 8, 0) == 1
+    )
+    shapes = []
+    real = ac.unit_fns
+    monkeypatch.setattr(
+        ac, "unit_fns", lambda d, h, n, dev, batch=1: shapes.append(batch) or real(d, h, n, dev, batch)
+    )
+    monkeypatch.setattr(ac, "time_interleaved", lambda fns, **kw: {k: {"median": 6.0, "q25": 6.0, "q75": 6.0,
+                        "times": [6.0, 6.0], "positions": [0, 1], "inner": 1, "load": [None, None]} for k in fns})  # fmt: skip
+    cfg = {"points": [[16, 2, 8], [16, 2, 16]], "units": ["attention_sdpa"], "aa": ["attention_sdpa", 16, 2, 16],
+           "warmup": 0, "repeats": 2, "threads": 1, "fill_rows": 48}  # fmt: skip
+    m = ac.run_time_sweep(cfg, RunContext(device=torch.device("cpu")))
+    assert shapes == [3, 1]  # 48 rows ÷ (2 heads × 8) = 3 sequences; 48 ÷ (2 × 16) rounds down to 1
+    assert [pt["batch"] for pt in m["points"]] == [3, 1]
+    assert m["points"][0]["times"]["attention_sdpa"]["times"] == [2.0, 2.0]  # 6 s for 3 sequences
+    assert m["points"][1]["times"]["attention_sdpa"]["median"] == 6.0 and m["aa"]["b"]["median"] == 6.0

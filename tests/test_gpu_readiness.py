@@ -99,12 +99,17 @@ def _memory_claims(claim, exp, p) -> dict:
     """Claims that measure or count rather than train a language model: their largest allocation."""
     if claim == "flash_memory":  # explicit attention forward+backward at the longest n, batch 1
         return {"explicit attention at max n": _scores(p["heads"], max(p["ns"]), max(p["ns"]))}
-    if claim == "attention_complexity":
+    if claim == "attention_complexity":  # every size runs fill_batch sequences at once
+        from tfclaims.measure.attention_cost import fill_batch
+
+        def scores(h, n):
+            return _scores(h, n, n, fill_batch(h, n, p["fill_rows"]))
+
         pts = [(d, n) for d in p["sweep_ds"] for n in p["ns"] if n * n * d <= p["max_n2d"]]
         return {
-            "n sweep": max(_scores(d // p["head_dim"], n, n) for d, n in pts),
-            "d sweep": _scores(max(p["d_sweep_ds"]) // p["d_sweep_head_dim"], p["d_sweep_n"], p["d_sweep_n"]),
-            "heads sweep": _scores(max(p["heads_hs"]), p["heads_n"], p["heads_n"]),
+            "n sweep": max(scores(d // p["head_dim"], n) for d, n in pts),
+            "d sweep": scores(max(p["d_sweep_ds"]) // p["d_sweep_head_dim"], p["d_sweep_n"]),
+            "heads sweep": max(scores(h, p["heads_n"]) for h in p["heads_hs"]),
         }
     if claim == "additive_vs_dot":  # additive scores build (B, T, S, d_h): 3 copies with autograd
         n, d = max(p["ns"]), max(p["ds"])

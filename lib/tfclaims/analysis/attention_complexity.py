@@ -116,8 +116,10 @@ def llc_bytes(runs) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-def cache_range(module: str, d: int, h: int, n: int, llc: int | None) -> str:
-    return IN if llc is None or working_set_bytes(module, d, h, n) <= llc else BEYOND
+def cache_range(module: str, p: dict, llc: int | None) -> str:
+    """Where one timed point's working set (all its sequences) sits against the last-level cache."""
+    ws = working_set_bytes(module, p["d"], p["h"], p["n"], batch=p.get("batch", 1))
+    return IN if llc is None or ws <= llc else BEYOND
 
 
 def _exponents(runs, share_min: float) -> pd.DataFrame:
@@ -137,8 +139,7 @@ def _exponents(runs, share_min: float) -> pd.DataFrame:
                     (
                         p
                         for p in pts
-                        if (p["d"], p["h"], p["n"]) in keep
-                        and cache_range(module, p["d"], p["h"], p["n"], llc) == where
+                        if (p["d"], p["h"], p["n"]) in keep and cache_range(module, p, llc) == where
                     ),
                     key=lambda p: p[var],
                 )
@@ -172,9 +173,10 @@ def cache_table(runs, share_min: float) -> pd.DataFrame:
                 fitted = (p["d"], p["h"], p["n"]) in set(fit_points(module, [p], var, share_min))
                 rows.append({
                     "sweep": var, "unit": SHORT[module], "d": p["d"], "h": p["h"], "n": p["n"],
-                    "working set (MiB)": working_set_bytes(module, p["d"], p["h"], p["n"]) / 2**20,
+                    "batch": p.get("batch", 1),
+                    "working set (MiB)": working_set_bytes(module, p["d"], p["h"], p["n"], batch=p.get("batch", 1)) / 2**20,
                     "last-level cache (MiB)": llc / 2**20 if llc else None,
-                    "where": cache_range(module, p["d"], p["h"], p["n"], llc), "in a fit": fitted,
+                    "where": cache_range(module, p, llc), "in a fit": fitted,
                 })  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -43,11 +43,18 @@ AA_SUFFIX = "|aa"  # the second name under which the A/A callable is timed
 SCORES_HELD = ("attention_explicit", "scores_explicit")  # the units that hold the n×n scores in memory
 
 
-def working_set_bytes(unit: str, d: int, h: int, n: int, itemsize: int = 4) -> int:
-    """Bytes one call touches at a time, batch 1: the input and q, k, v and the output (5·n·d values), and in
-    the units that hold the n×n scores also S = QKᵀ and P = softmax(S) for every head (2·h·n²). The fused
+def working_set_bytes(unit: str, d: int, h: int, n: int, itemsize: int = 4, batch: int = 1) -> int:
+    """Bytes one call touches at a time: the input and q, k, v and the output (5·n·d values a sequence), and
+    in the units that hold the n×n scores also S = QKᵀ and P = softmax(S) for every head (2·h·n²). The fused
     kernel streams blocks of S and never holds it."""
-    return itemsize * (5 * n * d + (2 * h * n * n if unit in SCORES_HELD else 0))
+    return batch * itemsize * (5 * n * d + (2 * h * n * n if unit in SCORES_HELD else 0))
+
+
+def fill_batch(h: int, n: int, rows: int) -> int:
+    """Sequences per call so that batch × heads × n reaches `rows` query rows (0: one sequence). One head
+    at short n leaves most of a GPU's cores idle, which would flatten a fitted exponent; on the CPU one
+    sequence already keeps its single thread busy."""
+    return max(1, rows // (h * n)) if rows else 1
 
 
 def unit_config(d: int, h: int, n: int, backend: str = "sdpa", causal: bool = False) -> ModelConfig:
@@ -127,13 +134,13 @@ def run_flop_counts(cfg: dict, ctx=None) -> dict:
     return {"rows": rows, "lm": lm}
 
 
-def unit_fns(d: int, h: int, n: int, device) -> dict:
-    """The timed units at one size: callables on fresh modules and inputs (batch 1, non-causal)."""
+def unit_fns(d: int, h: int, n: int, device, batch: int = 1) -> dict:
+    """The timed units at one size: callables on fresh modules and inputs (`batch` sequences, non-causal)."""
     c = unit_config(d, h, n)
     with torch.device(device):
         blocks = {be: Block(c.replace(attn_backend=be)).eval() for be in ("explicit", "sdpa")}
-        x = torch.randn(1, n, d)
-        q, k, v = (torch.randn(1, h, n, c.dk) for _ in range(3))
+        x = torch.randn(batch, n, d)
+        q, k, v = (torch.randn(batch, h, n, c.dk) for _ in range(3))
     return {
         "attention_explicit": lambda: blocks["explicit"].attn(x),
         "attention_sdpa": lambda: blocks["sdpa"].attn(x),
@@ -148,24 +155,41 @@ def time_key(unit: str, d: int, h: int, n: int) -> str:
     return f"{unit}|{d}|{h}|{n}"
 
 
+def _per_sequence(timing: dict, batch: int) -> dict:
+    """A `time_interleaved` record with its seconds divided by the sequences a call ran."""
+    if batch == 1:
+        return timing
+    scaled = {k: timing[k] / batch for k in ("median", "q25", "q75")}
+    return {**timing, **scaled, "times": [s / batch for s in timing["times"]]}
+
+
 def run_time_sweep(cfg: dict, ctx) -> dict:
     """One sweep: every (unit, size) timed round by round in one `time_interleaved` call, so a change in
     background load lands on all sizes alike instead of bending a fitted exponent.
 
-    cfg: points [[d, h, n], ...], units, warmup, repeats, threads, and aa = [unit, d, h, n]: that unit's very
-    callable is timed a second time under another name (the A/A pair: what timing noise alone gives)."""
+    cfg: points [[d, h, n], ...], units, warmup, repeats, threads, fill_rows (see `fill_batch`), and aa =
+    [unit, d, h, n]: that unit's very callable is timed a second time under another name (the A/A pair: what
+    timing noise alone gives). Times are seconds per sequence (a call's time over its batch)."""
     dev = ctx.device
-    fns = {}
+    fns, batch = {}, {}
     for d, h, n in cfg["points"]:
-        for unit, fn in unit_fns(d, h, n, dev).items():
+        batch[d, h, n] = fill_batch(h, n, cfg.get("fill_rows", 0))
+        for unit, fn in unit_fns(d, h, n, dev, batch[d, h, n]).items():
             if unit in cfg["units"]:
                 fns[time_key(unit, d, h, n)] = fn
     aa_key = time_key(*cfg["aa"])
     fns[aa_key + AA_SUFFIX] = fns[aa_key]
     with torch.no_grad(), intra_op_threads(cfg["threads"]) as n_threads:
         t = time_interleaved(fns, device=dev, warmup=cfg["warmup"], repeats=cfg["repeats"])
+    t = {k: _per_sequence(v, batch[tuple(int(x) for x in k.split("|")[1:4])]) for k, v in t.items()}
     points = [
-        {"d": d, "h": h, "n": n, "times": {u: t[time_key(u, d, h, n)] for u in cfg["units"]}}
+        {
+            "d": d,
+            "h": h,
+            "n": n,
+            "batch": batch[d, h, n],
+            "times": {u: t[time_key(u, d, h, n)] for u in cfg["units"]},
+        }
         for d, h, n in cfg["points"]
     ]
     unit, d, h, n = cfg["aa"]
