@@ -205,3 +205,27 @@ def test_bandwidth_and_gemm_ceilings_batch_calls_between_syncs_and_reach_tensor_
     assert shapes[-1] == ((1024, 1024), torch.float32) and seen[-1]["min_sample"] == 0
     assert counters.read_bandwidth(1 << 12, device="cpu") == (1 << 12) / 2.0
     assert counters.copy_bandwidth(1 << 12, device="cpu") == 2 * (1 << 12) / 2.0
+
+
+def _model_shapes(exp) -> set[tuple[int, int, int, int]]:
+    """(d_model, n_layers, n_heads, seq_len) of every model a claim's full grid trains with the small-LM
+    recipe (configs that carry all four; the staged grids' first stage)."""
+    keys = ("d_model", "n_layers", "n_heads", "seq_len")
+    return {
+        tuple(c[k] for k in keys) for c in exp.grid(dict(exp.profiles["full"])) if all(k in c for k in keys)
+    }
+
+
+@pytest.mark.parametrize("claim", [c for c in EXPS if _model_shapes(EXPS[c])])
+def test_full_profile_models_build_and_run_at_their_shapes_on_the_meta_device(claim):
+    """Every model a full grid trains is built and run forward on the meta device (shapes only, nothing
+    allocated): a width that its heads do not divide, or a sequence past the model's table, fails here
+    rather than on the GPU."""
+    from tfclaims.nn.models import LM
+    from tfclaims.train.small_lm import model_config
+
+    for d, L, h, s in sorted(_model_shapes(EXPS[claim])):
+        cfg = {"d_model": d, "n_layers": L, "n_heads": h, "seq_len": s}
+        with torch.device("meta"):
+            logits = LM(model_config(cfg, 96))(torch.zeros(2, s, dtype=torch.long))
+        assert logits.shape == (2, s, 96) and logits.device.type == "meta", (claim, cfg)
