@@ -255,6 +255,12 @@ class GQAThroughput(Experiment):
                 "same rounds) is the noise floor of its sdpa comparisons"
                 + (f" (largest |CI bound| on log time {min(aa):.3f}–{max(aa):.3f})" if aa else "")
                 + "; no A/A copy was timed at explicit, so its comparisons have none.",
+                "On a GPU a decoding step launches a few kernels per layer, and at small batch and context "
+                "their launch overhead, not the bytes read, sets its time; such cells fall below half the "
+                "read bandwidth and the memory-bound rule leaves them out of the tracking sub-claims, so the "
+                "claim is read where memory traffic binds (capturing the step in a CUDA graph would move "
+                "that boundary). Where the weights and caches of every K/V head count do not fit the GPU "
+                "together, each head count is timed in its own rounds (record 'memory').",
                 "Both backends were timed in every cell (table 'backends'); reading each variant at its "
                 "faster backend, as the previous analysis did, chose the backend on the rounds then tested.",
                 "Shazeer's MQA widened the FFN to keep the parameter count, which would keep prefill and "
