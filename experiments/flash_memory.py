@@ -45,13 +45,15 @@ def saved_grid(p):
     ModelConfig(d_model=p["heads"] * p["head_dim"], n_heads=p["heads"])  # validates sizes
     return [
         {"n": n, "heads": p["heads"], "head_dim": p["head_dim"], "inventory": n == p["inventory_n"],
-         "grad_check": n <= p["grad_check_max_n"]}
+         "grad_check": n <= p["grad_check_max_n"], "dtype": p["dtype"]}
         for n in p["ns"]
     ]  # fmt: skip
 
 
 def peak_grid(p):
-    return [{"n": n, "heads": p["heads"], "head_dim": p["head_dim"]} for n in p["peak_ns"]]
+    return [
+        {"n": n, "heads": p["heads"], "head_dim": p["head_dim"], "dtype": p["dtype"]} for n in p["peak_ns"]
+    ]
 
 
 def _exactly(k: int) -> tuple[float, float]:
@@ -71,11 +73,14 @@ class FlashMemory(Experiment):
     times_code = True
     profiles = {
         "quick": {"heads": 2, "head_dim": 16, "ns": [16, 32, 64, 128, 256, 512], "inventory_n": 64,
-                  "grad_check_max_n": 128, "peak_ns": [256, 512]},
+                  "grad_check_max_n": 128, "peak_ns": [256, 512], "dtype": "float32"},
         "default": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096],
-                    "inventory_n": 1024, "grad_check_max_n": 1024, "peak_ns": [1024, 2048, 4096]},
+                    "inventory_n": 1024, "grad_check_max_n": 1024, "peak_ns": [1024, 2048, 4096],
+                    "dtype": "float32"},
         "full": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
-                 "inventory_n": 4096, "grad_check_max_n": 4096, "peak_ns": [1024, 2048, 4096, 8192, 16384]},
+                 "inventory_n": 4096, "grad_check_max_n": 4096, "peak_ns": [1024, 2048, 4096, 8192, 16384],
+                 # bfloat16: in float32 CUDA's SDPA picks the memory-efficient kernel, not FlashAttention
+                 "dtype": "bfloat16"},
     }  # fmt: skip
     parts = (Part("saved", saved_grid, run_saved_bytes), Part("peak", peak_grid, run_peak_memory))
 

@@ -170,3 +170,17 @@ def test_time_sweep_fills_a_gpu_with_sequences_and_reports_seconds_per_sequence(
     assert [pt["batch"] for pt in m["points"]] == [3, 1]
     assert m["points"][0]["times"]["attention_sdpa"]["times"] == [2.0, 2.0]  # 6 s for 3 sequences
     assert m["points"][1]["times"]["attention_sdpa"]["median"] == 6.0 and m["aa"]["b"]["median"] == 6.0
+
+
+def test_saved_bytes_in_bfloat16_follow_the_hand_formulas_and_the_kernel_is_recorded():
+    """The full profile runs the fused arm in bfloat16 (in float32 CUDA's SDPA picks the memory-efficient
+    kernel, not FlashAttention): q, k, v, the output and P in two bytes, the log-sum-exp still float32; the
+    recipe records which kernel's backward ran at every n."""
+    from tfclaims.harness.experiment import RunContext
+
+    cfg = {"n": 64, "heads": 2, "head_dim": 8, "inventory": False, "grad_check": False, "dtype": "bfloat16"}
+    m = fm.run_saved_bytes(cfg, RunContext(device=torch.device("cpu")))["variants"]
+    for name in ("explicit", "explicit_causal", "fused", "fused_causal", "module_sdpa"):
+        assert m[name]["bytes"] == m[name]["hand"] == fm.hand_bytes(name, 1, 2, 64, 8, 2), name
+    assert fm.hand_bytes("fused", 1, 2, 64, 8, 2) == 2 * (4 * 64 * 8 * 2 + 4 * 64)
+    assert "ScaledDotProduct" in m["fused"]["kernel"] and m["explicit"]["kernel"] == ""

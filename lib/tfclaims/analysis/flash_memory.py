@@ -107,14 +107,15 @@ def _fits(wide: pd.DataFrame, pk: pd.DataFrame, fit_from: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["quantity", "variant", "unit", "exponent", "range"])
 
 
-def _ratio(wide: pd.DataFrame, dk: int, at) -> pd.DataFrame:
-    """explicit / fused saved bytes against (3n·d_k + n²)/(4n·d_k + n), at the sizes `at` that were measured
-    (else at the largest n)."""
+def _ratio(wide: pd.DataFrame, dk: int, at, it: int = 4) -> pd.DataFrame:
+    """explicit / fused saved bytes against it·(3n·d_k + n²)/(4n·d_k·it + 4n) (tensors of `it` bytes, the
+    log-sum-exp in float32: (3n·d_k + n²)/(4n·d_k + n) in float32), at the sizes `at` that were measured (else
+    at the largest n)."""
     ratio = wide.set_index("n")["explicit"] / wide.set_index("n")["fused"]
     ns = [n for n in at if n in ratio.index] or [int(ratio.index[-1])]
     rows = []
     for n in ns:
-        closed = (3 * n * dk + n * n) / (4 * n * dk + n)
+        closed = it * (3 * n * dk + n * n) / (4 * n * dk * it + 4 * n)
         rows.append({"n": n, "unit": n, "ratio": float(ratio[n]), "closed form": closed,
                      "ratio_error": float(ratio[n]) / closed - 1})  # fmt: skip
     return pd.DataFrame(rows)
@@ -131,24 +132,24 @@ def observe(
         {"variant": v, "n": r["config"]["n"], "unit": r["config"]["n"], "saved bytes": m["bytes"],
          "hand formula": m["hand"], "inventory bytes": m["inventory_bytes"],
          "hand_error": m["bytes"] - m["hand"], "inventory_error": m["bytes"] - m["inventory_bytes"],
-         "cuda peak bytes": m.get("cuda_peak_bytes")}
+         "cuda peak bytes": m.get("cuda_peak_bytes"), "kernel": m.get("kernel", "")}
         for r in saved for v, m in r["metrics"]["variants"].items()
     ]  # fmt: skip
     df = pd.DataFrame(rows)
     wide = df.pivot(index="n", columns="variant", values="saved bytes").reset_index() if len(df) else df
-    h, dk = p["heads"], p["head_dim"]
+    h, dk, it = p["heads"], p["head_dim"], ITEMSIZE[p["dtype"]]
     peaks = sorted(part(runs, "peak"), key=lambda r: r["config"]["n"])
     pk = pd.DataFrame([{"n": r["config"]["n"], **r["metrics"]["peak_bytes"]} for r in peaks])
     return {
         "saved": df,
         "keeps": _keeps(saved, p, no_nxn_from),
         "fits": _fits(wide, pk, fit_from),
-        "ratio": _ratio(wide, p["head_dim"], ratio_at) if len(wide) else pd.DataFrame(),
+        "ratio": _ratio(wide, p["head_dim"], ratio_at, it) if len(wide) else pd.DataFrame(),
         "wide": wide,
         "peak": pk,
         "peak_live": pd.DataFrame(
             [
-                {"variant": v, "n": r.n, "unit": r.n, "live": getattr(r, v) / live_unit(v, r.n, h, dk)}
+                {"variant": v, "n": r.n, "unit": r.n, "live": getattr(r, v) / live_unit(v, r.n, h, dk, it)}
                 for r in pk.itertuples()
                 for v in PEAKED
             ],
@@ -199,7 +200,16 @@ def write_tables(runs, t: dict, p: dict, fit_from: int, out) -> dict:
         f"Bytes saved for backward (batch 1, {h} heads of size {dk}, float32); every value equals its hand "
         f"formula: {equal}",
     )
-    cols = ["n", "variant", "saved bytes", "hand formula", "equal", "cuda peak bytes", "inventory bytes"]
+    cols = [
+        "n",
+        "variant",
+        "kernel",
+        "saved bytes",
+        "hand formula",
+        "equal",
+        "cuda peak bytes",
+        "inventory bytes",
+    ]
     long = df.assign(equal=df["hand_error"] == 0)[cols]
     out.table("saved_bytes_long", long, "Saved bytes vs hand formula, every variant and n", in_report=False)
     fits = t["fits"].assign(description=t["fits"].variant.map(VARIANTS))

@@ -45,10 +45,11 @@ def run_peak_memory(cfg: dict, ctx) -> dict:
     """Peak memory of forward + backward (a scalar loss of the output) of the attention core on leaf q, k, v,
     batch 1, at one n: the explicit path (n×n scores kept) and the fused kernel, each plain and causal."""
     n, h, dk, dev = cfg["n"], cfg["heads"], cfg["head_dim"], ctx.device
+    dt = getattr(torch, cfg.get("dtype", "float32"))
     c = ModelConfig(d_model=h * dk, n_heads=h, max_seq_len=n, causal=True, attn_backend="explicit")
     with torch.device(dev):
-        core = Attention(c)
-        q, k, v = (torch.randn(1, h, n, dk, requires_grad=True) for _ in range(3))
+        core = Attention(c).to(dt)
+        q, k, v = (torch.randn(1, h, n, dk, dtype=dt, requires_grad=True) for _ in range(3))
         mask = build_mask(n, n, causal=True, device=dev)
     fns = {
         "explicit": lambda: core._explicit(q, k, v, None),
@@ -56,12 +57,13 @@ def run_peak_memory(cfg: dict, ctx) -> dict:
         "fused": lambda: F.scaled_dot_product_attention(q, k, v),
         "fused_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
     }
-    out = {}
+    out, kernels = {}, {}
     for name, fn in fns.items():
+        kernels[name] = type(fn().grad_fn).__name__  # which SDPA kernel ran, on the fused paths
         _fwd_bwd(fn)  # warm-up: first-call workspaces are not the kernel's memory
         for t in (q, k, v):
             t.grad = None
         out[name] = peak_bytes(fn, dev)
         for t in (q, k, v):
             t.grad = None
-    return {"peak_bytes": out, "device": str(dev)}
+    return {"peak_bytes": out, "device": str(dev), "kernels": kernels}

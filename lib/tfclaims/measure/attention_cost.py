@@ -221,27 +221,30 @@ VARIANTS = {
 }
 
 
-def hand_bytes(variant: str, B: int, h: int, n: int, dk: int) -> int:
-    """Bytes autograd keeps, derived by hand from what each operation saves (float32 = 4 bytes, bool = 1).
+def hand_bytes(variant: str, B: int, h: int, n: int, dk: int, itemsize: int = 4) -> int:
+    """Bytes autograd keeps, derived by hand from what each operation saves (tensors of `itemsize` bytes, the
+    log-sum-exp in float32, bool = 1).
 
     explicit: QKᵀ saves q and k, softmax its output P (B,h,n,n), PV saves P (same storage) and v.
-    fused:    q, k, v, the output (B,h,n,dk) and the log-sum-exp of every score row (B,h,n).
-    masks:    masked_fill keeps the boolean mask (n×n); the fused kernel keeps the mask converted to float (4·n²).
+    fused:    q, k, v, the output (B,h,n,dk) and the float32 log-sum-exp of every score row (B,h,n), as the
+              flash kernels keep it (CUDA's memory-efficient kernel pads that row count: see the recorded
+              kernel).
+    masks:    masked_fill keeps the boolean mask (n×n); the fused kernel keeps the mask converted to q's dtype.
     module:   also the input x (saved by W_q, W_k, W_v: one storage) and the input of W_o (B,n,d); the CPU fused
               kernel returns its output laid out as (B,n,h,dk), so W_o's input is a view of the kept output.
     """
-    d = h * dk
-    naive = 4 * B * h * (3 * n * dk + n * n)
-    fused = 4 * B * h * (4 * n * dk + n)
+    d, it = h * dk, itemsize
+    naive = it * B * h * (3 * n * dk + n * n)
+    fused = B * h * (4 * n * dk * it + 4 * n)
     return {
         "explicit": naive,
         "math": naive,
         "explicit_causal": naive + n * n,
         "fused": fused,
         "fused_causal": fused,
-        "fused_mask": fused + 4 * n * n,
-        "module_explicit": 4 * B * (5 * n * d + h * n * n) + n * n,
-        "module_sdpa": 4 * B * (5 * n * d + h * n),
+        "fused_mask": fused + it * n * n,
+        "module_explicit": it * B * (5 * n * d + h * n * n) + n * n,
+        "module_sdpa": B * (5 * n * d * it + 4 * h * n),
     }[variant]
 
 
@@ -291,17 +294,17 @@ def run_saved_bytes(cfg: dict, ctx) -> dict:
     full inventory of saved storages where cfg['inventory']; the largest gradient difference between the fused
     and explicit causal paths where cfg['grad_check']; CUDA peak memory on a GPU."""
     n, h, dk, dev = cfg["n"], cfg["heads"], cfg["head_dim"], ctx.device
-    B, d = 1, h * dk
+    B, d, dt = 1, h * dk, getattr(torch, cfg.get("dtype", "float32"))
     c = ModelConfig(d_model=d, n_heads=h, max_seq_len=n, causal=True)
     with torch.device(dev):
-        core = Attention(c.replace(attn_backend="explicit"))
+        core = Attention(c.replace(attn_backend="explicit")).to(dt)
         mods = {
-            "explicit": Attention(c.replace(attn_backend="explicit")),
-            "sdpa": Attention(c.replace(attn_backend="sdpa")),
+            "explicit": Attention(c.replace(attn_backend="explicit")).to(dt),
+            "sdpa": Attention(c.replace(attn_backend="sdpa")).to(dt),
         }
         mods["sdpa"].load_state_dict(mods["explicit"].state_dict())
-        q, k, v = (torch.randn(B, h, n, dk, requires_grad=True) for _ in range(3))
-        x = torch.randn(B, n, d)
+        q, k, v = (torch.randn(B, h, n, dk, dtype=dt, requires_grad=True) for _ in range(3))
+        x = torch.randn(B, n, d, dtype=dt)
         mask = build_mask(n, n, causal=True, device=dev)  # (1, 1, n, n) bool
 
     def math_sdpa():
@@ -325,13 +328,13 @@ def run_saved_bytes(cfg: dict, ctx) -> dict:
         elems = [t["bytes"] // ITEMSIZE[t["dtype"]] for t in inv]
         row = {
             "bytes": saved_bytes(fn, exclude=params), "inventory_bytes": sum(t["bytes"] for t in inv),
-            "hand": hand_bytes(name, B, h, n, dk),
+            "hand": hand_bytes(name, B, h, n, dk, q.element_size()),
             "n2_storages": sum(e >= B * h * n * n for e in elems), "row_storages": sum(e == B * h * n for e in elems),
         }  # fmt: skip
+        node = type(fn().grad_fn).__name__  # which SDPA kernel ran (e.g. flash, memory-efficient, cuDNN)
+        row["kernel"] = node if "ScaledDotProduct" in node else ""  # the decomposed paths end in a view
         if cfg["inventory"]:
             row["inventory"] = inv
-            node = type(fn().grad_fn).__name__
-            row["kernel"] = node if "ScaledDotProduct" in node else ""  # the decomposed paths end in a view
         if dev.type == "cuda" and torch.cuda.is_available():
             row["cuda_peak_bytes"] = cuda_peak(fn)
             for t in (q, k, v, *params):
