@@ -16,9 +16,6 @@ from tfclaims.train.small_lm import model_config, train_profile, train_small
 # the null pair of the fixed design measured (8 seeds, 800 steps) before the tuned runs were declared
 QUALITY_MARGIN = 0.02
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
-# a norm-alone round whose copy (timed in the same round) ran below 80% of the best round's bandwidth at that
-# width was contended by another process: it is left out of every implementation at that width
-QUIET = 0.8
 # (arm a, arm b) of each family: PyTorch's built-in functions, the formulas in eager ops, those compiled
 FAMILIES = {"builtin": ("layer", "rms"), "eager": ("eager_layer", "eager_rms"), "fused": FUSED}
 NAMES = {"builtin": "built-in functions", "eager": "eager formulas", "fused": "fused by torch.compile"}
@@ -146,9 +143,9 @@ class RMSNormSpeed(Experiment):
         ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
-        t, decl = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET, AA, QUIET), self.declare(p)
+        t, decl = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET, AA), self.declare(p)
         result = evaluate(decl, t)
-        v = view.write_tables(runs, t, result, p, FAMILIES, AA, QUIET, out)
+        v = view.write_tables(runs, t, result, p, FAMILIES, AA, out)
         view.plot_micro(v["mdf"], out)
         view.plot_step_and_training(runs, v["sdf"], t["tuned"], decl.sub("quality"), out)
         view.plot_sweep(t, p, out)

@@ -20,21 +20,9 @@ from . import part
 LABEL = {"builtin": "built-in", "eager": "eager", "fused": "fused"}
 
 
-def quiet_rounds(row: dict, share: float) -> list[int]:
-    """The rounds of one width whose copy bandwidth is at least `share` of the best round's (every round where
-    none was measured): the others were contended by another process and are left out of every
-    implementation alike."""
-    bw = row.get("copy_bw")
-    if not bw:
-        return list(range(len(row["layer"]["times"])))
-    return [i for i, b in enumerate(bw) if b >= share * max(bw)]
-
-
-def observe(
-    runs: list[dict], p: dict, readouts, null_offset: int, aa: str, quiet: float
-) -> dict[str, pd.DataFrame]:
+def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> dict[str, pd.DataFrame]:
     """alone: one row per width d, implementation (`impl`; `aa` is the built-in LayerNorm's copy timed again)
-    and interleaved round of the norm timed alone, less the contended rounds (see `quiet_rounds`); step: one row per model (d_model, n_layers),
+    and interleaved round of the norm timed alone; step: one row per model (d_model, n_layers),
     implementation and round of the whole training step; runs: one row per training run with its role
     (selection, test, or null: the null pairs' seeds s + null_offset), scale label and loss at init; tuned,
     choices, sensitivity: each norm's learning-rate sweep read by `evidence.tuning`; first: the tuned null
@@ -42,11 +30,7 @@ def observe(
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = [*micro["impls"], aa]
     alone = [
-        r
-        for row in micro["rows"]
-        for k in impls
-        for r in timing_rows(row[k]["times"], d=row["d"], impl=k)
-        if r["unit"] in quiet_rounds(row, quiet)
+        r for row in micro["rows"] for k in impls for r in timing_rows(row[k]["times"], d=row["d"], impl=k)
     ]
     step = [
         r
@@ -98,21 +82,15 @@ def ratio_ci(c) -> tuple[float, float, float]:
     return math.exp(-c.diff), lo, hi
 
 
-def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, quiet: float, out) -> dict:
+def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -> dict:
     """norm_alone, step, kernels and training tables; returns what the summary and the figures read."""
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = micro["impls"]
     fams = [f for f, pair in families.items() if set(pair) <= set(impls)]
-    rounds = [b for r in micro["rows"] for b in r.get("copy_bw", [])]
-    bw = float(np.median(rounds)) if rounds else None
+    bw = float(np.mean(micro["copy_bw"])) if micro.get("copy_bw") else None
     rows = []
     for r in micro["rows"]:
         row = {"width d": r["d"], "tokens": p["tokens"], **{f"{k} (µs)": r[k]["median"] * 1e6 for k in impls}}
-        if r.get("copy_bw"):
-            row["copy GB/s (min–max over rounds)"] = (
-                f"{min(r['copy_bw']) / 1e9:.1f}–{max(r['copy_bw']) / 1e9:.1f}"
-            )
-            row["contended rounds left out"] = len(r["copy_bw"]) - len(quiet_rounds(r, quiet))
         if bw and r.get("bytes"):  # achieved bytes/s over the copy bandwidth, per implementation
             for fam in fams:
                 for norm, k in zip(("LN", "RMS"), families[fam]):
@@ -135,9 +113,8 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, quiet:
         f"({micro['threads']} intra-op thread(s)); LN/RMS = exp of the mean paired log ratio over rounds, "
         "with its CI at Holm's level (across widths); % of copy bandwidth = compulsory bytes (5 × tokens × d "
         "× 4) per second over a large copy's bytes per second"
-        + (f" (median over rounds {bw / 1e9:.1f} GB/s)" if bw else "")
-        + f"; a round whose copy ran below {quiet:.0%} of the best round's bandwidth at that width was "
-        "contended and is left out of every implementation" + "; A/A: "
+        + (f" ({bw / 1e9:.1f} GB/s)" if bw else "")
+        + "; A/A: "
         "the built-in LayerNorm timed twice",
     )
     sdf = _step_table(runs, result, families, out)
@@ -201,9 +178,8 @@ def _step_table(runs, result, families: dict, out) -> pd.DataFrame:
             share = m["n_norms"] * m["norm"][ln]["median"] / m["step"][ln]["median"]
             row[f"{name} LN share of step"] = share
             # the most the step can save: the norms' share times what RMSNorm saves on them alone
-            row[f"{name} saving the share allows"] = share * (
-                1 - m["norm"][rms]["median"] / m["norm"][ln]["median"]
-            )
+            alone = 1 - m["norm"][rms]["median"] / m["norm"][ln]["median"]
+            row[f"{name} saving the share allows"] = share * alone
         srows.append(row)
     sdf = pd.DataFrame(srows)
     out.table(

@@ -17,6 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import MemoryProfileTimeline
 
 from ..measure.attention_cost import cuda_peak
+from ..measure.timing import _quiet_fd2
 from ..nn.attention import Attention, build_mask
 from ..nn.config import ModelConfig
 
@@ -29,7 +30,7 @@ def cpu_peak(fn) -> int:
     """Peak bytes held at once by fn() on the CPU beyond what was allocated before it (the profiler's memory
     timeline: bytes live per category at every allocation and free)."""
     kw = dict(profile_memory=True, record_shapes=True, with_stack=True)  # what the timeline needs
-    with profile(activities=[ProfilerActivity.CPU], **kw) as prof:
+    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU], **kw) as prof:
         fn()
     _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
     live = [sum(s) for s in sizes]  # bytes live after each event, all categories

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..data.corpus import load_corpus, random_windows
+from ..measure.counters import copy_bandwidth
 from ..measure.threads import intra_op_threads
 from ..measure.timing import grad_call, kernels, time_interleaved
 from ..nn.models import LM, lm_loss
@@ -27,7 +28,6 @@ from ..train.small_lm import model_config, train_config
 IMPLS = ("layer", "rms", "eager_layer", "eager_rms")
 FUSED = ("fused_layer", "fused_rms")  # the eager formulas compiled: fused against fused
 AA = "layer (again)"  # the built-in LayerNorm callable timed a second time: the A/A pair
-COPY = "copy"  # a large copy timed in every round beside the norms: the round's memory bandwidth
 
 
 def build_norm(impl: str, d: int, device) -> torch.nn.Module:
@@ -52,27 +52,23 @@ def _timed(t: dict) -> dict:
 
 
 def norm_alone(cfg: dict, ctx) -> dict:
-    """Forward+backward of each norm alone at each width (fixed number of tokens), interleaved with a large
-    copy whose bandwidth in each round says whether the round was contended; which aten kernels each runs
-    (forward and backward profiled apart, at the middle width)."""
+    """Forward+backward of each norm alone at each width (fixed number of tokens), interleaved; which aten
+    kernels each runs (forward and backward profiled apart, at the middle width)."""
     with intra_op_threads(cfg["threads"]):
         dev = ctx.device
         impls = IMPLS + (FUSED if cfg.get("fused") else ())
-        src = torch.ones(cfg["bw_bytes"] // 4, device=dev)
-        dst = torch.empty_like(src)
+        bw = [copy_bandwidth(cfg["bw_bytes"], device=dev)]  # the memory limit both norms are bound by
         rows = []
         for d in cfg["widths"]:
             x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
             gy = torch.randn(cfg["tokens"], d, device=dev)
             fns = {k: grad_call(build_norm(k, d, dev), x, gy) for k in impls}
             fns[AA] = fns["layer"]
-            fns[COPY] = lambda: dst.copy_(src)  # the bandwidth both norms are bound by, in every round
             t = time_interleaved(fns, device=dev, repeats=cfg["repeats"])
-            bw = [2 * src.nbytes / s for s in t.pop(COPY)["times"]]  # read + write, per round
             rows.append(
-                {"d": d, "bytes": compulsory_bytes(cfg["tokens"], d), "load": t[AA]["load"], "copy_bw": bw,
-                 **_timed(t)}
-            )  # fmt: skip
+                {"d": d, "bytes": compulsory_bytes(cfg["tokens"], d), "load": t[AA]["load"], **_timed(t)}
+            )
+        bw.append(copy_bandwidth(cfg["bw_bytes"], device=dev))
         d = cfg["widths"][len(cfg["widths"]) // 2]
         x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
         ops = {}
@@ -84,7 +80,7 @@ def norm_alone(cfg: dict, ctx) -> dict:
             bwd = kernels(lambda y=y, m=m: torch.autograd.grad(y, [x, *m.parameters()], torch.ones_like(y)))
             ops[k] = {"forward": fwd, "backward": bwd}
         return {
-            "rows": rows, "impls": list(impls), "kernels": ops, "kernel_width": d,
+            "rows": rows, "impls": list(impls), "kernels": ops, "kernel_width": d, "copy_bw": bw,
             "threads": torch.get_num_threads(),
         }  # fmt: skip
 
