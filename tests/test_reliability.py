@@ -326,6 +326,7 @@ DIVERGING = {
         else ["--set", "lr=1e30"]
     )
     + (["--set", "rates=[1e30,2e30]"] if "rates" in e.profiles["quick"] else [])  # a learning-rate sweep's
+    + (["--set", "copy_rates=[1e30,2e30]"] if "copy_rates" in e.profiles["quick"] else [])
     for cid, e in load_all().items()
     if "lr" in e.profiles["quick"] or "lrs" in e.profiles["quick"]
 }

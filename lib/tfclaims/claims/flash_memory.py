@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
-from torch.profiler._memory_profiler import MemoryProfileTimeline
+from torch.profiler._memory_profiler import Action, MemoryProfileTimeline
 
 from ..measure.attention_cost import cuda_peak
 from ..measure.timing import _quiet_fd2
@@ -28,13 +28,20 @@ def _fwd_bwd(fn) -> None:
 
 def cpu_peak(fn) -> int:
     """Peak bytes held at once by fn() on the CPU beyond what was allocated before it (the profiler's memory
-    timeline: bytes live per category at every allocation and free)."""
+    timeline: every storage's creation and destruction in time order; storages alive before fn are left out,
+    though one freed inside fn lowers the running sum, which is then below the peak it can reach)."""
     kw = dict(profile_memory=True, record_shapes=True, with_stack=True)  # what the timeline needs
     with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU], **kw) as prof:
         fn()
-    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
-    live = [sum(s) for s in sizes]  # bytes live after each event, all categories
-    return int(max(live) - live[0]) if live else 0
+    live = peak = 0
+    for _, action, (key, _), size in MemoryProfileTimeline(prof._memory_profile()).timeline:
+        if key.device.type != "cpu" or action == Action.INCREMENT_VERSION:
+            continue
+        if action == Action.PREEXISTING:  # alive before fn ran: not its memory
+            continue
+        live += size if action == Action.CREATE else -size if action == Action.DESTROY else 0
+        peak = max(peak, live)
+    return int(peak)
 
 
 def peak_bytes(fn, device) -> int:
