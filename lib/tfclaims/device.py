@@ -82,7 +82,7 @@ def environment(device: torch.device) -> dict:
         },
         "platform": platform.platform(),
     }
-    env["precision"] = precision()
+    env["precision"] = fix_precision()  # what every run sets, whether or not this process ran one
     if device.type == "cuda":
         env["cuda"] = torch.version.cuda
     return env
