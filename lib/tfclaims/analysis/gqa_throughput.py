@@ -592,7 +592,7 @@ def plot_conversion(cdf: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final loss against peak learning rate per scale (from scratch), MHA and MQA, each model's chosen rate on
     the fresh seeds marked."""
-    from ..evidence.plots import lr_sweep
+    from ..evidence.plots import lr_sweeps
     from ..evidence.tuning import curve_table
     from ..plotting import subplots
 
@@ -600,10 +600,9 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     swept = q[(q.stage == "scratch") & q.role.isin(["selection", "test"])].rename(columns={"model": "arm"})
     curves = curve_table(swept, ["scale", "arm"])
     fig, axes = subplots(len(sc), width=4.6, height=3.6)
+    scratch = t["tuned"][t["tuned"].stage == "scratch"]
+    lr_sweeps(axes, curves, scratch, [scale_label(s) for s in sc], {m: m for m in SWEPT})
     for ax, s in zip(axes, sc):
-        label = scale_label(s)
-        tuned = t["tuned"][(t["tuned"].scale == label) & (t["tuned"].stage == "scratch")]
-        lr_sweep(ax, curves[curves.scale == label], tuned, {m: m for m in SWEPT})
         ax.set_title(f"d = {s['lm_d_model']}, L = {s['lm_layers']}, {p['lm_heads']} query heads")
     axes[0].legend(fontsize=6)
     out.figure(

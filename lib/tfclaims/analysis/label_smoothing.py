@@ -164,17 +164,15 @@ def write_tables(runs, t: dict, result, every, p: dict, out) -> None:
 def plot_sweep(t: dict, p: dict, out) -> None:
     """The tuned sweep: selection loss against peak rate per scale for both ε, each ε's fresh seeds at its
     chosen rate."""
-    from ..evidence.plots import lr_sweep
+    from ..evidence.plots import lr_sweeps
     from ..plotting import subplots
 
     sc = scales(p)
     fig, axes = subplots(len(sc), width=4.6, height=3.6)
     curves = t["curves"].assign(arm=[f"eps{e:g}" for e in t["curves"].eps])
     labels = {f"eps{e:g}": f"ε = {e:g}" for e in tuned_eps(p)}
+    lr_sweeps(axes, curves, t["tuned"], [scale_label(s) for s in sc], labels, loss="select_loss")
     for ax, s in zip(axes, sc):
-        label = scale_label(s)
-        tuned = t["tuned"][t["tuned"].scale == label] if len(t["tuned"]) else t["tuned"]
-        lr_sweep(ax, curves[curves.scale == label], tuned, labels, loss="select_loss")
         ax.set(title=f"d = {s['d_model']}, L = {s['n_layers']}", ylabel="calibration loss at T* (nats/token)")
     axes[0].legend(fontsize=6)
     out.figure(

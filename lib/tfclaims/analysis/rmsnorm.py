@@ -355,7 +355,7 @@ def plot_step_and_training(runs, sdf: pd.DataFrame, table: pd.DataFrame, quality
 
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final loss against peak learning rate per scale, both norms, each norm's chosen rate on the seeds."""
-    from ..evidence.plots import lr_sweep
+    from ..evidence.plots import lr_sweeps
     from ..plotting import subplots
 
     sc = scales(p)
@@ -364,10 +364,8 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "norm"]).rename(
         columns={"norm": "arm"}
     )
+    lr_sweeps(axes, curves, t["tuned"], [scale_label(s) for s in sc], NORMS, unigram=runs.unigram.iloc[0])
     for ax, s in zip(axes, sc):
-        label = scale_label(s)
-        tuned = t["tuned"][t["tuned"].scale == label] if len(t["tuned"]) else t["tuned"]
-        lr_sweep(ax, curves[curves.scale == label], tuned, NORMS, unigram=runs.unigram.iloc[0])
         ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
     axes[0].legend(fontsize=6)
     out.figure(

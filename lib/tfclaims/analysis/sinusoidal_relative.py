@@ -746,7 +746,7 @@ def plot_all(runs, t: dict, p: dict, tol: float, out) -> None:
 
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final loss against peak rate per scale for the four arms, each at its chosen rate on the fresh seeds."""
-    from ..evidence.plots import lr_sweep
+    from ..evidence.plots import lr_sweeps
     from ..plotting import subplots
 
     sc, length = scales(p), t["length"]
@@ -754,9 +754,8 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     curves = curve_table(length[length.role.isin(["selection", "test"])], ["scale", "pos"]).rename(
         columns={"pos": "arm"}
     )
+    lr_sweeps(axes, curves, t["tuned"], [scale_label(s) for s in sc], LABEL)
     for ax, s in zip(axes, sc):
-        lab = scale_label(s)
-        lr_sweep(ax, curves[curves.scale == lab], t["tuned"][t["tuned"].scale == lab], LABEL)
         ax.set(title=f"d = {s['d_model']}, L = {s['n_layers']}", ylabel="final validation loss (nats/char)")
     axes[0].legend(fontsize=6)
     out.figure(

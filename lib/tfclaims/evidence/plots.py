@@ -85,6 +85,14 @@ def loglog(ax, x, y, *, label: str, fit_from: float | None = None, **kw) -> LogL
     return fit
 
 
+def lr_sweeps(axes, curves, tuned, scales, labels: dict, **kw) -> None:
+    """One `lr_sweep` panel per scale label in `scales`: that scale's curves and fresh seeds (both tables
+    carry a `scale` column; an empty `tuned` stays empty)."""
+    for ax, scale in zip(axes, scales):
+        here = tuned[tuned.scale == scale] if len(tuned) else tuned
+        lr_sweep(ax, curves[curves.scale == scale], here, labels, **kw)
+
+
 def lr_sweep(
     ax, curves, tuned, labels: dict, *, unigram: float | None = None, loss: str = "final_val"
 ) -> None:
