@@ -197,7 +197,7 @@ def write_tables(runs, t: dict, p: dict, fit_from: int, out) -> dict:
     out.table(
         "saved_bytes",
         wide[["n", *VARIANTS, "explicit / fused", "module explicit / sdpa"]],
-        f"Bytes saved for backward (batch 1, {h} heads of size {dk}, float32); every value equals its hand "
+        f"Bytes saved for backward (batch 1, {h} heads of size {dk}, {p['dtype']}); every value equals its hand "
         f"formula: {equal}",
     )
     cols = [
@@ -234,7 +234,7 @@ def write_tables(runs, t: dict, p: dict, fit_from: int, out) -> dict:
         out.table(
             "peak_memory",
             pk,
-            f"Peak memory of forward + backward (batch 1, {h} heads of size {dk}, float32, bytes beyond what "
+            f"Peak memory of forward + backward (batch 1, {h} heads of size {dk}, {p['dtype']}, bytes beyond what "
             f"existed before; {how})",
         )
     inv_run = next((r for r in part(runs, "saved") if r["config"]["inventory"]), None)
