@@ -5,6 +5,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tfclaims.measure import attention_cost as fm
 from tfclaims.measure.counters import count_flops, saved_bytes
@@ -184,3 +185,33 @@ def test_saved_bytes_in_bfloat16_follow_the_hand_formulas_and_the_kernel_is_reco
         assert m[name]["bytes"] == m[name]["hand"] == fm.hand_bytes(name, 1, 2, 64, 8, 2), name
     assert fm.hand_bytes("fused", 1, 2, 64, 8, 2) == 2 * (4 * 64 * 8 * 2 + 4 * 64)
     assert "ScaledDotProduct" in m["fused"]["kernel"] and m["explicit"]["kernel"] == ""
+
+
+# Storages each CUDA kernel saved besides q, k, v at B = 1, h = 2, n = 100, d_k = 64, read on an H100 (torch
+# 2.11): the log-sum-exp rows (float32), the output, the random-number state.
+H100_INVENTORY = {
+    ("ScaledDotProductFlashAttentionBackward0", 2): [800, 25600, 16, 8],
+    ("ScaledDotProductEfficientAttentionBackward0", 4): [2 * 128 * 4, 51200, 8, 8],  # rows padded to 128
+    ("ScaledDotProductEfficientAttentionBackward0", 2): [2 * 128 * 4, 25600, 8, 8],
+    ("ScaledDotProductCudnnAttentionBackward0", 2): [800, 25600, 8, 8],
+}
+
+
+@pytest.mark.parametrize(("kernel", "itemsize"), list(H100_INVENTORY))
+def test_hand_formula_of_each_cuda_kernel_equals_what_it_saved_on_an_h100(kernel, itemsize):
+    qkv = 3 * 2 * 100 * 64 * itemsize
+    for name in ("fused", "fused_causal"):
+        assert fm.hand_bytes(name, 1, 2, 100, 64, itemsize, kernel) == qkv + sum(
+            H100_INVENTORY[kernel, itemsize]
+        )
+    assert fm.lse_rows(100, kernel) == (128 if "Efficient" in kernel else 100)
+    assert fm.classify(2 * fm.lse_rows(100, kernel), 1, 2, 100, 64, kernel) == "per row (n)"
+
+
+def test_math_kernel_saves_in_float32_whatever_the_input_type():
+    """SDPA's MATH kernel upcasts half types: it keeps float32 q, k, v and P (what an H100 saved in bfloat16)."""
+    assert fm.hand_bytes("math", 1, 2, 64, 64, 2) == fm.hand_bytes("math", 1, 2, 64, 64, 4) == 131072
+    with sdpa_kernel(SDPBackend.MATH):
+        q, k, v = (torch.randn(1, 2, 64, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        got = saved_bytes(lambda: F.scaled_dot_product_attention(q, k, v))
+    assert got == fm.hand_bytes("math", 1, 2, 64, 64, 2)

@@ -1,5 +1,6 @@
 """CUDA-only paths, checked without a GPU: synchronised timing, peak memory, the recorded TF32 flags (all
-with torch.cuda mocked), and the `full` profiles (sized for one GPU) validated and costed on the CPU."""
+with torch.cuda mocked), and the `full` profiles (sized for one GPU) validated and costed on the CPU; a
+decoding step replayed from a CUDA graph where a GPU is present."""
 
 import pytest
 import torch
@@ -8,8 +9,11 @@ from tfclaims import device as device_mod
 from tfclaims.device import environment
 from tfclaims.harness.registry import load_all
 from tfclaims.measure.counting import kv_cache_bytes
+from tfclaims.measure.graphs import graphed
 from tfclaims.measure.timing import time_call
+from tfclaims.nn.attention import KVCache
 from tfclaims.nn.config import ModelConfig
+from tfclaims.nn.models import LM
 from tfclaims.train.decode import decode_config
 
 EXPS = load_all()
@@ -229,3 +233,33 @@ def test_full_profile_models_build_and_run_at_their_shapes_on_the_meta_device(cl
         with torch.device("meta"):
             logits = LM(model_config(cfg, 96))(torch.zeros(2, s, dtype=torch.long))
         assert logits.shape == (2, s, 96) and logits.device.type == "meta", (claim, cfg)
+
+
+def test_a_graphed_callable_is_the_callable_itself_on_the_cpu():
+    fn = lambda: None  # noqa: E731
+    assert graphed(fn, "cpu") is fn
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_decoding_step_replayed_from_a_cuda_graph_writes_what_the_eager_step_writes():
+    """The replay runs the captured kernels on the same tensors: the K/V written at the step's position and the
+    logits equal an eager step's (the step resets its cache position, so every call does the same work)."""
+    cfg = {"d_model": 64, "n_layers": 2, "n_heads": 4, "batch": 2, "context": 16, "decode_steps": 1}
+    dev = torch.device("cuda")
+    model = LM(decode_config(cfg, 2, 17)).to(dev).eval()
+    cache = KVCache.for_model(model.cfg, 2, 17, device=dev)
+    tok = torch.randint(1, 96, (2, 1), device=dev)
+    out = torch.empty(2, 1, 96, device=dev)
+
+    @torch.no_grad()
+    def step():
+        cache.pos = 16
+        out.copy_(model(tok, cache=cache))
+
+    step()
+    eager_out, eager_k = out.clone(), cache.k[1][:, :, 16].clone()
+    out.zero_()
+    cache.k[1].zero_()
+    graphed(step, dev)()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager_out) and torch.equal(cache.k[1][:, :, 16], eager_k)

@@ -34,11 +34,22 @@ def linear_peak(name, n, h=2, dk=16):
     return 4 * h * (3 * n * n + 4 * n * dk) if name.startswith("explicit") else 4 * h * 8 * n * dk
 
 
-def records(exp, measured=None, n2=0, rows=1, peak=linear_peak, params=None, inventory_off=0, inventory=None):
+def records(
+    exp,
+    measured=None,
+    n2=0,
+    rows=1,
+    peak=linear_peak,
+    params=None,
+    inventory_off=0,
+    inventory=None,
+    kernel=None,
+):
     """One record per size of the grid (quick by default); measured(name, n) overrides the bytes a variant
     saves (default: its hand formula); n2 / rows = the fused paths' n×n / per-row storage counts;
     peak(name, n) = the peak-part bytes; inventory_off = what the inventory sum of `math` misses;
-    inventory(name, h, n, d_k) = the storages listed at the inventory size."""
+    inventory(name, h, n, d_k) = the storages listed at the inventory size; kernel = the fused kernel's autograd
+    node recorded at every size (default: the CPU kernel, at the inventory size only)."""
     recs = []
     for cfg in exp.grid(params or exp.profiles["quick"]):
         n, h, dk = cfg["n"], cfg["heads"], cfg["head_dim"]
@@ -50,7 +61,8 @@ def records(exp, measured=None, n2=0, rows=1, peak=linear_peak, params=None, inv
             continue
         variants = {}
         for name in VARIANTS:
-            hand = hand_bytes(name, 1, h, n, dk)
+            sdpa = name in ("fused", "fused_causal", "fused_mask", "module_sdpa")
+            hand = hand_bytes(name, 1, h, n, dk, kernel=kernel if kernel and sdpa else "")
             got = measured(name, n) if measured else hand
             fused = name in ("fused", "fused_causal")
             listed = got - (inventory_off if name == "math" else 0)
@@ -59,6 +71,8 @@ def records(exp, measured=None, n2=0, rows=1, peak=linear_peak, params=None, inv
             if cfg["inventory"]:
                 row["inventory"] = (inventory or _inventory)(name, h, n, dk)
                 row["kernel"] = "ScaledDotProductFlashAttentionForCpuBackward0" if fused else ""
+            if kernel:
+                row["kernel"] = kernel if sdpa else ""
             variants[name] = row
         metrics = {
             "variants": variants,
@@ -181,3 +195,25 @@ def test_flash_memory_rule_a_failing_inventory_check_stops_the_claim(exp, tmp_pa
     broken, so the claim stops (CheckFailed) instead of issuing a verdict."""
     with pytest.raises(CheckFailed, match="inventory"):
         analyse(exp, records(exp, inventory_off=4), "quick", tmp_path)
+
+
+def test_flash_memory_rule_reads_the_hand_formula_of_the_cuda_kernel_that_ran(exp, tmp_path):
+    """CUDA's memory-efficient kernel (what float32 SDPA runs on a GPU) pads its log-sum-exp rows to a multiple
+    of 32 and keeps two int64 of random-number state: bytes counted from those storages (written out here, not
+    through `hand_bytes`) meet the hand formula and the explicit/fused ratio of the kernel that ran, also at
+    n = 16 where the padding doubles the rows."""
+    eff = "ScaledDotProductEfficientAttentionBackward0"
+
+    def measured(name, n, h=2, dk=16):
+        fused = 4 * h * 4 * n * dk + 4 * h * (-(-n // 32) * 32) + 16
+        return {"fused": fused, "fused_causal": fused, "fused_mask": fused + 4 * n * n,
+                "module_sdpa": fused + 4 * n * h * dk}.get(name, hand_bytes(name, 1, h, n, dk))  # fmt: skip
+
+    assert 16 in exp.profiles["quick"]["ns"]
+    v = analyse(exp, records(exp, measured=measured, kernel=eff), exp.profiles["quick"], tmp_path)
+    assert verdicts(v)["hand"] == verdicts(v)["ratio"] == "supported"
+    cpu = records(exp, measured=lambda name, n: hand_bytes(name, 1, 2, n, 16), kernel=eff)  # the CPU kernel's
+    v = analyse(exp, cpu, exp.profiles["quick"], tmp_path)
+    assert (
+        verdicts(v)["hand"] == "mixed" and verdicts(v)["ratio"] == "refuted"
+    )  # the explicit paths still hold

@@ -10,7 +10,7 @@ import pandas as pd
 from ..evidence.declare import Readout
 from ..evidence.plots import loglog
 from ..evidence.stats import loglog_fit
-from ..measure.attention_cost import ITEMSIZE, VARIANTS, classify
+from ..measure.attention_cost import ITEMSIZE, VARIANTS, classify, hand_bytes
 from . import part
 
 FUSED = ("fused", "fused_causal")  # the fused kernel without a mask argument
@@ -89,7 +89,8 @@ def _keeps(saved: list[dict], p: dict, no_nxn_from: int) -> pd.DataFrame:
                 )
             if r["config"]["inventory"]:
                 kinds = [
-                    classify(t["bytes"] // ITEMSIZE[t["dtype"]], 1, h, n, dk) for t in m.get("inventory", [])
+                    classify(t["bytes"] // ITEMSIZE[t["dtype"]], 1, h, n, dk, m.get("kernel", ""))
+                    for t in m.get("inventory", [])
                 ]
                 rows.append({"variant": v, "what": "n×d", "n": n, "unit": n, "storages": kinds.count("n×d")})
     return pd.DataFrame(rows, columns=["variant", "what", "n", "unit", "storages"])
@@ -107,17 +108,20 @@ def _fits(wide: pd.DataFrame, pk: pd.DataFrame, fit_from: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["quantity", "variant", "unit", "exponent", "range"])
 
 
-def _ratio(wide: pd.DataFrame, dk: int, at, it: int = 4) -> pd.DataFrame:
-    """explicit / fused saved bytes against it·(3n·d_k + n²)/(4n·d_k·it + 4n) (tensors of `it` bytes, the
-    log-sum-exp in float32: (3n·d_k + n²)/(4n·d_k + n) in float32), at the sizes `at` that were measured (else
-    at the largest n)."""
-    ratio = wide.set_index("n")["explicit"] / wide.set_index("n")["fused"]
-    ns = [n for n in at if n in ratio.index] or [int(ratio.index[-1])]
+def _ratio(df: pd.DataFrame, h: int, dk: int, at, it: int = 4) -> pd.DataFrame:
+    """explicit / fused saved bytes against the ratio of their hand formulas (`hand_bytes`, for the fused kernel
+    that ran: (3n·d_k + n²)/(4n·d_k + n) for float32 on the CPU), at the sizes `at` that were measured (else at
+    the largest n)."""
+    by = df.set_index(["variant", "n"])
+    ns = sorted(df.n.unique())
+    ns = [n for n in at if n in ns] or [int(ns[-1])]
     rows = []
     for n in ns:
-        closed = it * (3 * n * dk + n * n) / (4 * n * dk * it + 4 * n)
-        rows.append({"n": n, "unit": n, "ratio": float(ratio[n]), "closed form": closed,
-                     "ratio_error": float(ratio[n]) / closed - 1})  # fmt: skip
+        ratio = by.loc[("explicit", n), "saved bytes"] / by.loc[("fused", n), "saved bytes"]
+        kernel = by.loc[("fused", n), "kernel"]
+        closed = hand_bytes("explicit", 1, h, n, dk, it) / hand_bytes("fused", 1, h, n, dk, it, kernel)
+        rows.append({"n": n, "unit": n, "ratio": float(ratio), "closed form": closed,
+                     "ratio_error": float(ratio) / closed - 1})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -144,7 +148,7 @@ def observe(
         "saved": df,
         "keeps": _keeps(saved, p, no_nxn_from),
         "fits": _fits(wide, pk, fit_from),
-        "ratio": _ratio(wide, p["head_dim"], ratio_at, it) if len(wide) else pd.DataFrame(),
+        "ratio": _ratio(df, h, dk, ratio_at, it) if len(df) else pd.DataFrame(),
         "wide": wide,
         "peak": pk,
         "peak_live": pd.DataFrame(
@@ -164,7 +168,7 @@ def _inventory(inv_run: dict, p: dict, out) -> pd.DataFrame:
     inv = pd.DataFrame([
         {"variant": name, "kernel (grad_fn)": m.get("kernel", ""), "shape": "×".join(map(str, t["shape"])),
          "dtype": t["dtype"], "bytes": t["bytes"],
-         "kind": classify(t["bytes"] // ITEMSIZE[t["dtype"]], 1, h, n0, dk)}
+         "kind": classify(t["bytes"] // ITEMSIZE[t["dtype"]], 1, h, n0, dk, m.get("kernel", ""))}
         for name, m in inv_run["metrics"]["variants"].items() for t in m.get("inventory", [])
     ])  # fmt: skip
     out.table(

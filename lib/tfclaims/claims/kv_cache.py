@@ -18,6 +18,7 @@ import torch
 
 from ..measure.counters import count_flops, read_bandwidth
 from ..measure.counting import kv_cache_bytes, lm_forward_flops, model_params
+from ..measure.graphs import graphed
 from ..measure.threads import intra_op_threads
 from ..measure.timing import time_interleaved
 from ..nn.attention import KVCache
@@ -53,7 +54,7 @@ def run_cached_linear(cfg: dict, ctx) -> dict:
                 cache.pos = n - 1  # the new token is the n-th: it attends to all n positions
                 return model(tok, cache=cache)
 
-            steps[n], kv[n] = step, kv_cache_bytes(mc, n)
+            steps[n], kv[n] = graphed(step, dev), kv_cache_bytes(mc, n)
         fns = {f"cached|{n}": f for n, f in steps.items()}
         n_aa = max(cfg["linear_ns"])
         fns[AA] = steps[n_aa]
@@ -64,7 +65,7 @@ def run_cached_linear(cfg: dict, ctx) -> dict:
     points = [{"n": n, "kv_bytes": kv[n], **t[f"cached|{n}"]} for n in cfg["linear_ns"]]
     return {
         "points": points, "aa": {"n": n_aa, **t[AA]}, "read_bw": [bw_before, bw_after],
-        "kv_bytes_per_position": kv_cache_bytes(mc, 1), "threads": n_threads,
+        "kv_bytes_per_position": kv_cache_bytes(mc, 1), "threads": n_threads, "cuda_graphs": dev.type == "cuda",
     }  # fmt: skip
 
 
@@ -126,7 +127,7 @@ def run_steps(cfg: dict, ctx) -> dict:
         for n in cfg["ns"]:
             cached, uncached = decode_step_fns(model, idx[:, :n], dev)
             diffs[n] = float((cached()[:, -1] - uncached()[:, -1]).abs().max())
-            fns[f"cached|{n}"], fns[f"uncached|{n}"] = cached, uncached
+            fns[f"cached|{n}"], fns[f"uncached|{n}"] = graphed(cached, dev), graphed(uncached, dev)
         n_aa = max(cfg["ns"])
         fns[AA] = fns[f"cached|{n_aa}"]
         t = time_interleaved(fns, device=dev, warmup=cfg["warmup"], repeats=cfg["repeats"])
@@ -134,7 +135,10 @@ def run_steps(cfg: dict, ctx) -> dict:
         {"n": n, "cached": t[f"cached|{n}"], "uncached": t[f"uncached|{n}"], "max_logit_diff": diffs[n]}
         for n in cfg["ns"]
     ]
-    return {"points": points, "aa": {"n": n_aa, "kind": "cached", **t[AA]}, "threads": n_threads}
+    return {
+        "points": points, "aa": {"n": n_aa, "kind": "cached", **t[AA]}, "threads": n_threads,
+        "cuda_graphs": dev.type == "cuda",
+    }  # fmt: skip
 
 
 def run_generate(cfg: dict, ctx) -> dict:

@@ -221,30 +221,49 @@ VARIANTS = {
 }
 
 
-def hand_bytes(variant: str, B: int, h: int, n: int, dk: int, itemsize: int = 4) -> int:
+# What each fused SDPA kernel keeps beside q, k, v and its output, by its autograd node (read from the saved
+# tensors of every kernel on an H100 and on the CPU): the float32 log-sum-exp of every score row, its row count
+# rounded up to a multiple (CUDA's memory-efficient kernel pads it to 32), and the random-number state that
+# dropout would need (a seed and an offset: uint64[2] + uint64 for flash, two int64 for the others), in bytes.
+KERNEL_KEEPS = {
+    "ScaledDotProductFlashAttentionForCpuBackward0": (1, 0),
+    "ScaledDotProductFlashAttentionBackward0": (1, 24),
+    "ScaledDotProductEfficientAttentionBackward0": (32, 16),
+    "ScaledDotProductCudnnAttentionBackward0": (1, 16),
+}
+
+
+def lse_rows(n: int, kernel: str = "") -> int:
+    """Rows of the log-sum-exp a fused kernel keeps for n queries (its padding: `KERNEL_KEEPS`)."""
+    pad = KERNEL_KEEPS.get(kernel, (1, 0))[0]
+    return -(-n // pad) * pad
+
+
+def hand_bytes(variant: str, B: int, h: int, n: int, dk: int, itemsize: int = 4, kernel: str = "") -> int:
     """Bytes autograd keeps, derived by hand from what each operation saves (tensors of `itemsize` bytes, the
-    log-sum-exp in float32, bool = 1).
+    log-sum-exp in float32, bool = 1); `kernel`: the autograd node of the fused kernel that ran.
 
     explicit: QKᵀ saves q and k, softmax its output P (B,h,n,n), PV saves P (same storage) and v.
-    fused:    q, k, v, the output (B,h,n,dk) and the float32 log-sum-exp of every score row (B,h,n), as the
-              flash kernels keep it (CUDA's memory-efficient kernel pads that row count: see the recorded
-              kernel).
+    math:     the same, computed in float32 whatever the input type (SDPA's MATH kernel upcasts half types).
+    fused:    q, k, v, the output (B,h,n,dk) and the float32 log-sum-exp of every score row (B,h,n), with the
+              kernel's padding of those rows and its random-number state (`KERNEL_KEEPS`).
     masks:    masked_fill keeps the boolean mask (n×n); the fused kernel keeps the mask converted to q's dtype.
     module:   also the input x (saved by W_q, W_k, W_v: one storage) and the input of W_o (B,n,d); the CPU fused
               kernel returns its output laid out as (B,n,h,dk), so W_o's input is a view of the kept output.
     """
     d, it = h * dk, itemsize
     naive = it * B * h * (3 * n * dk + n * n)
-    fused = B * h * (4 * n * dk * it + 4 * n)
+    extra = KERNEL_KEEPS.get(kernel, (1, 0))[1]
+    fused = B * h * (4 * n * dk * it + 4 * lse_rows(n, kernel)) + extra
     return {
         "explicit": naive,
-        "math": naive,
+        "math": naive * max(4, it) // it,
         "explicit_causal": naive + n * n,
         "fused": fused,
         "fused_causal": fused,
         "fused_mask": fused + it * n * n,
         "module_explicit": it * B * (5 * n * d + h * n * n) + n * n,
-        "module_sdpa": B * (5 * n * d * it + 4 * h * n),
+        "module_sdpa": B * (5 * n * d * it + 4 * h * lse_rows(n, kernel)) + extra,
     }[variant]
 
 
@@ -268,9 +287,10 @@ def saved_inventory(fn, exclude=()) -> list[dict]:
     return list(seen.values())
 
 
-def classify(elems: int, B: int, h: int, n: int, dk: int) -> str:
-    """What a saved storage of `elems` elements is, by size (n > dk keeps the cases apart)."""
-    if elems == B * h * n:
+def classify(elems: int, B: int, h: int, n: int, dk: int, kernel: str = "") -> str:
+    """What a saved storage of `elems` elements is, by size (n > dk keeps the cases apart; `kernel`: the fused
+    kernel that ran, whose row padding `lse_rows` gives)."""
+    if elems == B * h * lse_rows(n, kernel):
         return "per row (n)"
     if elems == B * h * n * dk:
         return "n×d"
@@ -326,13 +346,16 @@ def run_saved_bytes(cfg: dict, ctx) -> dict:
     for name, fn in fns.items():
         inv = saved_inventory(fn, exclude=params)
         elems = [t["bytes"] // ITEMSIZE[t["dtype"]] for t in inv]
+        node = type(fn().grad_fn).__name__  # which SDPA kernel ran (e.g. flash, memory-efficient, cuDNN)
+        kernel = node if "ScaledDotProduct" in node else ""  # the decomposed paths end in a view
+        if name == "module_sdpa":  # its output comes from W_o; inside, the causal fused kernel runs
+            kernel = res["fused_causal"]["kernel"]
+        rows = B * h * lse_rows(n, kernel)
         row = {
             "bytes": saved_bytes(fn, exclude=params), "inventory_bytes": sum(t["bytes"] for t in inv),
-            "hand": hand_bytes(name, B, h, n, dk, q.element_size()),
-            "n2_storages": sum(e >= B * h * n * n for e in elems), "row_storages": sum(e == B * h * n for e in elems),
+            "hand": hand_bytes(name, B, h, n, dk, q.element_size(), kernel), "kernel": kernel,
+            "n2_storages": sum(e >= B * h * n * n for e in elems), "row_storages": sum(e == rows for e in elems),
         }  # fmt: skip
-        node = type(fn().grad_fn).__name__  # which SDPA kernel ran (e.g. flash, memory-efficient, cuDNN)
-        row["kernel"] = node if "ScaledDotProduct" in node else ""  # the decomposed paths end in a view
         if cfg["inventory"]:
             row["inventory"] = inv
         if dev.type == "cuda" and torch.cuda.is_available():

@@ -15,6 +15,7 @@ import torch
 
 from ..measure.counters import read_bandwidth
 from ..measure.counting import kv_cache_bytes
+from ..measure.graphs import graphed
 from ..measure.threads import intra_op_threads
 from ..measure.timing import time_interleaved
 from ..nn.attention import KVCache
@@ -53,13 +54,17 @@ def weight_read_bytes(model: LM, batch: int) -> int:
 
 
 def filled_decoder(cfg: dict, kv: int, backend: str, dev, dtype, share: dict | None = None):
-    """A model with its cache filled to the context, a call of `decode_steps` greedy steps, its byte counts.
+    """A model with its cache filled to the context, a call of `decode_steps` greedy steps (replayed from a CUDA
+    graph on a GPU: `measure.graphs`), its byte counts.
     `share` (a dict, empty at first) carries the weights and the cache to the next backend of the same K/V
     head count: a backend changes how attention is computed, not what is stored, so both read one copy."""
     B, S, n = cfg["batch"], cfg["context"], cfg["decode_steps"]
     mc = decode_config(cfg, kv, S + n, backend)
-    model = LM(mc).to(dev, dtype).eval()
     share = {} if share is None else share
+    # built where it runs (a billion parameters drawn on the CPU take minutes); a second backend on the meta
+    # device, then given the first one's tensors
+    with torch.device("meta" if "state" in share else dev):
+        model = LM(mc).to(dtype).eval()
     if "state" in share:
         model.load_state_dict(share["state"], assign=True)  # the same tensors, not a copy
         cache = share["cache"]
@@ -88,6 +93,8 @@ def filled_decoder(cfg: dict, kv: int, backend: str, dev, dtype, share: dict | N
         "kv_cache_bytes_closed_form": kv_cache_bytes(mc, S + n, B, elt),
         "weight_bytes_per_step": weights, "kv_bytes_per_step": kv_read / n, "bytes_per_call": n * weights + kv_read,
     }  # fmt: skip
+    fn = graphed(fn, dev)  # on CUDA the launch of each small kernel would bind the step, not its bytes
+    info["cuda_graph"] = dev.type == "cuda"
     if dev.type == "cuda":  # working memory of one call beyond what is already resident
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
