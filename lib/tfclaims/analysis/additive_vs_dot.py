@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..evidence.declare import CellRule, Readout
+from ..evidence.declare import Readout
 from ..evidence.plots import loglog
 from ..evidence.stats import loglog_fit, mean_ci
-from ..evidence.tables import timing_rows
+from ..evidence.tables import runs_table, timing_rows
+from ..evidence.tuning import curve_table, read_sweep
 from . import part
 
 KINDS = ("additive", "dot_scaled", "dot_unscaled")
@@ -47,7 +48,11 @@ ACC = Readout(
     "final held-out accuracy",
     better="higher",
     definition="the held-out accuracy at the last evaluation (a diverged run has none)",
+    fn=lambda m: m.get("final_acc"),
 )
+
+
+RERUN = "additive rerun"  # the null pair's arm: additive at its chosen rate, seeds s + the offset
 
 
 def learned(margin: float, chance: float) -> Readout:
@@ -61,17 +66,18 @@ def learned(margin: float, chance: float) -> Readout:
     )
 
 
-def converged_rule(tol: float, start: float) -> CellRule:
-    """Cells where every run of both arms converged: accuracy moved by at most `tol` since `start` of the
-    steps."""
-    return CellRule(
-        f"every run of both arms converged (held-out accuracy moved by at most {tol:g} over the last "
-        f"{1 - start:.0%} of training)",
-        lambda a, b: len(a) > 0 and len(b) > 0 and bool(a["converged"].all() and b["converged"].all()),
-    )
+def final_and_init(m: dict) -> tuple[float | None, float]:
+    """A retrieval run's (final held-out cross-entropy, None if it diverged; that loss before any update)."""
+    return (m["final_val"] if m.get("diverged_at") is None else None), m["val_loss"][0]
 
 
-def _converged(m: dict, tol: float, start: float) -> bool:
+def width_labels(p: dict) -> list[str]:
+    """The task's widths as cell labels, smallest first."""
+    return [f"d{d}" for d in sorted(p["task_dims"])]
+
+
+def _settled(m: dict, tol: float = 0.02, start: float = 0.8) -> bool:
+    """Held-out accuracy moved by at most `tol` over the last 1 − `start` of training (reported only)."""
     accs, steps = m["accuracy"], m["eval_steps"]
     if m["final_acc"] is None or len(accs) < 2:
         return False
@@ -79,10 +85,11 @@ def _converged(m: dict, tol: float, start: float) -> bool:
     return abs(accs[-1] - ref) <= tol
 
 
-def observe(runs: list[dict], p: dict, *, margin: float, tol: float, start: float, offset: int) -> dict:
+def observe(runs: list[dict], p: dict, *, margin: float, offset: int, readouts) -> dict:
     """var: one row per width (ln d and each series' ln variance; one unit, so a slope is least squares over
     the widths); slopes: each series' fitted log-log slope; time: one row per (n, d, callable) and round;
-    task: one row per run (seeds ≥ `offset`: the null pair's reruns)."""
+    sweep: one row per task run (arm, role, loss at init); tuned: the fresh seeds at each kind's chosen rate
+    per width and the null pair's reruns (arm RERUN, unit = seed − offset); choices and curves: the sweep."""
     vdf = pd.DataFrame(part(runs, "variance")[0]["metrics"]["rows"])
     var = pd.DataFrame(
         {"unit": 0, "ln d": np.log(vdf["d"]), **{c: np.log(vdf[s]) for c, (s, _) in SERIES.items()}}
@@ -95,21 +102,26 @@ def observe(runs: list[dict], p: dict, *, margin: float, tol: float, start: floa
         for kind in ("additive", "dot_scaled", AA)
         for row in timing_rows(r[kind]["times"], n=r["n"], d=r["d"], kind=kind)
     ]
-    chance = 1 / p["n_values"]
-    task = [
-        {
-            "attn": r["config"]["attn"], "d": r["config"]["d"], "rerun": r["config"]["seed"] >= offset,
-            "unit": r["config"]["seed"], "final_acc": r["metrics"]["final_acc"],
-            "learned": r["metrics"]["final_acc"] is not None and r["metrics"]["final_acc"] >= chance + margin,
-            "converged": _converged(r["metrics"], tol, start), "run_id": r.get("run_id"),
-        }
-        for r in part(runs, "task")
-    ]  # fmt: skip
+    chance, sel = 1 / p["n_values"], set(p["selection_seeds"])
+    task = runs_table(
+        part(runs, "task"), readouts,
+        arm=lambda c, m: RERUN if c["seed"] >= offset else c["attn"],
+        role=lambda c, m: "selection" if c["seed"] in sel else "test",
+        init_loss=lambda c, m: m["val_loss"][0], scale=lambda c, m: f"d{c['d']}",
+        learned=lambda c, m: m["final_acc"] is not None and m["final_acc"] >= chance + margin,
+        settled=lambda c, m: _settled(m),
+    )  # fmt: skip
+    scales = {f"d{d}": {"d": d} for d in p["task_dims"]}
+    choices, tuned, _ = read_sweep(task[task.arm != RERUN], {k: {"arm": k} for k in KINDS}, scales)
+    reruns = task[task.arm == RERUN].assign(unit=lambda t: t.unit - offset)
     return {
         "var": var,
         "slopes": pd.DataFrame(slopes),
         "time": pd.DataFrame(time),
-        "task": pd.DataFrame(task),
+        "sweep": task,
+        "tuned": pd.concat([tuned, reruns], ignore_index=True),
+        "choices": choices,
+        "curves": curve_table(task[task.arm != RERUN], ["scale", "arm"]) if len(task) else pd.DataFrame(),
     }
 
 
@@ -142,22 +154,35 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
         f"rounds, {tm['threads']} intra-op thread(s)); additive / dot = exp of the mean paired log ratio "
         "over rounds with its interval at Holm's level; A/A: the dot product timed twice",
     )
-    task, chance = t["task"][~t["task"]["rerun"]], 1 / p["n_values"]
-    auc = {r["run_id"]: r["metrics"]["auc"] for r in part(runs, "task")}
-    krows = []
-    for (d, kind), g in task.groupby(["d", "attn"]):
-        a, f = mean_ci([auc[i] for i in g["run_id"]]), mean_ci(g["final_acc"].dropna())
-        krows.append({
-            "d": d, "attention": LABELS[kind], "mean accuracy over training": a.mean, "±": a.half_width,
-            "final accuracy": f.mean, "± ": f.half_width, "learned": f"{int(g['learned'].sum())}/{len(g)}",
-            "converged": f"{int(g['converged'].sum())}/{len(g)}",
+    chance, rows = 1 / p["n_values"], []
+    ch = t["choices"].set_index(["scale", "arm"]) if len(t["choices"]) else None
+    for (scale, kind), g in t["tuned"].groupby(["scale", "arm"]):
+        if kind == RERUN:
+            continue
+        loss, acc = mean_ci(g["final_val"].dropna()), mean_ci(g["final_acc"].dropna())
+        c = ch.loc[(scale, kind)]
+        rows.append({
+            "d": int(scale[1:]), "attention": LABELS[kind], "chosen rate": c["chosen_lr"],
+            "at an end": bool(c["at_edge"]), "final loss (nats)": loss.mean, "±": loss.half_width,
+            "final accuracy": acc.mean, "± ": acc.half_width, "learned": f"{int(g['learned'].sum())}/{len(g)}",
+            "settled": f"{int(g['settled'].sum())}/{len(g)}",
         })  # fmt: skip
     out.table(
         "task",
-        pd.DataFrame(krows),
-        f"Key-value retrieval ({p['pairs']} pairs, {p['n_keys']} keys, {p['n_values']} values; chance "
-        f"{chance:.3f}): held-out accuracy, mean ± 95% CI over seeds; learned = final accuracy at least the "
-        "learning margin above chance; converged = accuracy settled over the last part of training",
+        pd.DataFrame(rows).sort_values(["d", "attention"]) if rows else pd.DataFrame(rows),
+        f"Key-value retrieval ({p['pairs']} pairs of {p['n_keys']} keys, {p['n_values']} values; chance "
+        f"{chance:.3f}, chance loss ln {p['n_values']} = {math.log(p['n_values']):.2f} nats), each kind at "
+        f"the rate its {len(p['selection_seeds'])} selection seeds chose, on {len(p['seeds'])} fresh seeds: "
+        "held-out cross-entropy and accuracy after the same steps, mean ± 95% CI; learned = final accuracy "
+        "at least the learning margin above chance; settled = accuracy moved by at most 0.02 over the last "
+        "20% of training (reported, not a rule)",
+    )
+    out.table(
+        "sweep",
+        t["curves"],
+        "Learning-rate sweep: final held-out cross-entropy on the selection seeds per width, kind and rate "
+        "(mean, min, max; a failed run counted at its loss at init)",
+        in_report=False,
     )
     return tdf
 
@@ -211,24 +236,23 @@ def plot_timing(tdf: pd.DataFrame, out) -> None:
     )
 
 
-def plot_task(runs, p: dict, out) -> None:
-    from ..evidence.curves import plot_curves
+def plot_task(t: dict, p: dict, out) -> None:
+    from ..evidence.plots import lr_sweeps
     from ..plotting import subplots
 
-    task = [r for r in part(runs, "task") if r["config"]["seed"] in set(p["seeds"])]
-    fig, axes = subplots(len(p["task_dims"]), width=3.8, height=3.3)
-    for ax, d in zip(axes, p["task_dims"]):
-        groups = {
-            LABELS[k]: [r for r in task if r["config"]["d"] == d and r["config"]["attn"] == k] for k in KINDS
-        }
-        plot_curves(ax, groups, key="accuracy")
-        ax.axhline(1 / p["n_values"], color="k", ls=":", lw=0.8)
-        ax.set(xlabel="training step", ylabel="held-out accuracy", title=f"Key-value retrieval, d = {d}")
-        ax.set_ylim(0, 1.02)
-    axes[0].legend(fontsize=7)
+    widths = width_labels(p)
+    fig, axes = subplots(len(widths), width=3.6, height=3.3)
+    tuned = t["tuned"][t["tuned"].arm != RERUN] if len(t["tuned"]) else t["tuned"]
+    lr_sweeps(axes, t["curves"], tuned, widths, LABELS)
+    for ax, w in zip(axes, widths):
+        ax.axhline(math.log(p["n_values"]), color="k", lw=0.6, ls=":", label="chance (ln n_values)")
+        ax.set(xlabel="learning rate (Adam)", ylabel="final held-out loss (nats)",
+               title=f"Key-value retrieval, {w.replace('d', 'd = ')}")  # fmt: skip
+    axes[-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     out.figure(
         "task",
         fig,
-        f"Held-out accuracy on key-value retrieval during training (mean and 95% band over {len(p['seeds'])} "
-        "seeds) at each width; dotted: chance.",
+        f"Final held-out cross-entropy against the learning rate for each kind at each width: lines, the mean "
+        f"over {len(p['selection_seeds'])} selection seeds with their range; stars, the {len(p['seeds'])} "
+        "fresh seeds at the chosen rate (mean, 95% CI); dotted: chance (ln n_values).",
     )

@@ -184,7 +184,8 @@ class Retrieval(nn.Module):
 
 
 def retrieval_task(cfg: dict, ctx) -> dict:
-    """Train one attention kind on key-value retrieval (Adam); held-out accuracy every `eval_every` steps.
+    """Train one attention kind on key-value retrieval (Adam); held-out accuracy and cross-entropy every
+    `eval_every` steps.
 
     A saturated softmax (unscaled scores at large d) yields subnormal floats, which the CPU handles tens of
     times slower; flushing them to zero changes nothing measurable (same losses) and keeps every kind at the
@@ -205,13 +206,16 @@ def _train_retrieval(cfg: dict, ctx) -> dict:
     test = [t.to(dev) for t in kv_batch(torch.Generator().manual_seed(1234), cfg["eval_size"], *shape)]
 
     @torch.no_grad()
-    def accuracy():
+    def evaluate() -> tuple[float, float]:
+        """Held-out accuracy and cross-entropy (nats) on the fixed test set."""
         model.eval()
-        acc = float((model(*test[:3]).argmax(-1) == test[3]).float().mean())
+        logits = model(*test[:3])
+        acc = float((logits.argmax(-1) == test[3]).float().mean())
         model.train()
-        return acc
+        return acc, float(nn.functional.cross_entropy(logits, test[3]))
 
-    steps, accs, losses, diverged = [0], [accuracy()], [], None
+    acc0, val0 = evaluate()
+    steps, accs, held, losses, diverged = [0], [acc0], [val0], [], None
     for step in range(cfg["steps"]):
         keys, vals, query, target = (t.to(dev) for t in kv_batch(gen, cfg["batch"], *shape))
         loss = nn.functional.cross_entropy(model(keys, vals, query), target)
@@ -224,11 +228,15 @@ def _train_retrieval(cfg: dict, ctx) -> dict:
         opt.step()
         losses.append(lv)
         if (step + 1) % cfg["eval_every"] == 0:
+            acc, val = evaluate()
             steps.append(step + 1)
-            accs.append(accuracy())
+            accs.append(acc)
+            held.append(val)
     return {
         "eval_steps": steps,
         "accuracy": accs,
+        "val_loss": held,
+        "final_val": held[-1] if diverged is None else None,
         "train_loss": losses,
         "auc": float(np.mean(accs[1:])) if diverged is None and len(accs) > 1 else None,
         "final_acc": accs[-1] if diverged is None else None,
