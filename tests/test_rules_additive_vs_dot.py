@@ -1,10 +1,11 @@
 """The additive_vs_dot rule on synthetic run records: every outcome its declared sub-claims can give.
 
-The quick profile's grid at two task widths (16 and 64) and four seeds. Score variances are power laws in d
-with a given slope (and a tiny wobble, so the slope's CI is finite); timings are per-round times sharing a
-round-to-round load factor; task accuracies are set per (kind, width), with a seed-to-seed spread shared by
-the arms. Accuracy comparisons are dot product (b) − additive (a), the speed comparison additive (b) − dot
-product (a): the arm each sub-claim names as better is a."""
+The quick profile's grid at two task widths (16 and 64) and four fresh seeds, the learning-rate sweep grown as
+the runner grows it. Score variances are power laws in d with a given slope (and a tiny wobble, so the slope's
+CI is finite); timings are per-round times sharing a round-to-round load factor; each kind's final held-out
+loss is set per (kind, width) at its best rate (3e-3 unless a test moves it), with a seed-to-seed spread shared
+by the kinds. Quality comparisons are dot product (b) − additive (a) in held-out loss, the speed comparison
+additive (b) − dot product (a): the arm each sub-claim names as better is a."""
 
 import math
 
@@ -35,110 +36,159 @@ def variance_rows(dims, slopes):
             for j, d in enumerate(dims)]  # fmt: skip
 
 
-def task_metrics(auc, seed, rising=0.0):
-    """A learning curve that ends at `auc` (± seed jitter); `rising`: how much it still gained over the last
-    evaluation interval (the last 20% of training: a run has not converged when this exceeds 0.02)."""
-    a = float(min(1.0, max(0.0, auc + (JITTER[seed] if auc > CHANCE + 0.05 else 0.0))))
-    return {"eval_steps": [0, 10, 16, 20], "accuracy": [CHANCE, a - rising, a - rising, a], "auc": a,
-            "final_acc": a, "chance": CHANCE, "train_loss": [2.0] * 20, "diverged_at": None}  # fmt: skip
+LN = math.log(P["n_values"])  # the loss of guessing: what an arm that learned nothing ends at
 
 
-def records(*, slopes=None, speed=-1.5, acc, rising=lambda kind, d: 0.0, null=lambda s: 0.0):
-    """speed: log(t_dot / t_additive) (negative: dot faster), or (n, d) -> that; acc(kind, d, seed) ->
-    accuracy; null(seed): what the null pair's rerun of additive adds to its accuracy."""
+KIND_JITTER = {"additive": [0.01, -0.012, 0.006, -0.004], "dot_scaled": [0.0] * 4, "dot_unscaled": [0.0] * 4}
+
+
+def task_metrics(loss, seed, kind):
+    """A run that ends at held-out loss `loss` (± seed jitter where it learned, shared by the kinds, and a
+    small one of additive's own, so that paired differences vary); its accuracy 0.9 where the loss is well
+    below chance, else chance."""
+    learned = loss < LN - 0.3
+    final = loss + (JITTER[seed % 4] + KIND_JITTER[kind][seed % 4] if learned else 0.0)
+    acc = 0.9 if learned else CHANCE
+    return {"eval_steps": [0, 10, 20], "accuracy": [CHANCE, acc, acc], "val_loss": [LN, final, final],
+            "final_val": final, "final_acc": acc, "auc": acc, "chance": CHANCE, "train_loss": [2.0] * 20,
+            "diverged_at": None}  # fmt: skip
+
+
+def records(*, slopes=None, speed=-1.5, loss, null=lambda s: 0.0, best=lambda kind, d: 3e-3):
+    """speed: log(t_dot / t_additive) (negative: dot faster), or (n, d) -> that; loss(kind, d, seed) -> the
+    final held-out loss at the kind's best rate best(kind, d) (every other rate 0.2 nats worse); null(seed):
+    what the null pair's rerun of additive adds to its loss. The staged grid grows as the runner grows it."""
     gap = speed if callable(speed) else lambda n, d: speed  # per (n, d) cell, or one value for all
-    recs = []
-    for i, c in enumerate(EXP.grid(P)):
-        if c["part"] == "variance":
-            m = {"rows": variance_rows(c["dims"], slopes or {})}
-        elif c["part"] == "timing":
-            m = {"rows": [{"n": n, "d": d, "additive": timed(1e-3 * n * d / 512),
-                           "dot_scaled": timed(1e-3 * n * d / 512, gap(n, d), 1),
-                           AA: timed(1e-3 * n * d / 512, gap(n, d), 2)} for d in c["ds"] for n in c["ns"]],
-                 "threads": 1}  # fmt: skip
-        else:
-            s = c["seed"] % 1000
-            m = task_metrics(acc(c["attn"], c["d"], s), s, rising(c["attn"], c["d"]))
-            if c["seed"] >= 1000:
-                m["final_acc"] = m["accuracy"][-1] = m["final_acc"] + null(s)
-        recs.append(record(c, m, f"r{i}"))
+    grid, recs = None, []
+    while (g := EXP.grid(P, recs)) != grid:
+        grid, recs = g, []
+        for i, c in enumerate(g):
+            if c["part"] == "variance":
+                m = {"rows": variance_rows(c["dims"], slopes or {})}
+            elif c["part"] == "timing":
+                m = {"rows": [{"n": n, "d": d, "additive": timed(1e-3 * n * d / 512),
+                               "dot_scaled": timed(1e-3 * n * d / 512, gap(n, d), 1),
+                               AA: timed(1e-3 * n * d / 512, gap(n, d), 2)} for d in c["ds"] for n in c["ns"]],
+                     "threads": 1}  # fmt: skip
+            else:
+                s, off = c["seed"] % 1000, 0.0 if c["lr"] == best(c["attn"], c["d"]) else 0.2
+                extra = off + (null(s) if c["seed"] >= 1000 else 0.0)
+                m = task_metrics(loss(c["attn"], c["d"], s) + extra, s, c["attn"])
+            recs.append(record(c, m, f"r{i}"))
     return recs
 
 
-def at_chance_at_16(table):
-    """table: kind -> accuracy at d = 64; every kind stays at chance at d = 16."""
-    return lambda kind, d, s: CHANCE if d == 16 else table[kind]
+def kinds(table, at16=None):
+    """loss(kind, d, seed): table[kind] at d = 64; at d = 16 at16[kind], or chance for every kind."""
+    return lambda kind, d, s: table[kind] if d == 64 else (at16[kind] if at16 else LN)
+
+
+def acc_cells(v):
+    return {k: x for k, x in decisions(v).items() if k.startswith("acc-") and k.endswith("final_val")}
 
 
 def test_additive_vs_dot_rule_supported_and_chance_width_excluded(tmp_path):
-    acc = at_chance_at_16({"additive": 0.9, "dot_scaled": 0.6, "dot_unscaled": 0.4})
-    v = analyse(EXP, records(acc=acc), P, tmp_path)
+    v = analyse(
+        EXP, records(loss=kinds({"additive": 1.0, "dot_scaled": 1.5, "dot_unscaled": 2.0})), P, tmp_path
+    )
     d = decisions(v)
-    assert d["acc-scaled/d16"] == d["acc-unscaled/d16"] == "excluded"
-    assert d["acc-scaled/d64"] == d["acc-unscaled/d64"] == "a_better"  # a = additive
+    assert d["acc-scaled/d16/final_val"] == d["acc-unscaled/d16/final_val"] == "excluded"
+    assert d["acc-scaled/d64/final_val"] == d["acc-unscaled/d64/final_val"] == "a_better"  # a = additive
     assert {d[k] for k in d if k.startswith("speed/")} == {"a_better"}  # a = dot product, lower time
     assert d["variance/lnvar_additive_torch"] == d["variance/lnvar_additive_xavier"] == "equivalent"
     assert d["law/dot-xavier"] == d["law/raw"] == "equivalent"
     assert {k: verdicts(v)[k] for k in COUNTED} == dict.fromkeys(COUNTED, "supported")
     assert v.verdict == "supported"
-    c = comparison(v, "acc-scaled/d64")
+    c = comparison(v, "acc-scaled/d64/final_val")
     assert c.paired and c.n == 4 and c.learned_a == 4 and c.learned_b == 4 and c.noise is not None
-    assert c.diff == pytest.approx(0.6 - 0.9) and c.arm_a == "additive"
+    assert c.diff == pytest.approx(0.5) and c.arm_a.startswith("additive")
+    assert "acc-scaled/d64/final_acc" in sub(v, "acc-scaled").reported  # accuracy beside the loss, not counted
     s = comparison(v, "speed/n32-d16")
     assert s.diff == pytest.approx(1.5, abs=0.01) and s.noise is not None  # log t_additive − log t_dot
     nf = {c.id for c in v.noise_floor}
-    assert {"null/d16", "null/d64", "aa/n32-d16"} <= nf
-    kinds = {x.id: (x.kind, x.counts) for x in v.sub_verdicts}
-    assert kinds["law"][0] == "check" and kinds["keys"] == ("effect", False)
+    assert {"null/d64/final_val", "aa/n32-d16"} <= nf
+    kinds_ = {x.id: (x.kind, x.counts) for x in v.sub_verdicts}
+    assert kinds_["law"][0] == "check" and kinds_["keys"] == ("effect", False)
 
 
 def test_additive_vs_dot_rule_refuted_when_every_part_goes_the_other_way(tmp_path):
     v = analyse(
         EXP, records(slopes={"additive (torch)": 0.5, "additive (xavier)": 0.5}, speed=+1.0,
-                     acc=at_chance_at_16({"additive": 0.3, "dot_scaled": 0.9, "dot_unscaled": 0.8})),
+                     loss=kinds({"additive": 2.0, "dot_scaled": 1.0, "dot_unscaled": 1.2})),
         P, tmp_path,
     )  # fmt: skip
     d = decisions(v)
     assert {d[k] for k in d if k.startswith("speed/")} == {"b_better"}  # additive faster
-    assert d["acc-scaled/d64"] == d["acc-unscaled/d64"] == "b_better"  # the dot products more accurate
+    assert (
+        acc_cells(v)["acc-scaled/d64/final_val"] == acc_cells(v)["acc-unscaled/d64/final_val"] == "b_better"
+    )
     assert {k: verdicts(v)[k] for k in COUNTED} == dict.fromkeys(COUNTED, "refuted")
     assert v.verdict == "refuted"
 
 
-def test_additive_vs_dot_rule_mixed_when_better_than_unscaled_only(tmp_path):
-    # the committed shape: additive beats the unscaled dot product, loses to the scaled one
-    acc = at_chance_at_16({"additive": 0.7, "dot_scaled": 0.9, "dot_unscaled": 0.4})
-    v = analyse(EXP, records(acc=acc), P, tmp_path)
+def test_additive_vs_dot_rule_similar_to_scaled_refutes_better_where_the_unscaled_control_differs(tmp_path):
+    # additive well ahead of the unscaled dot product (the positive control), equal to the scaled one within
+    # the margin: "additive is better" is refuted there, Vaswani et al.'s "similar" shown
+    v = analyse(
+        EXP, records(loss=kinds({"additive": 1.0, "dot_scaled": 1.0, "dot_unscaled": 2.0})), P, tmp_path
+    )
+    assert acc_cells(v)["acc-scaled/d64/final_val"] == "equivalent"
     assert verdicts(v)["acc-unscaled"] == "supported" and verdicts(v)["acc-scaled"] == "refuted"
     assert v.verdict == "mixed"
 
 
-def test_additive_vs_dot_rule_underpowered_accuracy_is_inconclusive(tmp_path):
-    # accuracy differences inside the seed noise: a naive "no difference, so additive is not better" would
-    # refute; the ladder leaves the accuracy sub-verdicts inconclusive, and with them the whole claim
-    noise = np.array([0.2, -0.25, 0.15, -0.1])
-    v = analyse(EXP, records(acc=lambda k, d, s: 0.6 + (noise[s] if k == "additive" else 0.0)), P, tmp_path)
-    assert decisions(v)["acc-scaled/d64"] == "undecided"
+def test_additive_vs_dot_rule_equivalence_without_the_control_is_inconclusive(tmp_path):
+    # every kind alike: the setup shows no difference anywhere, so an equivalence cannot refute "better"
+    v = analyse(
+        EXP, records(loss=kinds({"additive": 1.0, "dot_scaled": 1.0, "dot_unscaled": 1.0})), P, tmp_path
+    )
+    assert acc_cells(v)["acc-scaled/d64/final_val"] == "equivalent"
+    assert verdicts(v)["acc-scaled"] == "inconclusive"
+
+
+def test_additive_vs_dot_rule_underpowered_quality_is_inconclusive(tmp_path):
+    # differences inside the seed noise: a naive "no difference, so additive is not better" would refute; the
+    # ladder leaves the quality sub-verdicts inconclusive, and with them the whole claim
+    noise = np.array([0.3, -0.35, 0.25, -0.2])
+    v = analyse(
+        EXP, records(loss=lambda k, d, s: 1.5 + (noise[s % 4] if k == "additive" else 0.0)), P, tmp_path
+    )
+    assert acc_cells(v)["acc-scaled/d64/final_val"] == "undecided"
     assert verdicts(v)["acc-scaled"] == "inconclusive"
     assert v.verdict == "inconclusive"
 
 
-def test_additive_vs_dot_rule_an_accuracy_gain_inside_the_null_pairs_spread_is_not_supported(tmp_path):
-    # additive 0.05 ahead in every seed (p tiny), but its own rerun differs by up to ±0.2: inside the floor
-    acc = at_chance_at_16({"additive": 0.65, "dot_scaled": 0.6, "dot_unscaled": 0.6})
-    v = analyse(EXP, records(acc=acc, null=lambda s: [0.2, -0.15, 0.1, -0.2][s]), P, tmp_path)
-    c = comparison(v, "acc-scaled/d64")
+def test_additive_vs_dot_rule_a_gain_inside_the_null_pairs_spread_is_not_supported(tmp_path):
+    # additive 0.1 nats ahead in every seed (p tiny), but its own rerun differs by up to ±0.4: inside the floor
+    loss = kinds({"additive": 1.4, "dot_scaled": 1.5, "dot_unscaled": 1.5})
+    v = analyse(EXP, records(loss=loss, null=lambda s: [0.4, -0.3, 0.2, -0.4][s]), P, tmp_path)
+    c = comparison(v, "acc-scaled/d64/final_val")
     assert c.p < 0.05 and c.in_noise and c.decision == "undecided"
     assert verdicts(v)["acc-scaled"] == "inconclusive"
-    assert verdicts(analyse(EXP, records(acc=acc), P, tmp_path / "quiet"))["acc-scaled"] == "supported"
+    assert verdicts(analyse(EXP, records(loss=loss), P, tmp_path / "quiet"))["acc-scaled"] == "supported"
 
 
 def test_additive_vs_dot_rule_excludes_widths_where_every_arm_is_at_chance(tmp_path):
-    v = analyse(EXP, records(acc=lambda k, d, s: CHANCE), P, tmp_path)
-    acc = [c for c in v.comparisons if c.id.startswith("acc-")]
+    v = analyse(EXP, records(loss=lambda k, d, s: LN), P, tmp_path)
+    acc = [c for c in v.comparisons if c.id.startswith("acc-") and c.id.endswith("final_val")]
     assert len(acc) == 4 and all(c.decision == "excluded" and c.learned_a == c.learned_b == 0 for c in acc)
     assert "excluded" in sub(v, "acc-scaled").detail
     assert verdicts(v)["acc-scaled"] == "inconclusive" and v.verdict == "inconclusive"
+
+
+def test_additive_vs_dot_rule_compares_each_kind_at_its_own_rate_on_fresh_seeds(tmp_path):
+    # additive's best rate is 1e-3, the dot products' 3e-3: at one shared rate either side would lose 0.2 nats
+    best = lambda kind, d: 1e-3 if kind == "additive" else 3e-3  # noqa: E731
+    loss = kinds(
+        {"additive": 1.0, "dot_scaled": 1.0, "dot_unscaled": 2.0},
+        {"additive": 1.0, "dot_scaled": 1.0, "dot_unscaled": 2.0},
+    )
+    v = analyse(EXP, records(loss=loss, best=best), P, tmp_path)
+    chosen = {(c["arm"], c["scale"]): c["chosen_lr"] for c in v.evidence["chosen_rates"]}
+    assert chosen[("additive", "d16")] == chosen[("additive", "d64")] == 1e-3
+    assert chosen[("dot_scaled", "d64")] == chosen[("dot_unscaled", "d16")] == 3e-3
+    assert acc_cells(v)["acc-scaled/d64/final_val"] == "equivalent"  # not 0.2 nats apart: each at its rate
+    assert comparison(v, "acc-scaled/d64/final_val").n == len(P["seeds"])  # the fresh seeds only
 
 
 @pytest.mark.parametrize(
@@ -149,15 +199,15 @@ def test_additive_vs_dot_rule_excludes_widths_where_every_arm_is_at_chance(tmp_p
     ],
 )
 def test_additive_vs_dot_rule_variance_needs_every_additive_slope_flat(tmp_path, slopes, decision, verdict):
-    v = analyse(EXP, records(slopes=slopes, acc=lambda k, d, s: CHANCE), P, tmp_path)
+    v = analyse(EXP, records(slopes=slopes, loss=lambda k, d, s: LN), P, tmp_path)
     assert decisions(v)["variance/lnvar_additive_torch"] == decision
     assert decisions(v)["variance/lnvar_additive_xavier"] == "equivalent"
     assert verdicts(v)["variance"] == verdict
 
 
 def test_additive_vs_dot_rule_keys_of_another_size_are_reported_not_counted(tmp_path):
-    acc = at_chance_at_16({"additive": 0.9, "dot_scaled": 0.6, "dot_unscaled": 0.4})
-    v = analyse(EXP, records(slopes={"additive, keys of size 2d (torch)": 0.5}, acc=acc), P, tmp_path)
+    loss = kinds({"additive": 1.0, "dot_scaled": 1.5, "dot_unscaled": 2.0})
+    v = analyse(EXP, records(slopes={"additive, keys of size 2d (torch)": 0.5}, loss=loss), P, tmp_path)
     assert verdicts(v)["keys"] == "refuted" and v.verdict == "supported"
 
 
@@ -165,11 +215,11 @@ def test_additive_vs_dot_rule_a_broken_variance_law_stops_the_claim(tmp_path):
     """Var(q·k) ∝ d for the unscaled dot product is the identity the Monte Carlo relies on: failing it is a
     bug, not evidence."""
     with pytest.raises(CheckFailed, match="law"):
-        analyse(EXP, records(slopes={"dot_unscaled (xavier)": 0.5}, acc=lambda k, d, s: CHANCE), P, tmp_path)
+        analyse(EXP, records(slopes={"dot_unscaled (xavier)": 0.5}, loss=lambda k, d, s: LN), P, tmp_path)
 
 
 def test_additive_vs_dot_rule_speed_undecided_cells(tmp_path):
-    v = analyse(EXP, records(speed=0.0, acc=lambda k, d, s: CHANCE), P, tmp_path)
+    v = analyse(EXP, records(speed=0.0, loss=lambda k, d, s: LN), P, tmp_path)
     assert {c.decision for c in v.comparisons if c.id.startswith("speed/")} == {"undecided"}
     assert verdicts(v)["speed"] == "inconclusive"
 
@@ -178,24 +228,6 @@ def test_additive_vs_dot_rule_speed_undecided_cells(tmp_path):
 def test_additive_vs_dot_rule_speed_claimed_at_every_cell(tmp_path, slow_at_64, verdict):
     # dot product faster at n = 32; at n = 64 as fast (undecided: not every cell) or slower (mixed)
     speed = lambda n, d: -1.5 if n == 32 else slow_at_64  # noqa: E731
-    v = analyse(EXP, records(speed=speed, acc=lambda k, d, s: CHANCE), P, tmp_path)
+    v = analyse(EXP, records(speed=speed, loss=lambda k, d, s: LN), P, tmp_path)
     assert decisions(v)["speed/n32-d16"] == "a_better"
     assert verdicts(v)["speed"] == verdict
-
-
-def test_additive_vs_dot_rule_unconverged_accuracy_is_reported_not_counted(tmp_path):
-    # additive ahead at the end, but its accuracy still rose by 0.1 over the last 20% of training: the width
-    # is reported beside the sub-verdict (quality is judged at convergence), so accuracy is inconclusive
-    acc = at_chance_at_16({"additive": 0.9, "dot_scaled": 0.6, "dot_unscaled": 0.4})
-    rising = lambda kind, d: 0.1 if kind == "additive" and d == 64 else 0.0  # noqa: E731
-    v = analyse(EXP, records(acc=acc, rising=rising), P, tmp_path)
-    s = sub(v, "acc-scaled")
-    assert s.comparisons == ["acc-scaled/d16"] and s.reported == ["acc-scaled/d64"]
-    assert comparison(v, "acc-scaled/d16").decision == "excluded"  # at chance everywhere: still excluded
-    assert (
-        "converged" in s.detail and verdicts(v)["acc-scaled"] == verdicts(v)["acc-unscaled"] == "inconclusive"
-    )
-    assert v.verdict == "inconclusive"
-    converged = analyse(EXP, records(acc=acc, rising=lambda kind, d: 0.015), P, tmp_path / "c")
-    assert decisions(converged)["acc-scaled/d64"] == "a_better"  # within the 0.02 tolerance: counted
-    assert verdicts(converged)["acc-scaled"] == "supported"
