@@ -89,7 +89,7 @@ def observe(runs: list[dict], p: dict, *, margin: float, offset: int, readouts) 
     """var: one row per width (ln d and each series' ln variance; one unit, so a slope is least squares over
     the widths); slopes: each series' fitted log-log slope; time: one row per (n, d, callable) and round;
     sweep: one row per task run (arm, role, loss at init); tuned: the fresh seeds at each kind's chosen rate
-    per width and the null pair's reruns (arm RERUN, unit = seed − offset); choices and curves: the sweep."""
+    per width and the null pair's reruns (arm RERUN); choices and curves: the sweep."""
     vdf = pd.DataFrame(part(runs, "variance")[0]["metrics"]["rows"])
     var = pd.DataFrame(
         {"unit": 0, "ln d": np.log(vdf["d"]), **{c: np.log(vdf[s]) for c, (s, _) in SERIES.items()}}
@@ -113,7 +113,7 @@ def observe(runs: list[dict], p: dict, *, margin: float, offset: int, readouts) 
     )  # fmt: skip
     scales = {f"d{d}": {"d": d} for d in p["task_dims"]}
     choices, tuned, _ = read_sweep(task[task.arm != RERUN], {k: {"arm": k} for k in KINDS}, scales)
-    reruns = task[task.arm == RERUN].assign(unit=lambda t: t.unit - offset)
+    reruns = task[task.arm == RERUN]  # units s + offset: the null pair pairs them with s
     return {
         "var": var,
         "slopes": pd.DataFrame(slopes),
