@@ -102,7 +102,8 @@ def test_additive_vs_dot_rule_supported_and_chance_width_excluded(tmp_path):
     c = comparison(v, "acc-scaled/d64/final_val")
     assert c.paired and c.n == 4 and c.learned_a == 4 and c.learned_b == 4 and c.noise is not None
     assert c.diff == pytest.approx(0.5) and c.arm_a.startswith("additive")
-    assert "acc-scaled/d64/final_acc" in sub(v, "acc-scaled").reported  # accuracy beside the loss, not counted
+    # accuracy is reported beside the loss, not counted
+    assert "acc-scaled/d64/final_acc" in sub(v, "acc-scaled").reported
     s = comparison(v, "speed/n32-d16")
     assert s.diff == pytest.approx(1.5, abs=0.01) and s.noise is not None  # log t_additive − log t_dot
     nf = {c.id for c in v.noise_floor}
