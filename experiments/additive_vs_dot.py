@@ -57,7 +57,7 @@ def task_grid(p: dict, done) -> list[dict]:
     def make(arm: dict, width: dict, lr: float, seed: int) -> dict:
         return {"part": "task", "attn": arm["attn"], **width, **base, "lr": lr, "seed": seed}
 
-    out = sweep_grid(sweep, {k: {"attn": k} for k in KINDS}, widths, make, done, read=view.final_and_init)
+    out = sweep_grid(sweep, {k: {"attn": k} for k in KINDS}, widths, make, done)  # reads final_val, val_loss
     return out + [c for w in widths for c in null_reruns(out, sweep, w, {"attn": "additive"}, NULL_OFFSET)]
 
 

@@ -66,11 +66,6 @@ def learned(margin: float, chance: float) -> Readout:
     )
 
 
-def final_and_init(m: dict) -> tuple[float | None, float]:
-    """A retrieval run's (final held-out cross-entropy, None if it diverged; that loss before any update)."""
-    return (m["final_val"] if m.get("diverged_at") is None else None), m["val_loss"][0]
-
-
 def width_labels(p: dict) -> list[str]:
     """The task's widths as cell labels, smallest first."""
     return [f"d{d}" for d in sorted(p["task_dims"])]

@@ -70,7 +70,7 @@ def null_reruns(out: list[dict], sweep: Sweep, first: dict, fields: dict, offset
 
 def final_and_init(m: dict) -> tuple[float | None, float]:
     """A training record's (final validation loss, None if it diverged; validation loss at step 0, before any
-    update): what `train.loop.train_lm` records."""
+    update): what `train.loop.train_lm` and `additive_vs_dot`'s retrieval recipe record."""
     return (m["final_val"] if m.get("diverged_at") is None else None), m["val_loss"][0]
 
 
