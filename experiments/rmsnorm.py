@@ -16,6 +16,10 @@ from tfclaims.train.small_lm import model_config, train_profile, train_small
 # the null pair of the fixed design measured (8 seeds, 800 steps) before the tuned runs were declared
 QUALITY_MARGIN = 0.02
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
+# a timing round is contended, and dropped from every implementation, when the copy probe taken before it fell
+# below this share of its timing call's median probe (declared after a run in which a large copy's bandwidth
+# fell from 27.6 to 21.5 GB/s, 22%, before any per-round probe was recorded)
+CONTENDED = 0.8
 # (arm a, arm b) of each family: PyTorch's built-in functions, the formulas in eager ops, those compiled
 FAMILIES = {"builtin": ("layer", "rms"), "eager": ("eager_layer", "eager_rms"), "fused": FUSED}
 NAMES = {"builtin": "built-in functions", "eager": "eager formulas", "fused": "fused by torch.compile"}
@@ -44,7 +48,7 @@ def norm_alone_grid(p: dict) -> list[dict]:
 def step_grid(p: dict) -> list[dict]:
     cfgs = [
         {"d_model": d, "n_layers": L, "n_heads": h, "seq_len": p["step_seq"], "batch": p["step_batch"],
-         "repeats": p["step_repeats"], "threads": p["threads"], "seed": 0}
+         "repeats": p["step_repeats"], "threads": p["threads"], "bw_bytes": p["bw_bytes"], "seed": 0}
         for d, L, h in p["step_models"]
     ]  # fmt: skip
     for c in cfgs:
@@ -96,16 +100,20 @@ class RMSNormSpeed(Experiment):
             "alone": dict(table="alone", cells=widths, noise="aa-alone"),
             "step": dict(table="step", cells=models, noise="aa-step"),
         }
+        rounds = (
+            f"Rounds whose copy probe (taken before the round) fell below {CONTENDED:.0%} of the timing call's "
+            "median probe were contended: dropped from every implementation."
+        )
         found = (
             "Reported, not counted: a finding about PyTorch's kernels on the device, not the algorithm (on "
-            "the CPU, torch's built-in RMSNorm is composite where its LayerNorm is one fused kernel)."
+            "the CPU, torch's built-in RMSNorm is composite where its LayerNorm is one fused kernel). " + rounds
         )
 
         def faster(where: str, fam: str, what: str, counts: bool = True) -> SubClaim:
             (ln, rms), name = FAMILIES[fam], SHORT[fam]
             a, b = arm(f"LayerNorm, {name}", impl=ln), arm(f"RMSNorm, {name}", impl=rms)
             statement = f"{what}, {NAMES[fam]}: RMSNorm faster"
-            kw = dict(where="all", counts=counts, note="" if counts else found, **place[where])
+            kw = dict(where="all", counts=counts, note=rounds if counts else found, **place[where])
             return SubClaim(f"{where}-{fam}", statement, Better("b"), (LOGT,), a=a, b=b, **kw)
 
         alone, step = "Norm alone", "Whole training step"
@@ -143,7 +151,7 @@ class RMSNormSpeed(Experiment):
         ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
-        t, decl = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET, AA), self.declare(p)
+        t, decl = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET, AA, CONTENDED), self.declare(p)
         result = evaluate(decl, t)
         v = view.write_tables(runs, t, result, p, FAMILIES, AA, out)
         view.plot_micro(v["mdf"], out)
@@ -174,7 +182,9 @@ class RMSNormSpeed(Experiment):
                 "step spent in them differs.",
                 "Timing comparisons pair the rounds of one interleaved call and treat rounds as independent; "
                 "rounds taken seconds apart share slow drifts of the machine's load, which the A/A pair "
-                "beside each cell measures (its largest |95% CI bound| is that cell's noise floor).",
+                "beside each cell measures (its largest |95% CI bound| is that cell's noise floor). A round taken "
+                f"while a large copy ran below {CONTENDED:.0%} of its call's median bandwidth is dropped from every "
+                "implementation (the tables say how many rounds each cell kept).",
                 f"Small models (d_model {p['d_model']}, {p['n_layers']} layers, {p['steps']} steps, "
                 f"{len(p['seeds'])} seeds) for the quality comparison; the anchors trained to convergence. "
                 f"Equivalence within ±{QUALITY_MARGIN} nats is what this setup can show; no positive control "

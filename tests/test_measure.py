@@ -4,7 +4,7 @@ import torch
 
 from tfclaims.measure.counters import copy_bandwidth, count_flops, read_bandwidth, saved_bytes
 from tfclaims.measure.counting import matmul_flops
-from tfclaims.measure.timing import time_call, time_interleaved
+from tfclaims.measure.timing import time_call, time_interleaved, time_probed
 from tfclaims.nn.attention import Attention
 from tfclaims.nn.config import ModelConfig
 
@@ -55,6 +55,51 @@ def test_interleaved_rounds_run_in_a_seeded_permutation_so_no_callable_keeps_one
     before_b = {r[r.index("b") - 1] for r in rounds if r.index("b") > 0}
     assert len(before_b) >= 2
     assert {r[0] for r in rounds} == {r[-1] for r in rounds} == set("abcd")
+
+
+def test_probed_rounds_take_the_probe_before_each_round_and_refill_what_it_evicted():
+    ran = []
+    fns = {k: (lambda k=k: ran.append(k)) for k in "abc"}
+    probes = iter(range(100, 200))
+
+    def probe():
+        ran.append("P")
+        return next(probes)
+
+    t = time_probed(fns, probe, repeats=5, warmup=1, min_sample=0, seed=2)
+    assert ran[:3] == list("abc")  # the warm-up
+    rounds = "".join(ran[3:]).split("P")[1:]
+    # per round: the probe, then one untimed call of every callable (min_sample 0 skips the calibration
+    # call, so here each round is the timed permutation alone), every name once
+    assert len(rounds) == 5 and all(sorted(r) == list("abc") for r in rounds)
+    assert all(t[k]["probe"] == [100, 101, 102, 103, 104] for k in "abc")
+    assert all(r.index(k) == t[k]["positions"][i] for i, r in enumerate(rounds) for k in "abc")
+    assert all(len(t[k]["times"]) == 5 and t[k]["q25"] <= t[k]["median"] <= t[k]["q75"] for k in "abc")
+    # seeded: the same orders again, and not the same order every round
+    again = time_probed(fns, probe, repeats=5, warmup=0, min_sample=0, seed=2)
+    assert all(again[k]["positions"] == t[k]["positions"] for k in "abc")
+    assert len({tuple(t[k]["positions"][i] for k in "abc") for i in range(5)}) > 1
+
+
+def test_probed_rounds_recalibrate_with_an_untimed_call_after_the_probe():
+    calls = []
+    t = time_probed({"a": lambda: calls.append("a")}, lambda: calls.append("P") or 1.0, repeats=3, warmup=0,
+                    min_sample=1e-3)  # fmt: skip
+    # after each probe: one untimed calibration call, then the timed sample of `inner` calls
+    chunks = "".join(calls).split("P")[1:]
+    assert [len(c) for c in chunks] == [1 + n for n in t["a"]["inner"]] and min(t["a"]["inner"]) > 1
+
+
+def test_uncontended_keeps_the_rounds_whose_probe_reached_the_share_of_the_median():
+    from tfclaims.evidence.tables import timing_rows, uncontended
+
+    probe = [10.0, 9.0, 7.9, 10.5, 8.0]  # median 9: at 0.9 the bar is 8.1 (7.9, 8.0 drop), at 0.8 it is 7.2
+    assert uncontended(probe, 0.9) == {0, 1, 3}
+    assert uncontended(probe, 0.8) == {0, 1, 2, 3, 4}
+    assert uncontended(None, 0.8) is None and uncontended([], 0.8) is None
+    rows = timing_rows([1.0, 2.0, 3.0, 4.0, 5.0], {0, 3}, d=8)
+    assert [(r["unit"], r["seconds"], r["d"]) for r in rows] == [(0, 1.0, 8), (3, 4.0, 8)]
+    assert len(timing_rows([1.0, 2.0], None)) == 2
 
 
 def test_stats_against_scipy_and_closed_forms():

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from tfclaims.claims.rmsnorm import AA, FUSED, IMPLS
+from tfclaims.evidence.rules import render_sub
 from tfclaims.harness.registry import load
 
 from rules import analyse, comparison, decisions, record, timed, verdicts
@@ -26,9 +27,11 @@ SCALES = [f"d{d}-L{L}" for d, L in P["scales"]]
 FIRST = f"quality/{SCALES[0]}"
 
 
-def timing_cell(speed, base, fused=True, aa_noise=0.0):
+def timing_cell(speed, base, fused=True, aa_noise=0.0, contended=(), marked=True):
     """speed: log(t_RMS / t_LN) for the built-in, eager and fused pairs (negative: RMSNorm faster); the A/A
-    copy of the built-in LayerNorm moves by ±aa_noise in log time, alternating over rounds."""
+    copy of the built-in LayerNorm moves by ±aa_noise in log time, alternating over rounds. In the rounds
+    `contended` every RMSNorm ran 2.5x slower (a neighbour took the memory bus during its sample); `probe`,
+    the copy's bytes/s before each round, shows it there at half the bandwidth when `marked`."""
     b, e, f = speed
     aa = timed(base, 0, 4)
     aa["times"] = [t * np.exp(aa_noise * (1 if i % 2 else -1)) for i, t in enumerate(aa["times"])]
@@ -36,7 +39,10 @@ def timing_cell(speed, base, fused=True, aa_noise=0.0):
             "eager_rms": timed(3 * base, e, 3), AA: aa}  # fmt: skip
     if fused:
         cell |= {"fused_layer": timed(0.8 * base, 0, 5), "fused_rms": timed(0.8 * base, f, 6)}
-    return cell
+    for k in ("rms", "eager_rms", "fused_rms")[: 3 if fused else 2]:
+        cell[k]["times"] = [t * (2.5 if i in contended else 1.0) for i, t in enumerate(cell[k]["times"])]
+    probe = [1e10 if i in contended and marked else 2e10 + 1e8 * i for i in range(len(aa["times"]))]
+    return cell, probe
 
 
 def kernels():
@@ -50,31 +56,34 @@ def bowl(lr: float, best: float) -> float:
     return 0.05 * np.log2(lr / best) ** 2
 
 
-def records(*, alone, step, quality, learned=True, p=P, aa_noise=0.0):
+def records(*, alone, step, quality, learned=True, p=P, aa_noise=0.0, contended=(), marked=True):
     """alone(d) / step() -> (built-in, eager, fused) log time ratios RMS/LN; quality(norm, seed) -> final
     validation loss at the norm's best rate (`bowl` away from it); aa_noise: the A/A copy's spread (see
-    timing_cell). The staged grid grows as the runner grows it: each norm's sweep chooses its rate."""
+    timing_cell; contended, marked: rounds contended in every timing call, and whether the probe shows it). The
+    staged grid grows as the runner grows it: each norm's sweep chooses its rate."""
+    cont = dict(aa_noise=aa_noise, contended=contended, marked=marked)
     grid, recs = None, []
     while (g := EXP.grid(p, recs)) != grid:
         grid, recs = g, []
         for i, c in enumerate(g):
-            recs.append(record(c, _metrics(c, alone, step, quality, learned, p, aa_noise), f"r{i}"))
+            recs.append(record(c, _metrics(c, alone, step, quality, learned, p, cont), f"r{i}"))
     return recs
 
 
-def _metrics(c, alone, step, quality, learned, p, aa_noise) -> dict:
+def _metrics(c, alone, step, quality, learned, p, cont) -> dict:
     if c["part"] == "norm_alone":
         impls = list(IMPLS) + (list(FUSED) if c["fused"] else [])
-        rows = [
-            {"d": d, "bytes": 5 * 256 * d * 4, **timing_cell(alone(d), 1e-4 * d / 64, c["fused"], aa_noise)}
-            for d in c["widths"]
-        ]
-        return {"rows": rows, "impls": impls, "copy_bw": [2e10, 2.2e10], "kernels": kernels(),
-                "kernel_width": c["widths"][0], "threads": 1}  # fmt: skip
+        rows = []
+        for d in c["widths"]:
+            cell, probe = timing_cell(alone(d), 1e-4 * d / 64, c["fused"], **cont)
+            rows.append({"d": d, "bytes": 5 * 256 * d * 4, "probe": probe, **cell})
+        return {"rows": rows, "impls": impls, "kernels": kernels(), "kernel_width": c["widths"][0],
+                "threads": 1}  # fmt: skip
     if c["part"] == "step":
-        cell = timing_cell(step(), 0.02, fused=False, aa_noise=aa_noise)
+        cell, probe = timing_cell(step(), 0.02, fused=False, **cont)
         return {"step": {k: {"median": v["median"], "times": v["times"]} for k, v in cell.items()},
-                "norm": {k: {"median": 1e-4} for k in IMPLS}, "n_norms": 3, "threads": 1}  # fmt: skip
+                "probe": probe, "norm": {k: {"median": 1e-4} for k in IMPLS}, "n_norms": 3,
+                "threads": 1}  # fmt: skip
     s = c["seed"] % 1000 % 4
     best = p["lr"] * (1.0 if c["d_model"] == p["d_model"] else 0.5)
     v = float(quality(c["norm"], s) + JITTER[s] + (0.002 * (s - 1.5) if c["norm"] == "rms" else 0.0))
@@ -168,13 +177,15 @@ def test_rmsnorm_rule_without_the_fused_family(tmp_path):
 
 def test_rmsnorm_bandwidth_share_in_the_table(tmp_path):
     v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME), P, tmp_path)
-    assert v.evidence["copy_bandwidth"] == 2.1e10
+    # the median of every probe (2e10 + 1e8 i over 8 rounds, at each width): 2.035e10
+    assert v.evidence["copy_bandwidth"] == pytest.approx(2.035e10)
     t = pd.read_csv(tmp_path / "norm_alone.csv")
-    # 5 x 256 tokens x 64 x 4 bytes in the built-in LN's median time, over 21 GB/s
+    # 5 x 256 tokens x 64 x 4 bytes in the built-in LN's median time, over 20.35 GB/s
     row = t[t["width d"] == 64].iloc[0]
     assert row["built-in LN % of copy bandwidth"] == pytest.approx(
-        100 * 5 * 256 * 64 * 4 / (row["layer (µs)"] * 1e-6) / 2.1e10, rel=1e-6
+        100 * 5 * 256 * 64 * 4 / (row["layer (µs)"] * 1e-6) / 2.035e10, rel=1e-6
     )
+    assert row["rounds kept"] == 8 and row["probe min/median"] == pytest.approx(2e10 / 2.035e10)
     assert row["LN/RMS eager"] == pytest.approx(np.exp(0.3), rel=0.02)
 
 
@@ -282,3 +293,21 @@ def test_rmsnorm_rule_requires_every_width(tmp_path):
     assert d["alone-eager/d64"] == "b_better" and d["alone-eager/d128"] == "undecided"
     assert verdicts(v)["alone-eager"] == "inconclusive"
     assert v.verdict == "inconclusive"
+
+
+def test_rmsnorm_rule_drops_the_rounds_a_probe_shows_contended_from_every_implementation(tmp_path):
+    # RMSNorm 26% faster eager, but 2.5x slower in rounds 1 and 3, where a neighbour took the memory bus. With
+    # the probe at half the bandwidth there, the declared rule (below 80% of the median) drops both rounds
+    # from every implementation: RMSNorm faster. Unmarked, the same times leave the effect undecided
+    v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, contended={1, 3}), P,
+                tmp_path)  # fmt: skip
+    assert verdicts(v)["alone-eager"] == verdicts(v)["step-eager"] == "supported"
+    assert comparison(v, "alone-eager/d64").n == comparison(v, "step-eager").n == 6
+    assert comparison(v, "alone-eager/d64").diff == pytest.approx(-0.3, abs=0.01)
+    assert pd.read_csv(tmp_path / "norm_alone.csv")["rounds kept"].tolist() == [6, 6]
+    assert pd.read_csv(tmp_path / "step.csv")["rounds kept"].tolist() == [6]
+    blind = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, contended={1, 3},
+                                 marked=False), P, tmp_path)  # fmt: skip
+    assert comparison(blind, "alone-eager/d64").n == 8
+    assert verdicts(blind)["alone-eager"] != "supported"
+    assert "fell below 80%" in render_sub(EXP.declare(P).sub("alone-eager"))  # the rule says the drop

@@ -10,7 +10,7 @@ import torch
 
 from ..evidence.plots import arm_bands
 from ..evidence.readouts import achieved, of_limit
-from ..evidence.tables import comparison_table, runs_table, timing_rows
+from ..evidence.tables import comparison_table, runs_table, timing_rows, uncontended
 from ..evidence.tuning import curve_table, read_sweep
 from ..grids.rmsnorm import NORMS, scales
 from ..grids.sweep import scale_label
@@ -20,24 +20,34 @@ from . import part
 LABEL = {"builtin": "built-in", "eager": "eager", "fused": "fused"}
 
 
-def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> dict[str, pd.DataFrame]:
+def observe(
+    runs: list[dict], p: dict, readouts, null_offset: int, aa: str, contended: float
+) -> dict[str, pd.DataFrame]:
     """alone: one row per width d, implementation (`impl`; `aa` is the built-in LayerNorm's copy timed again)
     and interleaved round of the norm timed alone; step: one row per model (d_model, n_layers),
-    implementation and round of the whole training step; runs: one row per training run with its role
+    implementation and round of the whole training step; in both only the rounds whose copy probe reached
+    `contended` × its timing call's median (`tables.uncontended`), the same rounds for every implementation; runs: one row per training run with its role
     (selection, test, or null: the null pairs' seeds s + null_offset), scale label and loss at init; tuned,
     choices, sensitivity: each norm's learning-rate sweep read by `evidence.tuning`; first: the tuned null
     pair (LayerNorm's fresh seeds at the first scale's chosen rate and their reruns)."""
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = [*micro["impls"], aa]
     alone = [
-        r for row in micro["rows"] for k in impls for r in timing_rows(row[k]["times"], d=row["d"], impl=k)
+        r
+        for row in micro["rows"]
+        for k in impls
+        for r in timing_rows(row[k]["times"], uncontended(row.get("probe"), contended), d=row["d"], impl=k)
     ]
     step = [
         r
         for rec in part(runs, "step")
         for k, v in rec["metrics"]["step"].items()
         for r in timing_rows(
-            v["times"], d_model=rec["config"]["d_model"], n_layers=rec["config"]["n_layers"], impl=k
+            v["times"],
+            uncontended(rec["metrics"].get("probe"), contended),
+            d_model=rec["config"]["d_model"],
+            n_layers=rec["config"]["n_layers"],
+            impl=k,
         )
     ]
     sel, sc = set(p["selection_seeds"]), scales(p)
@@ -87,10 +97,15 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = micro["impls"]
     fams = [f for f, pair in families.items() if set(pair) <= set(impls)]
-    bw = float(np.mean(micro["copy_bw"])) if micro.get("copy_bw") else None
+    probes = [b for r in micro["rows"] for b in r.get("probe", ())]
+    bw = float(np.median(probes)) if probes else None
+    kept = t["alone"][t["alone"].impl == aa].groupby("d").size()
     rows = []
     for r in micro["rows"]:
         row = {"width d": r["d"], "tokens": p["tokens"], **{f"{k} (µs)": r[k]["median"] * 1e6 for k in impls}}
+        row["rounds kept"] = int(kept.get(r["d"], 0))
+        if r.get("probe"):
+            row["probe min/median"] = min(r["probe"]) / float(np.median(r["probe"]))
         if bw and r.get("bytes"):  # achieved bytes/s over the copy bandwidth, per implementation
             for fam in fams:
                 for norm, k in zip(("LN", "RMS"), families[fam]):
@@ -113,11 +128,13 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -
         f"({micro['threads']} intra-op thread(s)); LN/RMS = exp of the mean paired log ratio over rounds, "
         "with its CI at Holm's level (across widths); % of copy bandwidth = compulsory bytes (5 × tokens × d "
         "× 4) per second over a large copy's bytes per second"
-        + (f" ({bw / 1e9:.1f} GB/s)" if bw else "")
-        + "; A/A: "
-        "the built-in LayerNorm timed twice",
+        + (f" (the median probe, {bw / 1e9:.1f} GB/s)" if bw else "")
+        + f"; rounds kept (of {p['repeats']}): those whose copy probe, taken before the round, reached the "
+        "declared share of the width's median probe (the rest contended: dropped from every implementation); "
+        "probe min/median: the slowest probe of the width over its median; A/A: the built-in LayerNorm timed "
+        "twice",
     )
-    sdf = _step_table(runs, result, families, out)
+    sdf = _step_table(runs, result, families, t["step"], aa, out)
     kdf = _kernels(micro)
     out.table(
         "kernels",
@@ -162,11 +179,15 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -
     )
 
 
-def _step_table(runs, result, families: dict, out) -> pd.DataFrame:
+def _step_table(runs, result, families: dict, step: pd.DataFrame, aa: str, out) -> pd.DataFrame:
+    kept = step[step.impl == aa].groupby(["d_model", "n_layers"]).size()
     srows = []
     for r in sorted(part(runs, "step"), key=lambda r: (r["config"]["d_model"], r["config"]["n_layers"])):
         c, m = r["config"], r["metrics"]
         row = {"d_model": c["d_model"], "layers": c["n_layers"], "tokens/step": c["batch"] * c["seq_len"]}
+        row["rounds kept"] = int(kept.get((c["d_model"], c["n_layers"]), 0))
+        if m.get("probe"):
+            row["probe min/median"] = min(m["probe"]) / float(np.median(m["probe"]))
         for fam in ("builtin", "eager"):  # the whole step is timed with these two families
             ln, rms = families[fam]
             cmp, name = by_cell(result, f"step-{fam}")[f"d{c['d_model']}-L{c['n_layers']}"], LABEL[fam]
@@ -185,8 +206,8 @@ def _step_table(runs, result, families: dict, out) -> pd.DataFrame:
     out.table(
         "step",
         sdf,
-        "Whole training step: median time, saving 1 − t_RMS/t_LN (from the mean paired log ratio over "
-        "interleaved rounds) with its CI at Holm's level (across model sizes), the norms' estimated share of "
+        "Whole training step: median time, saving 1 − t_RMS/t_LN (from the mean paired log ratio over the "
+        "interleaved rounds kept, as in the norm_alone table) with its CI at Holm's level (across model sizes), the norms' estimated share of "
         "the LN step, and the saving that share allows (share × the saving of the norms timed alone at the "
         "model's shape): a step cannot save more than it spends in its norms",
     )

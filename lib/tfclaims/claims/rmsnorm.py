@@ -4,8 +4,9 @@ Four implementations (`IMPLS`): PyTorch's built-in functions (`F.layer_norm`, `F
 library's layers call) and the standard formulas in eager elementwise ops; and, where a run asks for them
 (`fused`), the same formulas fused by `torch.compile` (`FUSED`: one generated kernel per direction on the
 CPU, Triton kernels on a GPU), so that each family compares like with like. Every timing goes through
-`timing.time_interleaved`, which interleaves the implementations round by round; the per-round times are
-kept so the analysis can pair them. Each timing call also times the built-in LayerNorm callable a second
+`timing.time_probed`, which interleaves the implementations round by round and measures a large copy's
+bandwidth before each round (the probe: what a neighbouring process left of the memory system); the per-round
+times and probes are kept so the analysis can pair rounds and drop the contended ones. Each timing call also times the built-in LayerNorm callable a second
 time under another name (`AA`): an A/A pair, what the timer alone gives when nothing differs.
 
 Every recipe is `recipe(cfg, ctx) -> metrics`.
@@ -18,7 +19,7 @@ import torch
 from ..data.corpus import load_corpus, random_windows
 from ..measure.counters import copy_bandwidth
 from ..measure.threads import intra_op_threads
-from ..measure.timing import grad_call, kernels, time_interleaved
+from ..measure.timing import grad_call, kernels, time_interleaved, time_probed
 from ..nn.models import LM, lm_loss
 from ..nn.norm_variants import make_variant, swap_norms
 from ..train.loop import make_optimizer
@@ -51,24 +52,28 @@ def _timed(t: dict) -> dict:
     }
 
 
+def _probe(cfg: dict, device):
+    """The per-round probe: a copy of bw_bytes (read + write counted), bytes/s, median of three."""
+    return lambda: copy_bandwidth(cfg["bw_bytes"], device=device, repeats=3)
+
+
 def norm_alone(cfg: dict, ctx) -> dict:
     """Forward+backward of each norm alone at each width (fixed number of tokens), interleaved; which aten
     kernels each runs (forward and backward profiled apart, at the middle width)."""
     with intra_op_threads(cfg["threads"]):
         dev = ctx.device
         impls = IMPLS + (FUSED if cfg.get("fused") else ())
-        bw = [copy_bandwidth(cfg["bw_bytes"], device=dev)]  # the memory limit both norms are bound by
         rows = []
         for d in cfg["widths"]:
             x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
             gy = torch.randn(cfg["tokens"], d, device=dev)
             fns = {k: grad_call(build_norm(k, d, dev), x, gy) for k in impls}
             fns[AA] = fns["layer"]
-            t = time_interleaved(fns, device=dev, repeats=cfg["repeats"])
-            rows.append(
-                {"d": d, "bytes": compulsory_bytes(cfg["tokens"], d), "load": t[AA]["load"], **_timed(t)}
-            )
-        bw.append(copy_bandwidth(cfg["bw_bytes"], device=dev))
+            t = time_probed(fns, _probe(cfg, dev), device=dev, repeats=cfg["repeats"])
+            rows.append({
+                "d": d, "bytes": compulsory_bytes(cfg["tokens"], d), "load": t[AA]["load"],
+                "probe": t[AA]["probe"], **_timed(t),
+            })  # fmt: skip
         d = cfg["widths"][len(cfg["widths"]) // 2]
         x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
         ops = {}
@@ -80,7 +85,7 @@ def norm_alone(cfg: dict, ctx) -> dict:
             bwd = kernels(lambda y=y, m=m: torch.autograd.grad(y, [x, *m.parameters()], torch.ones_like(y)))
             ops[k] = {"forward": fwd, "backward": bwd}
         return {
-            "rows": rows, "impls": list(impls), "kernels": ops, "kernel_width": d, "copy_bw": bw,
+            "rows": rows, "impls": list(impls), "kernels": ops, "kernel_width": d,
             "threads": torch.get_num_threads(),
         }  # fmt: skip
 
@@ -119,10 +124,11 @@ def step_timing(cfg: dict, ctx) -> dict:
             h = torch.randn(cfg["batch"] * cfg["seq_len"], cfg["d_model"], device=dev, requires_grad=True)
             norm_fns[impl] = grad_call(make_variant(impl, cfg["d_model"]).to(dev), h, torch.randn_like(h))
         fns[AA] = fns["layer"]
-        steps = time_interleaved(fns, device=dev, repeats=cfg["repeats"], warmup=3)
+        steps = time_probed(fns, _probe(cfg, dev), device=dev, repeats=cfg["repeats"], warmup=3)
         norms = time_interleaved(norm_fns, device=dev, repeats=cfg["repeats"] * 2)
         return {
             "step": {k: {"median": v["median"], "times": v["times"]} for k, v in steps.items()},
+            "probe": steps[AA]["probe"],
             "norm": {k: {"median": v["median"]} for k, v in norms.items()},
             "n_norms": 2 * cfg["n_layers"] + 1,
             "threads": torch.get_num_threads(),

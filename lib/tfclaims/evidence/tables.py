@@ -4,7 +4,8 @@ analyses write (shaping only, never a run's numbers; analysis-only, outside ever
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -59,9 +60,21 @@ def runs_table(
     return pd.DataFrame(rows)
 
 
-def timing_rows(times: Iterable[float], **fields) -> list[dict]:
-    """One row per interleaved timing round: `fields`, the round as `unit`, seconds and log seconds."""
+def timing_rows(times: Iterable[float], keep: set[int] | None = None, **fields) -> list[dict]:
+    """One row per interleaved timing round (only the rounds in `keep`, when given): `fields`, the round as
+    `unit`, seconds and log seconds."""
     return [
         {**fields, "unit": i, "seconds": t, "log_time": math.log(t) if t > 0 else math.nan}
         for i, t in enumerate(times)
+        if keep is None or i in keep
     ]
+
+
+def uncontended(probe: Sequence[float] | None, floor: float) -> set[int] | None:
+    """The rounds of one timing call to keep: those whose probe (a copy's bytes/s before the round) reached
+    `floor` × the call's median probe; the others were taken while something contended for memory. None (keep
+    every round) when the call recorded no probe."""
+    if not probe:
+        return None
+    med = statistics.median(probe)
+    return {i for i, b in enumerate(probe) if b >= floor * med}

@@ -88,6 +88,41 @@ def time_interleaved(
     return out
 
 
+def time_probed(
+    fns: dict[str, Callable[[], object]],
+    probe: Callable[[], float],
+    *,
+    device="cpu",
+    repeats: int = 10,
+    warmup: int = 2,
+    min_sample: float = 2e-3,
+    seed: int = 0,
+) -> dict:
+    """`time_interleaved` one round at a time with `probe()` (a state of the machine: a copy's bytes/s)
+    measured before each round, so that a round taken while a neighbour contended for memory can be told
+    apart and dropped from every arm alike. Each round recalibrates `inner` with one untimed call of every
+    callable, which also refills the caches the probe evicted. Per name as `time_interleaved`, with `inner`
+    per round and `probe` (the probe's value per round) added."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    load0, probes, rounds = _load(), [], []
+    for r in range(repeats):
+        probes.append(probe())
+        kw = dict(device=device, repeats=1, warmup=0, min_sample=min_sample, seed=seed * 1_000_003 + r)
+        rounds.append(time_interleaved(fns, **kw))
+    out = {}
+    for name in fns:
+        ts = [t[name]["times"][0] for t in rounds]
+        q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0]] * 3
+        out[name] = {
+            "median": statistics.median(ts), "q25": q[0], "q75": q[2], "times": ts,
+            "positions": [t[name]["positions"][0] for t in rounds], "inner": [t[name]["inner"] for t in rounds],
+            "probe": probes, "load": [load0, _load()],
+        }  # fmt: skip
+    return out
+
+
 def time_call(fn: Callable[[], object], *, device="cpu", warmup: int = 2, repeats: int = 5) -> dict:
     """One function alone: median and quartiles of single calls' wall time in seconds."""
     return time_interleaved({"fn": fn}, device=device, repeats=repeats, warmup=warmup, min_sample=0)["fn"]
