@@ -106,7 +106,8 @@ class RMSNormSpeed(Experiment):
         )
         found = (
             "Reported, not counted: a finding about PyTorch's kernels on the device, not the algorithm (on "
-            "the CPU, torch's built-in RMSNorm is composite where its LayerNorm is one fused kernel). " + rounds
+            "the CPU, torch's built-in RMSNorm is composite where its LayerNorm is one fused kernel). "
+            + rounds
         )
 
         def faster(where: str, fam: str, what: str, counts: bool = True) -> SubClaim:
