@@ -128,6 +128,7 @@ def _cells(p: dict) -> dict:
 class AttentionComplexity(Experiment):
     claim_id = "attention_complexity"
     title = "Self-attention costs O(n²·d); multi-head costs the same as one head"
+    headline = "n-exponent"  # the answers table's number
     order = 6
     times_code = True
     profiles = {

@@ -69,6 +69,7 @@ ADD = _mc("additive_spread", "max/min Var(additive) over d")
 class DkScaling(Experiment):
     claim_id = "dk_scaling"
     title = "Scaling q·k by 1/sqrt(d_k) keeps logits at unit variance"
+    headline = "tuned"  # the answers table's number
     order = 2
     profiles = {
         "quick": {

@@ -91,6 +91,7 @@ TOLS = dict(unit_tolerance=UNIT_TOL, margin=MARGIN, learn_margin=LEARN_MARGIN, e
 class EmbeddingScale(Experiment):
     claim_id = "embedding_scale"
     title = "Scaling embeddings by sqrt(d_model) restores unit variance"
+    headline = "train"  # the answers table's number
     order = 14
     profiles = {
         "quick": train_profile("quick", init_dims=[32, 128], inits=["xavier"],

@@ -124,6 +124,7 @@ def _blocks(names) -> tuple:
 class FFNShare(Experiment):
     claim_id = "ffn_share"
     title = "The FFN holds about 2/3 of a block's parameters"
+    headline = "textbook"  # the answers table's number
     order = 4
     profiles = {
         "quick": {

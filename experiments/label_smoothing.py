@@ -52,6 +52,7 @@ NOTE_TUNED = (
 class LabelSmoothing(Experiment):
     claim_id = "label_smoothing"
     title = "Label smoothing trades training loss for generalisation"
+    headline = "accuracy"  # the answers table's number
     order = 16
     profiles = {
         "quick": subword_profile("quick", epsilons=[0.0, 0.1], subset_tokens=2048, tuned_eps=0.1,

@@ -141,6 +141,7 @@ def caveats(p: dict, stars: dict, notes: dict, same: dict) -> list[str]:
 class LayerNormVariants(Experiment):
     claim_id = "layernorm_variants"
     title = "The notes' hand-written LayerNorm and RMSNorm vs the standard definitions"
+    headline = "swap-LN-fp32"  # the answers table's number
     order = 11
     profiles = {
         "quick": train_profile("quick", widths=[2, 8, 64, 512], sigmas=[1e-6, 1e-3, 1.0], scale_widths=[32],

@@ -102,6 +102,7 @@ def run_train(cfg, ctx):
 class PostnormWarmup(Experiment):
     claim_id = "postnorm_warmup"
     title = "Post-LN needs warmup and fails at depth; Pre-LN does not"
+    headline = "A"  # the answers table's number
     order = 1
     profiles = {
         "quick": {

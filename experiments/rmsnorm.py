@@ -64,6 +64,7 @@ def train_norm(cfg: dict, ctx) -> dict:
 class RMSNormSpeed(Experiment):
     claim_id = "rmsnorm"
     title = "RMSNorm is cheaper than LayerNorm at the same quality"
+    headline = "step-eager"  # the answers table's number
     order = 10
     times_code = True
     profiles = {

@@ -133,6 +133,7 @@ def caveats(p: dict) -> list[str]:
 class SinusoidalRelative(Experiment):
     claim_id = "sinusoidal_relative"
     title = "Sinusoidal PE(pos+k) is a linear map of PE(pos), which lets models use relative positions"
+    headline = "copy-relative"  # the answers table's number
     order = 12
     profiles = {
         "quick": train_profile("quick", d_models=[16, 64], max_len=256, offsets=[1, 3, 50], pe_len=48,

@@ -91,6 +91,7 @@ def steps_readout(p: dict) -> Readout:
 class WeightTying(Experiment):
     claim_id = "weight_tying"
     title = "Tying input and output embeddings cuts parameters and speeds convergence"
+    headline = "convergence"  # the answers table's number
     order = 15
     profiles = {
         "quick": subword_profile("quick", scales=[[16, 1], [32, 2]], rates=[2e-3, 4e-3], selection_seeds=[10],

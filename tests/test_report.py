@@ -13,6 +13,7 @@ import pytest
 
 from tfclaims.harness.provenance import REPOSITORY
 from tfclaims.harness.registry import REPO_ROOT
+from tfclaims.report import bibtex
 from tfclaims.report.bibtex import figure_entry, latex_escape, render_bib
 from tfclaims.report.build import LONG_TABLE, _blocks, _seeds, claim_scale, render_html, render_md
 from tfclaims.report.forest import forest_rows, plot_forest
@@ -199,8 +200,88 @@ def test_synthetic_bib_parses_and_keeps_captions_out(tmp_path):
     assert bib.isascii()
     (key, entry), *_ = _bib_entries(bib).items()
     assert key == "fig-toy_claim-curves" and entry.fields["title"] == "{A toy claim: figure curves}"
-    assert entry.fields["url"] == f"{REPOSITORY}/blob/main/results/toy_claim/figures/curves.png"
+    # not in a repository: the url names the result's commit, and the note says the figure is not committed
+    assert (
+        entry.fields["url"] == f"{REPOSITORY}/blob/0123456789abcdef0123/results/toy_claim/figures/curves.png"
+    )
     assert "SHA-256" in entry.fields["note"] and "50%" not in bib  # the caption stays in the report
+    assert "figure not yet committed at 0123456789ab; rebuild the report after committing it" in bib
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True)
+    return out.stdout.strip()
+
+
+def _committed_figure(tmp_path) -> tuple[dict, str]:
+    """A result whose figure is committed in a fresh repository, then a later commit that leaves it alone."""
+    _needs("git")
+    res = _result(tmp_path, commit="0123456789abcdef0123")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "results")
+    _git(tmp_path, "commit", "-q", "-m", "figure")
+    figure_commit = _git(tmp_path, "rev-parse", "HEAD")
+    (tmp_path / "other.txt").write_text("x")
+    _git(tmp_path, "add", "other.txt")
+    _git(tmp_path, "commit", "-q", "-m", "later")
+    return res, figure_commit
+
+
+def _url(bib: str) -> str:
+    (entry,) = _bib_entries(bib).values()
+    return entry.fields["url"]
+
+
+def test_bib_url_pins_the_commit_of_the_figures_last_change(tmp_path):
+    res, commit = _committed_figure(tmp_path)
+    bib = render_bib([res], tmp_path / "results", REPOSITORY, tmp_path / "report")
+    assert _url(bib) == f"{REPOSITORY}/blob/{commit}/results/toy_claim/figures/curves.png"
+    assert "not yet committed" not in bib and "commit 0123456789ab;" in bib
+
+
+def test_bib_modified_figure_falls_back_to_the_results_commit(tmp_path):
+    res, _ = _committed_figure(tmp_path)
+    (tmp_path / "results" / "toy_claim" / "figures" / "curves.png").write_bytes(b"\x89PNG redrawn")
+    bib = render_bib([res], tmp_path / "results", REPOSITORY, tmp_path / "report")
+    assert _url(bib) == f"{REPOSITORY}/blob/0123456789abcdef0123/results/toy_claim/figures/curves.png"
+    assert "figure not yet committed at 0123456789ab; rebuild the report after committing it" in bib
+
+
+def test_bib_keeps_a_pinned_commit_while_the_figure_is_unchanged(tmp_path, monkeypatch):
+    """A shallow clone or a machine without git rebuilds figures.bib byte for byte from the previous one."""
+    res, commit = _committed_figure(tmp_path)
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "figures.bib").write_text(render_bib([res], tmp_path / "results", REPOSITORY, report))
+    monkeypatch.setattr(bibtex, "_git", lambda *a: None)  # git unavailable from here on
+    again = render_bib([res], tmp_path / "results", REPOSITORY, report)
+    assert again == (report / "figures.bib").read_text() and commit in _url(again)
+    # the same figures outside any repository, rebuilt against that report: still pinned
+    moved = tmp_path / "copy"
+    shutil.copytree(tmp_path / "results", moved / "results")
+    assert render_bib([res], moved / "results", REPOSITORY, report) == again
+    # a redrawn figure (another SHA-256) loses the pin: it is not the figure at that commit
+    (moved / "results" / "toy_claim" / "figures" / "curves.png").write_bytes(b"\x89PNG redrawn")
+    assert "not yet committed" in render_bib([res], moved / "results", REPOSITORY, report)
+
+
+def test_bib_does_not_keep_a_fallback_commit_once_the_figure_is_committed(tmp_path):
+    """Rebuilding after committing the figure pins it, even though its SHA-256 did not change."""
+    res = _result(tmp_path, commit="0123456789abcdef0123-dirty")
+    report = tmp_path / "report"
+    report.mkdir()
+    bib = render_bib([res], tmp_path / "results", REPOSITORY, report)
+    assert "not yet committed" in bib and "commit 0123456789ab-dirty (uncommitted" in bib
+    (report / "figures.bib").write_text(bib)
+    _needs("git")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "results")
+    _git(tmp_path, "commit", "-q", "-m", "figure")
+    pinned = render_bib([res], tmp_path / "results", REPOSITORY, report)
+    assert _git(tmp_path, "rev-parse", "HEAD") in _url(pinned) and "not yet committed" not in pinned
+    assert "commit 0123456789ab-dirty (uncommitted changes in the working tree)" in pinned
 
 
 def test_committed_bib_parses_with_a_url_and_commit_per_entry():
@@ -248,9 +329,24 @@ def test_citation_cff_validates_and_matches_the_project():
 
 # --- the committed report in a real browser ----------------------------------------------------------
 
+# installed before the page's own script: what the console would show as an error
+EARLY = """<script>window.__errors = [];
+window.addEventListener('error', e => window.__errors.push(String(e.message)));
+const __err = console.error; console.error = (...a) => { window.__errors.push(a.join(' ')); __err(...a); };
+</script>"""
+
 CHECK = """<script>
 window.addEventListener('load', () => {
   const imgs = [...document.images];
+  // the answers table: sort by its first column (both ways), then filter by a verdict
+  const table = document.getElementById('answers-table');
+  const col = () => [...table.tBodies[0].rows].map(r => r.cells[0].textContent.trim().toLowerCase());
+  const th = table.tHead.rows[0].cells[0];
+  const before = col(); th.click(); const asc = col(); th.click(); const desc = col();
+  const sel = document.getElementById('answers-verdict'); sel.value = 'supported';
+  sel.dispatchEvent(new Event('change'));
+  const shown = [...table.tBodies[0].rows].filter(r => !r.hidden).map(r => r.cells[0].textContent);
+  sel.value = ''; sel.dispatchEvent(new Event('change'));
   const ids = new Set([...document.querySelectorAll('[id]')].map(e => e.id));
   const out = {
     n_images: imgs.length,
@@ -258,6 +354,10 @@ window.addEventListener('load', () => {
     bad_anchors: [...document.querySelectorAll('a[href^="#"]')].map(a => decodeURIComponent(a.getAttribute('href').slice(1))).filter(h => !ids.has(h)),
     overflow: document.documentElement.scrollWidth - window.innerWidth,
     width: window.innerWidth,
+    errors: window.__errors,
+    fig_ids: [...document.querySelectorAll('figure[id^="fig-"]')].map(f => f.id),
+    rows: before.length, before: before, asc: asc, desc: desc, shown: shown,
+    first_screen: document.getElementById('answers-table').getBoundingClientRect().top,
   };
   const pre = document.createElement('pre'); pre.id = 'browser-check'; pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
@@ -272,7 +372,9 @@ def test_committed_report_renders_in_chromium(tmp_path):
     (tmp_path / "report").mkdir()
     (tmp_path / "results").symlink_to(REPO_ROOT / "results")
     (tmp_path / "report" / "figures").symlink_to(REPO_ROOT / "report" / "figures")
-    (tmp_path / "report" / "index.html").write_text(page.replace("</body>", CHECK + "</body>"))
+    (tmp_path / "report" / "index.html").write_text(
+        page.replace("<head>", "<head>" + EARLY, 1).replace("</body>", CHECK + "</body>")
+    )
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,900", "--virtual-time-budget=20000"]  # fmt: skip
@@ -286,7 +388,18 @@ def test_committed_report_renders_in_chromium(tmp_path):
     assert m, out.stderr[-2000:]
     check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     assert check["width"] == 1280 and check["n_images"] == page.count("<img ") > 15
-    assert check["broken"] == [] and check["bad_anchors"] == []
+    assert check["broken"] == [] and check["bad_anchors"] == [] and check["errors"] == []
+    # the answers come first: their table starts on the first screen, one row per claim
+    results = sorted(p.parent.name for p in (REPO_ROOT / "results").glob("*/result.json"))
+    assert check["first_screen"] < 900 and check["rows"] == len(results)
+    # it sorts both ways and filters by verdict
+    assert check["asc"] == sorted(check["before"]) and check["desc"] == sorted(check["before"], reverse=True)
+    n_supported = sum(json.loads((REPO_ROOT / "results" / c / "result.json").read_text())["verdict"] == "supported"
+                      for c in results)  # fmt: skip
+    assert len(check["shown"]) == n_supported > 0 and all("supported" in t for t in check["shown"])
+    # every figure of the bibliography has its anchor on the page, and every figure on the page is cited
+    keys = set(_bib_entries(COMMITTED_BIB.read_text()))
+    assert keys <= set(check["fig_ids"]) and len(check["fig_ids"]) == len(set(check["fig_ids"]))
     assert check["overflow"] <= 0, f"the page is {check['overflow']} px wider than the window"
     # every link to a file (figures as SVG, tables as CSV) points at a file that exists
     for href in re.findall(r'href="([^"#:]+)"', page):

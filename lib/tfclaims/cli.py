@@ -1,31 +1,153 @@
-"""Command line: `python -m tfclaims {run,reproduce,report,list,check-results,bench}` and the experiment scripts.
+"""Command line: `python -m tfclaims {run,reproduce,report,list,show,plan,check-results,bench}` and the experiment
+scripts.
 
 Exit codes: 0 ok, 1 a run failed (logged, the others kept), 2 bad input (one line on stderr).
+`--help` (of any command), `list` and `show` import no torch: the harness modules are imported by the commands
+that run, plan or analyse claims; what `list` and the options' help need from them is read from their source.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import functools
+import json
 import os
+import shutil
 import signal
 import sys
+import textwrap
 import threading
+from dataclasses import dataclass, replace
 from multiprocessing import util as mp_util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .data.corpus import CorpusError
-from .device import DeviceError
-from .harness.experiment import PROFILES, Experiment
-from .harness.launch import LAUNCHERS, Launcher, LauncherError
-from .harness.registry import REPO_ROOT
-from .harness.runner import MAX_SEEDS, BadInput, run_experiment
 from .nn.config import ConfigError
+from .report.answers import answer_row
+
+if TYPE_CHECKING:
+    import torch
+
+    from .harness.experiment import Experiment
+    from .harness.launch import Launcher
+
+PKG_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PKG_DIR.parents[1]  # harness.registry.REPO_ROOT
+
+
+class UsageError(Exception):
+    """Bad input that the command line finds itself: one line, exit code 2 (as the harness's BadInput)."""
+
+
+# The harness's user errors, by module. Each is caught once its module is loaded (a module never imported raised
+# nothing), so that catching them imports nothing.
+_USER_ERRORS = (
+    ("harness.runner", "BadInput"),
+    ("device", "DeviceError"),
+    ("data.corpus", "CorpusError"),
+    ("harness.launch", "LauncherError"),
+)
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    loaded = [(sys.modules.get(f"{__package__}.{m}"), name) for m, name in _USER_ERRORS]
+    return (UsageError, ConfigError, *(getattr(mod, name) for mod, name in loaded if mod is not None))
+
+
+_NOT_LITERAL = object()
+
+
+def _literals(body: list[ast.stmt]) -> dict[str, object]:
+    """The names some statements assign (`x = ...`, `x: T = ...`) with their literal values (_NOT_LITERAL for
+    any other expression)."""
+    out: dict[str, object] = {}
+    for node in body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        for t in targets:
+            if isinstance(t, ast.Name):
+                try:
+                    out[t.id] = ast.literal_eval(value)
+                except (ValueError, TypeError, SyntaxError):
+                    out[t.id] = _NOT_LITERAL
+    return out
+
+
+@functools.cache
+def _source_literals(module: str, cls: str | None = None) -> dict[str, object]:
+    """A package module's literal constants, or one of its classes' literal attributes, read from its source
+    without importing it (the harness modules import torch)."""
+    tree = ast.parse((PKG_DIR / Path(*module.split("."))).with_suffix(".py").read_bytes())
+    if cls is None:
+        return _literals(tree.body)
+    return _literals(next(n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls))
+
+
+def _constant(module: str, name: str):
+    """A harness constant (`harness.experiment.PROFILES`), unimported."""
+    return _source_literals(module)[name]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A registered claim as `list` shows it."""
+
+    claim_id: str
+    title: str
+    order: int
+
+
+def experiments_dir() -> Path:
+    """harness.registry.experiments_dir."""
+    return Path(os.environ.get("TFCLAIMS_EXPERIMENTS", REPO_ROOT / "experiments"))
+
+
+def read_claim(path: Path) -> Claim:
+    """The claim an experiment file declares, read from its source: the class whose literal `claim_id` is the
+    file's name, with its `title` and `order` (or Experiment's). A file that does not compile fails with the
+    error its import would raise; a file whose id, title or order is not a literal is imported (with torch),
+    which also raises the registry's error for a file without exactly one such class."""
+    source = path.read_bytes()
+    compile(source, str(path), "exec", dont_inherit=True)  # every error its import meets before running it
+    classes = [_literals(n.body) for n in ast.parse(source, str(path)).body if isinstance(n, ast.ClassDef)]
+    found = [c for c in classes if c.get("claim_id") == path.stem]
+    attrs = {**_source_literals("harness.experiment", "Experiment"), **(found[0] if found else {})}
+    if len(found) != 1 or not isinstance(attrs["title"], str) or not isinstance(attrs["order"], int):
+        from .harness.registry import load_file
+
+        exp = load_file(path)
+        return Claim(exp.claim_id, exp.title, exp.order)
+    return Claim(path.stem, attrs["title"], attrs["order"])
+
+
+def read_claims(broken: list) -> list[Claim]:
+    """Every registered claim in report order (harness.registry.load_all's), read from the experiment files'
+    source; a file that cannot be read is appended to `broken` as (claim id, one-line reason) and skipped."""
+    claims = []
+    for path in sorted(experiments_dir().glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        try:
+            claims.append(read_claim(path))
+        except Exception as e:
+            first = str(e).splitlines()[0] if str(e) else ""
+            broken.append((path.stem, f"{type(e).__name__}: {first}"))
+    return sorted(claims, key=lambda c: (c.order, c.claim_id))
+
+
+def _unknown_claim(name: str) -> UsageError:
+    ids = [c.claim_id for c in read_claims([])]
+    return UsageError(f"unknown claim {name!r}; registered claims: {', '.join(ids)}")
 
 
 def results_root(arg: str | None) -> Path:
     if arg is not None and not arg.strip():
-        raise BadInput("--results-dir is empty; give a folder (default: results/)")
+        raise UsageError("--results-dir is empty; give a folder (default: results/)")
     return Path(arg or os.environ.get("TFCLAIMS_RESULTS") or REPO_ROOT / "results")
 
 
@@ -34,7 +156,7 @@ def report_root(arg: str | None, results: Path) -> Path:
     folder beside the results folder (<results>-report), never the committed report for other results."""
     if arg is not None:
         if not arg.strip():
-            raise BadInput("--report-dir is empty; give a folder")
+            raise UsageError("--report-dir is empty; give a folder")
         return Path(arg)
     if os.environ.get("TFCLAIMS_REPORT"):
         return Path(os.environ["TFCLAIMS_REPORT"])
@@ -51,7 +173,7 @@ def check_writable(folder: Path, what: str) -> None:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise BadInput(f"cannot write {what} under {folder}: {e.strerror or e}") from None
+        raise UsageError(f"cannot write {what} under {folder}: {e.strerror or e}") from None
 
 
 def _seeds(text: str) -> list[int]:
@@ -66,8 +188,9 @@ def _seeds(text: str) -> list[int]:
         ) from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"--seeds count must be >= 1, got {n}")
-    if n > MAX_SEEDS:
-        raise argparse.ArgumentTypeError(f"--seeds count must be <= {MAX_SEEDS}, got {n}")
+    max_seeds = _constant("harness.runner", "MAX_SEEDS")
+    if n > max_seeds:
+        raise argparse.ArgumentTypeError(f"--seeds count must be <= {max_seeds}, got {n}")
     return list(range(n))
 
 
@@ -93,8 +216,10 @@ def _override(text: str) -> tuple[str, object]:
         return k.strip(), v
 
 
-def add_run_options(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--profile", default="default", help=f"one of {', '.join(PROFILES)} (default: default)")
+def add_grid_options(ap: argparse.ArgumentParser) -> None:
+    """The options that choose a claim's runs (`run` and `plan`)."""
+    profiles = _constant("harness.experiment", "PROFILES")
+    ap.add_argument("--profile", default="default", help=f"one of {', '.join(profiles)} (default: default)")
     ap.add_argument(
         "--seeds",
         type=_seeds,
@@ -104,7 +229,6 @@ def add_run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--device", default="auto", help="auto (CUDA if present, else CPU), cpu or cuda (default: auto)"
     )
-    ap.add_argument("--force", action="store_true", help="rerun runs even when a cached record exists")
     ap.add_argument(
         "--set",
         dest="overrides",
@@ -117,18 +241,24 @@ def add_run_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--results-dir", default=None, help="results folder (default: results/, or $TFCLAIMS_RESULTS)"
     )
+
+
+def add_run_options(ap: argparse.ArgumentParser) -> None:
+    add_grid_options(ap)
+    ap.add_argument("--force", action="store_true", help="rerun runs even when a cached record exists")
+    ap.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="publish a default or full result into results/ although the code has uncommitted changes "
+        "(recorded as <commit>-dirty); refused without it",
+    )
     ap.add_argument(
         "--report-dir", default=None, help="report folder (default: report/, or $TFCLAIMS_REPORT)"
     )
     ap.add_argument("--no-report", action="store_true", help="do not rebuild the report afterwards")
     ap.add_argument("--no-progress", action="store_true", help="hide progress bars")
     g = ap.add_argument_group("where runs execute (see README: Running on a cluster)")
-    g.add_argument(
-        "--launcher",
-        default=os.environ.get("TFCLAIMS_LAUNCHER", "auto"),
-        help=f"one of {', '.join(LAUNCHERS)} (default: auto = one single-threaded worker per core for training "
-        "runs on the CPU, in process for timing claims and on a GPU; or $TFCLAIMS_LAUNCHER)",
-    )
+    add_launcher_option(g)
     g.add_argument(
         "--workers",
         type=int,
@@ -191,7 +321,19 @@ def add_run_options(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--log-dir", default=None, help="job logs (default: logs/)")
 
 
+def add_launcher_option(ap) -> None:
+    launchers = _constant("harness.launch", "LAUNCHERS")
+    ap.add_argument(
+        "--launcher",
+        default=os.environ.get("TFCLAIMS_LAUNCHER", "auto"),
+        help=f"one of {', '.join(launchers)} (default: auto = one single-threaded worker per core for training "
+        "runs on the CPU, in process for timing claims and on a GPU; or $TFCLAIMS_LAUNCHER)",
+    )
+
+
 def launcher_from(args) -> Launcher:
+    from .harness.launch import Launcher
+
     return Launcher.from_options(
         args.launcher,
         workers=args.workers,
@@ -211,6 +353,8 @@ def launcher_from(args) -> Launcher:
 
 
 def _run(exps: list[Experiment], args) -> int:
+    from .harness.runner import run_experiment
+
     launcher = launcher_from(args)
     device = launcher.device(args.device)
     root = results_root(args.results_dir)
@@ -230,6 +374,7 @@ def _run(exps: list[Experiment], args) -> int:
             progress=not args.no_progress,
             log=lambda m: print(m, file=sys.stderr),
             launcher=launcher,
+            allow_dirty=args.allow_dirty,
         )
         code = max(code, rc)
     if report is not None and any(root.glob("*/result.json")):
@@ -249,7 +394,7 @@ def _guard(fn) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
     try:
         return fn()
-    except (BadInput, ConfigError, DeviceError, CorpusError, LauncherError) as e:
+    except _user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -280,6 +425,293 @@ def script_main(cls: type[Experiment], argv=None) -> None:
     sys.exit(experiment_main(cls(), argv))
 
 
+# -- the readers: list, show, plan ---------------------------------------------------------------------------
+
+
+def _width() -> int:
+    return max(40, shutil.get_terminal_size().columns)
+
+
+def _fill(text: str, width: int, indent: str = "", hang: str = "") -> str:
+    return textwrap.fill(
+        text,
+        width,
+        initial_indent=indent,
+        subsequent_indent=hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the working folder where it lies under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _plain(name: str) -> bool:
+    """A name that can be a claim's: one file name, no folder."""
+    return name not in ("", ".", "..") and Path(name).name == name
+
+
+def _claim_file(name: str) -> Path | None:
+    """A registered claim's experiment file, None for a name that is not one."""
+    path = experiments_dir() / f"{name}.py"
+    return path if _plain(name) and not name.startswith("_") and path.is_file() else None
+
+
+def read_result(root: Path, claim: str) -> dict:
+    """A claim's result.json, read as JSON alone; an unknown claim, a missing or a corrupt file is bad input."""
+    path = root / claim / "result.json"
+    if not _plain(claim) or not path.is_file():
+        if _claim_file(claim) is None:
+            raise _unknown_claim(claim)
+        raise UsageError(f"no result for {claim} under {root}; run it first: python -m tfclaims run {claim}")
+    try:
+        res = json.loads(path.read_text())
+        ok = isinstance(res, dict) and all(k in res for k in ("claim_id", "verdict", "profile"))
+        problem = None if ok else "not a result: it lacks claim_id, verdict or profile"
+    except (OSError, ValueError) as e:
+        problem = type(e).__name__
+    if problem:  # as harness.runner.load_result says it
+        raise UsageError(f"corrupt result file {path} ({problem}); rerun that claim to regenerate it")
+    return res
+
+
+def show_lines(res: dict, root: Path, width: int = 100) -> list[str]:
+    """What `show` prints of a result: its answer, verdict, what the notes say, the key and anchor numbers, each
+    effect sub-claim and check, the caveats, and where it came from and is reported."""
+    row, lines = answer_row(res), []
+    cid = row["claim_id"]
+
+    def field(label: str, text) -> None:
+        if text not in (None, ""):
+            lines.append(_fill(f"{label:<14}{text}", width, hang=" " * 14))
+
+    lines += [_fill(f"{cid}: {row['title']}", width), ""]
+    field("Answer", row["answer"])
+    field("Verdict", row["verdict"])
+    field("Notes say", row["note"])
+    field("Key number", row["number"])
+    field("Anchor", row["anchor"])
+    field("Regime", row["regime"])
+    field("Second scale", row["second_scale"])
+    if row["subs"]:
+        lines += ["", f"Effect sub-claims ({len(row['subs'])}):"]
+        for s in row["subs"]:
+            head = f"  {s['verdict']:<13} {'counted' if s['counts'] else 'reported':<9}"
+            lines.append(_fill(f"{head}{s['statement']}", width, hang=" " * len(head)))
+    checks = [s for s in res.get("sub_verdicts") or [] if s.get("kind") == "check"]
+    if checks:
+        lines += ["", f"Checks ({len(checks)}):"]
+        lines += [_fill(f"  {s['verdict']:<13} {s['name']}", width, hang=" " * 16) for s in checks]
+    if res.get("caveats"):
+        lines += ["", "Caveats:"]
+        lines += [_fill(c, width, indent="  - ", hang="    ") for c in res["caveats"]]
+    lines.append("")
+    field("Commit", res.get("git_commit") or "not recorded")
+    runs = f", {res['n_runs']} runs" if "n_runs" in res else ""
+    field(
+        "Profile",
+        f"{res['profile']} (device {res.get('device', '?')}{runs}, finished {res.get('finished_at', '?')})",
+    )
+    report = report_root(None, root)
+    md = report / "report.md"
+    if md.is_file() and f'<a id="{cid}"></a>' in md.read_text(encoding="utf-8"):
+        field("Report", f"{_shown(md)}#{cid} and {_shown(report / 'index.html')}#{cid}")
+    else:
+        field("Report", f"not in {_shown(md)} yet (build it: python -m tfclaims report)")
+    figures = [f.get("png") or f.get("svg") for f in (res.get("figures") or {}).values()]
+    for i, f in enumerate(f for f in figures if f):
+        field("Figures" if i == 0 else "", _shown(root / cid / f))
+    return lines
+
+
+@dataclass(frozen=True)
+class PartPlan:
+    """One part of a claim's grid: its runs, how many are cached, and the time the others took on record."""
+
+    part: str
+    runs: int = 0
+    cached: int = 0
+    seconds: float = 0.0  # the missing runs' durations on record
+    unestimated: int = 0  # missing runs with no duration on record
+
+    @property
+    def missing(self) -> int:
+        return self.runs - self.cached
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `run <claim>` with the same options would need."""
+
+    claim_id: str
+    profile: str
+    device: str
+    parts: tuple[PartPlan, ...]
+    staged: tuple[str, ...]  # the parts whose grid grows from finished runs
+    grows: bool  # runs are missing from a stage, so later stages may add runs
+    params: dict  # the profile's parameters, --set and --seeds applied
+    overridden: tuple[str, ...]
+
+
+def make_plan(
+    exp: Experiment, profile: str, device: torch.device, runs_dir: Path, seeds=None, overrides=None
+) -> Plan:
+    """The grid `run` would make, with its cached records and the durations on record of the missing runs; a
+    staged grid grown, as the runner grows it, for as long as every run of a stage is cached."""
+    from .harness.runner import _durations, _load_record, _ok, check_grid, resolve_profile, run_keys
+
+    p = resolve_profile(exp, profile, seeds, overrides)
+    try:
+        configs = exp.grid(p)
+    except ConfigError as e:
+        raise UsageError(f"{exp.claim_id}: invalid configuration: {e}") from None
+    check_grid(exp, configs)
+    while True:
+        keys = run_keys(exp, configs, device)
+        done = [_ok(_load_record(runs_dir / f"{k.run_id}.json")) for k in keys]
+        if not exp.staged or not all(done):
+            break
+        grown = exp.grid(p, done)
+        if grown == configs:
+            break
+        check_grid(exp, grown)
+        configs = grown
+    known = _durations(runs_dir, device)  # by config hash, else by part (what SLURM packs jobs by)
+    parts: dict[str, PartPlan] = {}
+    for cfg, key, rec in zip(configs, keys, done):
+        name = str(cfg.get("part", ""))
+        part = parts.get(name, PartPlan(name))
+        seconds = None if rec else known.get(key.config_hash, known.get(("part", cfg.get("part"))))
+        parts[name] = replace(
+            part,
+            runs=part.runs + 1,
+            cached=part.cached + (rec is not None),
+            seconds=part.seconds + (seconds or 0.0),
+            unestimated=part.unestimated + (rec is None and seconds is None),
+        )
+    return Plan(
+        exp.claim_id,
+        profile,
+        device.type,
+        tuple(parts.values()),
+        tuple(part.name for part in exp.parts if part.staged),
+        exp.staged and not all(done),
+        p,
+        tuple(sorted(overrides or {})),
+    )
+
+
+def _duration(s: float) -> str:
+    if s < 10:
+        return f"{s:.1f} s"
+    if s < 90:
+        return f"{s:.0f} s"
+    return f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
+def _eta(part: PartPlan) -> str:
+    if not part.missing:
+        return "-"
+    if part.unestimated == part.missing:
+        return "unknown (none on record)"
+    more = f" + {part.unestimated} run(s) not on record" if part.unestimated else ""
+    return f"about {_duration(part.seconds)}{more}"
+
+
+def plan_lines(plan: Plan, runs_dir: Path, width: int = 100) -> list[str]:
+    """What `plan` prints: the runs per part, cached and to run, the time the missing ones took on record, and
+    the --set keys with their values."""
+    total = PartPlan(
+        "total",
+        sum(p.runs for p in plan.parts),
+        sum(p.cached for p in plan.parts),
+        sum(p.seconds for p in plan.parts),
+        sum(p.unestimated for p in plan.parts),
+    )
+    rows = [*plan.parts, total] if len(plan.parts) > 1 else list(plan.parts)
+    w = max(len(p.part or "-") for p in [*rows, PartPlan("part")])
+    lines = [
+        _fill(
+            f"{plan.claim_id}, profile {plan.profile}, device {plan.device}: {total.runs} runs, {total.cached} "
+            f"cached, {total.missing} to run (records: {_shown(runs_dir)})",
+            width,
+        ),
+        "",
+        f"  {'part':<{w}}  {'runs':>6}  {'cached':>6}  {'to run':>6}  time to run",
+    ]
+    lines += [f"  {p.part or '-':<{w}}  {p.runs:>6}  {p.cached:>6}  {p.missing:>6}  {_eta(p)}" for p in rows]
+    notes = []
+    if plan.grows:
+        notes.append(
+            f"Staged ({', '.join(plan.staged)}): the grid grows from finished runs. Counted here up to the first "
+            "stage with runs to make; later stages are added as those finish, so more runs may follow."
+        )
+    elif not total.missing:
+        notes.append(
+            f"Every run is cached: `run {plan.claim_id}` with these options would only analyse them."
+        )
+    if total.missing:
+        notes.append(
+            f"Time to run: the durations on record of the same configs on {plan.device} (else the median of their "
+            "part's records), one run after another; parallel workers divide it."
+        )
+    lines += [""] + [_fill(n, width) for n in notes]
+    lines += ["", f"--set keys (profile {plan.profile}; KEY=VALUE, a Python literal of the same type):"]
+    for k, v in plan.params.items():
+        if k != "seeds":
+            mark = "   (--set)" if k in plan.overridden else ""
+            lines.append(_fill(f"  {k} = {v!r}{mark}", width, hang="      "))
+    seeds = plan.params.get("seeds")
+    if seeds is None:
+        lines.append("--seeds: none (its runs are deterministic)")
+    else:
+        lines.append(_fill(f"--seeds: {', '.join(map(str, seeds))} ({len(seeds)} seeds)", width, hang="    "))
+    return lines
+
+
+def _list(args) -> int:
+    broken: list[tuple[str, str]] = []
+    claims = read_claims(broken)
+    for cid, why in broken:
+        print(f"error: experiments/{cid}.py cannot be loaded ({why}); skipped", file=sys.stderr)
+    for c in claims:
+        print(f"{c.claim_id:22s} {c.title}")
+    return 1 if broken else 0
+
+
+def _show(args) -> int:
+    root = results_root(args.results_dir)
+    print("\n".join(show_lines(read_result(root, args.name), root, _width())))
+    return 0
+
+
+def _plan(args) -> int:
+    from .harness.launch import Launcher
+    from .harness.registry import load_file
+
+    path = _claim_file(args.name)
+    if path is None:
+        raise _unknown_claim(args.name)
+    try:
+        exp = load_file(path)
+    except Exception as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise UsageError(f"claim {args.name!r} cannot be loaded: {type(e).__name__}: {first}") from None
+    device = Launcher.from_options(args.launcher, gpus=args.slurm_gpus).device(args.device)
+    runs_dir = results_root(args.results_dir) / exp.claim_id / "runs"
+    plan = make_plan(exp, args.profile, device, runs_dir, args.seeds, dict(args.overrides))
+    print("\n".join(plan_lines(plan, runs_dir, _width())))
+    return 0
+
+
+READERS = {"list": _list, "show": _show, "plan": _plan}
+
+
 def main(argv=None) -> int:
     ap = Parser(prog="tfclaims", description="Test claims about Transformers, claim by claim.")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
@@ -292,32 +724,53 @@ def main(argv=None) -> int:
     p_rep.add_argument("--results-dir", default=None)
     p_rep.add_argument("--report-dir", default=None)
     sub.add_parser("list", help="list the registered claims")
+    p_show = sub.add_parser(
+        "show", help="one claim's answer, verdict, sub-claims, caveats and provenance, from its result.json"
+    )
+    p_show.add_argument("name", help="claim id (see `list`)")
+    p_show.add_argument(
+        "--results-dir", default=None, help="results folder (default: results/, or $TFCLAIMS_RESULTS)"
+    )
+    plan_help = (
+        "the runs `run` with the same options would need: per part, how many are cached and how long the others "
+        "took on record; the --set keys with their values (imports torch to build the grid)"
+    )
+    p_plan = sub.add_parser("plan", help=plan_help, description=plan_help[0].upper() + plan_help[1:] + ".")
+    p_plan.add_argument("name", help="claim id (see `list`)")
+    add_grid_options(p_plan)
+    g = p_plan.add_argument_group("the device, chosen as `run` chooses it")
+    add_launcher_option(g)
+    g.add_argument(
+        "--slurm-gpus",
+        type=int,
+        default=None,
+        help="GPUs per SLURM job: --device auto with --launcher slurm means CUDA when this is > 0 "
+        "($TFCLAIMS_SLURM_GPUS)",
+    )
     p_chk = sub.add_parser("check-results", help="fail if any committed result is stale or missing")
     p_chk.add_argument("--results-dir", default=None)
     sub.add_parser("bench", help="library speed against an independent implementation")
     args = ap.parse_args(argv)
-
-    from .harness.registry import load_all
+    if args.cmd in READERS:
+        return _guard(lambda: READERS[args.cmd](args))
 
     def go() -> int:
+        from .harness.registry import load_all
+
         broken: list[tuple[str, str]] = []
         exps = load_all(broken)
         if args.cmd != "run":  # `run x` speaks only of x
             for cid, why in broken:
                 print(f"error: experiments/{cid}.py cannot be loaded ({why}); skipped", file=sys.stderr)
-        if args.cmd == "list":
-            for cid, e in exps.items():
-                print(f"{cid:22s} {e.title}")
-            return 1 if broken else 0
         if args.cmd == "run":
             if args.name in dict(broken):
-                raise BadInput(f"claim {args.name!r} cannot be loaded: {dict(broken)[args.name]}")
+                raise UsageError(f"claim {args.name!r} cannot be loaded: {dict(broken)[args.name]}")
             if args.name not in exps:
-                raise BadInput(f"unknown claim {args.name!r}; registered claims: {', '.join(exps)}")
+                raise UsageError(f"unknown claim {args.name!r}; registered claims: {', '.join(exps)}")
             return _run([exps[args.name]], args)
         if args.cmd == "reproduce":
             if not exps:
-                raise BadInput("no claims found under experiments/: nothing to reproduce")
+                raise UsageError("no claims found under experiments/: nothing to reproduce")
             return max(_run(list(exps.values()), args), 1 if broken else 0)
         if args.cmd == "report":
             from .report.build import build_report

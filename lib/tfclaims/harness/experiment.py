@@ -71,6 +71,7 @@ class SubVerdict:
     counts: bool = True  # in the overall verdict, or reported beside it
     reported: list[str] = field(default_factory=list)  # comparisons in cells reported, not counted
     holds: list[str] = field(default_factory=list)  # the cells (scales, settings) where it holds
+    claimed: str = ""  # the decision that supports it: 'a_better', 'b_better' or 'inside' (an interval)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -162,6 +163,10 @@ class Experiment:
     anchors: list[str] = []
     anchor_number: str = ""
     method: str = ""
+    regime: str = ""  # whether the committed profile reaches the claim's regime (the answers table)
+    headline: str = (
+        ""  # the sub-claim whose comparisons give the answers table's number (default: first counted)
+    )
     rule: str = ""  # rendered from declare(p) where the experiment declares its sub-claims
     profiles: dict[str, dict] = {}
     parts: tuple[Part, ...] = ()
@@ -240,7 +245,7 @@ def verdict_from(
     summary starts with what each counted effect found."""
     subs = [
         SubVerdict(s.statement, s.verdict, s.detail, s.comparisons, id=s.id, kind=s.kind, counts=s.counts,
-                   reported=s.reported, holds=s.holds)
+                   reported=s.reported, holds=s.holds, claimed=result.declaration.sub(s.id).claimed)
         for s in result.subs
     ]  # fmt: skip
     found = "; ".join(

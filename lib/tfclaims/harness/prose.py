@@ -9,6 +9,7 @@ The file is a title line and one `## ` section per field, in any order:
     ## Anchors            one `- ` item per anchor (continuation lines indented)
     ## Anchor number      the anchors' headline number
     ## Method             how the experiment measures it (paragraphs)
+    ## Regime             whether the committed profile reaches the claim's regime (scale, device): one sentence
 
 A section's lines join with single spaces into one string (blank lines too: paragraphs are for the reader).
 Every section is a template filled from the experiment module's constants: `{NULL_OFFSET}` or `{MARGIN:g}` is
@@ -29,6 +30,7 @@ SECTIONS = {
     "Anchors": "anchors",
     "Anchor number": "anchor_number",
     "Method": "method",
+    "Regime": "regime",
 }
 
 

@@ -49,7 +49,7 @@ from .provenance import (
     run_id,
     sha,
 )
-from .registry import load_file
+from .registry import REPO_ROOT, load_file
 
 
 class BadInput(Exception):
@@ -303,9 +303,14 @@ def run_experiment(
     progress: bool = True,
     log=print,
     launcher: Launcher | None = None,
+    allow_dirty: bool = False,
 ) -> tuple[int, dict | None]:
-    """Run (or reuse) every run of the grid and analyse. Returns (exit code, result dict or None)."""
+    """Run (or reuse) every run of the grid and analyse. Returns (exit code, result dict or None).
+
+    `allow_dirty`: publish a default or full result into the repository's results/ from a tree with
+    uncommitted code changes (see `check_clean_tree`)."""
     p = resolve_profile(exp, profile, seeds, overrides)
+    check_clean_tree(profile, results_root, allow_dirty)
     try:
         configs = exp.grid(p)
     except ConfigError as e:
@@ -331,6 +336,28 @@ def run_experiment(
             with contextlib.suppress(OSError):
                 new_dirs[0].rmdir()  # the results folder too, when this command made it and it is empty
         raise
+
+
+# The profiles whose results the repository publishes (results/, the report, its citations).
+PUBLISHED_PROFILES = ("default", "full")
+
+
+def check_clean_tree(profile: str, results_root: Path, allow_dirty: bool = False) -> None:
+    """Refuse, before anything runs or is written, to publish a default or full result into the repository's
+    own results/ while its code has uncommitted changes, unless `allow_dirty` (the result's commit then ends in
+    `-dirty`). Code is what `git_commit` reads: tracked files modified outside results/, report/ and README.md;
+    untracked files (a running sweep's records, scratch files) do not count. Without git the state is unknown
+    and nothing is refused. The quick profile and any other results folder are never refused."""
+    if allow_dirty or profile not in PUBLISHED_PROFILES:
+        return
+    if results_root.resolve() != (REPO_ROOT / "results").resolve():
+        return
+    commit = git_commit(REPO_ROOT)
+    if commit and commit.endswith("-dirty"):
+        raise BadInput(
+            f"the working tree has uncommitted code changes: a {profile} result in results/ must come from a "
+            "commit; commit them first, or pass --allow-dirty to publish it marked -dirty"
+        )
 
 
 @contextlib.contextmanager
@@ -414,26 +441,46 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
     return 0, result
 
 
+@dataclass(frozen=True)
+class RunKey:
+    """What names one run's record: its config hash (with the device type), its part's code hash, its run id."""
+
+    config_hash: str
+    code_hash: str
+    run_id: str
+
+
+def run_keys(exp: Experiment, configs: list[dict], device: torch.device) -> list[RunKey]:
+    """Each config's RunKey, in grid order (a part's code hash is computed once)."""
+    part_hash: dict[str, str] = {}
+    keys = []
+    for cfg in configs:
+        cfg_h = config_hash(exp.claim_id, cfg, device)
+        part = cfg.get("part", "") if exp.parts else ""
+        if part not in part_hash:
+            part_hash[part] = run_code_hash(exp, cfg)
+        keys.append(RunKey(cfg_h, part_hash[part], run_id(cfg_h, part_hash[part])))
+    return keys
+
+
 def _round(exp, configs, profile, device, runs_dir, force, progress, log, launcher, handled: set):
     """Run the configs whose records are missing (all of them, forced, once per sweep). Returns the record
     paths in grid order, how many runs were started and how many failed beside an earlier good record."""
     src = inspect.getsourcefile(type(exp))
-    part_hash: dict[str, str] = {}
     tasks, paths = [], []
-    for cfg in configs:
-        cfg_h = config_hash(exp.claim_id, cfg, device)
-        key = cfg.get("part", "") if exp.parts else ""
-        if key not in part_hash:
-            part_hash[key] = run_code_hash(exp, cfg)
-        rid = run_id(cfg_h, part_hash[key])
-        path = runs_dir / f"{rid}.json"
+    for cfg, key in zip(configs, run_keys(exp, configs, device)):
+        path = runs_dir / f"{key.run_id}.json"
         paths.append(path)
         rec = _load_record(path, force)
         if path in handled or (rec is not None and rec.get("status") == "ok" and not force):
             handled.add(path)
             continue
         handled.add(path)
-        tasks.append(RunTask(src, exp.claim_id, cfg, cfg_h, part_hash[key], rid, device.type, str(path)))
+        tasks.append(
+            RunTask(
+                src, exp.claim_id, cfg, key.config_hash, key.code_hash, key.run_id, device.type, str(path)
+            )
+        )
     launcher = launcher.resolve(times_code=exp.times_code, device=device, n_tasks=len(tasks))
     sweep_id = uuid.uuid4().hex[:12]
     estimates = _durations(runs_dir, device) if launcher.name == "slurm" and tasks else {}
@@ -537,6 +584,8 @@ def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path
         "noise_floor": [c.as_dict() for c in verdict.noise_floor],
         "anchors": exp.anchors,
         "anchor_number": exp.anchor_number,
+        "regime": exp.regime,
+        "headline": exp.headline,
         "method": exp.method,
         "caveats": verdict.caveats,
         "profile": meta["profile"],

@@ -4,6 +4,7 @@ opens from disk inside the repository with every image loading."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import html
 import json
@@ -15,8 +16,9 @@ from ..harness.provenance import REPOSITORY, result_problems
 from ..harness.registry import REPO_ROOT, load_all
 from ..harness.runner import BadInput, load_result, resolve_profile
 from ..io import atomic_write_text
+from .answers import answer_row, verdicts_document
 from .bibtex import render_bib
-from .forest import forest_rows, plot_forest
+from .forest import forest_rows, plot_answers, plot_forest
 
 README_START, README_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
 BADGE = {"supported": "#2e7d32", "refuted": "#c62828", "mixed": "#ef6c00", "inconclusive": "#616161"}
@@ -133,18 +135,43 @@ def _table_block(title: str, rows: list[list[str]], csv_link: str | None) -> lis
     return [("h3", title), ("table", rows), *link]
 
 
+ANSWER_HEAD = ["Claim", "The notes say", "Answer", "Key number (this project)", "Anchor (the papers)",
+               "Regime reached here?", "At the second scale"]  # fmt: skip
+
+
+def answers_rows(results: list[dict], link) -> list[list[str]]:
+    """The answers table: one row per claim from its result.json (`answers.answer_row`); `link(claim_id)` is
+    where the claim's section is."""
+    rows = [ANSWER_HEAD]
+    for r in results:
+        a = answer_row(r)
+        rows.append([
+            f"[`{a['claim_id']}`]({link(a['claim_id'])}) {_badge_md(a['verdict'])}", a["note"], a["answer"],
+            a["number"], a["anchor"], a["regime"] or "—", a["second_scale"],
+        ])  # fmt: skip
+    return rows
+
+
+def _fig_block(number: int | None, fig_id: str, caption: str, png: str, svg: str, svg_file: Path) -> tuple:
+    """A figure: its number and stable id in the caption; the SVG file is inlined in the HTML."""
+    head = f"Figure {number} (`{fig_id}`). " if number else f"(`{fig_id}`) "
+    return ("figure", png, head + caption, svg, fig_id, svg_file)
+
+
 def _blocks(
-    results: list[dict], results_root: Path, report_root: Path, summary_fig: str | None = None
+    results: list[dict],
+    results_root: Path,
+    report_root: Path,
+    summary_fig: str | None = None,
+    answers_fig: str | None = None,
 ) -> list[tuple]:
     """The report as a list of (kind, payload) blocks rendered to both Markdown and HTML."""
     rel = lambda cid, path: _rel(results_root, report_root, cid, path)  # noqa: E731
 
     def figure(cid: str, number: int, fig_id: str, f: dict) -> tuple:
-        return (
-            "figure",
-            rel(cid, f["png"]),
-            f"Figure {number} (`{fig_id}`). {f['caption']}",
-            rel(cid, f["svg"]),
+        svg = results_root / cid / f["svg"]
+        return _fig_block(
+            number, f"fig-{cid}-{fig_id}", f["caption"], rel(cid, f["png"]), rel(cid, f["svg"]), svg
         )
 
     B: list[tuple] = [
@@ -155,8 +182,34 @@ def _blocks(
             f"rule written in the experiment before it ran; the numbers, figures and rules are generated "
             f"from `results/`. Results as of {_as_of(results)} (the latest analysis among them).",
         ),
-        ("h2", "At a glance", "at-a-glance"),
+        ("h2", "Is the note right? The answers", "answers"),
+        (
+            "p",
+            "One row per claim, written from its `result.json`. **Answer**: the verdict in words (True, False, "
+            "Partly: which counted parts hold and which fail, or Cannot tell at this scale: what this run could "
+            "detect). **Key number**: the headline sub-claim's comparison in plain units with its interval "
+            "(b / a time ratio for timings, b − a otherwise). **Regime reached here?**: whether the committed "
+            "runs are at the scale and device the claim is about. **At the second scale**: the same comparison "
+            "(or the first counted one tested per scale) at the larger training scale. Every sub-claim is in the "
+            "claim's section (click its name); the same rows are in `report/verdicts.json`.",
+        ),
+        ("answers", answers_rows(results, lambda cid: f"#{cid}")),
     ]
+    if answers_fig:
+        B.append(
+            _fig_block(
+                None,
+                "fig-answers",
+                "Each claim's headline comparison, oriented so that right means the note's claim holds: the "
+                "claimed arm's advantage in units of its noise floor (grey band: ±1 floor, what chance gives), or "
+                "for an interval claim the distance inside the interval in half-widths (black tick: its edge). "
+                "Colour: the claim's verdict; diamonds: exact numbers without an interval.",
+                answers_fig,
+                answers_fig.replace(".png", ".svg"),
+                report_root / answers_fig.replace(".png", ".svg"),
+            )
+        )
+    B.append(("h2", "At a glance", "at-a-glance"))
     rows = [
         ["Claim", "Verdict", "Key number (this project)", "Holds in", "Scale (per run)", "Seeds", "Device"]
     ]
@@ -213,23 +266,18 @@ def _blocks(
             ],
         )
     )
-    if summary_fig:
-        B.append(
-            (
-                "figure",
-                summary_fig,
-                "Summary. Each claim (shaded row, coloured by its verdict) and each of its sub-claims: the "
-                "deciding comparison (arm b − arm a) with its CI, in units of the row's threshold (its "
-                "declared margin, else its noise floor, else its CI half-width); grey band: the noise floor "
-                "of a null pair; ticks: the declared margin. The effect in its own units is printed at the "
-                "right.",
-                summary_fig.replace(".png", ".svg"),
-            )
-        )
     fig_no = 0
     for i, r in enumerate(results, 1):
         cid = r["claim_id"]
         B.append(("h2", f"{i}. `{cid}` — {r.get('title', '')}", cid))
+        a = answer_row(r)
+        B.append(
+            (
+                "p",
+                f"**Answer: {a['answer']}** Key number: {a['number']}. Anchor: {a['anchor'] or '—'}. Regime "
+                f"reached here: {a['regime'] or '—'} At the second scale: {a['second_scale']}.",
+            )
+        )
         B.append(("verdict", r["verdict"], r.get("summary", "")))
         if r.get("stale"):
             B.append(
@@ -315,6 +363,22 @@ def _blocks(
             "URL). Cite the project with `CITATION.cff`.",
         )
     )
+    if summary_fig:
+        B.append(("h2", "Appendix: every sub-claim on one plot", "appendix-summary"))
+        B.append(
+            _fig_block(
+                None,
+                "fig-summary",
+                "Every claim (shaded row, coloured by its verdict) and each of its sub-claims: the deciding "
+                "comparison (arm b − arm a) with its CI, in units of the row's threshold (its declared margin, else "
+                "its noise floor, else its CI half-width); grey band: the noise floor of a null pair; ticks: the "
+                "declared margin. The effect in its own units is printed at the right. Left and right are b − a, "
+                "not for and against: the answers figure above orients each claim.",
+                summary_fig,
+                summary_fig.replace(".png", ".svg"),
+                report_root / summary_fig.replace(".png", ".svg"),
+            )
+        )
     return B
 
 
@@ -427,14 +491,47 @@ def render_md(blocks) -> str:
         elif k == "verdict":
             out.append(f"**Verdict: {b[1]}.** {b[2]}")
         elif k == "figure":
-            out.append(f"![{b[2]}]({b[1]})\n\n*{b[2]}* ([SVG]({b[3]}))")
+            out.append(f'<a id="{b[4]}"></a>\n![{b[2]}]({b[1]})\n\n*{b[2]}* ([SVG]({b[3]}))')
+        elif k == "answers":
+            out.append(_md_table(b[1]))
         elif k == "details":  # GitHub renders Markdown inside <details> after a blank line
             out.append(f"<details><summary>{b[1]}</summary>\n\n{render_md(b[2]).strip()}\n\n</details>")
     return "\n\n".join(out) + "\n"
 
 
-def _html_body(blocks) -> list[str]:
-    body = []
+def _html_table(rows: list[list[str]], ident: str = "") -> str:
+    """A table whose columns sort on a click of their header (the page's script)."""
+    head = "".join(f'<th title="sort">{_inline_html(c)}</th>' for c in rows[0])
+    trs = "".join(
+        "<tr>" + "".join(f"<td>{_inline_html(str(c))}</td>" for c in row) + "</tr>" for row in rows[1:]
+    )
+    ident = f' id="{ident}"' if ident else ""
+    return (
+        f'<div class="scroll"><table class="sortable"{ident}><thead><tr>{head}</tr></thead>'
+        f"<tbody>{trs}</tbody></table></div>"
+    )
+
+
+def _svg_uri(path: Path) -> str:
+    """A figure's SVG as a data URI: the page carries its figures, and each keeps its own ids."""
+    return "data:image/svg+xml;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def bib_entries(bib: str) -> dict[str, str]:
+    """key -> its whole BibTeX entry, from a rendered figures.bib."""
+    return {m.group(1): m.group(0) for m in re.finditer(r"@\w+\{([^,\s]+),.*?\n\}", bib, re.S)}
+
+
+ANSWERS_FILTER = (
+    '<p class="filter"><label>Filter: <input id="answers-filter" type="search" placeholder="claim, word or '
+    'number"></label> <label>Verdict: <select id="answers-verdict"><option value="">any</option>'
+    + "".join(f'<option value="{v}">{v}</option>' for v in BADGE)
+    + "</select></label> (click a column's header to sort)</p>"
+)
+
+
+def _html_body(blocks, cites: dict[str, str] | None = None) -> list[str]:
+    body, cites = [], cites or {}
     for b in blocks:
         k = b[0]
         if k in ("h1", "h2", "h3"):
@@ -448,47 +545,71 @@ def _html_body(blocks) -> list[str]:
         elif k == "ul":
             body.append("<ul>" + "".join(f"<li>{_inline_html(x)}</li>" for x in b[1]) + "</ul>")
         elif k in ("table", "mdtable"):
-            rows = b[1] if k == "table" else _parse_md_table(b[1])
-            head = "".join(f"<th>{_inline_html(c)}</th>" for c in rows[0])
-            trs = "".join(
-                "<tr>" + "".join(f"<td>{_inline_html(str(c))}</td>" for c in row) + "</tr>"
-                for row in rows[1:]
-            )
-            body.append(
-                f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table></div>'
-            )
+            body.append(_html_table(b[1] if k == "table" else _parse_md_table(b[1])))
+        elif k == "answers":
+            body.append(ANSWERS_FILTER + _html_table(b[1], "answers-table"))
         elif k == "verdict":
             body.append(
                 f'<p><span class="badge" style="background:{BADGE.get(b[1], "#444")}">{b[1]}</span> {_inline_html(b[2])}</p>'
             )
         elif k == "figure":
+            fig_id, svg = b[4], b[5]
+            src = _svg_uri(svg) if svg.is_file() else b[1]
+            cite = (
+                f'<details class="cite"><summary>Cite this figure</summary><pre>{html.escape(cites[fig_id])}</pre>'
+                "</details>"
+                if fig_id in cites
+                else ""
+            )
             body.append(
-                f'<figure><a href="{b[3]}"><img src="{b[1]}" alt="{html.escape(b[2])}"></a><figcaption>{_inline_html(b[2])}</figcaption></figure>'
+                f'<figure id="{fig_id}"><a href="{b[3]}"><img src="{src}" alt="{html.escape(b[2])}"></a>'
+                f"<figcaption>{_inline_html(b[2])}</figcaption>{cite}</figure>"
             )
         elif k == "details":
             body.append(
                 f"<details><summary>{_inline_html(b[1])}</summary>"
-                + "\n".join(_html_body(b[2]))
+                + "\n".join(_html_body(b[2], cites))
                 + "</details>"
             )
     return body
 
 
-def render_html(blocks) -> str:
-    body = _html_body(blocks)
+# Sorting (any table.sortable, numbers by value) and the answers table's filter; no library, no network.
+SCRIPT = """
+function cellKey(td){const t=td.textContent.trim();const m=t.match(/^[^0-9+\\-−]*([+\\-−]?\\d+(?:\\.\\d+)?(?:e[+-]?\\d+)?)/i);
+return m?[0,parseFloat(m[1].replace('−','-'))]:[1,t.toLowerCase()];}
+function sortBy(th){const table=th.closest('table');const i=[...th.parentNode.children].indexOf(th);
+const dir=th.dataset.dir==='asc'?'desc':'asc';table.querySelectorAll('th').forEach(h=>delete h.dataset.dir);th.dataset.dir=dir;
+const body=table.tBodies[0];const rows=[...body.rows];rows.sort((a,b)=>{const x=cellKey(a.cells[i]),y=cellKey(b.cells[i]);
+const c=x[0]-y[0]||(x[1]<y[1]?-1:x[1]>y[1]?1:0);return dir==='asc'?c:-c;});rows.forEach(r=>body.appendChild(r));}
+document.querySelectorAll('table.sortable th').forEach(th=>th.addEventListener('click',()=>sortBy(th)));
+function filterAnswers(){const q=document.getElementById('answers-filter').value.toLowerCase();
+const v=document.getElementById('answers-verdict').value;
+for(const r of document.getElementById('answers-table').tBodies[0].rows){const t=r.textContent.toLowerCase();
+r.hidden=!(t.includes(q)&&(!v||r.cells[0].textContent.includes(v)));}}
+if(document.getElementById('answers-table')){document.getElementById('answers-filter').addEventListener('input',filterAnswers);
+document.getElementById('answers-verdict').addEventListener('change',filterAnswers);}
+"""
+
+
+def render_html(blocks, cites: dict[str, str] | None = None) -> str:
+    body = _html_body(blocks, cites)
     style = (
-        "body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;line-height:1.5;color:#222}"
+        "body{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;line-height:1.5;color:#222}"
         "table{border-collapse:collapse;margin:1em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}"
         "th{background:#f4f4f4}img{max-width:100%}figure{margin:1.5em 0}figcaption{font-size:.9em;color:#444}"
         "blockquote{border-left:4px solid #ccc;margin:1em 0;padding:.2em 1em;color:#333;background:#fafafa}"
         ".badge{color:#fff;border-radius:4px;padding:2px 8px;font-weight:600;white-space:nowrap}code{background:#f2f2f2;padding:0 3px}"
         ".scroll{overflow-x:auto;max-width:100%}h1,h2,h3,p,li,figcaption,blockquote{overflow-wrap:anywhere}"
         "details{margin:1em 0}summary{cursor:pointer;font-weight:600}"
+        "th[title=sort]{cursor:pointer}th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}"
+        ".cite pre{white-space:pre-wrap;font-size:.8em;background:#f6f6f6;padding:.5em}"
+        "#answers-table td{min-width:7em}.filter input{width:16em}tr[hidden]{display:none}"
     )
     return (
         f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Transformer claims, tested</title><style>{style}</style></head>\n<body>\n'
         + "\n".join(body)
-        + "\n</body></html>\n"
+        + f"\n<script>{SCRIPT}</script>\n</body></html>\n"
     )
 
 
@@ -501,16 +622,8 @@ def _verdict_cell(r: dict) -> str:
 
 
 def readme_table(results: list[dict]) -> str:
-    rows = [["Claim", "Verdict", "Key number"]]
-    rows += [
-        [
-            f"[`{r['claim_id']}`](report/report.md#{r['claim_id']})",
-            _verdict_cell(r),
-            r.get("key_number", ""),
-        ]
-        for r in results
-    ]
-    return _md_table(rows)
+    """The README's answers table: the report's, each claim linked to its section of report/report.md."""
+    return _md_table(answers_rows(results, lambda cid: f"report/report.md#{cid}"))
 
 
 def _as_of(results: list[dict]) -> str:
@@ -533,10 +646,19 @@ def build_report(results_root: Path, report_root: Path, readme: Path | None = No
     except OSError as e:
         raise BadInput(f"cannot write the report under {report_root}: {e.strerror or e}") from None
     plot_forest(forest_rows(results), report_root / "figures", "summary")
-    blocks = _blocks(results, results_root, report_root, summary_fig="figures/summary.png")
+    plot_answers(results, report_root / "figures", "answers")
+    blocks = _blocks(
+        results,
+        results_root,
+        report_root,
+        summary_fig="figures/summary.png",
+        answers_fig="figures/answers.png",
+    )
+    bib = render_bib(results, results_root, REPOSITORY, report_root)
     atomic_write_text(report_root / "report.md", render_md(blocks))
-    atomic_write_text(report_root / "index.html", render_html(blocks))
-    atomic_write_text(report_root / "figures.bib", render_bib(results, results_root, REPOSITORY))
+    atomic_write_text(report_root / "index.html", render_html(blocks, bib_entries(bib)))
+    atomic_write_text(report_root / "figures.bib", bib)
+    atomic_write_text(report_root / "verdicts.json", json.dumps(verdicts_document(results), indent=1) + "\n")
     own = (
         report_root.resolve() == (REPO_ROOT / "report").resolve()
         and results_root.resolve() == (REPO_ROOT / "results").resolve()

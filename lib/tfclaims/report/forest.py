@@ -9,6 +9,7 @@ with the smallest (Holm-adjusted) p among those with an interval, else its first
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,3 +160,69 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
     ]
     ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), fontsize=7.5, frameon=False)  # fmt: skip
     return save_figure(fig, folder, name)
+
+
+def plot_answers(results: list[dict], folder: Path, name: str = "answers") -> tuple[Path, Path]:
+    """One row per claim: its headline comparison on a common axis where right means the note's claim holds
+    (`answers.oriented`: the claimed arm's advantage in noise floors, or the distance inside a claimed
+    interval in half-widths), the noise floor shaded, the verdict as the colour; saved as PNG and SVG."""
+    import matplotlib.lines as mlines
+
+    from ..plotting import plt, save_figure
+    from .answers import headline, headline_oriented
+
+    rows = []
+    for r in results:
+        c, o = headline_oriented(r)
+        sub = headline(r)
+        label = "\n".join(textwrap.wrap(_sub_label(sub), 46, max_lines=2, placeholder=" …")) if sub else ""
+        rows.append((r["claim_id"], label, r["verdict"], c, o))
+    n, lim = len(rows), 30.0
+    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.55 * n))
+    clip = lambda v: max(-lim, min(lim, v))  # noqa: E731
+    for i, (_, _, verdict, _, o) in enumerate(rows):
+        y, color = n - 1 - i, VERDICT_COLOR.get(verdict, "#444")
+        if o is None or o.lo is None:  # an exact number (no interval): where it lies against the claim
+            x = 0.0 if o is None else (1.0 if o.x > 0 else -1.0 if o.x < 0 else 0.0)
+            ax.plot(x, y, "d", color=color, ms=8)
+            continue
+        if o.band:
+            ax.fill_betweenx([y - 0.32, y + 0.32], -o.band, o.band, color="#9e9e9e", alpha=0.35, lw=0)
+        else:  # an interval claim: its edge at 0, drawn as a tick
+            ax.plot([0, 0], [y - 0.32, y + 0.32], color="k", lw=1.2)
+        if o.lo is not None and o.hi is not None:
+            ax.plot([clip(o.lo), clip(o.hi)], [y, y], color=color, lw=2.2)
+        ax.plot(clip(o.x), y, "o", color=color, ms=7)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.axvline(0, color="k", lw=0.6, alpha=0.5)
+    ticks = [-30, -10, -3, -1, 0, 1, 3, 10, 30]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_yticks([n - 1 - i for i in range(n)])
+    ax.set_yticklabels([f"{cid}: {label}" for cid, label, *_ in rows], fontsize=8)
+    for tick, (_, _, verdict, *_rest) in zip(ax.get_yticklabels(), rows):
+        tick.set_color(VERDICT_COLOR.get(verdict, "#444"))
+    ax.tick_params(axis="y", length=0)
+    ax.grid(axis="x", alpha=0.3)
+    ax.text(
+        0.99, 1.005, "the note's claim holds →", transform=ax.transAxes, ha="right", va="bottom", fontsize=8.5
+    )
+    ax.text(0.01, 1.005, "← the opposite", transform=ax.transAxes, ha="left", va="bottom", fontsize=8.5)
+    ax.set_xlabel(
+        "oriented effect: the claimed arm's advantage in noise floors (grey band = ±1 floor),\n"
+        "or the distance inside a claimed interval in half-widths (black tick = its edge); symlog, clipped at ±30"
+    )
+    ax.set_title("Each claim's headline comparison: does the note hold?", fontsize=11, pad=22)
+    handles = [mlines.Line2D([], [], color=c, marker="o", lw=2.2, label=v) for v, c in VERDICT_COLOR.items()]
+    handles += [
+        mlines.Line2D([], [], color="#9e9e9e", lw=7, alpha=0.5, label="noise floor"),
+        mlines.Line2D([], [], color="#757575", marker="d", lw=0, label="exact (no interval)"),
+    ]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1 - 0.6 / n), ncol=3, fontsize=8,
+              frameon=False)  # fmt: skip
+    return save_figure(fig, folder, name)
+
+
+def _sub_label(sub: dict) -> str:
+    return sub["name"].split(" (")[0]

@@ -1,0 +1,333 @@
+"""The answer first: one row per claim, in plain words, from its result.json alone (no torch, no experiment
+module), for the README's and the report's answers table, `verdicts.json`, the summary figure and `tfclaims
+show`.
+
+A claim's headline is the sub-claim its experiment names (`Experiment.headline`; else its first counted effect):
+its comparisons give the key number in plain units (a time ratio for log-time readouts, a difference in the
+readout's units otherwise) and the answer at the second scale. Each comparison is also oriented so that a
+positive number means "as the note says" (`oriented`), for the summary figure."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+# verdict -> the answer's first words
+PHRASE = {
+    "supported": "True",
+    "refuted": "False",
+    "mixed": "Partly",
+    "inconclusive": "Cannot tell at this scale",
+}
+ROLE_WORD = {"support": "holds", "refute": "fails", "undecided": "undecided", "excluded": "excluded"}
+
+
+@dataclass(frozen=True)
+class Oriented:
+    """One comparison on a common axis: x > 0 is the note's side. Better-arm claims: the claimed arm's
+    advantage in units of the noise floor (else the margin, else the CI half-width): the band ±1 is
+    chance. Interval claims: the distance inside the claimed interval in units of its half-width (0 is its
+    edge, 1 its centre)."""
+
+    x: float
+    lo: float | None
+    hi: float | None
+    band: float | None  # the half-width of the shaded band (noise floor) in these units, None for intervals
+    unit: str
+
+
+def _is_time(metric: str) -> bool:
+    return metric.startswith("log") and "time" in metric
+
+
+def _f(v: float) -> str:
+    return f"{v:.3g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
+
+
+BEST = ", at its best rate"
+
+
+def _arms(c: dict) -> tuple[str, bool]:
+    """'b / a time' or 'b − a' (b alone: its name), each arm's 'at its best rate' said once."""
+    a, b = c.get("arm_a"), c.get("arm_b") or "value"
+    if c.get("test") == "exact":  # b is the observed number, a the bounds declared for it
+        return "observed", False
+    if a and a.startswith("slope in"):  # a trend: b's slope against a column
+        return f"slope of {c.get('metric', 'b')}".replace(" per unit of ", " in "), False
+    tuned = BEST in (a or "") + b
+    a, b = (a or "").replace(BEST, ""), b.replace(BEST, "")
+    if _is_time(c.get("metric", "")):
+        return (f"{b} / {a} time" if a else f"{b} time ratio"), tuned
+    return (f"{b} − {a}" if a else b), tuned
+
+
+def _value(c: dict) -> str:
+    """The effect with its interval: a time ratio for log-time readouts, a signed difference otherwise."""
+    diff, lo, hi = c.get("diff"), c.get("ci_low"), c.get("ci_high")
+    if c.get("test") == "exact" and c.get("mean_b") is not None:
+        return f"{c['mean_b']:.4g} in [{_end(c.get('lo'))}, {_end(c.get('hi'))}]"
+    if diff is None or not math.isfinite(diff):
+        return "—"
+    if _is_time(c.get("metric", "")):
+        ci = f" [{math.exp(lo):.2f}, {math.exp(hi):.2f}]" if lo is not None and hi is not None else ""
+        return f"{math.exp(diff):.2f}×{ci}"
+    ci = f" [{lo:+.3g}, {hi:+.3g}]" if lo is not None and hi is not None else ""
+    return f"{diff:+.3g}{ci}"
+
+
+def _cells(cmps: list[dict]) -> list[str]:
+    """Each comparison's cell label: its id less the sub-claim, and less a readout name they all share."""
+    parts = [c["id"].split("/")[1:] for c in cmps]
+    if parts and all(len(p) > 1 for p in parts) and len({p[-1] for p in parts}) == 1:
+        parts = [p[:-1] for p in parts]
+    return ["/".join(p) for p in parts]
+
+
+def plain_number(cmps: list[dict]) -> str:
+    """A sub-claim's comparisons in plain units, arms and readout said once: 'RMSNorm / LayerNorm time 0.69×
+    [0.48, 0.99] (d64), …' or 'tied − untied (each at its best rate): +0.061 [-0.02, +0.14] (d64-L2), …
+    (final validation loss)'; more than three cells: the range of the effect and the first and last."""
+    if not cmps:
+        return ""
+    arms, tuned = _arms(cmps[0])
+    c0 = cmps[0]
+    claimed = c0.get("lo"), c0.get("hi")
+    within = "" if claimed == (None, None) else f"; claimed in [{_end(claimed[0])}, {_end(claimed[1])}]"
+    if c0.get("test") == "exact":
+        within = ""
+    if (c0.get("arm_a") or "").startswith("slope in"):
+        unit = f" ({within[2:]})" if within else ""
+    else:
+        unit = "" if _is_time(c0.get("metric", "")) else f" ({c0.get('metric', '')}{within})"
+    head = arms + (" (each at its best rate)" if tuned else "")
+    cells = _cells(cmps)
+    shown = list(zip(cells, cmps))
+    if len(cmps) > 3:
+        shown = [shown[0], shown[-1]]
+    text = "; ".join(f"{_value(c)}{f' ({cell})' if cell else ''}" for cell, c in shown)
+    if len(cmps) > 3:
+        text = f"{len(cmps)} cells, first and last: {text}"
+    return f"{head}: {text}{unit}"
+
+
+def _end(v) -> str:
+    return "−∞" if v is None else f"{v:+.3g}"
+
+
+def role(c: dict, claimed: str) -> str:
+    """'support', 'refute', 'undecided' or 'excluded': the decision read against what was claimed (the
+    evidence layer's decisions.role, restated on a result.json comparison without a positive control)."""
+    d = c.get("decision")
+    if d == "excluded":
+        return "excluded"
+    if claimed == "inside":
+        return "support" if d == "equivalent" else "refute" if d in ("a_better", "b_better") else "undecided"
+    if d == claimed:
+        return "support"
+    return "refute" if d == ("a_better" if claimed == "b_better" else "b_better") else "undecided"
+
+
+def oriented(c: dict, claimed: str) -> Oriented | None:
+    """The comparison on the common axis (see `Oriented`), or None without a number."""
+    diff, lo, hi = c.get("diff"), c.get("ci_low"), c.get("ci_high")
+    if diff is None or not math.isfinite(diff):
+        return None
+    if claimed == "inside" and (c.get("lo") is not None or c.get("hi") is not None):
+        a, b = c.get("lo"), c.get("hi")
+        if a is not None and b is not None:
+            half = (b - a) / 2
+
+            def inside(v):
+                return min(v - a, b - v) / half
+
+            if lo is None or hi is None:
+                return Oriented(inside(diff), None, None, None, "half-widths of the claimed interval")
+            mid = (a + b) / 2
+            top = 1.0 if lo <= mid <= hi else max(inside(lo), inside(hi))
+            return Oriented(
+                inside(diff), min(inside(lo), inside(hi)), top, None, "half-widths of the interval"
+            )
+        bound, sign = (a, 1.0) if a is not None else (b, -1.0)
+        scale = (hi - lo) / 2 if lo is not None and hi is not None and hi > lo else abs(bound) or 1.0
+
+        def past(v):
+            return sign * (v - bound) / scale
+
+        ends = (None, None) if lo is None or hi is None else tuple(sorted((past(lo), past(hi))))
+        return Oriented(past(diff), ends[0], ends[1], None, "CI half-widths past the claimed bound")
+    sign = 1.0 if c.get("better", "lower") == "higher" else -1.0
+    sign *= 1.0 if claimed != "a_better" else -1.0
+    noise, margin = c.get("noise"), c.get("margin")
+    if noise:
+        scale, unit = noise, "noise floors"
+    elif margin:
+        scale, unit = margin, "margins"
+    elif lo is not None and hi is not None and hi > lo:
+        scale, unit = (hi - lo) / 2, "CI half-widths"
+    else:
+        scale, unit = abs(diff) or 1.0, "its own size"
+    ends = (None, None) if lo is None or hi is None else tuple(sorted((sign * lo / scale, sign * hi / scale)))
+    return Oriented(sign * diff / scale, ends[0], ends[1], 1.0 if noise else None, unit)
+
+
+def headline(result: dict) -> dict | None:
+    """The headline sub-verdict: the experiment's named one, else the first counted effect."""
+    effects = [s for s in result.get("sub_verdicts", []) if s.get("kind", "effect") == "effect"]
+    named = [s for s in effects if s.get("id") == result.get("headline")]
+    counted = [s for s in effects if s.get("counts", True)]
+    return (named or counted or effects or [None])[0]
+
+
+def _comparisons(result: dict, sub: dict) -> list[dict]:
+    by_id = {c["id"]: c for c in result.get("comparisons", [])}
+    return [by_id[i] for i in sub.get("comparisons", []) if i in by_id]
+
+
+def _scale_labels(result: dict) -> list[str]:
+    """The training scales' cell labels ('d64' or 'd64-L2', as `grids.sweep.scale_label` writes them), in the
+    profile's order."""
+    out = []
+    for s in (result.get("params") or {}).get("scales") or []:
+        out.append(f"d{s[0]}-L{s[1]}" if isinstance(s, (list, tuple)) else f"d{s}")
+    return out
+
+
+def _at(cmps: list[dict], label: str) -> list[dict]:
+    return [c for c in cmps if label in c["id"].split("/")[1:]]
+
+
+def _short(statement: str) -> str:
+    """A sub-claim's statement without its parenthesised conditions."""
+    return statement.split(" (")[0].rstrip(":;, ")
+
+
+def second_scale(result: dict) -> str:
+    """Whether the answer holds at the second training scale, read from the headline if it was tested per
+    scale, else from the first counted effect that was: 'holds at d136-L4 (holds at d64-L2)'; '—' where no
+    sub-claim was tested at two scales."""
+    labels = _scale_labels(result)
+    if len(labels) < 2:
+        return "—"
+    first = headline(result)
+    subs = [first] + [
+        s
+        for s in result.get("sub_verdicts", [])
+        if s.get("kind", "effect") == "effect" and s.get("counts", True)
+    ]
+    for sub in subs:
+        cmps = _comparisons(result, sub) if sub else []
+        if not (_at(cmps, labels[0]) and _at(cmps, labels[1])):
+            continue
+        claimed = sub.get("claimed") or "b_better"
+        words = ["/".join(sorted({ROLE_WORD[role(c, claimed)] for c in _at(cmps, lb)})) for lb in labels[:2]]
+        what = "" if sub is first else f"{_short(sub['name'])}: "
+        return f"{what}{words[1]} at {labels[1]} ({words[0]} at {labels[0]})"
+    return "—"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _undecided_tail(result: dict, sub: dict) -> str:
+    """What would decide an undecided headline: the smallest effect this run could detect beside the effect
+    seen, and roughly how many times the units (seeds, rounds) it would take at the same spread."""
+    cmps = [c for c in _comparisons(result, sub) if c.get("decision") == "undecided" and c.get("mde")]
+    if not cmps:
+        return ""
+    c = max(cmps, key=lambda c: c["mde"])
+    target = max(abs(c.get("diff") or 0.0), c.get("margin") or 0.0, c.get("noise") or 0.0)
+    if target <= 0:
+        return f"; detectable here ≥ {_f(c['mde'])}"
+    k = (c["mde"] / target) ** 2
+    more = f", ≈{k:.0f}× the {'rounds' if _is_time(c.get('metric', '')) else 'seeds'}" if k > 1.5 else ""
+    return f"; detectable here ≥ {_f(c['mde'])} against an effect of {_f(target)}{more}"
+
+
+def answer(result: dict) -> str:
+    """The answer in one phrase: True / False / Partly (what holds, what fails, what is undecided) / Cannot
+    tell (and what would tell), from the verdict and the counted sub-verdicts."""
+    v = result["verdict"]
+    counted = [
+        s
+        for s in result.get("sub_verdicts", [])
+        if s.get("kind", "effect") == "effect" and s.get("counts", True)
+    ]
+    by = {k: [_short(s["name"]) for s in counted if s["verdict"] == k] for k in PHRASE}
+    if v == "supported":
+        return "True" + (f": all {len(counted)} counted parts hold" if len(counted) > 1 else "")
+    if v == "refuted":
+        return "False: " + "; ".join(by["refuted"])
+    if v == "mixed":
+        parts = [("holds", by["supported"]), ("holds in part", by["mixed"]), ("fails", by["refuted"]),
+                 ("undecided", by["inconclusive"])]  # fmt: skip
+        return "Partly. " + " ".join(f"{w.capitalize()}: {'; '.join(xs)}." for w, xs in parts if xs)
+    sub = headline(result)
+    tail = f": {_short(sub['name'])} undecided" + _undecided_tail(result, sub) if sub else ""
+    return "Cannot tell at this scale" + tail
+
+
+def answer_row(result: dict) -> dict:
+    """claim_id, title, verdict, note (what the notes say), answer (one phrase), number (the headline's key
+    number in plain units with its interval), anchor (the anchor paper's number), regime (whether this run
+    reached the claim's regime), second_scale, headline (its sub-claim), subs (every effect sub-claim)."""
+    sub = headline(result)
+    number = plain_number(_comparisons(result, sub) if sub else [])
+    return {
+        "claim_id": result["claim_id"],
+        "title": result.get("title", ""),
+        "verdict": result["verdict"],
+        "note": result.get("notes_say", ""),
+        "answer": answer(result),
+        "number": number or result.get("key_number", ""),
+        "anchor": result.get("anchor_number", ""),
+        "regime": result.get("regime", ""),
+        "second_scale": second_scale(result),
+        "headline": sub["name"] if sub else "",
+        "subs": [
+            {
+                "id": s.get("id"),
+                "statement": s["name"],
+                "verdict": s["verdict"],
+                "counts": s.get("counts", True),
+            }
+            for s in result.get("sub_verdicts", [])
+            if s.get("kind", "effect") == "effect"
+        ],
+    }
+
+
+def headline_oriented(result: dict) -> tuple[dict | None, Oriented | None]:
+    """The headline's deciding comparison (the smallest p among those with a number) and its orientation."""
+    sub = headline(result)
+    if sub is None:
+        return None, None
+    live = [
+        c for c in _comparisons(result, sub) if c.get("diff") is not None and c.get("decision") != "excluded"
+    ]
+    if not live:
+        return None, None
+    c = min(live, key=lambda c: c.get("p") if c.get("p") is not None else math.inf)
+    return c, oriented(c, sub.get("claimed", "b_better"))
+
+
+def verdicts_document(results: list[dict]) -> dict:
+    """verdicts.json: every claim's answer row, sub-verdicts, key number, anchors and provenance, for anyone
+    compiling results across projects."""
+    claims = []
+    for r in results:
+        row = answer_row(r)
+        row |= {
+            "key_number": r.get("key_number", ""),
+            "anchors": r.get("anchors", []),
+            "profile": r.get("profile"),
+            "device": r.get("device"),
+            "git_commit": r.get("git_commit"),
+            "code_hash": r.get("code_hash"),
+        }
+        c, o = headline_oriented(r)
+        row["headline_comparison"] = (
+            None if c is None else {**c, "oriented": None if o is None else asdict(o)}
+        )
+        claims.append(row)
+    return {"schema": "tfclaims.verdicts/1", "claims": claims}
