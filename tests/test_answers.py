@@ -112,6 +112,9 @@ def test_orientation_of_an_interval_claim_is_the_distance_inside_it():
     # one-sided: at most 0.05; 0.02 lies 0.03 inside, in CI half-widths (0.01)
     one = oriented(cmp("k", 0.02, 0.01, 0.03, lo=None, hi=0.05), "inside")
     assert one.x == pytest.approx(3.0) and one.unit.startswith("CI half-widths")
+    # an exact number: where the observed value lies in its bounds, not its difference from their centre
+    exact = oriented(cmp("e", -1e-4, test="exact", mean_b=0.6666, lo=0.6467, hi=0.6867), "inside")
+    assert exact.x == pytest.approx((0.6666 - 0.6467) / 0.02) and exact.lo is None
 
 
 def test_second_scale_reads_the_headline_per_scale_else_the_first_counted_effect_tested_per_scale():
@@ -127,6 +130,11 @@ def test_second_scale_reads_the_headline_per_scale_else_the_first_counted_effect
     # headline not per scale: the first counted one that is, named
     assert second_scale({**r, "headline": "t"}) == "Statement of q: fails at d128-L2 (holds at d64-L2)"
     assert second_scale({**r, "params": {}}) == "—"
+    # a sub-claim whose cells are widths of something else (d64, d128 norms) does not pass for the scales
+    widths = [cmp("w/d64", -0.1, -0.2, -0.05, decision="b_better"), cmp("w/d128", -0.1, -0.2, -0.05,
+              decision="b_better")]  # fmt: skip
+    r = result("mixed", [sub("w", "supported", ["w/d64", "w/d128"]), *subs], cmps + widths, headline="t")
+    assert second_scale(r) == "Statement of q: fails at d128-L2 (holds at d64-L2)"
 
 
 def test_answer_row_and_verdicts_json_carry_the_headline_and_its_orientation():

@@ -130,6 +130,8 @@ def role(c: dict, claimed: str) -> str:
 def oriented(c: dict, claimed: str) -> Oriented | None:
     """The comparison on the common axis (see `Oriented`), or None without a number."""
     diff, lo, hi = c.get("diff"), c.get("ci_low"), c.get("ci_high")
+    if c.get("test") == "exact" and c.get("mean_b") is not None:  # the observed number against its bounds
+        diff, lo, hi = c["mean_b"], None, None
     if diff is None or not math.isfinite(diff):
         return None
     if claimed == "inside" and (c.get("lo") is not None or c.get("hi") is not None):
@@ -183,17 +185,22 @@ def _comparisons(result: dict, sub: dict) -> list[dict]:
     return [by_id[i] for i in sub.get("comparisons", []) if i in by_id]
 
 
-def _scale_labels(result: dict) -> list[str]:
-    """The training scales' cell labels ('d64' or 'd64-L2', as `grids.sweep.scale_label` writes them), in the
-    profile's order."""
+def _scale_labels(result: dict) -> list[tuple[str, ...]]:
+    """Each training scale's cell labels, in the profile's order: ('d64-L2', 'd64') for a [width, depth] scale
+    (comparisons name the scale one way or the other), ('d64',) for a width."""
     out = []
     for s in (result.get("params") or {}).get("scales") or []:
-        out.append(f"d{s[0]}-L{s[1]}" if isinstance(s, (list, tuple)) else f"d{s}")
+        out.append((f"d{s[0]}-L{s[1]}", f"d{s[0]}") if isinstance(s, (list, tuple)) else (f"d{s}",))
     return out
 
 
-def _at(cmps: list[dict], label: str) -> list[dict]:
-    return [c for c in cmps if label in c["id"].split("/")[1:]]
+def _at(cmps: list[dict], labels: tuple[str, ...]) -> tuple[str, list[dict]]:
+    """The first of a scale's labels that names some comparison's cell, and those comparisons."""
+    for label in labels:
+        found = [c for c in cmps if label in c["id"].split("/")[1:]]
+        if found:
+            return label, found
+    return labels[0], []
 
 
 def _short(statement: str) -> str:
@@ -214,14 +221,17 @@ def second_scale(result: dict) -> str:
         for s in result.get("sub_verdicts", [])
         if s.get("kind", "effect") == "effect" and s.get("counts", True)
     ]
-    for sub in subs:
+    # full labels first: a bare width token may name another kind of cell (a norm's width, not a model's)
+    tries = [(sub, n) for n in (1, 2) for sub in subs]
+    for sub, n in tries:
         cmps = _comparisons(result, sub) if sub else []
-        if not (_at(cmps, labels[0]) and _at(cmps, labels[1])):
+        (l1, at1), (l2, at2) = _at(cmps, labels[0][:n]), _at(cmps, labels[1][:n])
+        if not (at1 and at2):
             continue
         claimed = sub.get("claimed") or "b_better"
-        words = ["/".join(sorted({ROLE_WORD[role(c, claimed)] for c in _at(cmps, lb)})) for lb in labels[:2]]
+        w1, w2 = ("/".join(sorted({ROLE_WORD[role(c, claimed)] for c in at})) for at in (at1, at2))
         what = "" if sub is first else f"{_short(sub['name'])}: "
-        return f"{what}{words[1]} at {labels[1]} ({words[0]} at {labels[0]})"
+        return f"{what}{w2} at {l2} ({w1} at {l1})"
     return "—"
 
 

@@ -210,8 +210,8 @@ def plot_answers(results: list[dict], folder: Path, name: str = "answers") -> tu
     )
     ax.text(0.01, 1.005, "← the opposite", transform=ax.transAxes, ha="left", va="bottom", fontsize=8.5)
     ax.set_xlabel(
-        "oriented effect: the claimed arm's advantage in noise floors (grey band = ±1 floor),\n"
-        "or the distance inside a claimed interval in half-widths (black tick = its edge); symlog, clipped at ±30"
+        "oriented effect: the claimed arm's advantage in noise floors (grey band = ±1 floor), or the\n"
+        "distance inside a claimed interval in half-widths (black tick = its edge); clipped at ±30"
     )
     ax.set_title("Each claim's headline comparison: does the note hold?", fontsize=11, pad=22)
     handles = [mlines.Line2D([], [], color=c, marker="o", lw=2.2, label=v) for v, c in VERDICT_COLOR.items()]
