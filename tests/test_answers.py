@@ -44,20 +44,39 @@ def test_each_verdict_has_its_phrase_naming_the_parts():
     mixed = answer(result("mixed", [a, b, c, sub("r", "refuted", [], counts=False)], []))
     # what holds, fails and is undecided, each by its statement without the parenthesised conditions; a
     # reported (not counted) sub-claim is not named
-    assert mixed == "Partly. Holds: Statement of a. Fails: Statement of b. Undecided: Statement of c."
+    assert mixed == (
+        "Partly. Holds: Statement of a. Fails: Statement of b. Undecided: Statement of c. Not counted, but "
+        "false: Statement of r."
+    )
+    # a supported claim says which of its reported parts are false (a law the notes state, say)
+    law = sub(
+        "law", "refuted", [], counts=False, name="Reported: the identity share halves per layer (x/2^L)"
+    )
+    assert answer(result("supported", [a, law], [])) == (
+        "True. Not counted, but false: the identity share halves per layer."
+    )
 
 
 def test_cannot_tell_says_what_this_run_could_detect_and_what_would_decide():
     c = cmp("c/d64-L2", 0.1, -0.15, 0.35, mde=0.4, noise=0.05)
     r = result("inconclusive", [sub("c", "inconclusive", ["c/d64-L2"])], [c])
-    # (0.4 / 0.1)^2 = 16 times the seeds at the same spread
+    # (0.4 / 0.1)^2 = 16 times the samples at the same spread
     assert answer(r) == (
-        "Cannot tell at this scale: Statement of c undecided; detectable here ≥ 0.4 against an effect of 0.1, "
-        "≈16× the seeds"
+        "Cannot tell at this scale. Undecided: Statement of c; detectable here ≥ 0.4 against an effect of 0.1: "
+        "≈16× the samples"
     )
-    timing = cmp("c/d64", -0.2, -0.5, 0.1, mde=0.3, metric="log time per call")
-    r = result("inconclusive", [sub("c", "inconclusive", ["c/d64"])], [timing])
-    assert answer(r).endswith("≈2× the rounds")
+    # inside the noise floor: more samples do not help, a quieter setup does
+    quiet = cmp("c/d64", -0.05, -0.2, 0.1, mde=0.3, noise=0.14, metric="log time per call")
+    r = result("inconclusive", [sub("c", "inconclusive", ["c/d64"])], [quiet])
+    assert answer(r).endswith(
+        "the effect (-0.05) is inside the noise floor (±0.14): more samples or a quieter setup would narrow the floor"
+    )
+    # an interval straddling the claimed bound: (half-width / distance to the bound)^2
+    edge = cmp("c/n", -0.03, -0.21, 0.15, lo=-0.1, hi=0.1, mde=0.3)
+    r = result("inconclusive", [sub("c", "inconclusive", ["c/n"], claimed="inside")], [edge])
+    assert answer(r).endswith(
+        "its interval (±0.18) reaches the claimed bound (0.07 away): ≈7× the samples would place it"
+    )
 
 
 def test_plain_numbers_give_time_ratios_and_differences_with_arms_said_once():

@@ -82,8 +82,10 @@ def test_quick_profile_end_to_end(claim, tmp_path):
             results / claim / fig["svg"]
         ).exists()
     html = (report / "index.html").read_text()
-    for src in __import__("re").findall(r'<img src="([^"]+)"', html):
-        assert (report / src).resolve().exists(), src  # the HTML opens from disk with every image
+    srcs = __import__("re").findall(r'<img src="([^"]+)"', html)
+    # the HTML opens from disk with every image: each figure travels inside it (an SVG data URI)
+    assert srcs and all(src.startswith("data:image/svg+xml;base64,") for src in srcs)
+    assert all(f'<figure id="{fig_id}">' in html for fig_id in res["figures"])
     assert "(out of date)" not in (report / "report.md").read_text()  # current code, its own profile
     assert (
         claim in (report / "report.md").read_text()

@@ -2,6 +2,7 @@
 compiles with a real LaTeX toolchain, a CITATION.cff that validates, and the committed page checked in a
 real browser (Chromium) for broken images, broken anchors and horizontal overflow."""
 
+import base64
 import json
 import os
 import re
@@ -15,8 +16,16 @@ from tfclaims.harness.provenance import REPOSITORY
 from tfclaims.harness.registry import REPO_ROOT
 from tfclaims.report import bibtex
 from tfclaims.report.bibtex import figure_entry, latex_escape, render_bib
-from tfclaims.report.build import LONG_TABLE, _blocks, _seeds, claim_scale, render_html, render_md
-from tfclaims.report.forest import forest_rows, plot_forest
+from tfclaims.report.build import (
+    LONG_TABLE,
+    _blocks,
+    _seeds,
+    bib_entries,
+    claim_scale,
+    render_html,
+    render_md,
+)
+from tfclaims.report.forest import forest_rows, plot_answers, plot_forest
 
 COMMITTED_BIB = REPO_ROOT / "report" / "figures.bib"
 COMMITTED_HTML = REPO_ROOT / "report" / "index.html"
@@ -112,6 +121,8 @@ def test_plot_forest_writes_png_and_svg(tmp_path):
     rows = forest_rows([_result(tmp_path)])
     png, svg = plot_forest(rows, tmp_path / "fig")
     assert png.stat().st_size > 5000 and svg.read_text().startswith("<?xml")
+    png, svg = plot_answers([_result(tmp_path / "a")], tmp_path / "fig")  # one row per claim
+    assert png.stat().st_size > 5000 and svg.read_text().startswith("<?xml")
 
 
 # --- report blocks -----------------------------------------------------------------------------------
@@ -142,8 +153,22 @@ def test_html_badges_scrolling_tables_and_details(tmp_path):
         _blocks([_result(tmp_path, n_cmp=LONG_TABLE + 1)], tmp_path / "results", tmp_path / "report")
     )
     assert '<span class="badge" style="background:#ef6c00">mixed</span>' in page
-    assert page.count("<table>") == page.count('<div class="scroll"><table>') > 0
+    # every table scrolls in its box and sorts on a click of its header; the answers table leads, filterable
+    assert page.count("<table") == page.count('<div class="scroll"><table class="sortable"') > 1
+    assert page.index('id="answers-filter"') < page.index('<table class="sortable" id="answers-table">')
+    assert page.index('id="answers-table"') < page.index('id="toy_claim"')
     assert "<details><summary>Comparisons (9 rows)</summary>" in page
+
+
+def test_html_inlines_each_figure_with_its_id_and_cite_box(tmp_path):
+    res = _result(tmp_path)
+    blocks = _blocks([res], tmp_path / "results", tmp_path / "report")
+    page = render_html(blocks, bib_entries(render_bib([res], tmp_path / "results", REPOSITORY)))
+    fig = re.search(r'<figure id="fig-toy_claim-curves">(.*?)</figure>', page, re.S).group(1)
+    svg = (tmp_path / "results" / "toy_claim" / "figures" / "curves.svg").read_bytes()
+    # the SVG itself travels in the page (opens from disk with no other file); the entry to cite it beside
+    assert "data:image/svg+xml;base64," + base64.b64encode(svg).decode() in fig
+    assert "Cite this figure" in fig and "@misc{fig-toy_claim-curves," in fig
 
 
 def test_dirty_commit_is_printed_as_dirty(tmp_path):

@@ -240,18 +240,31 @@ def _plural(n: int, word: str) -> str:
 
 
 def _undecided_tail(result: dict, sub: dict) -> str:
-    """What would decide an undecided headline: the smallest effect this run could detect beside the effect
-    seen, and roughly how many times the units (seeds, rounds) it would take at the same spread."""
-    cmps = [c for c in _comparisons(result, sub) if c.get("decision") == "undecided" and c.get("mde")]
+    """What would decide an undecided headline, from its least decided comparison: an effect inside the noise
+    floor needs the floor narrowed (more samples, a quieter setup); an interval across a claimed bound, or an
+    effect below what this run could detect, needs about k× the samples (seeds, rounds or points)."""
+    cmps = [
+        c for c in _comparisons(result, sub) if c.get("decision") == "undecided" and c.get("diff") is not None
+    ]
     if not cmps:
         return ""
-    c = max(cmps, key=lambda c: c["mde"])
-    target = max(abs(c.get("diff") or 0.0), c.get("margin") or 0.0, c.get("noise") or 0.0)
-    if target <= 0:
+    c = max(cmps, key=lambda c: c.get("mde") or 0.0)
+    diff, noise, lo, hi = c["diff"], c.get("noise"), c.get("lo"), c.get("hi")
+    if noise and abs(diff) <= noise:
+        return f"; the effect ({_f(diff)}) is inside the noise floor (±{_f(noise)}): more samples or a quieter setup would narrow the floor"
+    if (lo is not None or hi is not None) and c.get("ci_low") is not None and c.get("ci_high") is not None:
+        dist = min(
+            v for v in (diff - lo if lo is not None else math.inf, hi - diff if hi is not None else math.inf)
+        )
+        half = (c["ci_high"] - c["ci_low"]) / 2
+        if dist > 0 and half > dist:
+            return f"; its interval (±{_f(half)}) reaches the claimed bound ({_f(dist)} away): ≈{(half / dist) ** 2:.0f}× the samples would place it"
+    if c.get("mde"):
+        target = max(abs(diff), c.get("margin") or 0.0)
+        if target > 0 and c["mde"] > target:
+            return f"; detectable here ≥ {_f(c['mde'])} against an effect of {_f(target)}: ≈{(c['mde'] / target) ** 2:.0f}× the samples"
         return f"; detectable here ≥ {_f(c['mde'])}"
-    k = (c["mde"] / target) ** 2
-    more = f", ≈{k:.0f}× the {'rounds' if _is_time(c.get('metric', '')) else 'seeds'}" if k > 1.5 else ""
-    return f"; detectable here ≥ {_f(c['mde'])} against an effect of {_f(target)}{more}"
+    return ""
 
 
 def answer(result: dict) -> str:
@@ -265,16 +278,28 @@ def answer(result: dict) -> str:
     ]
     by = {k: [_short(s["name"]) for s in counted if s["verdict"] == k] for k in PHRASE}
     if v == "supported":
-        return "True" + (f": all {len(counted)} counted parts hold" if len(counted) > 1 else "")
-    if v == "refuted":
-        return "False: " + "; ".join(by["refuted"])
-    if v == "mixed":
+        out = "True" + (f": all {len(counted)} counted parts hold" if len(counted) > 1 else "")
+    elif v == "refuted":
+        out = "False: " + "; ".join(by["refuted"])
+    elif v == "mixed":
         parts = [("holds", by["supported"]), ("holds in part", by["mixed"]), ("fails", by["refuted"]),
                  ("undecided", by["inconclusive"])]  # fmt: skip
-        return "Partly. " + " ".join(f"{w.capitalize()}: {'; '.join(xs)}." for w, xs in parts if xs)
-    sub = headline(result)
-    tail = f": {_short(sub['name'])} undecided" + _undecided_tail(result, sub) if sub else ""
-    return "Cannot tell at this scale" + tail
+        out = "Partly. " + " ".join(f"{w.capitalize()}: {'; '.join(xs)}." for w, xs in parts if xs)
+    else:
+        sub = headline(result)
+        out = "Cannot tell at this scale" + (
+            f". Undecided: {_short(sub['name'])}" + _undecided_tail(result, sub) if sub else ""
+        )
+    # a reported part that is false is said too: it may be the notes' own wording (a law, a number)
+    false = [
+        _short(s["name"]).removeprefix("Reported: ")
+        for s in result.get("sub_verdicts", [])
+        if s.get("kind", "effect") == "effect" and not s.get("counts", True) and s["verdict"] == "refuted"
+    ]
+    if false and v != "refuted":
+        more = f" (and {len(false) - 2} more)" if len(false) > 2 else ""
+        out = out.rstrip(".") + ". Not counted, but false: " + "; ".join(false[:2]) + more + "."
+    return out
 
 
 def answer_row(result: dict) -> dict:

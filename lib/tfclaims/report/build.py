@@ -170,9 +170,7 @@ def _blocks(
 
     def figure(cid: str, number: int, fig_id: str, f: dict) -> tuple:
         svg = results_root / cid / f["svg"]
-        return _fig_block(
-            number, f"fig-{cid}-{fig_id}", f["caption"], rel(cid, f["png"]), rel(cid, f["svg"]), svg
-        )
+        return _fig_block(number, fig_id, f["caption"], rel(cid, f["png"]), rel(cid, f["svg"]), svg)
 
     B: list[tuple] = [
         ("h1", "Transformer claims, tested"),

@@ -31,10 +31,6 @@ class Row:
     excluded: bool = False
 
 
-def _short(s: str, n: int) -> str:
-    return s if len(s) <= n else s[: n - 1].rstrip() + "…"
-
-
 def _fmt(v: float) -> str:
     return format(v, ".3g")
 
@@ -49,7 +45,8 @@ def _deciding(cmps: list[dict]) -> dict | None:
 
 
 def _row(claim: str, sub: dict, cmp: dict | None) -> Row:
-    label = f"{claim} · {_short(sub['name'], 52)}"
+    # the claim's name heads its rows (a shaded header row): a sub-claim's row carries its statement alone
+    label = "\n".join(textwrap.wrap(sub["name"], 66, max_lines=3, placeholder=" …"))
     if cmp is None:
         return Row(label, sub["verdict"], text="no numeric comparison")
     diff, lo, hi = cmp["diff"], cmp.get("ci_low"), cmp.get("ci_high")
@@ -64,7 +61,8 @@ def _row(claim: str, sub: dict, cmp: dict | None) -> Row:
         scale, unit = None, ""
     ci = f" [{_fmt(lo)}, {_fmt(hi)}]" if lo is not None and hi is not None and hi > lo else ""
     floor = f", floor ±{_fmt(noise)}" if noise else ""
-    text = f"{_fmt(diff)}{ci}{floor} · {_short(cmp.get('metric', ''), 30)}"
+    text = "\n".join(textwrap.wrap(f"{_fmt(diff)}{ci}{floor} · {cmp.get('metric', '')}", 46, max_lines=2,
+                                   placeholder=" …"))  # fmt: skip
     if scale is None:
         return Row(label, sub["verdict"], text=text, excluded=cmp.get("decision") == "excluded")
     return Row(
@@ -103,7 +101,7 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
     from ..plotting import plt, save_figure
 
     n = len(rows)
-    fig, ax = plt.subplots(figsize=(16, 1.6 + 0.2 * n))
+    fig, ax = plt.subplots(figsize=(13, 1.6 + 0.38 * n))
     lim = 1000.0
     for i, row in enumerate(rows):
         y = n - 1 - i
@@ -127,7 +125,7 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
     ax.set_ylim(-0.7, n - 0.3)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_yticks([n - 1 - i for i in range(n)])
-    ax.set_yticklabels([r.label for r in rows], fontsize=7)
+    ax.set_yticklabels([r.label for r in rows], fontsize=8)
     for tick, row in zip(ax.get_yticklabels(), rows):
         if row.header:
             tick.set_fontweight("bold")
@@ -136,16 +134,16 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
     right.set_yticks([n - 1 - i for i in range(n)])
     right.set_yticklabels(
         [(r.verdict.upper() if r.header else r.text + (f"  (÷ {r.unit})" if r.unit else "")) for r in rows],
-        fontsize=6.5,
+        fontsize=7.5,
     )
     right.tick_params(length=0)
     ax.tick_params(axis="y", length=0)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_xlabel("effect (arm b − arm a) in units of the row's threshold: its declared margin, else its noise floor, else its CI half-width (symmetric log scale)")  # fmt: skip
+    ax.set_xlabel("effect (arm b − arm a) in units of the row's threshold: its declared margin, else its noise floor,\nelse its CI half-width (symmetric log scale); left and right are b − a, not against and for the note")  # fmt: skip
     ax.set_title(
         "Every claim and sub-claim: the deciding comparison, its CI, noise floor and margin",
-        fontsize=10,
-        pad=24,
+        fontsize=11,
+        pad=34,
     )
     handles = [mlines.Line2D([], [], color=c, marker="o", lw=1.6, label=v) for v, c in VERDICT_COLOR.items()]
     handles += [
@@ -158,7 +156,7 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
         mlines.Line2D([], [], color="#9e9e9e", lw=6, alpha=0.5, label="noise floor (null pair)"),
         mlines.Line2D([], [], color="k", marker="|", lw=0, ms=9, label="± declared margin"),
     ]
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), fontsize=7.5, frameon=False)  # fmt: skip
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)  # fmt: skip
     return save_figure(fig, folder, name)
 
 
