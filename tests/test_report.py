@@ -382,7 +382,10 @@ window.addEventListener('load', () => {
     errors: window.__errors,
     fig_ids: [...document.querySelectorAll('figure[id^="fig-"]')].map(f => f.id),
     rows: before.length, before: before, asc: asc, desc: desc, shown: shown,
-    first_screen: document.getElementById('answers-table').getBoundingClientRect().top,
+    first_bottom: document.getElementById('first-screen').getBoundingClientRect().bottom,
+    first_rows: document.getElementById('first-screen').tBodies[0].rows.length,
+    first_wider: document.getElementById('first-screen').scrollWidth
+      - document.getElementById('first-screen').parentNode.clientWidth,
   };
   const pre = document.createElement('pre'); pre.id = 'browser-check'; pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
@@ -414,9 +417,10 @@ def test_committed_report_renders_in_chromium(tmp_path):
     check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     assert check["width"] == 1280 and check["n_images"] == page.count("<img ") > 15
     assert check["broken"] == [] and check["bad_anchors"] == [] and check["errors"] == []
-    # the answers come first: their table starts on the first screen, one row per claim
+    # the answers come first: one line per claim, every one of them on the first screen (1280 × 900)
     results = sorted(p.parent.name for p in (REPO_ROOT / "results").glob("*/result.json"))
-    assert check["first_screen"] < 900 and check["rows"] == len(results)
+    assert check["first_rows"] == check["rows"] == len(results)
+    assert check["first_bottom"] < 900 and check["first_wider"] <= 0
     # it sorts both ways and filters by verdict
     assert check["asc"] == sorted(check["before"]) and check["desc"] == sorted(check["before"], reverse=True)
     n_supported = sum(json.loads((REPO_ROOT / "results" / c / "result.json").read_text())["verdict"] == "supported"

@@ -267,6 +267,24 @@ def _undecided_tail(result: dict, sub: dict) -> str:
     return ""
 
 
+def short_answer(result: dict) -> str:
+    """The answer in a few words, for the first screen: True / False / Partly: k of n counted parts hold /
+    Cannot tell at this scale; with how many reported parts are false beside a True or a Partly."""
+    v = result["verdict"]
+    effects = [s for s in result.get("sub_verdicts", []) if s.get("kind", "effect") == "effect"]
+    counted = [s for s in effects if s.get("counts", True)]
+    false = sum(1 for s in effects if not s.get("counts", True) and s["verdict"] == "refuted")
+    if v == "mixed":
+        held = sum(1 for s in counted if s["verdict"] == "supported")
+        failed = sum(1 for s in counted if s["verdict"] == "refuted")
+        out = f"Partly: {held} of {len(counted)} counted parts hold" + (f", {failed} fail" if failed else "")
+    else:
+        out = PHRASE[v]
+    if false and v in ("supported", "mixed"):
+        out += f" ({false} reported part{'s' if false > 1 else ''} false)"
+    return out
+
+
 def answer(result: dict) -> str:
     """The answer in one phrase: True / False / Partly (what holds, what fails, what is undecided) / Cannot
     tell (and what would tell), from the verdict and the counted sub-verdicts."""
@@ -314,6 +332,7 @@ def answer_row(result: dict) -> dict:
         "verdict": result["verdict"],
         "note": result.get("notes_say", ""),
         "answer": answer(result),
+        "short": short_answer(result),
         "number": number or result.get("key_number", ""),
         "anchor": result.get("anchor_number", ""),
         "regime": result.get("regime", ""),

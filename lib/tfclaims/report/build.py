@@ -139,6 +139,18 @@ ANSWER_HEAD = ["Claim", "The notes say", "Answer", "Key number (this project)", 
                "Regime reached here?", "At the second scale"]  # fmt: skip
 
 
+def first_screen_rows(results: list[dict], link) -> list[list[str]]:
+    """One line per claim: its claim in our words, the answer in a few words, and the second scale."""
+    rows = [["The claim", "Is it right?", "At the second scale"]]
+    for r in results:
+        a = answer_row(r)
+        second = a["second_scale"].split(": ")[-1].split(" (")[0]  # 'holds at d136', its sub-claim aside
+        rows.append(
+            [f"[{a['title']}]({link(a['claim_id'])})", f"{_badge_md(a['verdict'])} {a['short']}", second]
+        )
+    return rows
+
+
 def answers_rows(results: list[dict], link) -> list[list[str]]:
     """The answers table: one row per claim from its result.json (`answers.answer_row`); `link(claim_id)` is
     where the claim's section is."""
@@ -174,13 +186,15 @@ def _blocks(
 
     B: list[tuple] = [
         ("h1", "Transformer claims, tested"),
+        ("h2", "Is the note right? The answers", "answers"),
+        ("first", first_screen_rows(results, lambda cid: f"#{cid}")),
         (
             "p",
-            f"Each claim below comes from a set of study notes on Transformers. Every verdict follows from a "
-            f"rule written in the experiment before it ran; the numbers, figures and rules are generated "
-            f"from `results/`. Results as of {_as_of(results)} (the latest analysis among them).",
+            f"Each claim comes from a set of study notes on Transformers. Every verdict follows from a rule "
+            f"written in the experiment before it ran; the numbers, figures and rules are generated from "
+            f"`results/`. Results as of {_as_of(results)} (the latest analysis among them).",
         ),
-        ("h2", "Is the note right? The answers", "answers"),
+        ("h3", "The answers in detail", "answers-detail"),
         (
             "p",
             "One row per claim, written from its `result.json`. **Answer**: the verdict in words (True, False, "
@@ -490,7 +504,7 @@ def render_md(blocks) -> str:
             out.append(f"**Verdict: {b[1]}.** {b[2]}")
         elif k == "figure":
             out.append(f'<a id="{b[4]}"></a>\n![{b[2]}]({b[1]})\n\n*{b[2]}* ([SVG]({b[3]}))')
-        elif k == "answers":
+        elif k in ("answers", "first"):
             out.append(_md_table(b[1]))
         elif k == "details":  # GitHub renders Markdown inside <details> after a blank line
             out.append(f"<details><summary>{b[1]}</summary>\n\n{render_md(b[2]).strip()}\n\n</details>")
@@ -546,6 +560,8 @@ def _html_body(blocks, cites: dict[str, str] | None = None) -> list[str]:
             body.append(_html_table(b[1] if k == "table" else _parse_md_table(b[1])))
         elif k == "answers":
             body.append(ANSWERS_FILTER + _html_table(b[1], "answers-table"))
+        elif k == "first":  # one line per claim: the first screen answers every claim
+            body.append(_html_table(b[1], "first-screen"))
         elif k == "verdict":
             body.append(
                 f'<p><span class="badge" style="background:{BADGE.get(b[1], "#444")}">{b[1]}</span> {_inline_html(b[2])}</p>'
@@ -603,6 +619,8 @@ def render_html(blocks, cites: dict[str, str] | None = None) -> str:
         "th[title=sort]{cursor:pointer}th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}"
         ".cite pre{white-space:pre-wrap;font-size:.8em;background:#f6f6f6;padding:.5em}"
         "#answers-table td{min-width:7em}.filter input{width:16em}tr[hidden]{display:none}"
+        "#first-screen{margin:.4em 0;font-size:.8em}#first-screen td,#first-screen th{white-space:nowrap;padding:1px 6px}"
+        "h1{margin:.3em 0 .2em}"
     )
     return (
         f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Transformer claims, tested</title><style>{style}</style></head>\n<body>\n'
@@ -620,8 +638,14 @@ def _verdict_cell(r: dict) -> str:
 
 
 def readme_table(results: list[dict]) -> str:
-    """The README's answers table: the report's, each claim linked to its section of report/report.md."""
-    return _md_table(answers_rows(results, lambda cid: f"report/report.md#{cid}"))
+    """The README's answers: the report's first-screen table, then its detailed one, each claim linked to its
+    section of report/report.md."""
+    link = lambda cid: f"report/report.md#{cid}"  # noqa: E731
+    return (
+        _md_table(first_screen_rows(results, link))
+        + "\n\n<details><summary>The answers in detail (the notes' words, the key number, the anchor, the "
+        "regime)</summary>\n\n" + _md_table(answers_rows(results, link)) + "\n\n</details>"
+    )
 
 
 def _as_of(results: list[dict]) -> str:
