@@ -149,6 +149,12 @@ def test_second_scale_reads_the_headline_per_scale_else_the_first_counted_effect
     # headline not per scale: the first counted one that is, named
     assert second_scale({**r, "headline": "t"}) == "Statement of q: fails at d128-L2 (holds at d64-L2)"
     assert second_scale({**r, "params": {}}) == "—"
+    # the evaluation's reading wins where result.json records it (an equivalence refutes beside a positive
+    # control, which a comparison alone cannot tell)
+    subs_roles = [subs[0], {**subs[1], "roles": {"q/d64-L2": "refute", "q/d128-L2": "refute"}}]
+    assert (
+        second_scale(result("mixed", subs_roles, cmps, headline="q")) == "fails at d128-L2 (fails at d64-L2)"
+    )
     # a sub-claim whose cells are widths of something else (d64, d128 norms) does not pass for the scales
     widths = [cmp("w/d64", -0.1, -0.2, -0.05, decision="b_better"), cmp("w/d128", -0.1, -0.2, -0.05,
               decision="b_better")]  # fmt: skip

@@ -32,6 +32,7 @@ class SubResult:
     comparisons: list[str] = field(default_factory=list)  # the counted comparisons' ids
     reported: list[str] = field(default_factory=list)  # comparisons in cells reported, not counted
     holds: list[str] = field(default_factory=list)  # the cells whose counted comparisons support it
+    roles: dict[str, str] = field(default_factory=dict)  # counted comparison id -> what it says of the claim
 
 
 @dataclass
@@ -411,6 +412,7 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
                 [c.id for c in counted],
                 [c.id for c in reported + secondary],
                 list(dict.fromkeys(holds)),
+                {c.id: ev.role(c, sc.claimed, ctl) for c in counted},
             )
         )
     if failed:

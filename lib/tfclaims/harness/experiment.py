@@ -72,6 +72,7 @@ class SubVerdict:
     reported: list[str] = field(default_factory=list)  # comparisons in cells reported, not counted
     holds: list[str] = field(default_factory=list)  # the cells (scales, settings) where it holds
     claimed: str = ""  # the decision that supports it: 'a_better', 'b_better' or 'inside' (an interval)
+    roles: dict[str, str] = field(default_factory=dict)  # counted comparison id -> 'support', 'refute', …
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -245,7 +246,8 @@ def verdict_from(
     summary starts with what each counted effect found."""
     subs = [
         SubVerdict(s.statement, s.verdict, s.detail, s.comparisons, id=s.id, kind=s.kind, counts=s.counts,
-                   reported=s.reported, holds=s.holds, claimed=result.declaration.sub(s.id).claimed)
+                   reported=s.reported, holds=s.holds, claimed=result.declaration.sub(s.id).claimed,
+                   roles=s.roles)
         for s in result.subs
     ]  # fmt: skip
     found = "; ".join(

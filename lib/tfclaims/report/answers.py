@@ -228,8 +228,12 @@ def second_scale(result: dict) -> str:
         (l1, at1), (l2, at2) = _at(cmps, labels[0][:n]), _at(cmps, labels[1][:n])
         if not (at1 and at2):
             continue
-        claimed = sub.get("claimed") or "b_better"
-        w1, w2 = ("/".join(sorted({ROLE_WORD[role(c, claimed)] for c in at})) for at in (at1, at2))
+        claimed, roles = sub.get("claimed") or "b_better", sub.get("roles") or {}
+        # the evaluation's own reading (with its positive control) where result.json has it
+        w1, w2 = (
+            "/".join(sorted({ROLE_WORD[roles.get(c["id"]) or role(c, claimed)] for c in at}))
+            for at in (at1, at2)
+        )
         what = "" if sub is first else f"{_short(sub['name'])}: "
         return f"{what}{w2} at {l2} ({w1} at {l1})"
     return "—"
