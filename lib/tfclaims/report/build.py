@@ -223,14 +223,22 @@ def _blocks(
         )
     B.append(("h2", "At a glance", "at-a-glance"))
     rows = [
-        ["Claim", "Verdict", "Key number (this project)", "Holds in", "Scale (per run)", "Seeds", "Device"]
+        [
+            "Claim",
+            "Verdict",
+            "Key number (the headline, plain units)",
+            "Holds in",
+            "Scale (per run)",
+            "Seeds",
+            "Device",
+        ]  # fmt: skip
     ]
     for r in results:
         rows.append(
             [
                 f"[`{r['claim_id']}`](#{r['claim_id']}) {r.get('title', '')}",
                 _verdict_cell(r),
-                r.get("key_number", ""),
+                answer_row(r)["number"],
                 _holds(r),
                 claim_scale(results_root, r),
                 _seeds(r),

@@ -211,14 +211,15 @@ def plot_answers(results: list[dict], folder: Path, name: str = "answers") -> tu
         "oriented effect: the claimed arm's advantage in noise floors (grey band = ±1 floor), or the\n"
         "distance inside a claimed interval in half-widths (black tick = its edge); clipped at ±30"
     )
-    ax.set_title("Each claim's headline comparison: does the note hold?", fontsize=11, pad=22)
+    ax.set_title("Each claim's headline comparison: does the note hold?", fontsize=11, pad=56)
     handles = [mlines.Line2D([], [], color=c, marker="o", lw=2.2, label=v) for v, c in VERDICT_COLOR.items()]
     handles += [
         mlines.Line2D([], [], color="#9e9e9e", lw=7, alpha=0.5, label="noise floor"),
         mlines.Line2D([], [], color="#757575", marker="d", lw=0, label="exact (no interval)"),
     ]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1 - 0.6 / n), ncol=3, fontsize=8,
-              frameon=False)  # fmt: skip
+    # the legend above the axes, over the two direction labels (tight_layout keeps room for it)
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False,
+              borderaxespad=1.6)  # fmt: skip
     return save_figure(fig, folder, name)
 
 
