@@ -14,6 +14,7 @@ from tfclaims.report.answers import (
     plain_number,
     role,
     second_scale,
+    short_answer,
     verdicts_document,
 )
 
@@ -180,3 +181,46 @@ def test_answer_row_and_verdicts_json_carry_the_headline_and_its_orientation():
         and doc["claims"][0]["headline_comparison"]["oriented"]["x"] == 4.0
     )
     assert [s["id"] for s in doc["claims"][0]["subs"]] == ["a"]
+
+
+def test_cannot_tell_still_names_the_parts_that_failed():
+    # an inconclusive claim whose headline failed: the failure is said, the undecided part and its tail follow
+    cmps = [cmp("h/d64", 0.3, 0.2, 0.4, decision="a_better"), cmp("u/d64", 0.1, -0.15, 0.35, mde=0.4)]
+    subs = [sub("h", "refuted", ["h/d64"]), sub("u", "inconclusive", ["u/d64"])]
+    text = answer(result("inconclusive", subs, cmps, headline="h"))
+    assert text.startswith(
+        "Cannot tell at this scale. Fails: Statement of h. Undecided: Statement of u; detectable"
+    )
+    assert (
+        short_answer(result("inconclusive", subs, cmps))
+        == "Cannot tell at this scale (of 2 counted parts: 1 fail)"
+    )
+
+
+def test_edge_cases_open_upper_end_exact_value_missing_metric_and_equivalence_roles():
+    up = [cmp("s/d64", 0.7, 0.6, 0.8, lo=0.5, hi=None, metric="m", arm_a="a", arm_b="b")]
+    assert plain_number(up).endswith("(m; claimed in [+0.5, +∞])")
+    # a value claimed exactly (lo == hi): on it is inside, off it is measured in CI half-widths, no crash
+    on = oriented(cmp("e", 0.0, test="exact", mean_b=2.0, lo=2.0, hi=2.0), "inside")
+    off = oriented(cmp("e", 0.5, 0.4, 0.6, lo=2.0, hi=2.0), "inside")
+    assert on.x == 1.0 and off.x < 0
+    assert plain_number([cmp("s", 0.1, metric=None, arm_a="a", arm_b="b")]) == "b − a: +0.1 ()"
+    assert (
+        role({"decision": "a_better"}, "equivalent")
+        == role({"decision": "b_better"}, "equivalent")
+        == "refute"
+    )
+    assert oriented(cmp("q", 0.1, 0.0, 0.2), "inside") is None  # an interval claim without its bounds
+
+
+def test_headline_figure_shows_the_comparison_that_carries_the_sub_verdict():
+    # refuted at d64 (equivalent beside a positive control: the evaluation's reading) though d128 has the
+    # smaller p: the figure shows d64, on the side the verdict says
+    cmps = [cmp("a/d64-L2", 0.001, -0.01, 0.012, decision="equivalent", noise=0.02, p=0.7),
+            cmp("a/d128-L2", 0.01, -0.005, 0.025, decision="undecided", noise=0.02, p=0.2)]  # fmt: skip
+    s = {
+        **sub("a", "refuted", [c["id"] for c in cmps]),
+        "roles": {"a/d64-L2": "refute", "a/d128-L2": "undecided"},
+    }
+    c, _ = headline_oriented(result("refuted", [s], cmps))
+    assert c["id"] == "a/d64-L2"

@@ -56,7 +56,7 @@ def _arms(c: dict) -> tuple[str, bool]:
         return f"slope of {c.get('metric', 'b')}".replace(" per unit of ", " in "), False
     tuned = BEST in (a or "") + b
     a, b = (a or "").replace(BEST, ""), b.replace(BEST, "")
-    if _is_time(c.get("metric", "")):
+    if _is_time(c.get("metric") or ""):
         return (f"{b} / {a} time" if a else f"{b} time ratio"), tuned
     return (f"{b} − {a}" if a else b), tuned
 
@@ -65,10 +65,10 @@ def _value(c: dict) -> str:
     """The effect with its interval: a time ratio for log-time readouts, a signed difference otherwise."""
     diff, lo, hi = c.get("diff"), c.get("ci_low"), c.get("ci_high")
     if c.get("test") == "exact" and c.get("mean_b") is not None:
-        return f"{c['mean_b']:.4g} in [{_end(c.get('lo'))}, {_end(c.get('hi'))}]"
+        return f"{c['mean_b']:.4g} in [{_end(c.get('lo'))}, {_end(c.get('hi'), '+∞')}]"
     if diff is None or not math.isfinite(diff):
         return "—"
-    if _is_time(c.get("metric", "")):
+    if _is_time(c.get("metric") or ""):
         ci = f" [{math.exp(lo):.2f}, {math.exp(hi):.2f}]" if lo is not None and hi is not None else ""
         return f"{math.exp(diff):.2f}×{ci}"
     ci = f" [{lo:+.3g}, {hi:+.3g}]" if lo is not None and hi is not None else ""
@@ -92,13 +92,13 @@ def plain_number(cmps: list[dict]) -> str:
     arms, tuned = _arms(cmps[0])
     c0 = cmps[0]
     claimed = c0.get("lo"), c0.get("hi")
-    within = "" if claimed == (None, None) else f"; claimed in [{_end(claimed[0])}, {_end(claimed[1])}]"
+    within = "" if claimed == (None, None) else f"; claimed in [{_end(claimed[0])}, {_end(claimed[1], '+∞')}]"
     if c0.get("test") == "exact":
         within = ""
     if (c0.get("arm_a") or "").startswith("slope in"):
         unit = f" ({within[2:]})" if within else ""
     else:
-        unit = "" if _is_time(c0.get("metric", "")) else f" ({c0.get('metric', '')}{within})"
+        unit = "" if _is_time(c0.get("metric") or "") else f" ({c0.get('metric') or ''}{within})"
     head = arms + (" (each at its best rate)" if tuned else "")
     cells = _cells(cmps)
     shown = list(zip(cells, cmps))
@@ -110,8 +110,8 @@ def plain_number(cmps: list[dict]) -> str:
     return f"{head}: {text}{unit}"
 
 
-def _end(v) -> str:
-    return "−∞" if v is None else f"{v:+.3g}"
+def _end(v, open_end: str = "−∞") -> str:
+    return open_end if v is None else f"{v:+.3g}"
 
 
 def role(c: dict, claimed: str) -> str:
@@ -120,7 +120,7 @@ def role(c: dict, claimed: str) -> str:
     d = c.get("decision")
     if d == "excluded":
         return "excluded"
-    if claimed == "inside":
+    if claimed not in ("a_better", "b_better"):  # an interval or an equivalence: shown inside supports
         return "support" if d == "equivalent" else "refute" if d in ("a_better", "b_better") else "undecided"
     if d == claimed:
         return "support"
@@ -136,6 +136,12 @@ def oriented(c: dict, claimed: str) -> Oriented | None:
         return None
     if claimed == "inside" and (c.get("lo") is not None or c.get("hi") is not None):
         a, b = c.get("lo"), c.get("hi")
+        if a is not None and b is not None and b == a:  # an exact value claimed: on it, or off by the CI
+            off = abs(diff - a)
+            scale = (hi - lo) / 2 if lo is not None and hi is not None and hi > lo else abs(a) or 1.0
+            return Oriented(
+                1.0 if off == 0 else -off / scale, None, None, None, "CI half-widths off the value"
+            )
         if a is not None and b is not None:
             half = (b - a) / 2
 
@@ -157,6 +163,8 @@ def oriented(c: dict, claimed: str) -> Oriented | None:
 
         ends = (None, None) if lo is None or hi is None else tuple(sorted((past(lo), past(hi))))
         return Oriented(past(diff), ends[0], ends[1], None, "CI half-widths past the claimed bound")
+    if claimed not in ("a_better", "b_better"):  # an interval claim without its bounds: no side to read
+        return None
     sign = 1.0 if c.get("better", "lower") == "higher" else -1.0
     sign *= 1.0 if claimed != "a_better" else -1.0
     noise, margin = c.get("noise"), c.get("margin")
@@ -197,7 +205,9 @@ def _scale_labels(result: dict) -> list[tuple[str, ...]]:
 def _at(cmps: list[dict], labels: tuple[str, ...]) -> tuple[str, list[dict]]:
     """The first of a scale's labels that names some comparison's cell, and those comparisons."""
     for label in labels:
-        found = [c for c in cmps if label in c["id"].split("/")[1:]]
+        found = [
+            c for c in cmps if any(p == label or p.endswith("-" + label) for p in c["id"].split("/")[1:])
+        ]
         if found:
             return label, found
     return labels[0], []
@@ -208,7 +218,7 @@ def _short(statement: str) -> str:
     return statement.split(" (")[0].rstrip(":;, ")
 
 
-def second_scale(result: dict) -> str:
+def second_scale(result: dict, headline_only: bool = False) -> str:
     """Whether the answer holds at the second training scale, read from the headline if it was tested per
     scale, else from the first counted effect that was: 'holds at d136-L4 (holds at d64-L2)'; '—' where no
     sub-claim was tested at two scales."""
@@ -216,11 +226,12 @@ def second_scale(result: dict) -> str:
     if len(labels) < 2:
         return "—"
     first = headline(result)
-    subs = [first] + [
+    counted = [
         s
         for s in result.get("sub_verdicts", [])
         if s.get("kind", "effect") == "effect" and s.get("counts", True)
     ]
+    subs = [first] + ([] if headline_only else counted)
     # full labels first: a bare width token may name another kind of cell (a norm's width, not a model's)
     tries = [(sub, n) for n in (1, 2) for sub in subs]
     for sub, n in tries:
@@ -284,6 +295,13 @@ def short_answer(result: dict) -> str:
         out = f"Partly: {held} of {len(counted)} counted parts hold" + (f", {failed} fail" if failed else "")
     else:
         out = PHRASE[v]
+    if v == "inconclusive" and any(s["verdict"] in ("supported", "refuted") for s in counted):
+        held = sum(1 for s in counted if s["verdict"] == "supported")
+        failed = sum(1 for s in counted if s["verdict"] == "refuted")
+        said = ([f"{held} hold{'s' if held == 1 else ''}"] if held else []) + (
+            [f"{failed} fail"] if failed else []
+        )
+        out += f" (of {len(counted)} counted parts: {', '.join(said)})"
     if false and v in ("supported", "mixed"):
         out += f" ({false} reported part{'s' if false > 1 else ''} false)"
     return out
@@ -308,10 +326,20 @@ def answer(result: dict) -> str:
                  ("undecided", by["inconclusive"])]  # fmt: skip
         out = "Partly. " + " ".join(f"{w.capitalize()}: {'; '.join(xs)}." for w, xs in parts if xs)
     else:
-        sub = headline(result)
-        out = "Cannot tell at this scale" + (
-            f". Undecided: {_short(sub['name'])}" + _undecided_tail(result, sub) if sub else ""
+        # what did come out, then what would decide the first undecided part (the headline if it is one)
+        parts = [("holds", by["supported"]), ("holds in part", by["mixed"]), ("fails", by["refuted"])]
+        undecided = [x for x in counted if x["verdict"] == "inconclusive"]
+        first = headline(result)
+        sub = first if first in undecided else (undecided or [None])[0]
+        out = "Cannot tell at this scale." + "".join(
+            f" {w.capitalize()}: {'; '.join(xs)}." for w, xs in parts if xs
         )
+        if undecided:
+            out += (
+                " Undecided: "
+                + "; ".join(_short(x["name"]) for x in undecided)
+                + _undecided_tail(result, sub)
+            )
     # a reported part that is false is said too: it may be the notes' own wording (a law, a number)
     false = [
         _short(s["name"]).removeprefix("Reported: ")
@@ -365,8 +393,12 @@ def headline_oriented(result: dict) -> tuple[dict | None, Oriented | None]:
     ]
     if not live:
         return None, None
-    c = min(live, key=lambda c: c.get("p") if c.get("p") is not None else math.inf)
-    return c, oriented(c, sub.get("claimed", "b_better"))
+    # the comparison that shows what the sub-verdict says (its own reading where recorded), then the smallest p
+    want = {"supported": "support", "refuted": "refute"}.get(sub["verdict"])
+    claimed, roles = sub.get("claimed") or "b_better", sub.get("roles") or {}
+    agree = [c for c in live if want and (roles.get(c["id"]) or role(c, claimed)) == want]
+    c = min(agree or live, key=lambda c: c.get("p") if c.get("p") is not None else math.inf)
+    return c, oriented(c, claimed)
 
 
 def verdicts_document(results: list[dict]) -> dict:

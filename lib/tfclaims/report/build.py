@@ -16,7 +16,7 @@ from ..harness.provenance import REPOSITORY, result_problems
 from ..harness.registry import REPO_ROOT, load_all
 from ..harness.runner import BadInput, load_result, resolve_profile
 from ..io import atomic_write_text
-from .answers import answer_row, verdicts_document
+from .answers import answer_row, second_scale, verdicts_document
 from .bibtex import render_bib
 from .forest import forest_rows, plot_answers, plot_forest
 
@@ -144,7 +144,7 @@ def first_screen_rows(results: list[dict], link) -> list[list[str]]:
     rows = [["The claim", "Is it right?", "At the second scale"]]
     for r in results:
         a = answer_row(r)
-        second = a["second_scale"].split(": ")[-1].split(" (")[0]  # 'holds at d136', its sub-claim aside
+        second = second_scale(r, headline_only=True).split(" (")[0]  # the headline's own: 'holds at d136'
         rows.append(
             [f"[{a['title']}]({link(a['claim_id'])})", f"{_badge_md(a['verdict'])} {a['short']}", second]
         )
@@ -598,8 +598,9 @@ def _html_body(blocks, cites: dict[str, str] | None = None) -> list[str]:
 
 # Sorting (any table.sortable, numbers by value) and the answers table's filter; no library, no network.
 SCRIPT = """
-function cellKey(td){const t=td.textContent.trim();const m=t.match(/^[^0-9+\\-−]*([+\\-−]?\\d+(?:\\.\\d+)?(?:e[+-]?\\d+)?)/i);
-return m?[0,parseFloat(m[1].replace('−','-'))]:[1,t.toLowerCase()];}
+function cellKey(td){const t=td.textContent.trim();
+const m=t.match(/^[+\\-−]?\\d+(?:\\.\\d+)?(?:e[+-]?\\d+)?\\s*[×%]?$/i);
+return m?[0,parseFloat(t.replace('−','-'))]:[1,t.toLowerCase()];}
 function sortBy(th){const table=th.closest('table');const i=[...th.parentNode.children].indexOf(th);
 const dir=th.dataset.dir==='asc'?'desc':'asc';table.querySelectorAll('th').forEach(h=>delete h.dataset.dir);th.dataset.dir=dir;
 const body=table.tBodies[0];const rows=[...body.rows];rows.sort((a,b)=>{const x=cellKey(a.cells[i]),y=cellKey(b.cells[i]);

@@ -180,9 +180,10 @@ def plot_answers(results: list[dict], folder: Path, name: str = "answers") -> tu
     clip = lambda v: max(-lim, min(lim, v))  # noqa: E731
     for i, (_, _, verdict, _, o) in enumerate(rows):
         y, color = n - 1 - i, VERDICT_COLOR.get(verdict, "#444")
-        if o is None or o.lo is None:  # an exact number (no interval): where it lies against the claim
-            x = 0.0 if o is None else (1.0 if o.x > 0 else -1.0 if o.x < 0 else 0.0)
-            ax.plot(x, y, "d", color=color, ms=8)
+        if o is None:  # no number to place: the row stays empty
+            continue
+        if o.lo is None:  # a number without an interval (an exact value): where it lies, as a diamond
+            ax.plot(clip(o.x), y, "d", color=color, ms=8)
             continue
         if o.band:
             ax.fill_betweenx([y - 0.32, y + 0.32], -o.band, o.band, color="#9e9e9e", alpha=0.35, lw=0)
