@@ -23,6 +23,7 @@ from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .harness.registry import REPO_ROOT, experiments_dir, read_each
 from .nn.config import ConfigError
 from .report.answers import answer_row
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from .harness.launch import Launcher
 
 PKG_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PKG_DIR.parents[1]  # harness.registry.REPO_ROOT
 
 
 class UsageError(Exception):
@@ -102,11 +102,6 @@ class Claim:
     order: int
 
 
-def experiments_dir() -> Path:
-    """harness.registry.experiments_dir."""
-    return Path(os.environ.get("TFCLAIMS_EXPERIMENTS", REPO_ROOT / "experiments"))
-
-
 def read_claim(path: Path) -> Claim:
     """The claim an experiment file declares, read from its source: the class whose literal `claim_id` is the
     file's name, with its `title` and `order` (or Experiment's). A file that does not compile fails with the
@@ -128,16 +123,7 @@ def read_claim(path: Path) -> Claim:
 def read_claims(broken: list) -> list[Claim]:
     """Every registered claim in report order (harness.registry.load_all's), read from the experiment files'
     source; a file that cannot be read is appended to `broken` as (claim id, one-line reason) and skipped."""
-    claims = []
-    for path in sorted(experiments_dir().glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        try:
-            claims.append(read_claim(path))
-        except Exception as e:
-            first = str(e).splitlines()[0] if str(e) else ""
-            broken.append((path.stem, f"{type(e).__name__}: {first}"))
-    return sorted(claims, key=lambda c: (c.order, c.claim_id))
+    return sorted(read_each(read_claim, broken), key=lambda c: (c.order, c.claim_id))
 
 
 def _unknown_claim(name: str) -> UsageError:
