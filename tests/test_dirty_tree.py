@@ -11,7 +11,7 @@ import torch
 
 from tfclaims.cli import main
 from tfclaims.harness import provenance, runner
-from tfclaims.harness.experiment import Experiment, SubVerdict, Verdict
+from tfclaims.harness.registry import load_file
 from tfclaims.harness.runner import BadInput, check_clean_tree, run_experiment
 
 TOY = textwrap.dedent(
@@ -38,23 +38,6 @@ TOY = textwrap.dedent(
 )
 
 
-class Toy(Experiment):
-    claim_id = "toy"
-    title = "toy"
-    statement = "toy"
-    rule = "toy"
-    profiles = {name: {"seeds": [0, 1]} for name in ("quick", "default", "full")}
-
-    def grid(self, p):
-        return self.with_seeds([{"i": 0}], p["seeds"])
-
-    def run_one(self, cfg, ctx):
-        return {"value": float(cfg["seed"])}
-
-    def analyse(self, runs, p, out):
-        return Verdict("supported", "toy", "toy", {}, [SubVerdict("x", "supported", "y")])
-
-
 DIRTY = "0123456789abcdef0123456789abcdef01234567-dirty"
 
 
@@ -67,8 +50,12 @@ def repo(tmp_path, monkeypatch):
 
 
 def run(root, profile, **kw):
+    """The toy claim (its file written beside `root`, loaded as the registry loads one) run into `root`."""
+    path = root.parent / "toy_experiment" / "toy.py"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(TOY)
     return run_experiment(
-        Toy(),
+        load_file(path),
         profile=profile,
         device=torch.device("cpu"),
         results_root=root,

@@ -250,10 +250,6 @@ def second_scale(result: dict, headline_only: bool = False) -> str:
     return "—"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def _undecided_tail(result: dict, sub: dict) -> str:
     """What would decide an undecided headline, from its least decided comparison: an effect inside the noise
     floor needs the floor narrowed (more samples, a quieter setup); an interval across a claimed bound, or an

@@ -170,6 +170,12 @@ def _fig_block(number: int | None, fig_id: str, caption: str, png: str, svg: str
     return ("figure", png, head + caption, svg, fig_id, svg_file)
 
 
+def _report_fig(report_root: Path, png: str, fig_id: str, caption: str) -> tuple:
+    """A figure of the report's own (under report/figures/, unnumbered): its SVG beside its PNG."""
+    svg = png.replace(".png", ".svg")
+    return _fig_block(None, fig_id, caption, png, svg, report_root / svg)
+
+
 def _blocks(
     results: list[dict],
     results_root: Path,
@@ -209,16 +215,14 @@ def _blocks(
     ]
     if answers_fig:
         B.append(
-            _fig_block(
-                None,
+            _report_fig(
+                report_root,
+                answers_fig,
                 "fig-answers",
                 "Each claim's headline comparison, oriented so that right means the note's claim holds: the "
                 "claimed arm's advantage in units of its noise floor (grey band: ±1 floor, what chance gives), or "
                 "for an interval claim the distance inside the interval in half-widths (black tick: its edge). "
                 "Colour: the claim's verdict; diamonds: exact numbers without an interval.",
-                answers_fig,
-                answers_fig.replace(".png", ".svg"),
-                report_root / answers_fig.replace(".png", ".svg"),
             )
         )
     B.append(("h2", "At a glance", "at-a-glance"))
@@ -386,17 +390,15 @@ def _blocks(
     if summary_fig:
         B.append(("h2", "Appendix: every sub-claim on one plot", "appendix-summary"))
         B.append(
-            _fig_block(
-                None,
+            _report_fig(
+                report_root,
+                summary_fig,
                 "fig-summary",
                 "Every claim (shaded row, coloured by its verdict) and each of its sub-claims: the deciding "
                 "comparison (arm b − arm a) with its CI, in units of the row's threshold (its declared margin, else "
                 "its noise floor, else its CI half-width); grey band: the noise floor of a null pair; ticks: the "
                 "declared margin. The effect in its own units is printed at the right. Left and right are b − a, "
                 "not for and against: the answers figure above orients each claim.",
-                summary_fig,
-                summary_fig.replace(".png", ".svg"),
-                report_root / summary_fig.replace(".png", ".svg"),
             )
         )
     return B
