@@ -4,7 +4,6 @@ accuracy."""
 from __future__ import annotations
 
 from tfclaims.analysis import additive_vs_dot as view
-from tfclaims.claims.additive_vs_dot import AA, KINDS, attention_timing, retrieval_task, score_variance
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import (
     Better,
@@ -19,8 +18,11 @@ from tfclaims.evidence.declare import (
     check,
 )
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.grids.additive_vs_dot import AA, KINDS
 from tfclaims.grids.sweep import null_reruns, profile_sweep, sweep_grid
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+
+AD = recipes("tfclaims.claims.additive_vs_dot")  # loaded (with torch) when a run starts
 
 FLAT = 0.1  # |log-log slope| of score variance vs d within this: "does not grow with d"
 LINEAR = (0.9, 1.1)  # the unscaled dot product's slope, Var ∝ d
@@ -93,9 +95,9 @@ class AdditiveVsDot(Experiment):
         },
     }  # fmt: skip
     parts = (
-        Part("variance", variance_grid, score_variance),
-        Part("timing", timing_grid, attention_timing),
-        Part("task", task_grid, retrieval_task, staged=True),
+        Part("variance", variance_grid, AD.score_variance),
+        Part("timing", timing_grid, AD.attention_timing),
+        Part("task", task_grid, AD.retrieval_task, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:

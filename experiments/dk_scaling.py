@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tfclaims.analysis import dk_scaling as view
-from tfclaims.claims.dk_scaling import dk_init_probe, dk_monte_carlo, dk_train, dk_train_qknorm
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import (
     Better,
@@ -30,7 +29,9 @@ from tfclaims.grids.dk_scaling import (
     grid_train,
 )
 from tfclaims.grids.sweep import profile_sweep
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+
+DK = recipes("tfclaims.claims.dk_scaling")  # loaded (with torch) when a run starts
 
 LAW_TOL = 0.10  # Monte Carlo Var(q.k)/d_k (and the scaled variance) must lie within 10% of 1
 SAT_MAX_P = 0.9  # unscaled mean max probability at the largest d_k must exceed this
@@ -97,13 +98,13 @@ class DkScaling(Experiment):
         },
     }  # fmt: skip
     parts = (
-        Part("monte_carlo", grid_mc, dk_monte_carlo),
-        Part("init", grid_init, dk_init_probe),
-        Part("train", grid_train, dk_train),
-        Part("logit", grid_logit, dk_train),
-        Part("null", grid_null, dk_train),
-        Part("qknorm", lambda p: [], dk_train_qknorm),  # runs only in the sweep
-        Part("sweep", grid_sweep, dk_train, staged=True),
+        Part("monte_carlo", grid_mc, DK.dk_monte_carlo),
+        Part("init", grid_init, DK.dk_init_probe),
+        Part("train", grid_train, DK.dk_train),
+        Part("logit", grid_logit, DK.dk_train),
+        Part("null", grid_null, DK.dk_train),
+        Part("qknorm", lambda p: [], DK.dk_train_qknorm),  # runs only in the sweep
+        Part("sweep", grid_sweep, DK.dk_train, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:

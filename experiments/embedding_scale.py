@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from tfclaims.analysis import embedding_scale as view
-from tfclaims.claims.embedding_scale import INIT_NAME, INITS, init_probe, train_arm
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import ALL, Better, Declaration, NullPair, SubClaim, arm, bound, cell, cells
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.tuning import fixed_rate
+from tfclaims.grids.embedding_scale import INIT_NAME, INITS
 from tfclaims.grids.sweep import profile_sweep, sweep_grid
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
 from tfclaims.nn.config import ConfigError
-from tfclaims.train.small_lm import run_fields, train_profile
+from tfclaims.train.profiles import run_fields, train_profile
+
+ES = recipes("tfclaims.claims.embedding_scale")  # loaded (with torch) when a run starts
 
 UNIT_TOL = 0.10  # "unit variance": within 1 ± 0.10
 MARGIN = 0.02  # nats: |with − without| inside this is "no difference" (TOST)
@@ -109,11 +111,11 @@ class EmbeddingScale(Experiment):
                               rate_factors=[0.5, 1.0], rate_extend=2),
     }  # fmt: skip
     parts = (
-        Part("init", grid_init, init_probe),
-        Part("train", grid_train, train_arm),
-        Part("control", grid_control, train_arm),
-        Part("null", grid_null, train_arm),
-        Part("sweep", grid_sweep, train_arm, staged=True),
+        Part("init", grid_init, ES.init_probe),
+        Part("train", grid_train, ES.train_arm),
+        Part("control", grid_control, ES.train_arm),
+        Part("null", grid_null, ES.train_arm),
+        Part("sweep", grid_sweep, ES.train_arm, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:

@@ -4,17 +4,14 @@ more)."""
 from __future__ import annotations
 
 import numpy as np
-import torch
-from torch import nn
 
 from tfclaims.analysis import ffn_share as view
-from tfclaims.claims import ffn_share as fs
 from tfclaims.evidence.declare import Declaration, SubClaim, bound, cell, check, equal
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.grids import ffn_share as fs
 from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
 from tfclaims.measure.counting import active_ffn_params, attention_params, embedding_params, ffn_params
 from tfclaims.nn.config import ConfigError, ModelConfig
-from tfclaims.nn.models import n_params
 
 # Pre-registered, fixed before the run.
 TOL = 0.02  # "about 2/3": |FFN / (attention + FFN) − 2/3| ≤ 0.02
@@ -45,6 +42,12 @@ def flop_grid(p: dict) -> list[dict]:
 
 def count_preset(cfg: dict, ctx) -> dict:
     """Closed-form counts of one published configuration beside the counts of its instantiated modules."""
+    import torch  # the modules are built (on the meta device): torch loads when this part runs
+    from torch import nn
+
+    from tfclaims.claims import ffn_share as fs  # the catalogue's counts beside `build`
+    from tfclaims.nn.models import n_params
+
     a = fs.CATALOGUE[cfg["preset"]]
     c = a.config
     attn, ffn, block = attention_params(c), ffn_params(c), fs.block_params(a)

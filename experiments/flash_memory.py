@@ -4,12 +4,14 @@ matrix."""
 from __future__ import annotations
 
 from tfclaims.analysis import flash_memory as view
-from tfclaims.claims.flash_memory import run_peak_memory
 from tfclaims.evidence.declare import Declaration, SubClaim, bound, cell, check, equal
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.measure.attention_cost import VARIANTS, run_saved_bytes
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+from tfclaims.measure.attention_units import VARIANTS
 from tfclaims.nn.config import ModelConfig
+
+AC = recipes("tfclaims.measure.attention_cost")  # loaded (with torch) when a run starts
+FM = recipes("tfclaims.claims.flash_memory")
 
 # Pre-registered (fixed before running).
 FIT_FROM = 16  # fit saved bytes in n over n >= 16 * head size
@@ -83,7 +85,7 @@ class FlashMemory(Experiment):
                  # bfloat16: in float32 CUDA's SDPA picks the memory-efficient kernel, not FlashAttention
                  "dtype": "bfloat16"},
     }  # fmt: skip
-    parts = (Part("saved", saved_grid, run_saved_bytes), Part("peak", peak_grid, run_peak_memory))
+    parts = (Part("saved", saved_grid, AC.run_saved_bytes), Part("peak", peak_grid, FM.run_peak_memory))
 
     def declare(self, p: dict) -> Declaration:
         fits = len(view.fit_sizes(p["ns"], FIT_FROM * p["head_dim"])) >= 2

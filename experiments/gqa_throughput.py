@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from tfclaims.analysis import gqa_throughput as view
-from tfclaims.claims.gqa_throughput import lm_config, run_decode_backends, run_phases, run_quality
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.decisions import noise_bound
 from tfclaims.evidence.declare import (
@@ -21,10 +20,12 @@ from tfclaims.evidence.declare import (
     equal,
 )
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.grids.gqa_throughput import grid_sweep, scale_label, scales
+from tfclaims.grids.gqa_throughput import grid_sweep, lm_config, scale_label, scales
 from tfclaims.grids.sweep import profile_sweep
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.train.decode import decode_config, kv_list
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+from tfclaims.train.decode_configs import decode_config, kv_list
+
+GQA = recipes("tfclaims.claims.gqa_throughput")  # loaded (with torch) when a run starts
 
 BAND = (1.30, 1.40)  # "30–40%" as a speed-up of tokens/s over MHA
 MATCH_SHARE = 0.75  # the band sub-claim is supported if shown inside in at least this share of the cells
@@ -146,10 +147,10 @@ class GQAThroughput(Experiment):
         },
     }  # fmt: skip
     parts = (
-        Part("decode", decode_grid, run_decode_backends),
-        Part("phases", phases_grid, run_phases),
-        Part("quality", quality_grid, run_quality),
-        Part("sweep", grid_sweep, run_quality, staged=True),
+        Part("decode", decode_grid, GQA.run_decode_backends),
+        Part("phases", phases_grid, GQA.run_phases),
+        Part("quality", quality_grid, GQA.run_quality),
+        Part("sweep", grid_sweep, GQA.run_quality, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:

@@ -4,14 +4,6 @@
 from __future__ import annotations
 
 from tfclaims.analysis import kv_cache as view
-from tfclaims.claims.kv_cache import (
-    linear_model_config,
-    run_cached_linear,
-    run_generate,
-    run_step_counts,
-    run_steps,
-    step_model_config,
-)
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import (
     Better,
@@ -28,7 +20,10 @@ from tfclaims.evidence.declare import (
     equal,
 )
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
+from tfclaims.grids.kv_cache import linear_model_config, step_model_config
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+
+KV = recipes("tfclaims.claims.kv_cache")  # loaded (with torch) when a run starts
 
 # Pre-registered (fixed before any timing was looked at).
 FIT_FROM = 16  # fit per-step time over contexts n >= 16 d
@@ -133,10 +128,10 @@ class KVCacheClaim(Experiment):
                  "linear_repeats": 30, "bw_bytes": 1 << 30},
     }  # fmt: skip
     parts = (
-        Part("count", count_grid, run_step_counts),
-        Part("steps", steps_grid, run_steps),
-        Part("generate", generate_grid, run_generate),
-        Part("linear", linear_grid, run_cached_linear),
+        Part("count", count_grid, KV.run_step_counts),
+        Part("steps", steps_grid, KV.run_steps),
+        Part("generate", generate_grid, KV.run_generate),
+        Part("linear", linear_grid, KV.run_cached_linear),
     )
 
     def declare(self, p: dict) -> Declaration:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from tfclaims.analysis import label_smoothing as view
-from tfclaims.claims.label_smoothing import ECE_BINS as N_BINS
-from tfclaims.claims.label_smoothing import smoothing_train, smoothing_train_tuned
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, arm, cell, cells
 from tfclaims.evidence.evaluate import evaluate
@@ -17,9 +15,12 @@ from tfclaims.grids.label_smoothing import (
     scales,
     tuned_eps,
 )
+from tfclaims.grids.label_smoothing import ECE_BINS as N_BINS
 from tfclaims.grids.sweep import profile_sweep, scale_label
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.train.small_lm import subword_profile
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+from tfclaims.train.profiles import subword_profile
+
+LS = recipes("tfclaims.claims.label_smoothing")  # loaded (with torch) when a run starts
 
 # measure -> (name, unit, which direction is good, the arm claimed better: b = ε > 0, a = ε = 0; TOST margin).
 # The accuracy margin is the smallest anchor effect (Szegedy et al.'s +0.2 points top-1); the temperature-scaled
@@ -73,9 +74,9 @@ class LabelSmoothing(Experiment):
                                 rate_extend=1, tuned_subset_tokens=524288, tuned_dropout=0.1, tuned_steps=5000),
     }  # fmt: skip
     parts = (
-        Part("train", grid_train, smoothing_train),
-        Part("null", grid_null, smoothing_train),
-        Part("tuned", grid_tuned, smoothing_train_tuned, staged=True),
+        Part("train", grid_train, LS.smoothing_train),
+        Part("null", grid_null, LS.smoothing_train),
+        Part("tuned", grid_tuned, LS.smoothing_train_tuned, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:

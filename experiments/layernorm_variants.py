@@ -5,19 +5,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
-from torch import nn
 
 from tfclaims.analysis import layernorm_variants as view
-from tfclaims.claims.layernorm_variants import swap_run
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Declaration, NullPair, SubClaim, arm, bound, cell, check, equivalent
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.nn.norm_variants import NotesLayerNorm, NotesRMSNorm, relative_difference
-from tfclaims.train.small_lm import run_fields, train_profile
+from tfclaims.grids.layernorm_variants import PAIRS
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+from tfclaims.train.profiles import run_fields, train_profile
 
-PAIRS = {"layer": ("notes_layer", "LayerNorm"), "rms": ("notes_rms", "RMSNorm")}  # standard -> (notes, name)
+LV = recipes("tfclaims.claims.layernorm_variants")  # loaded (with torch) when a run starts
+
 THRESHOLD = 0.01  # "differ" means a relative output difference above 1%
 FORMULA_TOL = 1e-3  # measured relative difference vs closed form (relative; absolute 1e-6 below 1e-3)
 SWAP_MARGIN = 0.01  # nats/char, fixed before running: a swap's loss change within ±0.01 counts as none (TOST)
@@ -34,38 +32,11 @@ CONTEXT_NOTE = "Not in the verdict: two trainings differ by chaos, not only by t
 
 
 # ---------------------------------------------------------------- run path
-def pair_modules(std: str, d: int, eps: float) -> tuple[nn.Module, nn.Module]:
-    """(torch's own layer, the notes' variant), both at gain 1 and bias 0."""
-    if std == "layer":
-        return nn.LayerNorm(d, eps=eps), NotesLayerNorm(d, eps)
-    return nn.RMSNorm(d, eps=eps), NotesRMSNorm(d, eps)
-
-
-def token_scale(x: torch.Tensor, std: str) -> torch.Tensor:
-    """The per-token statistic the norm divides by (no eps): biased std for LayerNorm, RMS for RMSNorm."""
-    return x.std(-1, correction=0) if std == "layer" else x.pow(2).mean(-1).sqrt()
-
-
-@torch.no_grad()
-def measure_pair(std: str, x: torch.Tensor, eps: float) -> dict:
-    """Relative output difference per token ||y_notes - y_torch|| / ||y_torch|| and its closed form."""
-    d = x.shape[-1]
-    ref, notes = pair_modules(std, d, eps)
-    y_ref, y_notes = ref(x), notes(x)
-    rel = (torch.linalg.norm(y_notes - y_ref, dim=-1) / torch.linalg.norm(y_ref, dim=-1)).double()
-    closed = relative_difference(PAIRS[std][0], std, token_scale(x.double(), std), d, eps)
-    return {
-        "median": float(rel.median()),
-        "max": float(rel.max()),
-        "max_abs": float((y_notes - y_ref).abs().max()),
-        "out_rms_torch": float(y_ref.pow(2).mean().sqrt()),
-        "out_rms_notes": float(y_notes.pow(2).mean().sqrt()),
-        # relative error of the closed form, absolute floor (1e-3 * 1e-3) for float32 rounding where Δ ≈ 0
-        "formula_err": float(((rel - closed).abs() / closed.clamp_min(1e-3)).max()),
-    }
-
-
 def width_run(cfg, ctx):
+    import torch  # torch and the measured pairs load when this part runs
+
+    from tfclaims.claims.layernorm_variants import measure_pair
+
     rows = []
     for d in cfg["widths"]:
         x = torch.randn(cfg["tokens"], d) + 3 * torch.randn(
@@ -76,6 +47,10 @@ def width_run(cfg, ctx):
 
 
 def scale_run(cfg, ctx):
+    import torch  # torch and the measured pairs load when this part runs
+
+    from tfclaims.claims.layernorm_variants import measure_pair
+
     rows = []
     for d in cfg["widths"]:
         z = torch.randn(cfg["tokens"], d)
@@ -159,8 +134,8 @@ class LayerNormVariants(Experiment):
     parts = (
         Part("width", width_grid, width_run),
         Part("scale", scale_grid, scale_run),
-        Part("train", train_grid, swap_run),
-        Part("null", null_grid, swap_run),
+        Part("train", train_grid, LV.swap_run),
+        Part("null", null_grid, LV.swap_run),
     )
 
     def declare(self, p: dict) -> Declaration:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tfclaims.analysis import norm_padding as view
-from tfclaims.claims.norm_padding import NORMS, bn_mlp, padded_lm
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import (
     ALL,
@@ -20,6 +19,7 @@ from tfclaims.evidence.declare import (
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.tuning import fixed_rate
 from tfclaims.grids.norm_padding import (
+    NORMS,
     NULL_OFFSET,
     arms,
     enc_arms,
@@ -32,7 +32,9 @@ from tfclaims.grids.norm_padding import (
     swept_arms,
 )
 from tfclaims.grids.sweep import profile_sweep
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+
+NP = recipes("tfclaims.claims.norm_padding")  # loaded (with torch) when a run starts
 
 MARGIN = 0.02  # nats/char: TOST margin reported beside every loss comparison
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
@@ -111,12 +113,12 @@ class NormPadding(Experiment):
         },
     }  # fmt: skip
     parts = (
-        Part("lines", grid_lines, padded_lm),
-        Part("null", grid_null, padded_lm),
-        Part("windows", grid_windows, padded_lm),
-        Part("encoder", grid_encoder, padded_lm),
-        Part("mlp", grid_mlp, bn_mlp),
-        Part("sweep", grid_sweep, padded_lm, staged=True),
+        Part("lines", grid_lines, NP.padded_lm),
+        Part("null", grid_null, NP.padded_lm),
+        Part("windows", grid_windows, NP.padded_lm),
+        Part("encoder", grid_encoder, NP.padded_lm),
+        Part("mlp", grid_mlp, NP.bn_mlp),
+        Part("sweep", grid_sweep, NP.padded_lm, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:

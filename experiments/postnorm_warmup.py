@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfclaims.analysis import postnorm_warmup as view
-from tfclaims.claims.postnorm_warmup import model_config, run_probe, train_config
-from tfclaims.data.corpus import load_corpus
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import (
     Better,
@@ -30,12 +28,14 @@ from tfclaims.grids.postnorm_warmup import (
     grid_probe,
     grid_sweep,
     grid_train,
+    model_config,
     train_cells,
+    train_config,
 )
 from tfclaims.grids.sweep import profile_sweep
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.nn.models import LM
-from tfclaims.train.loop import train_lm
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+
+PW = recipes("tfclaims.claims.postnorm_warmup")  # loaded (with torch) when a run starts
 
 LEARN_MARGIN = 0.10  # nats: a run learned iff its final val loss is at least this far below the unigram level
 MARGIN = 0.05  # nats: the declared equivalence margin (TOST) for final validation loss
@@ -82,6 +82,10 @@ NOTE_F = "Fitted numbers at init against bounds fixed before running (F to H): f
 
 
 def run_train(cfg, ctx):
+    from tfclaims.data.corpus import load_corpus  # torch, the corpus and the model load when a run starts
+    from tfclaims.nn.models import LM
+    from tfclaims.train.loop import train_lm
+
     corpus = load_corpus()
     # an untied head: tied to the embedding without a final LayerNorm, a Post-LN/DeepNorm stack predicts the
     # current token at init
@@ -140,7 +144,7 @@ class PostnormWarmup(Experiment):
         },
     }  # fmt: skip
     parts = (
-        Part("probe", grid_probe, run_probe),
+        Part("probe", grid_probe, PW.run_probe),
         Part("train", grid_train, run_train),
         Part("null", grid_null, run_train),
         Part("sweep", grid_sweep, run_train, staged=True),
@@ -255,6 +259,9 @@ class PostnormWarmup(Experiment):
 
 def n_params(p, d_model: int) -> int:
     """Parameters of the swept model at width d_model (the character vocabulary of the corpus)."""
+    from tfclaims.data.corpus import load_corpus
+    from tfclaims.nn.models import LM
+
     mc = model_config({**p, "d_model": d_model}, "pre", p["sweep_depth"], p["init"], load_corpus().vocab_size)
     return sum(x.numel() for x in LM(replace(mc, tie_weights=p["tie"])).parameters())
 

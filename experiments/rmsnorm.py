@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from tfclaims.analysis import rmsnorm as view
-from tfclaims.claims.rmsnorm import AA, FUSED, norm_alone, step_timing
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, arm, cell, cells, equivalent
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.grids.rmsnorm import NORMS, NULL_OFFSET, grid_sweep, scales, train_grid
+from tfclaims.grids.rmsnorm import AA, FUSED, NORMS, NULL_OFFSET, grid_sweep, scales, train_grid
 from tfclaims.grids.sweep import profile_sweep, scale_label
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.train.small_lm import model_config, train_profile, train_small
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+from tfclaims.train.profiles import model_config, train_profile
+
+RM = recipes("tfclaims.claims.rmsnorm")  # loaded (with torch) when a run starts
 
 # nats/char: |Δ final val loss| within this is "the same quality" (TOST): twice the noise floor (±0.01) that
 # the null pair of the fixed design measured (8 seeds, 800 steps) before the tuned runs were declared
@@ -57,6 +58,8 @@ def step_grid(p: dict) -> list[dict]:
 
 
 def train_norm(cfg: dict, ctx) -> dict:
+    from tfclaims.train.small_lm import train_small  # torch loads when a run starts
+
     res, _ = train_small(cfg, ctx, model_kw={"norm": cfg["norm"]}, desc=f"{cfg['norm']} seed {cfg['seed']}")
     return res
 
@@ -88,8 +91,8 @@ class RMSNormSpeed(Experiment):
                               rate_factors=[0.25, 0.5, 1.0], rate_extend=1),
     }  # fmt: skip
     parts = (
-        Part("norm_alone", norm_alone_grid, norm_alone),
-        Part("step", step_grid, step_timing),
+        Part("norm_alone", norm_alone_grid, RM.norm_alone),
+        Part("step", step_grid, RM.step_timing),
         Part("train", train_grid, train_norm),
         Part("sweep", grid_sweep, train_norm, staged=True),
     )

@@ -4,7 +4,6 @@ model use relative positions."""
 from __future__ import annotations
 
 from tfclaims.analysis import sinusoidal_relative as view
-from tfclaims.claims.sinusoidal_relative import copy_run, identity_run, learned_run, length_run
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.decisions import paired
 from tfclaims.evidence.declare import (
@@ -33,8 +32,10 @@ from tfclaims.grids.sinusoidal_relative import (
     scales,
 )
 from tfclaims.grids.sweep import profile_sweep, scale_label
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.train.small_lm import train_profile
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+from tfclaims.train.profiles import train_profile
+
+SR = recipes("tfclaims.claims.sinusoidal_relative")  # loaded (with torch) when a run starts
 
 TOL = 1e-6  # "float precision": about 8 float32 ulps of 1 (table entries are rounded to float32)
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned at all
@@ -160,10 +161,10 @@ class SinusoidalRelative(Experiment):
                               copy_selection_seeds=[100], **LENGTH),
     }  # fmt: skip
     parts = (
-        Part("identity", identity_grid, identity_run),
-        Part("length", grid_length, length_run, staged=True),
-        Part("learned", grid_learned, learned_run, staged=True),
-        Part("copy", grid_copy, copy_run, staged=True),
+        Part("identity", identity_grid, SR.identity_run),
+        Part("length", grid_length, SR.length_run, staged=True),
+        Part("learned", grid_learned, SR.learned_run, staged=True),
+        Part("copy", grid_copy, SR.copy_run, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:

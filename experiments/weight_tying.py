@@ -6,7 +6,6 @@ from __future__ import annotations
 from functools import partial
 
 from tfclaims.analysis import weight_tying as view
-from tfclaims.claims.weight_tying import tying_counts, tying_train, tying_train_small
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.decisions import noise_bound
 from tfclaims.evidence.declare import (
@@ -33,8 +32,10 @@ from tfclaims.grids.weight_tying import (
     grid_train,
     scales,
 )
-from tfclaims.harness.experiment import Experiment, Output, Part, verdict_from
-from tfclaims.train.small_lm import subword_profile
+from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+from tfclaims.train.profiles import subword_profile
+
+WT = recipes("tfclaims.claims.weight_tying")  # loaded (with torch) when a run starts
 
 MARGIN = 0.02  # nats: |Δ loss| inside this is "no difference" (TOST, reported)
 TARGET_BELOW_UNIGRAM = 1.0  # nats: "steps to target" counts steps to the unigram level less this
@@ -109,11 +110,11 @@ class WeightTying(Experiment):
                                 dropout=0.1),
     }  # fmt: skip
     parts = (
-        Part("counts", grid_counts, tying_counts),
-        Part("train", grid_train, tying_train),
-        Part("null", grid_null, tying_train),
-        Part("sweep", grid_sweep, tying_train, staged=True),
-        Part("small", grid_small, tying_train_small, staged=True),
+        Part("counts", grid_counts, WT.tying_counts),
+        Part("train", grid_train, WT.tying_train),
+        Part("null", grid_null, WT.tying_train),
+        Part("sweep", grid_sweep, WT.tying_train, staged=True),
+        Part("small", grid_small, WT.tying_train_small, staged=True),
     )
 
     def declare(self, p: dict) -> Declaration:

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tfclaims.measure import attention_cost as fm
+from tfclaims.measure import attention_units as au
 from tfclaims.measure.counters import count_flops, saved_bytes
 from tfclaims.measure.counting import (
     attention_flops,
@@ -111,12 +112,12 @@ def test_fused_kernel_keeps_a_row_statistic_not_the_matrix_and_hand_formulas_hol
     inv = fm.saved_inventory(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     shapes = sorted(tuple(t["shape"]) for t in inv)
     assert shapes == sorted([(B, h, n)] + [(B, h, n, dk)] * 4)  # lse + q, k, v, output; nothing n x n
-    assert saved_bytes(lambda: F.scaled_dot_product_attention(q, k, v)) == fm.hand_bytes("fused", B, h, n, dk)
+    assert saved_bytes(lambda: F.scaled_dot_product_attention(q, k, v)) == au.hand_bytes("fused", B, h, n, dk)
     core = Attention(ModelConfig(d_model=h * dk, n_heads=h, attn_backend="explicit"))
-    assert saved_bytes(lambda: core._explicit(q, k, v, None)) == fm.hand_bytes("explicit", B, h, n, dk)
+    assert saved_bytes(lambda: core._explicit(q, k, v, None)) == au.hand_bytes("explicit", B, h, n, dk)
     mod = Attention(ModelConfig(d_model=h * dk, n_heads=h, max_seq_len=n))  # causal, SDPA backend
     x = torch.randn(B, n, h * dk)
-    assert saved_bytes(lambda: mod(x), exclude=tuple(mod.parameters())) == fm.hand_bytes(
+    assert saved_bytes(lambda: mod(x), exclude=tuple(mod.parameters())) == au.hand_bytes(
         "module_sdpa", B, h, n, dk
     )
 
@@ -153,9 +154,9 @@ def test_time_sweep_fills_a_gpu_with_sequences_and_reports_seconds_per_sequence(
     from tfclaims.measure import attention_cost as ac
 
     assert (
-        ac.fill_batch(1, 64, 2**17) == 2048
-        and ac.fill_batch(8, 2**17, 2**17) == 1
-        and ac.fill_batch(4, 8, 0) == 1
+        au.fill_batch(1, 64, 2**17) == 2048
+        and au.fill_batch(8, 2**17, 2**17) == 1
+        and au.fill_batch(4, 8, 0) == 1
     )
     shapes = []
     real = ac.unit_fns
@@ -182,8 +183,8 @@ def test_saved_bytes_in_bfloat16_follow_the_hand_formulas_and_the_kernel_is_reco
     cfg = {"n": 64, "heads": 2, "head_dim": 8, "inventory": False, "grad_check": False, "dtype": "bfloat16"}
     m = fm.run_saved_bytes(cfg, RunContext(device=torch.device("cpu")))["variants"]
     for name in ("explicit", "explicit_causal", "fused", "fused_causal", "module_sdpa"):
-        assert m[name]["bytes"] == m[name]["hand"] == fm.hand_bytes(name, 1, 2, 64, 8, 2), name
-    assert fm.hand_bytes("fused", 1, 2, 64, 8, 2) == 2 * (4 * 64 * 8 * 2 + 4 * 64)
+        assert m[name]["bytes"] == m[name]["hand"] == au.hand_bytes(name, 1, 2, 64, 8, 2), name
+    assert au.hand_bytes("fused", 1, 2, 64, 8, 2) == 2 * (4 * 64 * 8 * 2 + 4 * 64)
     assert "ScaledDotProduct" in m["fused"]["kernel"] and m["explicit"]["kernel"] == ""
 
 
@@ -201,17 +202,17 @@ H100_INVENTORY = {
 def test_hand_formula_of_each_cuda_kernel_equals_what_it_saved_on_an_h100(kernel, itemsize):
     qkv = 3 * 2 * 100 * 64 * itemsize
     for name in ("fused", "fused_causal"):
-        assert fm.hand_bytes(name, 1, 2, 100, 64, itemsize, kernel) == qkv + sum(
+        assert au.hand_bytes(name, 1, 2, 100, 64, itemsize, kernel) == qkv + sum(
             H100_INVENTORY[kernel, itemsize]
         )
-    assert fm.lse_rows(100, kernel) == (128 if "Efficient" in kernel else 100)
-    assert fm.classify(2 * fm.lse_rows(100, kernel), 1, 2, 100, 64, kernel) == "per row (n)"
+    assert au.lse_rows(100, kernel) == (128 if "Efficient" in kernel else 100)
+    assert au.classify(2 * au.lse_rows(100, kernel), 1, 2, 100, 64, kernel) == "per row (n)"
 
 
 def test_math_kernel_saves_in_float32_whatever_the_input_type():
     """SDPA's MATH kernel upcasts half types: it keeps float32 q, k, v and P (what an H100 saved in bfloat16)."""
-    assert fm.hand_bytes("math", 1, 2, 64, 64, 2) == fm.hand_bytes("math", 1, 2, 64, 64, 4) == 131072
+    assert au.hand_bytes("math", 1, 2, 64, 64, 2) == au.hand_bytes("math", 1, 2, 64, 64, 4) == 131072
     with sdpa_kernel(SDPBackend.MATH):
         q, k, v = (torch.randn(1, 2, 64, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         got = saved_bytes(lambda: F.scaled_dot_product_attention(q, k, v))
-    assert got == fm.hand_bytes("math", 1, 2, 64, 64, 2)
+    assert got == au.hand_bytes("math", 1, 2, 64, 64, 2)

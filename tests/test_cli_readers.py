@@ -1,4 +1,4 @@
-"""The reader commands: `--help`, `list` and `show` import no torch; `show` prints a result.json's answer,
+"""The reader commands: `--help`, `list`, `show` and `plan` import no torch; `show` prints a result.json's answer,
 sub-claims, caveats and provenance; `plan` counts a grid's cached runs and estimates the others from the records."""
 
 import json
@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,24 +14,26 @@ import torch
 from tfclaims.cli import main
 from tfclaims.harness.experiment import PROFILES
 from tfclaims.harness.launch import LAUNCHERS
+from tfclaims.harness.plan import MAX_SEEDS, resolve_profile, run_keys
 from tfclaims.harness.registry import REPO_ROOT, load, load_all
-from tfclaims.harness.runner import MAX_SEEDS, resolve_profile, run_keys
 from tfclaims.report.answers import answer_row
 
 CPU = torch.device("cpu")
 
 
-def imports_torch(*argv: str) -> tuple[int, bool, str, str]:
-    """Run `tfclaims.cli.main(argv)` in a fresh interpreter: (exit code, whether torch was imported, out, err)."""
+def imports_torch(*argv: str, before: str = "") -> tuple[int, bool, str, str]:
+    """Run `tfclaims.cli.main(argv)` in a fresh interpreter, after the statement `before`: (exit code, whether
+    torch was imported, out, err)."""
     code = textwrap.dedent(
-        """
+        f"""
         import sys
+        {before}
         from tfclaims.cli import main
         try:
             rc = main(sys.argv[1:])
         except SystemExit as e:
             rc = e.code
-        print(f"\\nrc={rc} torch={'torch' in sys.modules}")
+        print(f"\\nrc={{rc}} torch={{'torch' in sys.modules}}")
         """
     )
     out = subprocess.run(
@@ -63,8 +66,25 @@ def test_readers_import_no_torch(argv):
 
 
 def test_the_check_sees_torch_imported():
-    rc, torch_imported, out, _ = imports_torch("plan", "ffn_share", "--profile", "quick", "--device", "cpu")
+    rc, torch_imported, out, _ = imports_torch("list", before="import tfclaims.nn.models")
     assert rc == 0 and torch_imported and "ffn_share" in out
+
+
+@pytest.mark.parametrize("cid", sorted(p.stem for p in (REPO_ROOT / "experiments").glob("[!_]*.py")))
+def test_plan_imports_no_torch(cid):
+    """Every claim's experiment file, grid and declarations load without torch; its recipes load on a run."""
+    rc, torch_imported, out, err = imports_torch("plan", cid, "--profile", "default", "--device", "cpu")
+    assert rc == 0, err
+    assert not torch_imported
+    assert out.startswith(f"{cid}, profile default, device cpu:")
+
+
+def test_plan_asks_torch_about_cuda_only_where_a_gpu_driver_is():
+    from tfclaims.device import GPU_DRIVER_PATHS
+
+    rc, torch_imported, out, err = imports_torch("plan", "kv_cache", "--profile", "quick")
+    assert rc == 0, err
+    assert torch_imported == any(Path(p).exists() for p in GPU_DRIVER_PATHS)
 
 
 def test_list_gives_the_registry_order_and_titles(capsys):
@@ -93,7 +113,7 @@ def test_help_constants_read_from_source_match_the_modules():
 
     assert _constant("harness.experiment", "PROFILES") == PROFILES
     assert _constant("harness.launch", "LAUNCHERS") == LAUNCHERS
-    assert _constant("harness.runner", "MAX_SEEDS") == MAX_SEEDS
+    assert _constant("harness.plan", "MAX_SEEDS") == MAX_SEEDS
     assert _source_literals("harness.experiment", "Experiment")["order"] == 100
 
 

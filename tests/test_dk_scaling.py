@@ -1,22 +1,20 @@
 """dk_scaling's recipes beyond the rule: qk-layernorm against a per-head torch LayerNorm, the sweep's grid, and
 the second width's size."""
 
-import sys
-
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from tfclaims.claims.dk_scaling import QKNorm, add_qk_norm, dk_overrides, init_qk
+from tfclaims.claims.dk_scaling import QKNorm, add_qk_norm, dk_train_qknorm, init_qk
 from tfclaims.grids import dk_scaling as G
+from tfclaims.grids.dk_scaling import dk_overrides
 from tfclaims.harness.experiment import RunContext
 from tfclaims.harness.registry import load
 from tfclaims.nn.models import LM
-from tfclaims.train.small_lm import model_config
+from tfclaims.train.profiles import model_config
 
 EXP = load("dk_scaling")
-MOD = sys.modules[type(EXP).__module__]
 
 
 def test_qk_norm_is_a_layernorm_over_each_head_of_the_projection():
@@ -45,7 +43,7 @@ def test_qk_norm_keeps_unscaled_logits_at_sqrt_dk_and_trains_through_the_recipe(
     model.blocks[0].attn.score_hook = hook
     model(torch.randint(0, 85, (4, p["seq_len"])))
     assert seen["v"] == pytest.approx(8, rel=0.5)  # unit-variance q, k components: Var(q·k) ≈ d_k
-    m = MOD.dk_train_qknorm({**cfg, "part": "qknorm"}, RunContext(torch.device("cpu"), progress=False))
+    m = dk_train_qknorm({**cfg, "part": "qknorm"}, RunContext(torch.device("cpu"), progress=False))
     assert np.isfinite(m["final_val"]) and len(m["probes"]) == len(m["eval_steps"])
 
 

@@ -5,7 +5,6 @@ decoding step replayed from a CUDA graph where a GPU is present."""
 import pytest
 import torch
 
-from tfclaims import device as device_mod
 from tfclaims.device import environment
 from tfclaims.harness.registry import load_all
 from tfclaims.measure.counting import kv_cache_bytes
@@ -14,7 +13,7 @@ from tfclaims.measure.timing import time_call
 from tfclaims.nn.attention import KVCache
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import LM
-from tfclaims.train.decode import decode_config
+from tfclaims.train.decode_configs import decode_config
 
 EXPS = load_all()
 GPU_BYTES = 79 * 2**30  # the `full` profiles are sized for one 80 GB GPU (A100/H100): about 79 GiB usable
@@ -22,7 +21,7 @@ GPU_BYTES = 79 * 2**30  # the `full` profiles are sized for one 80 GB GPU (A100/
 
 def test_timing_synchronises_before_and_after_every_repeat_on_cuda(monkeypatch):
     events = []
-    monkeypatch.setattr(device_mod.torch.cuda, "synchronize", lambda dev=None: events.append("sync"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: events.append("sync"))
     time_call(lambda: events.append("call"), device=torch.device("cuda"), warmup=1, repeats=3)
     # warm-up unsynchronised, then every timed call bracketed: the clock covers the queued kernels
     assert events == ["call"] + ["sync", "call", "sync"] * 3
@@ -104,7 +103,7 @@ def _memory_claims(claim, exp, p) -> dict:
     if claim == "flash_memory":  # explicit attention forward+backward at the longest n, batch 1
         return {"explicit attention at max n": _scores(p["heads"], max(p["ns"]), max(p["ns"]))}
     if claim == "attention_complexity":  # every size runs fill_batch sequences at once
-        from tfclaims.measure.attention_cost import fill_batch
+        from tfclaims.measure.attention_units import fill_batch
 
         def scores(h, n):
             return _scores(h, n, n, fill_batch(h, n, p["fill_rows"]))
@@ -133,6 +132,19 @@ def _memory_claims(claim, exp, p) -> dict:
             "steps part caches": sum(kv_cache_bytes(small, n) for n in p["ns"]),
             "uncached forward at max n (fused attention)": 40 * max(p["ns"]) * p["d_model"] * F32,
         }  # fmt: skip
+    if claim == "online_softmax":  # the float64 reference materialises scores and probabilities at the max n
+        h, n = p["heads"], max(max(p["ns"]), max(p["mem_ns"]))
+        return {
+            "float64 reference at max n": 2 * h * n * n * 8,
+            "explicit float32 at max n": 2 * h * n * n * F32,
+        }
+    if claim == "init_variance":  # every layer's weights and activations (with their gradients) at once
+        w, depth, batch = p["width"], p["depth"], p["batch"]
+        return {"MLP weights and activations": depth * (w * w + 3 * batch * w) * F32}
+    if claim == "paged_kv":  # the decode part holds both caches of every context at once while it times them
+        c = decode_config(p, None, max(p["ns"]) + 1)
+        caches = sum(2 * kv_cache_bytes(c, n, p["batch"]) for n in p["ns"])
+        return {"contiguous + paged caches": caches + 12 * c.n_layers * c.d_model**2 * F32}
     if claim == "ffn_share":  # counts on the meta device: no memory is allocated
         return {"meta-device instantiation": 0}
     if claim == "rmsnorm":
@@ -226,7 +238,7 @@ def test_full_profile_models_build_and_run_at_their_shapes_on_the_meta_device(cl
     allocated): a width that its heads do not divide, or a sequence past the model's table, fails here
     rather than on the GPU."""
     from tfclaims.nn.models import LM
-    from tfclaims.train.small_lm import model_config
+    from tfclaims.train.profiles import model_config
 
     for d, L, h, s in sorted(_model_shapes(EXPS[claim])):
         cfg = {"d_model": d, "n_layers": L, "n_heads": h, "seq_len": s}

@@ -9,7 +9,8 @@ from tfclaims.measure.counting import kv_cache_bytes
 from tfclaims.nn.attention import KVCache
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import LM, n_params
-from tfclaims.train.decode import filled_decoder, kv_list, weight_read_bytes
+from tfclaims.train.decode import filled_decoder, weight_read_bytes
+from tfclaims.train.decode_configs import kv_list
 
 
 def mha(pos="learned", backend="sdpa", **kw):

@@ -4,7 +4,8 @@ whole set's logits (`measure.calibration.scores`, an independent path)."""
 import pytest
 import torch
 
-from tfclaims.claims.label_smoothing import ECE_BINS, _stream_scores, tiled_windows
+from tfclaims.claims.label_smoothing import _stream_scores, tiled_windows
+from tfclaims.grids.label_smoothing import ECE_BINS
 from tfclaims.measure.calibration import reliability, scores, top1
 
 

@@ -128,7 +128,7 @@ def test_stats_against_scipy_and_closed_forms():
 def test_cpu_peak_follows_allocations_and_frees():
     """The profiler-based peak is the most bytes held at once: two 4 MB tensors alive together, one freed, a
     2 MB one allocated after -> 8 MB, not the 10 MB ever allocated nor the 6 MB held at the end."""
-    from tfclaims.claims.flash_memory import cpu_peak
+    from tfclaims.measure.memory import cpu_peak
 
     def alloc():
         a = torch.empty(1_000_000)

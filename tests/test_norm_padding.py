@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 from tfclaims.analysis import norm_padding as view
 from tfclaims.claims import norm_padding as NP
-from tfclaims.claims.norm_padding import NORMS
 from tfclaims.data.corpus import PAD, pad_batch
 from tfclaims.grids import norm_padding as G
+from tfclaims.grids.norm_padding import NORMS
 from tfclaims.harness.registry import load
 from tfclaims.nn.config import ConfigError
 from tfclaims.nn.models import n_params

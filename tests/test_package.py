@@ -1,7 +1,11 @@
 """The package's shape: no import cycle among its modules or its sub-packages (lazy imports inside functions
-included), imports that point one way (a claim's recipes on the library, the harness on no claim), and nothing
-outside the run-side packages that a run can reach."""
+included), imports that point one way (a claim's recipes on the library, the harness on no claim), nothing
+outside the run-side packages that a run can reach, and the declaration side (grids, evidence, analysis, the
+harness's plan) importable without torch."""
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -24,9 +28,10 @@ MAY_IMPORT = {
     "data": {"io"},
     "measure": {"nn", "device"},
     "train": {"nn", "data", "measure", "device"},
-    "claims": {"nn", "data", "measure", "train", "device", "io"},
+    "claims": {"grids", "nn", "data", "measure", "train", "device", "io"},
     "evidence": {"plotting"},
-    "grids": {"claims", "evidence", "nn", "data", "train", *FOUNDATION},
+    # torch-free (test_the_declaration_side_imports_no_torch): what a grid builds runs from, before any run
+    "grids": {"evidence", "nn", "data", "measure", "train", *FOUNDATION},
     "analysis": {"grids", "evidence", "nn", "data", "measure", "train", *FOUNDATION},
     "harness": {"nn", "data", "measure", "train", "evidence", *FOUNDATION},
     "report": {"harness", "evidence", *FOUNDATION},
@@ -35,7 +40,7 @@ MAY_IMPORT = {
     "__init__": set(),
 }
 # Where the code a run executes may live: a run's numbers never depend on statistics, reports or the harness.
-RUN_SIDE = {"nn", "data", "measure", "train", "claims", "device", "io"}
+RUN_SIDE = {"nn", "data", "measure", "train", "grids", "claims", "device", "io"}
 
 
 def _modules() -> list[str]:
@@ -116,3 +121,36 @@ def test_the_readme_architecture_names_every_sub_package():
     section = section[: section.index("\n## ", 1)]
     missing = [p for p in MAY_IMPORT if (PKG / p).is_dir() and f"{p}/" not in section]
     assert missing == []
+
+
+# What `tfclaims plan` and the readers load: everything an experiment file imports when it is read
+TORCH_FREE = ("grids", "evidence", "analysis", "report.answers", "harness.experiment", "harness.plan",
+              "harness.provenance", "harness.registry", "harness.launch", "device", "io", "cli")  # fmt: skip
+
+
+def test_the_declaration_side_imports_no_torch():
+    """Each of these modules imported in a fresh interpreter that refuses torch (torch-bound helpers are
+    imported where a run or a figure needs them)."""
+    mods = [m for m in _modules() if m.split(".")[0] in TORCH_FREE or m in TORCH_FREE]
+    mods = [m for m in mods if not m.endswith("__main__")]
+    code = textwrap.dedent(
+        """
+        import importlib, sys
+        class Refuse:
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] == "torch":
+                    raise ImportError("torch refused")
+        sys.meta_path.insert(0, Refuse())
+        bad = []
+        for m in sys.argv[1:]:
+            try:
+                importlib.import_module("tfclaims." + m)
+            except ImportError as e:
+                bad.append(f"{m}: {e}")
+        print("\\n".join(bad))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code, *mods], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+    assert len(mods) > 40

@@ -13,6 +13,7 @@ from torch import nn
 from tfclaims.analysis import postnorm_warmup as view
 from tfclaims.claims import postnorm_warmup as M
 from tfclaims.data.corpus import load_corpus, unigram_xent
+from tfclaims.grids.postnorm_warmup import model_config, train_config
 from tfclaims.harness.registry import load
 from tfclaims.nn.blocks import Block, deepnorm_constants
 from tfclaims.nn.config import ConfigError, ModelConfig
@@ -128,8 +129,8 @@ def _first_step_size(corpus, warmup, lr=0.01):
         "eval_batches": 1,
         "seed": 0,
     }
-    t = M.train_config(cfg)
-    model = LM(M.model_config(cfg, "post", 2, "xavier", corpus.vocab_size))
+    t = train_config(cfg)
+    model = LM(model_config(cfg, "post", 2, "xavier", corpus.vocab_size))
     before = model.blocks[0].ffn.w1.weight.detach().clone()
     seen = {}
 
@@ -226,7 +227,7 @@ def test_divergence_is_recorded_and_counts_as_failure(corpus):
     )
     with torch.no_grad():
         model.blocks[0].ffn.w1.weight.mul_(1e30)
-    t = M.train_config(
+    t = train_config(
         {
             "steps": 10,
             "batch": 2,

@@ -16,11 +16,17 @@ import torch
 
 from tfclaims.device import seed_all
 from tfclaims.harness import reach
-from tfclaims.harness.experiment import RunContext
-from tfclaims.harness.provenance import changed_definitions, code_definitions, code_hash, result_problems
+from tfclaims.harness.experiment import Recipe, RunContext, recipes
+from tfclaims.harness.plan import resolve_profile
+from tfclaims.harness.provenance import (
+    changed_definitions,
+    code_definitions,
+    code_hash,
+    recipe_definitions,
+    result_problems,
+)
 from tfclaims.harness.reach import PKG_DIR, code_digest, reached
 from tfclaims.harness.registry import REPO_ROOT, load_all
-from tfclaims.harness.runner import resolve_profile
 
 EXPS = load_all()
 
@@ -99,6 +105,30 @@ def test_a_hash_follows_the_code_that_runs_and_nothing_else(tmp_path):
     # a statement a reached module runs at import could set global state: it counts
     side = HELPER + "\n    import torch\n    torch.set_default_dtype(torch.float64)\n"
     assert _digest(_package(tmp_path, {"a.py": RUN, "b.py": side})) != before
+    # imports for type checkers never run: they count no more than an import; code under the guard does
+    typing = "\n    if TYPE_CHECKING:\n        import torch\n"
+    assert _digest(_package(tmp_path, {"a.py": RUN, "b.py": HELPER + typing})) == before
+    guarded = typing + "        torch.set_default_dtype(torch.float64)\n"
+    assert _digest(_package(tmp_path, {"a.py": RUN, "b.py": HELPER + guarded})) != before
+
+
+def test_a_recipe_named_by_module_reaches_what_the_function_reaches():
+    """`recipes(...)` names a library recipe without importing it: the same definitions as the function, the
+    same result when called, and a misspelt name fails when the experiment file loads."""
+    from tfclaims.claims import kv_cache
+
+    kv = recipes("tfclaims.claims.kv_cache")
+    assert kv.run_step_counts.path == Path(inspect.getsourcefile(kv_cache.run_step_counts))
+    assert recipe_definitions(kv.run_step_counts) == recipe_definitions(kv_cache.run_step_counts)
+    assert kv.run_step_counts.load() is kv_cache.run_step_counts
+    cfg = {"ns": [8, 16], "d_model": 16, "n_heads": 2, "n_layers": 1}
+    ctx = RunContext(device=torch.device("cpu"), progress=False)
+    assert kv.run_step_counts(cfg, ctx) == kv_cache.run_step_counts(cfg, ctx)
+    for bad in ("run_step_count", "_private", "AA"):  # a typo, a private name, a constant
+        with pytest.raises(AttributeError, match="has no recipe"):
+            getattr(kv, bad)
+    with pytest.raises(ValueError, match="not a module of"):
+        recipes("os.path")
 
 
 def _edited(monkeypatch, module: str, old: str, new: str) -> None:
@@ -157,8 +187,11 @@ def _executed(fn) -> set[tuple[str, str]]:
     codes = set()
 
     def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(roots):
-            codes.add(frame.f_code)
+        # functions only: a class body runs when its module is first imported (a lazy import inside the run),
+        # which executes no code of the run's own
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(roots) and code.co_flags & inspect.CO_OPTIMIZED:
+            codes.add(code)
 
     sys.setprofile(profile)
     try:
@@ -181,6 +214,11 @@ def _executed(fn) -> set[tuple[str, str]]:
     return out
 
 
+def _function(run):
+    """A part's recipe as the function that runs (a `Recipe` loaded), so that the trace sees no harness code."""
+    return run.load() if isinstance(run, Recipe) else run
+
+
 @pytest.mark.parametrize("cid", sorted(EXPS))
 def test_every_definition_a_run_executes_is_in_its_hash(cid):
     """One run of each part (its first quick config), traced: what ran is what keys the run. A staged part
@@ -192,10 +230,10 @@ def test_every_definition_a_run_executes_is_in_its_hash(cid):
         if cfg is None:
             assert part.staged, f"{cid}:{part.name} has no config in the quick grid"
             continue
-        closure = {(d.module, d.name) for d in reached(inspect.getsourcefile(part.run), part.run.__name__)}
+        closure = {(d.module, d.name) for d in recipe_definitions(part.run)}
         seed_all(int(cfg.get("seed", 0)))
         ctx = RunContext(device=torch.device("cpu"), progress=False)
-        ran = _executed(functools.partial(part.run, cfg, ctx))
+        ran = _executed(functools.partial(_function(part.run), cfg, ctx))
         assert ran and ran <= closure, (
             f"{cid}:{part.name} ran definitions outside its hash: {sorted(ran - closure)}"
         )
@@ -210,6 +248,7 @@ def test_the_trace_sees_a_definition_the_walk_missed(monkeypatch):
     monkeypatch.setattr(
         reach, "_resolve", lambda mod, name, pkg, depth=0: real(mod, name, pkg) if name in mod.defs else None
     )
-    closure = {(d.module, d.name) for d in reached(inspect.getsourcefile(part.run), part.run.__name__)}
-    ran = _executed(functools.partial(part.run, cfg, RunContext(device=torch.device("cpu"), progress=False)))
+    closure = {(d.module, d.name) for d in recipe_definitions(part.run)}
+    ctx = RunContext(device=torch.device("cpu"), progress=False)
+    ran = _executed(functools.partial(_function(part.run), cfg, ctx))
     assert ("nn.models", "LM") in ran - closure

@@ -12,8 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from tfclaims.claims.additive_vs_dot import AA, INITS, KINDS
+from tfclaims.claims.additive_vs_dot import INITS
 from tfclaims.evidence.evaluate import CheckFailed
+from tfclaims.grids.additive_vs_dot import AA, KINDS
 from tfclaims.harness.registry import load
 
 from rules import analyse, comparison, decisions, record, sub, timed, verdicts

@@ -13,7 +13,7 @@ import pytest
 
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
-from tfclaims.measure.attention_cost import unit_config, unit_flops, working_set_bytes
+from tfclaims.measure.attention_units import unit_config, unit_flops, working_set_bytes
 
 from rules import LOAD, analyse, comparison, decisions, quartiles, record, sub, verdicts
 

@@ -7,7 +7,7 @@ import pytest
 
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
-from tfclaims.measure.attention_cost import VARIANTS, hand_bytes
+from tfclaims.measure.attention_units import VARIANTS, hand_bytes
 
 from rules import analyse, comparisons, decisions, record, sub, verdicts
 

@@ -20,7 +20,7 @@ from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 from tfclaims.nn.models import LM
 from tfclaims.train.loop import evaluate
-from tfclaims.train.small_lm import model_config
+from tfclaims.train.profiles import model_config
 
 from rules import analyse, comparison, decisions, record, sub, verdicts
 

@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 
 from tfclaims.analysis.norm_padding import setting_of
-from tfclaims.claims.norm_padding import NORMS
 from tfclaims.evidence.decisions import combine
 from tfclaims.evidence.evaluate import CheckFailed
-from tfclaims.grids.norm_padding import swept_name
+from tfclaims.grids.norm_padding import NORMS, swept_name
 from tfclaims.harness.registry import load
 
 from rules import analyse, comparison, decisions, record, sub, verdicts

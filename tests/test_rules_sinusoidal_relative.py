@@ -27,7 +27,7 @@ from tfclaims.harness.registry import load
 from tfclaims.nn.attention import KVCache
 from tfclaims.nn.config import ConfigError
 from tfclaims.nn.models import LM
-from tfclaims.train.small_lm import model_config
+from tfclaims.train.profiles import model_config
 
 from rules import analyse, comparison, decisions, record, sub, verdicts
 

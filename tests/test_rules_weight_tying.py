@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from tfclaims.analysis.weight_tying import steps_to_target
-from tfclaims.claims.weight_tying import TYING_ARMS, matched_d_ff
+from tfclaims.claims.weight_tying import TYING_ARMS
 from tfclaims.evidence.evaluate import CheckFailed
+from tfclaims.grids.weight_tying import matched_d_ff
 from tfclaims.harness.registry import load
 from tfclaims.measure.counting import model_params
-from tfclaims.train.small_lm import model_config
+from tfclaims.train.profiles import model_config
 
 from rules import analyse, comparison, decisions, record, sub, verdicts
 

@@ -11,7 +11,7 @@ from torch import nn
 from tfclaims.claims.sinusoidal_relative import copy_accuracy, copy_batch, copy_run, match_norms, norm_ratio
 from tfclaims.harness.experiment import RunContext
 from tfclaims.nn.models import LM, lm_loss
-from tfclaims.train.small_lm import model_config
+from tfclaims.train.profiles import model_config
 
 V, T = 85, 32  # the character corpus's vocabulary, a training length
 

@@ -33,9 +33,10 @@ from pathlib import Path
 
 import torch
 
+from tfclaims.harness.plan import record_seconds, resolve_profile
 from tfclaims.harness.provenance import config_hash, grid_run_ids, run_code_hash, run_id
 from tfclaims.harness.registry import REPO_ROOT, load_all
-from tfclaims.harness.runner import RunTask, execute_run, record_seconds, resolve_profile
+from tfclaims.harness.runner import RunTask, execute_run
 from tfclaims.io import atomic_write_json
 
 # Metrics that measure the machine, not the computation: left out when reruns are compared.

@@ -43,9 +43,9 @@ class UsageError(Exception):
 # The harness's user errors, by module. Each is caught once its module is loaded (a module never imported raised
 # nothing), so that catching them imports nothing.
 _USER_ERRORS = (
-    ("harness.runner", "BadInput"),
+    ("harness.plan", "BadInput"),
     ("device", "DeviceError"),
-    ("data.corpus", "CorpusError"),
+    ("data.files", "CorpusError"),
     ("harness.launch", "LauncherError"),
 )
 
@@ -174,7 +174,7 @@ def _seeds(text: str) -> list[int]:
         ) from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"--seeds count must be >= 1, got {n}")
-    max_seeds = _constant("harness.runner", "MAX_SEEDS")
+    max_seeds = _constant("harness.plan", "MAX_SEEDS")
     if n > max_seeds:
         raise argparse.ArgumentTypeError(f"--seeds count must be <= {max_seeds}, got {n}")
     return list(range(n))
@@ -545,11 +545,11 @@ class Plan:
 
 
 def make_plan(
-    exp: Experiment, profile: str, device: torch.device, runs_dir: Path, seeds=None, overrides=None
+    exp: Experiment, profile: str, device: torch.device | str, runs_dir: Path, seeds=None, overrides=None
 ) -> Plan:
     """The grid `run` would make, with its cached records and the durations on record of the missing runs; a
     staged grid grown, as the runner grows it, for as long as every run of a stage is cached."""
-    from .harness.runner import _durations, _load_record, _ok, check_grid, resolve_profile, run_keys
+    from .harness.plan import check_grid, durations, load_record, ok, resolve_profile, run_keys
 
     p = resolve_profile(exp, profile, seeds, overrides)
     try:
@@ -559,7 +559,7 @@ def make_plan(
     check_grid(exp, configs)
     while True:
         keys = run_keys(exp, configs, device)
-        done = [_ok(_load_record(runs_dir / f"{k.run_id}.json")) for k in keys]
+        done = [ok(load_record(runs_dir / f"{k.run_id}.json")) for k in keys]
         if not exp.staged or not all(done):
             break
         grown = exp.grid(p, done)
@@ -567,7 +567,7 @@ def make_plan(
             break
         check_grid(exp, grown)
         configs = grown
-    known = _durations(runs_dir, device)  # by config hash, else by part (what SLURM packs jobs by)
+    known = durations(runs_dir, device)  # by config hash, else by part (what SLURM packs jobs by)
     parts: dict[str, PartPlan] = {}
     for cfg, key, rec in zip(configs, keys, done):
         name = str(cfg.get("part", ""))
@@ -583,7 +583,7 @@ def make_plan(
     return Plan(
         exp.claim_id,
         profile,
-        device.type,
+        str(getattr(device, "type", device)),
         tuple(parts.values()),
         tuple(part.name for part in exp.parts if part.staged),
         exp.staged and not all(done),
@@ -688,7 +688,7 @@ def _plan(args) -> int:
     except Exception as e:
         first = str(e).splitlines()[0] if str(e) else ""
         raise UsageError(f"claim {args.name!r} cannot be loaded: {type(e).__name__}: {first}") from None
-    device = Launcher.from_options(args.launcher, gpus=args.slurm_gpus).device(args.device)
+    device = Launcher.from_options(args.launcher, gpus=args.slurm_gpus).device_type(args.device)
     runs_dir = results_root(args.results_dir) / exp.claim_id / "runs"
     plan = make_plan(exp, args.profile, device, runs_dir, args.seeds, dict(args.overrides))
     print("\n".join(plan_lines(plan, runs_dir, _width())))

@@ -1,13 +1,20 @@
-"""Device choice, seeding, and the environment recorded with every result."""
+"""Device choice, seeding, and the environment recorded with every result.
+
+Importing it imports no torch (`tfclaims plan` resolves the device type with `device_type`); the functions that
+need torch import it when called."""
 
 from __future__ import annotations
 
 import os
 import platform
 import random
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -16,18 +23,37 @@ class DeviceError(RuntimeError):
     """A device was asked for that this machine does not have."""
 
 
-def resolve_device(name: str = "auto") -> torch.device:
+# where a GPU driver shows itself; without any of them torch cannot see a CUDA (or ROCm) device either
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+
+
+def device_type(name: str = "auto") -> str:
+    """The device type ("cpu" or "cuda") that `name` resolves to on this machine. Torch is asked whether CUDA
+    works only where a GPU driver is present: elsewhere the answer is the CPU without importing it."""
     if name not in DEVICES:
         raise DeviceError(f"unknown device {name!r}; choose one of {', '.join(DEVICES)}")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
+    if name == "cpu":
+        return "cpu"
+    usable = any(Path(p).exists() for p in GPU_DRIVER_PATHS)
+    if usable:
+        import torch
+
+        usable = torch.cuda.is_available()
+    if name == "cuda" and not usable:
         raise DeviceError("--device cuda was asked for, but no CUDA GPU is available on this machine")
-    return torch.device(name)
+    return "cuda" if usable else "cpu"
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    import torch
+
+    return torch.device(device_type(name))
 
 
 def seed_all(seed: int) -> None:
     """Seed Python, NumPy and torch (all devices). CPU runs are then bit-for-bit repeatable."""
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -37,6 +63,8 @@ def fix_precision() -> dict:
     """float32 computes in float32 on every device: TF32 off for CUDA matmuls, cuDNN and oneDNN (one switch,
     torch's fp32_precision API; CUDA's matmuls would otherwise follow whatever the process set). Returns the
     settings read back after setting them, for the run record."""
+    import torch
+
     torch.backends.fp32_precision = "ieee"
     return precision()
 
@@ -44,6 +72,8 @@ def fix_precision() -> dict:
 def precision() -> dict:
     """The fp32 settings in force (read through the fp32_precision API only: reading the legacy allow_tf32
     flags after setting the new ones raises)."""
+    import torch
+
     b = torch.backends
     return {
         "fp32": b.fp32_precision,
@@ -56,6 +86,8 @@ def precision() -> dict:
 
 def synchronize(device: torch.device | str) -> None:
     """Wait for queued kernels so that wall-clock timings cover the work (a no-op on CPU)."""
+    import torch
+
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -64,6 +96,7 @@ def environment(device: torch.device) -> dict:
     import matplotlib
     import pandas
     import scipy
+    import torch
 
     env = {
         "device": device.type,

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
-
-import torch
 
 
 def _atomic(path: Path, write) -> None:
@@ -48,11 +47,14 @@ def atomic_write_json(path: Path, obj) -> None:
 
 
 def atomic_torch_save(obj, path: Path) -> None:
+    import torch
+
     _atomic(path, lambda f: torch.save(obj, f))
 
 
 def jsonable(o):
-    if isinstance(o, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor exists only where torch was imported
+    if torch is not None and isinstance(o, torch.Tensor):
         return o.tolist()
     if hasattr(o, "item"):  # numpy scalars
         return o.item()

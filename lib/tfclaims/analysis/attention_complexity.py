@@ -13,7 +13,7 @@ from ..evidence.declare import Readout
 from ..evidence.plots import loglog
 from ..evidence.stats import loglog_fit
 from ..evidence.tables import timing_rows
-from ..measure.attention_cost import UNITS, score_share, unit_config, unit_flops, working_set_bytes
+from ..measure.attention_units import UNITS, score_share, unit_config, unit_flops, working_set_bytes
 from ..measure.counting import attention_flops, attention_score_flops, block_flops, score_crossover_length
 from ..nn.config import PRESETS
 from . import part

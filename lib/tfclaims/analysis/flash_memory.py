@@ -10,7 +10,7 @@ import pandas as pd
 from ..evidence.declare import Readout
 from ..evidence.plots import loglog
 from ..evidence.stats import loglog_fit
-from ..measure.attention_cost import ITEMSIZE, VARIANTS, classify, hand_bytes
+from ..measure.attention_units import ITEMSIZE, VARIANTS, classify, hand_bytes
 from . import part
 
 FUSED = ("fused", "fused_causal")  # the fused kernel without a mask argument

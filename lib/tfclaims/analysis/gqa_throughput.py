@@ -20,7 +20,7 @@ from ..evidence.tables import runs_table, timing_rows
 from ..evidence.tuning import read_sweep
 from ..grids.gqa_throughput import SWEPT, scale_label, scales
 from ..measure.counting import kv_cache_bytes, lm_forward_flops, model_params
-from ..train.decode import decode_config, kv_list
+from ..train.decode_configs import decode_config, kv_list
 from . import part
 
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}

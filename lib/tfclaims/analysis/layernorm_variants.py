@@ -9,7 +9,6 @@ import pandas as pd
 
 from ..evidence.curves import plot_curves
 from ..evidence.declare import Readout
-from ..nn.norm_variants import gain, relative_difference
 from . import part
 
 NAME = {"layer": "LayerNorm", "rms": "RMSNorm"}
@@ -72,6 +71,8 @@ REF_OFF = Readout(
 def rel_diff(std: str, sigma: float, d: int, eps: float, notes_eps: float | None = None) -> float:
     """|y_notes / y_torch − 1| at per-token scale sigma: torch's layer at eps, the notes' at notes_eps
     (default the same eps)."""
+    from ..nn.norm_variants import gain  # torch's: the closed forms take tensors too
+
     notes_eps = eps if notes_eps is None else notes_eps
     return abs(gain(NOTES[std], sigma, d, notes_eps) / gain(std, sigma, d, eps) - 1)
 
@@ -280,6 +281,7 @@ def _swap_runs(runs, eps, notes_eps, out) -> None:
 
 # ---------------------------------------------------------------------------- figures
 def plot_formulas(t: dict, p: dict, threshold: float, stars: dict, out) -> None:
+    from ..nn.norm_variants import relative_difference
     from ..plotting import log_ticks, subplots
 
     eps, w, sc, pdf = p["eps"], t["width"], t["scale"], t["probes"]

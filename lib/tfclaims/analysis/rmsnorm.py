@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..evidence.plots import arm_bands
 from ..evidence.readouts import achieved, of_limit
@@ -14,7 +13,6 @@ from ..evidence.tables import comparison_table, runs_table, timing_rows, unconte
 from ..evidence.tuning import curve_table, read_sweep
 from ..grids.rmsnorm import NORMS, scales
 from ..grids.sweep import scale_label
-from ..nn.norm_variants import VARIANTS
 from . import part
 
 LABEL = {"builtin": "built-in", "eager": "eager", "fused": "fused"}
@@ -94,6 +92,8 @@ def ratio_ci(c) -> tuple[float, float, float]:
 
 def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -> dict:
     """norm_alone, step, kernels and training tables; returns what the summary and the figures read."""
+    import torch  # only its version, for the summary
+
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = micro["impls"]
     fams = [f for f, pair in families.items() if set(pair) <= set(impls)]
@@ -215,6 +215,8 @@ def _step_table(runs, result, families: dict, step: pd.DataFrame, aa: str, out) 
 
 
 def _kernels(micro: dict) -> pd.DataFrame:
+    from ..nn.norm_variants import VARIANTS  # torch's modules; their labels name the implementations
+
     rows = []
     for k in micro["kernels"]:  # the built-in and eager implementations, profiled at one width
         row = {"implementation": VARIANTS[k][1]}

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..grids.additive_vs_dot import AA, KINDS
 from ..measure.threads import intra_op_threads
 from ..measure.timing import time_interleaved
 
@@ -93,9 +94,6 @@ class DotAttention(nn.Module):
         return self.scores(q, kv).softmax(-1) @ self.wv(kv)
 
 
-KINDS = ("additive", "dot_scaled", "dot_unscaled")
-
-
 def make_attention(kind: str, d_q: int, d_kv: int, d_h: int, init: str = "torch") -> nn.Module:
     """One of KINDS with hidden/key size d_h (the additive layer's tanh width, or d_k)."""
     if kind == "additive":
@@ -106,9 +104,6 @@ def make_attention(kind: str, d_q: int, d_kv: int, d_h: int, init: str = "torch"
 
 
 # ------------------------------------------------------------------ run recipes of additive_vs_dot
-AA = "dot_scaled (again)"  # the scaled dot-product callable timed a second time: the A/A pair
-
-
 def score_variance(cfg: dict, ctx) -> dict:
     """Variance of the scores at init for unit-variance q, k over d: mean over independent inits (fewer for
     wide layers, whose one init already averages over d hidden units), under each init scheme."""

@@ -15,8 +15,10 @@ import torch
 from torch import nn
 
 from ..data.corpus import eval_windows, load_corpus
+from ..grids.dk_scaling import dk_overrides
 from ..nn.models import LM, lm_loss
-from ..train.small_lm import model_config, train_small
+from ..train.profiles import model_config
+from ..train.small_lm import train_small
 
 PROBE_SEED = 99  # the fixed validation batch the training probes read
 
@@ -57,17 +59,6 @@ def additive_scores(q: torch.Tensor, k: torch.Tensor, gen: torch.Generator) -> t
     W, U = (torch.empty(d, d).uniform_(-bound, bound, generator=gen) for _ in range(2))
     v = torch.empty(d).uniform_(-bound, bound, generator=gen)
     return torch.tanh(q @ W.T + k @ U.T) @ v
-
-
-def dk_overrides(cfg: dict) -> dict:
-    """The ModelConfig overrides of one arm: head size, base init, scaled or not (explicit attention, so the
-    score hook sees the logits)."""
-    return {
-        "head_dim": cfg["dk"],
-        "init": cfg["init"],
-        "attn_scale": None if cfg["scaled"] else 1.0,
-        "attn_backend": "explicit",
-    }
 
 
 def init_qk(model: LM, std: float) -> None:

@@ -15,12 +15,11 @@ import math
 import torch
 
 from ..data.corpus import eval_windows, load_corpus
+from ..grids.embedding_scale import INIT_NAME, INITS
 from ..nn.config import ModelConfig
 from ..nn.models import LM
 from ..train.small_lm import train_small
 
-INITS = ("normal", "xavier")  # N(0, 0.02²) (GPT-2 style, the library's default) and N(0, 1/d) (Xavier)
-INIT_NAME = {"normal": "N(0, 0.02²)", "xavier": "N(0, 1/d)"}
 # table -> the token table's standard deviation at width d (None: as the init draws it)
 TABLES = {"init": None, "unit": lambda d: 1.0, "small": lambda d: 1.0 / d}
 TABLE_NAME = {"unit": "N(0, 1) table", "small": "N(0, 1/d²) table"}

@@ -1,47 +1,24 @@
 """Peak memory of an attention forward + backward: what Dao et al.'s 10×/20× compare, beside the bytes saved.
 
 On CUDA: `attention_cost.cuda_peak` (`torch.cuda.max_memory_allocated` after a reset, less what was allocated
-before). On the CPU, where torch keeps no allocator statistics, the profiler's memory timeline: every storage's
-allocation and free in time order (torch's `MemoryProfileTimeline`, what `export_memory_timeline` draws), summed;
-its peak less the total at its start is the most memory the call held at once beyond what existed before it.
-Summing each operator's net allocation at its start time instead undercounts: a tensor freed inside a later
-operator is netted out before the peak it was part of (the explicit backward then shows two n×n tensors where
-autograd holds three: P, dP and dS).
+before); on the CPU: `measure.memory.cpu_peak`, the profiler's memory timeline (every storage's allocation and
+free in time order; summing each operator's net allocation instead shows two n×n tensors in the explicit backward
+where autograd holds three: P, dP and dS).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
-from torch.profiler._memory_profiler import Action, MemoryProfileTimeline
 
 from ..measure.attention_cost import cuda_peak
-from ..measure.timing import _quiet_fd2
+from ..measure.memory import cpu_peak
 from ..nn.attention import Attention, build_mask
 from ..nn.config import ModelConfig
 
 
 def _fwd_bwd(fn) -> None:
     fn().float().square().sum().backward()
-
-
-def cpu_peak(fn) -> int:
-    """Peak bytes held at once by fn() on the CPU beyond what was allocated before it (the profiler's memory
-    timeline: every storage's creation and destruction in time order; storages alive before fn are left out,
-    though one freed inside fn lowers the running sum, which is then below the peak it can reach)."""
-    kw = dict(profile_memory=True, record_shapes=True, with_stack=True)  # what the timeline needs
-    with _quiet_fd2(), profile(activities=[ProfilerActivity.CPU], **kw) as prof:
-        fn()
-    live = peak = 0
-    for _, action, (key, _), size in MemoryProfileTimeline(prof._memory_profile()).timeline:
-        if key.device.type != "cpu" or action == Action.INCREMENT_VERSION:
-            continue
-        if action == Action.PREEXISTING:  # alive before fn ran: not its memory
-            continue
-        live += size if action == Action.CREATE else -size if action == Action.DESTROY else 0
-        peak = max(peak, live)
-    return int(peak)
 
 
 def peak_bytes(fn, device) -> int:

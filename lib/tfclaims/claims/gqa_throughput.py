@@ -27,14 +27,15 @@ import torch
 from torch import nn
 
 from ..data.corpus import eval_windows, load_corpus
+from ..grids.gqa_throughput import lm_config
 from ..measure.counters import gemm_peak
-from ..measure.counting import attention_params
 from ..measure.threads import intra_op_threads
 from ..measure.timing import time_interleaved
 from ..nn.attention import KVCache
-from ..nn.config import ModelConfig, TrainConfig
+from ..nn.config import TrainConfig
 from ..nn.models import LM, lm_loss, n_params
-from ..train.decode import _time_decoders, decode_config
+from ..train.decode import _time_decoders
+from ..train.decode_configs import decode_config
 from ..train.loop import make_optimizer, train_lm
 
 METHODS = ("mean", "first")
@@ -70,20 +71,6 @@ def convert_kv_heads(model: LM, n_kv_heads: int, method: str = "mean") -> LM:
     new.load_state_dict(state)
     new.train(model.training)
     return new
-
-
-def lm_config(p: dict, kv: int, vocab: int, matched: bool = False) -> ModelConfig:
-    """The quality model (lm_d_model, lm_layers, lm_heads, seq_len) with `kv` K/V heads; `matched`: the FFN
-    widened by the attention parameters saved (Shazeer 2019; one FFN unit costs 2d + 1)."""
-    base = ModelConfig(
-        vocab_size=vocab, d_model=p["lm_d_model"], n_layers=p["lm_layers"], n_heads=p["lm_heads"],
-        max_seq_len=p["seq_len"],
-    )  # fmt: skip
-    c = base.replace(n_kv_heads=kv)
-    if matched:
-        saved = attention_params(base) - attention_params(c)
-        c = c.replace(d_ff=base.ff + round(saved / (2 * base.d_model + 1)))
-    return c
 
 
 def run_quality(cfg: dict, ctx) -> dict:

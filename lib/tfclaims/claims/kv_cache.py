@@ -16,22 +16,15 @@ import functools
 
 import torch
 
+from ..grids.kv_cache import linear_model_config, step_model_config
 from ..measure.counters import count_flops, read_bandwidth
 from ..measure.counting import kv_cache_bytes, lm_forward_flops, model_params
 from ..measure.graphs import graphed
 from ..measure.threads import intra_op_threads
 from ..measure.timing import time_interleaved
 from ..nn.attention import KVCache
-from ..nn.config import ModelConfig
 from ..nn.models import LM
-from ..train.decode import AA
-
-
-def linear_model_config(cfg: dict) -> ModelConfig:
-    d, layers, heads = cfg["linear_model"]
-    return ModelConfig(
-        vocab_size=96, d_model=d, n_layers=layers, n_heads=heads, max_seq_len=max(cfg["linear_ns"])
-    )
+from ..train.decode_configs import AA
 
 
 def run_cached_linear(cfg: dict, ctx) -> dict:
@@ -70,12 +63,6 @@ def run_cached_linear(cfg: dict, ctx) -> dict:
 
 
 # ------------------------------------------------------------------ cached vs uncached decoding steps
-def step_model_config(cfg: dict, max_len: int) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=96, d_model=cfg["d_model"], n_heads=cfg["n_heads"], n_layers=cfg["n_layers"], max_seq_len=max_len
-    )  # fmt: skip
-
-
 def decode_step_fns(model: LM, idx: torch.Tensor, device):
     """One decoding step at context n = idx.shape[1]: (cached, uncached) callables.
 

@@ -16,11 +16,11 @@ import torch
 
 from ..data.bpe import load_bpe_corpus
 from ..data.corpus import eval_windows, random_windows
+from ..grids.label_smoothing import ECE_BINS
 from ..measure.calibration import ece, fit_temperature, nll_at, reliability, scaled_nll, scores, top1
 from ..nn.dropout import add_dropout
 from ..train.small_lm import train_small
 
-ECE_BINS = 15  # equal-width confidence bins of the expected calibration error
 SCORE_BATCH = 32  # windows per forward pass when scoring every token of the test half
 
 

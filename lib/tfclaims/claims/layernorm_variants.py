@@ -8,6 +8,9 @@ gain (and bias) Parameter objects, so a swap changes s and nothing else; evaluat
 fixed validation batches gives the loss change the formula alone causes, a deterministic number per
 trained model (no retraining, no training noise). The same swap is evaluated with the whole model cast
 to bfloat16, where rounding interacts with eps and with the d/(d-1) factor of the unbiased std.
+
+`measure_pair`: the two formulas of a family side by side on the same inputs, measured against the closed
+form (the experiment's width and scale parts).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import torch
 from torch import nn
 
 from ..data.corpus import eval_windows, load_corpus
-from ..nn.norm_variants import NotesLayerNorm, NotesRMSNorm
+from ..grids.layernorm_variants import PAIRS
+from ..nn.norm_variants import NotesLayerNorm, NotesRMSNorm, relative_difference
 from ..nn.norms import LayerNorm, RMSNorm
 from ..train.loop import evaluate
 from ..train.small_lm import train_small
@@ -117,3 +121,35 @@ def swap_run(cfg: dict, ctx) -> dict:
         batches = eval_windows(corpus.val, cfg["eval_batches"], cfg["batch"], cfg["seq_len"])
         res["swap"] = swap_losses(model, family, cfg["evals"], cfg["dtypes"], batches, ctx.device)
     return res
+
+
+# ---------------------------------------------------------------- the formulas' outputs side by side
+def pair_modules(std: str, d: int, eps: float) -> tuple[nn.Module, nn.Module]:
+    """(torch's own layer, the notes' variant), both at gain 1 and bias 0."""
+    if std == "layer":
+        return nn.LayerNorm(d, eps=eps), NotesLayerNorm(d, eps)
+    return nn.RMSNorm(d, eps=eps), NotesRMSNorm(d, eps)
+
+
+def token_scale(x: torch.Tensor, std: str) -> torch.Tensor:
+    """The per-token statistic the norm divides by (no eps): biased std for LayerNorm, RMS for RMSNorm."""
+    return x.std(-1, correction=0) if std == "layer" else x.pow(2).mean(-1).sqrt()
+
+
+@torch.no_grad()
+def measure_pair(std: str, x: torch.Tensor, eps: float) -> dict:
+    """Relative output difference per token ||y_notes - y_torch|| / ||y_torch|| and its closed form."""
+    d = x.shape[-1]
+    ref, notes = pair_modules(std, d, eps)
+    y_ref, y_notes = ref(x), notes(x)
+    rel = (torch.linalg.norm(y_notes - y_ref, dim=-1) / torch.linalg.norm(y_ref, dim=-1)).double()
+    closed = relative_difference(PAIRS[std][0], std, token_scale(x.double(), std), d, eps)
+    return {
+        "median": float(rel.median()),
+        "max": float(rel.max()),
+        "max_abs": float((y_notes - y_ref).abs().max()),
+        "out_rms_torch": float(y_ref.pow(2).mean().sqrt()),
+        "out_rms_notes": float(y_notes.pow(2).mean().sqrt()),
+        # relative error of the closed form, absolute floor (1e-3 * 1e-3) for float32 rounding where Δ ≈ 0
+        "formula_err": float(((rel - closed).abs() / closed.clamp_min(1e-3)).max()),
+    }

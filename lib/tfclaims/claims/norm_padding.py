@@ -28,12 +28,6 @@ from ..nn.norms import TokenBatchNorm
 from ..nn.powernorm import PowerNorm
 from ..train.loop import lr_at, make_optimizer, train_lm
 
-NORMS = ("layer", "batch", "batch_masked", "batch_causal", "power")
-ATTN = ("causal", "bidirectional")
-LM_KEYS = ("d_model", "n_layers", "n_heads", "steps", "lr", "warmup", "min_len", "max_len", "seq_len",
-           "n_val_lines", "eval_batch", "stat_every", "threads", "mask_rate")  # fmt: skip
-INV_KEYS = ("inv_T0", "inv_K", "inv_neighbours", "inv_draws", "pad_fracs")
-
 
 # ---------------------------------------------------------------------------- models and data
 class CausalBatchNorm(TokenBatchNorm):

@@ -3,9 +3,9 @@ amplification of a small weight perturbation (Liu et al.), and the input embeddi
 stream through depth (the "identity path").
 
 `run_probe(cfg, ctx)` is the recipe of one probe run (a placement, a depth, an init): for every init seed it
-builds the model, takes one backward pass on a fixed validation batch and measures all three. The model
-and training configurations of the Post-LN / Pre-LN / DeepNorm comparison (`model_config`,
-`train_config`) are built here too, so the probes and the training runs build the same model.
+builds the model, takes one backward pass on a fixed validation batch and measures all three. Its model
+is `tfclaims.grids.postnorm_warmup.model_config`'s, as the training runs' is, so the probes and the training
+runs build the same model.
 """
 
 from __future__ import annotations
@@ -16,29 +16,12 @@ import torch
 from torch import nn
 
 from ..data.corpus import eval_windows, load_corpus
-from ..nn.config import ModelConfig, TrainConfig
+from ..grids.postnorm_warmup import model_config
 from ..nn.models import LM, lm_loss
 from ..train.loop import layer_grad_norms
 
 PROBE_SEED = 77  # the fixed validation batch used by every init-time probe
 AMP_SEED_OFFSET = 10_000  # the perturbation noise of init seed s is drawn from seed s + this
-
-
-def model_config(cfg: dict, placement: str, depth: int, init: str, vocab: int = 96) -> ModelConfig:
-    """The stack of a run config (d_model, n_heads, seq_len, emb_scale) at one placement, depth and init."""
-    return ModelConfig(
-        vocab_size=vocab, d_model=cfg["d_model"], n_layers=depth, n_heads=cfg["n_heads"], max_seq_len=cfg["seq_len"],
-        placement=placement, init=init, emb_scale=cfg["emb_scale"],
-    )  # fmt: skip
-
-
-def train_config(cfg: dict) -> TrainConfig:
-    """AdamW with the run's betas and weight decay, linear warm-up over cfg['warmup'] steps then cosine decay."""
-    return TrainConfig(
-        steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["warmup"],
-        betas=tuple(cfg["betas"]), weight_decay=cfg["weight_decay"], eval_every=cfg["eval_every"],
-        eval_batches=cfg["eval_batches"], seed=cfg["seed"],
-    )  # fmt: skip
 
 
 def sublayers(block: nn.Module, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

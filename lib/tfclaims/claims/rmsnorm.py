@@ -17,18 +17,14 @@ from __future__ import annotations
 import torch
 
 from ..data.corpus import load_corpus, random_windows
+from ..grids.rmsnorm import AA, FUSED, IMPLS
 from ..measure.counters import copy_bandwidth
 from ..measure.threads import intra_op_threads
 from ..measure.timing import grad_call, kernels, time_interleaved, time_probed
 from ..nn.models import LM, lm_loss
 from ..nn.norm_variants import make_variant, swap_norms
 from ..train.loop import make_optimizer
-from ..train.small_lm import model_config, train_config
-
-# built-in F.layer_norm / F.rms_norm, then the standard formulas in eager ops
-IMPLS = ("layer", "rms", "eager_layer", "eager_rms")
-FUSED = ("fused_layer", "fused_rms")  # the eager formulas compiled: fused against fused
-AA = "layer (again)"  # the built-in LayerNorm callable timed a second time: the A/A pair
+from ..train.profiles import model_config, train_config
 
 
 def build_norm(impl: str, d: int, device) -> torch.nn.Module:

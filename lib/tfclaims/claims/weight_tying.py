@@ -19,7 +19,8 @@ from ..nn.config import PRESETS
 from ..nn.dropout import add_dropout
 from ..nn.models import LM, n_params
 from ..train.loop import evaluate
-from ..train.small_lm import model_config, train_small
+from ..train.profiles import model_config
+from ..train.small_lm import train_small
 
 TYING_ARMS = ("tied", "untied", "tied-wide")  # tied-wide: tied, FFN widened to the untied parameter count
 
@@ -33,17 +34,6 @@ def tying_model_kw(cfg: dict) -> dict:
     if arm == "tied-wide":
         kw["d_ff"] = cfg["d_ff_wide"]
     return kw
-
-
-def matched_d_ff(cfg: dict, vocab_size: int) -> int:
-    """The FFN width at which the tied model has the untied model's parameter count (closest integer)."""
-    target = model_params(model_config(cfg, vocab_size, tie_weights=False))
-    base = model_config(cfg, vocab_size, tie_weights=True)
-    lo, hi = base.ff, 64 * base.ff
-    while hi - lo > 1:  # parameters grow linearly in d_ff: bisect
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if model_params(base.replace(d_ff=mid)) <= target else (lo, mid)
-    return min((lo, hi), key=lambda f: abs(model_params(base.replace(d_ff=f)) - target))
 
 
 def tying_counts(cfg: dict, ctx) -> dict:

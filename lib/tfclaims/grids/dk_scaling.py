@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..claims.dk_scaling import dk_overrides
 from ..nn.config import ConfigError
-from ..train.small_lm import model_config
+from ..train.profiles import model_config
 from .sweep import profile_sweep, sweep_grid
 
 NULL_OFFSET = 1000
@@ -24,6 +23,17 @@ TRAIN_KEYS = (
     "eval_every",
     "eval_batches",
 )
+
+
+def dk_overrides(cfg: dict) -> dict:
+    """The ModelConfig overrides of one arm: head size, base init, scaled or not (explicit attention, so the
+    score hook sees the logits)."""
+    return {
+        "head_dim": cfg["dk"],
+        "init": cfg["init"],
+        "attn_scale": None if cfg["scaled"] else 1.0,
+        "attn_backend": "explicit",
+    }
 
 
 def _train_cfg(p: dict, dk: int, scaled: bool, qk_std: float = 1.0) -> dict:

@@ -6,8 +6,8 @@ rerun at seeds s + NULL_OFFSET (the null pair). The configs are the fixed design
 
 from __future__ import annotations
 
-from ..claims.gqa_throughput import lm_config
-from ..nn.config import ConfigError
+from ..measure.counting import attention_params
+from ..nn.config import ConfigError, ModelConfig
 from . import sweep as sw
 from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
 
@@ -15,6 +15,20 @@ NULL_OFFSET = 1000  # the null pairs: MHA rerun at seed s + NULL_OFFSET
 SWEPT = ("MHA", "MQA")
 LM_FIXED = "lm_heads batch seq_len eval_batches uptrain_frac".split()
 SCALE_KEYS = ("lm_d_model", "lm_layers")
+
+
+def lm_config(p: dict, kv: int, vocab: int, matched: bool = False) -> ModelConfig:
+    """The quality model (lm_d_model, lm_layers, lm_heads, seq_len) with `kv` K/V heads; `matched`: the FFN
+    widened by the attention parameters saved (Shazeer 2019; one FFN unit costs 2d + 1)."""
+    base = ModelConfig(
+        vocab_size=vocab, d_model=p["lm_d_model"], n_layers=p["lm_layers"], n_heads=p["lm_heads"],
+        max_seq_len=p["seq_len"],
+    )  # fmt: skip
+    c = base.replace(n_kv_heads=kv)
+    if matched:
+        saved = attention_params(base) - attention_params(c)
+        c = c.replace(d_ff=base.ff + round(saved / (2 * base.d_model + 1)))
+    return c
 
 
 def scales(p: dict) -> list[dict]:

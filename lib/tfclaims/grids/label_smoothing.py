@@ -6,12 +6,13 @@ at their chosen rates on fresh seeds, with a null pair (ε = 0 rerun) at the fir
 from __future__ import annotations
 
 from ..nn.config import ConfigError
-from ..train.small_lm import model_config, subword_fields
+from ..train.profiles import model_config, subword_fields
 from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
 
 E0 = 0.0  # the baseline; every other ε is compared with it
 NULL_OFFSET = 1000  # a null pair: ε = 0 rerun at seeds s + NULL_OFFSET
 TUNED_KEYS = ("subset_tokens", "dropout", "steps")  # the tuned design's own values: tuned_<key> in a profile
+ECE_BINS = 15  # equal-width confidence bins of the expected calibration error
 
 
 def grid_train(p: dict) -> list[dict]:

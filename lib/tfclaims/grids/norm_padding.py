@@ -4,10 +4,14 @@ and width, and the BatchNorm-statistics MLP, each built from the profile and val
 
 from __future__ import annotations
 
-from ..claims.norm_padding import INV_KEYS, LM_KEYS, NORMS, build_lm
-from ..nn.config import ConfigError
+from ..nn.config import ConfigError, ModelConfig
 from .sweep import profile_sweep, sweep_grid
 
+NORMS = ("layer", "batch", "batch_masked", "batch_causal", "power")
+ATTN = ("causal", "bidirectional")
+LM_KEYS = ("d_model", "n_layers", "n_heads", "steps", "lr", "warmup", "min_len", "max_len", "seq_len",
+           "n_val_lines", "eval_batch", "stat_every", "threads", "mask_rate")  # fmt: skip
+INV_KEYS = ("inv_T0", "inv_K", "inv_neighbours", "inv_draws", "pad_fracs")
 NULL_OFFSET = 1000  # the null pairs: the LN arm rerun at seeds s + NULL_OFFSET
 PLACEMENTS = ("pre", "post")
 # setting -> (data, attention): the causal LM or the masked LM (BERT-style), on padded lines or fixed windows
@@ -88,6 +92,16 @@ def final_and_init(m: dict) -> tuple[float | None, float]:
     return (m.get("eval_mixed") if m.get("diverged_at") is None else None), m["init_loss"]
 
 
+def lm_config(cfg: dict, vocab: int) -> ModelConfig:
+    """The causal LM's `ModelConfig` as `claims.norm_padding.build_lm` makes it for a norm of `ModelConfig`'s
+    (LayerNorm, BatchNorm): what validates a profile's sizes without building the model."""
+    return ModelConfig(
+        vocab_size=vocab, d_model=cfg["d_model"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
+        placement=cfg["placement"], norm=cfg["norm"], causal=True,
+        max_seq_len=max(cfg["max_len"] - 1, cfg["seq_len"]),
+    )  # fmt: skip
+
+
 def _lm_common(p):
     return {**{k: p[k] for k in LM_KEYS}, **{k: p[k] for k in INV_KEYS}}
 
@@ -118,7 +132,7 @@ def _run(p, setting: str, pl: str, b: int, norm: str, seed: int, **over) -> dict
 def grid_lines(p):
     arms = _arms(p, "line_arms")
     for pl in {a[0] for a in arms}:
-        build_lm({**_lm_common(p), "norm": "layer", "placement": pl, "attn": "causal"}, 96)  # validates sizes
+        lm_config({**_lm_common(p), "norm": "layer", "placement": pl}, 96)  # validates sizes
     fr = p["pad_fracs"]
     if not 0 < min(fr) or max(fr) >= 1 or p["inv_T0"] / (1 - max(fr)) > p["max_len"] - 1:
         raise ConfigError(

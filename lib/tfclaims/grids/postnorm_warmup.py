@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..claims.postnorm_warmup import model_config, train_config
 from ..evidence.tuning import Sweep
-from ..nn.config import ConfigError
+from ..nn.config import ConfigError, ModelConfig, TrainConfig
 from .sweep import profile_sweep, sweep_grid
 
 PLACEMENTS = ("post", "pre", "deepnorm")
@@ -16,6 +15,23 @@ NULL_OFFSET = 1000  # the null pair: the Pre-LN control rerun at seeds s + 1000
 # The trained arms, (placement, warmed up): Post-LN with and without warmup (A), Pre-LN (B, C), DeepNorm (D)
 ARMS = (("post", False), ("post", True), ("pre", False), ("deepnorm", False))
 SWEPT = {"post": ARMS[0], "post-warmup": ARMS[1], "pre": ARMS[2]}  # the arms of the learning-rate sweep
+
+
+def model_config(cfg: dict, placement: str, depth: int, init: str, vocab: int = 96) -> ModelConfig:
+    """The stack of a run config (d_model, n_heads, seq_len, emb_scale) at one placement, depth and init."""
+    return ModelConfig(
+        vocab_size=vocab, d_model=cfg["d_model"], n_layers=depth, n_heads=cfg["n_heads"], max_seq_len=cfg["seq_len"],
+        placement=placement, init=init, emb_scale=cfg["emb_scale"],
+    )  # fmt: skip
+
+
+def train_config(cfg: dict) -> TrainConfig:
+    """AdamW with the run's betas and weight decay, linear warm-up over cfg['warmup'] steps then cosine decay."""
+    return TrainConfig(
+        steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["warmup"],
+        betas=tuple(cfg["betas"]), weight_decay=cfg["weight_decay"], eval_every=cfg["eval_every"],
+        eval_batches=cfg["eval_batches"], seed=cfg["seed"],
+    )  # fmt: skip
 
 
 def _shared(p):

@@ -6,9 +6,13 @@ run."""
 from __future__ import annotations
 
 from ..nn.config import ConfigError
-from ..train.small_lm import model_config, run_fields
+from ..train.profiles import model_config, run_fields
 from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
 
+# built-in F.layer_norm / F.rms_norm, then the standard formulas in eager ops
+IMPLS = ("layer", "rms", "eager_layer", "eager_rms")
+FUSED = ("fused_layer", "fused_rms")  # the eager formulas compiled: fused against fused
+AA = "layer (again)"  # the built-in LayerNorm callable timed a second time: the A/A pair
 NULL_OFFSET = 1000  # the null pairs: LayerNorm rerun at seed s + NULL_OFFSET
 NORMS = {"layer": "LayerNorm", "rms": "RMSNorm"}
 

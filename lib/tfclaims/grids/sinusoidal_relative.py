@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..evidence.decisions import EvidenceError
 from ..evidence.tuning import Sweep
 from ..nn.config import ConfigError
-from ..train.small_lm import model_config, run_fields
+from ..train.profiles import model_config, run_fields
 from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
 
 ARMS = ("sinusoidal", "learned", "rope", "none")

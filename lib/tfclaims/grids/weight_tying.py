@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from functools import cache
 
-from ..claims.weight_tying import matched_d_ff
+from ..measure.counting import model_params
 from ..nn.config import ConfigError
-from ..train.small_lm import subword_fields
+from ..train.profiles import model_config, subword_fields
 from .sweep import final_and_init, model_scales, null_reruns, profile_sweep, sweep_grid
 
 COUNT_PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-xl", "bert-base", "llama-7b")
@@ -22,10 +22,27 @@ SMALL_KEYS = ("subset_tokens", "dropout")
 
 @cache
 def vocab_size(vocab: int) -> int:
-    """The trained tokenizer's vocabulary (loads the tokenised corpus once per process, not per grid call)."""
-    from ..data.bpe import load_bpe_corpus
+    """The trained tokenizer's vocabulary: the tokenizer `data.bpe.load_bpe_corpus` trains, trained here without
+    torch (a few seconds, once per process, not per grid call)."""
+    from ..data.files import VAL_WORKS, corpus_files
+    from ..data.vocab import MAX_VOCAB, MIN_VOCAB, _tokenizer, train_tokenizer
 
-    return load_bpe_corpus(vocab).vocab_size
+    if not isinstance(vocab, int) or not MIN_VOCAB <= vocab <= MAX_VOCAB:
+        raise ConfigError(f"BPE vocabulary must be an integer in [{MIN_VOCAB}, {MAX_VOCAB}], got {vocab!r}")
+    texts = {p.name: p.read_text(encoding="utf-8", errors="replace") for p in corpus_files()}
+    train = [t for name, t in texts.items() if name not in VAL_WORKS]
+    return _tokenizer(train_tokenizer(train, vocab)).get_vocab_size()
+
+
+def matched_d_ff(cfg: dict, vocab_size: int) -> int:
+    """The FFN width at which the tied model has the untied model's parameter count (closest integer)."""
+    target = model_params(model_config(cfg, vocab_size, tie_weights=False))
+    base = model_config(cfg, vocab_size, tie_weights=True)
+    lo, hi = base.ff, 64 * base.ff
+    while hi - lo > 1:  # parameters grow linearly in d_ff: bisect
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if model_params(base.replace(d_ff=mid)) <= target else (lo, mid)
+    return min((lo, hi), key=lambda f: abs(model_params(base.replace(d_ff=f)) - target))
 
 
 def scales(p: dict) -> list[dict]:

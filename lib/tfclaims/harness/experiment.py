@@ -14,19 +14,24 @@ progress, staged publication of result.json with its tables and figures, the rep
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
-import torch
 
 from ..evidence.declare import Declaration
 from ..evidence.evaluate import Evaluation
 from ..evidence.rules import render
 from . import prose
+from .reach import PKG, PKG_DIR, top_level_functions
+
+if TYPE_CHECKING:
+    import torch
 
 VERDICTS = ("supported", "refuted", "mixed", "inconclusive")
 PROFILES = ("quick", "default", "full")
@@ -41,21 +46,66 @@ class RunContext:
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """A library recipe named without importing its module: the module (and torch) loads on the first run.
+    So an experiment file, its grids and its declarations load without torch (`tfclaims plan`), and the
+    code hash reads the recipe's source file as it reads any other (`reach`)."""
+
+    module: str  # dotted, inside the package: "tfclaims.claims.kv_cache"
+    name: str
+
+    @property
+    def path(self) -> Path:
+        return PKG_DIR.joinpath(*self.module.split(".")[1:]).with_suffix(".py")
+
+    def load(self) -> Callable[[dict, RunContext], dict]:
+        """The function itself (imports its module)."""
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def __call__(self, cfg: dict, ctx: RunContext) -> dict:
+        return self.load()(cfg, ctx)
+
+
+def recipes(module: str) -> Recipes:
+    """The recipes of one library module, by attribute: `recipes("tfclaims.claims.kv_cache").run_steps` is a
+    `Recipe`. A name that is not one of the module's top-level functions fails when the experiment file
+    loads, as a mistyped import would."""
+    return Recipes(module)
+
+
+class Recipes:
+    """See `recipes`."""
+
+    def __init__(self, module: str):
+        if not module.startswith(PKG + "."):
+            raise ValueError(f"recipes: {module!r} is not a module of {PKG}")
+        self._module = module
+        self._names = top_level_functions(Recipe(module, "").path)
+
+    def __getattr__(self, name: str) -> Recipe:
+        if name.startswith("_") or name not in self._names:
+            raise AttributeError(f"{self._module} has no recipe {name!r}")
+        return Recipe(self._module, name)
+
+
+@dataclass(frozen=True)
 class Part:
     """One kind of run: `grid(p)` gives its configs, `run(cfg, ctx)` turns one config into metrics.
 
-    `run` must be a module-level function (of a library module, or of the experiment file): the run cache is
-    keyed by the code it reaches, so editing an analysis or another part's recipe reruns nothing here."""
+    `run` is a library `Recipe` or a module-level function of the experiment file: the run cache is keyed by
+    the code it reaches, so editing an analysis or another part's recipe reruns nothing here."""
 
     name: str
     grid: Callable[..., list[dict]]
-    run: Callable[[dict, RunContext], dict]
+    run: Recipe | Callable[[dict, RunContext], dict]
     # staged: grid(p, done) also reads `done`, the ok records of the runs made so far (a learning-rate
     # sweep's selection seeds choose the rate its fresh seeds run at); the runner grows the grid until it
     # stops changing. Its configs may name another part ("part": "train"): that part's recipe runs them
     staged: bool = False
 
     def __post_init__(self):
+        if isinstance(self.run, Recipe):
+            return
         if "." in getattr(self.run, "__qualname__", ".") or "<" in self.run.__qualname__:
             raise TypeError(f"part {self.name!r}: run must be a module-level function, got {self.run!r}")
 

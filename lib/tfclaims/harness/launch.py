@@ -30,13 +30,16 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import submitit
-import torch
 from tqdm.auto import tqdm
 
-from ..device import DEVICES, DeviceError, resolve_device
+from ..device import DEVICES, DeviceError, device_type
 from .registry import REPO_ROOT
+
+if TYPE_CHECKING:
+    import torch
 
 LAUNCHERS = ("auto", "local", "local-parallel", "slurm")
 SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
@@ -122,15 +125,19 @@ class Launcher:
         return replace(self, name="local-parallel", workers=min(cores, n_tasks))
 
     def device(self, spec: str) -> torch.device:
+        """The device runs will use, as a torch.device (see `device_type`)."""
+        import torch
+
+        return torch.device(self.device_type(spec))
+
+    def device_type(self, spec: str) -> str:
         """The device type runs will use (it enters each run's hash).
 
         Local launchers check this machine. SLURM jobs run elsewhere: `auto` means CUDA when the jobs are
         given GPUs (--slurm-gpus), else the CPU; the job itself checks that it got what it asked for.
         """
-        if self.name != "slurm":
-            return resolve_device(spec)
-        if spec not in DEVICES:
-            return resolve_device(spec)  # raises the standard message
+        if self.name != "slurm" or spec not in DEVICES:
+            return device_type(spec)  # an unknown spec raises the standard message
         if spec == "cuda" and self.gpus == 0:
             raise DeviceError("--device cuda with --slurm-gpus 0: the jobs would have no GPU")
         if spec == "cpu" and self.gpus:
@@ -138,12 +145,12 @@ class Launcher:
                 f"--device cpu with --slurm-gpus {self.gpus}: the jobs would hold GPUs they never use"
             )
         if spec == "auto":
-            return torch.device("cuda" if self.gpus else "cpu")
-        return torch.device(spec)
+            return "cuda" if self.gpus else "cpu"
+        return spec
 
-    def request(self, device: torch.device) -> dict:
-        """What each SLURM job asks for, defaults following the device."""
-        cuda = device.type == "cuda"
+    def request(self, device: torch.device | str) -> dict:
+        """What each SLURM job asks for, defaults following the device (or its type)."""
+        cuda = getattr(device, "type", device) == "cuda"
         return {
             "partition": self.partition,
             "account": self.account,
@@ -176,6 +183,8 @@ class Launcher:
     def _parallel(self, fn, tasks, desc, progress):
         """A pool of spawned workers. A worker that dies (killed, out of memory) breaks the pool and every run
         it had not finished; those runs get one more try in a fresh pool, then count as lost."""
+        import torch
+
         n_gpu = torch.cuda.device_count()
         n = self.workers or n_gpu or max(1, (os.cpu_count() or 2) // 2)
         threads = max(1, (os.cpu_count() or 1) // n)
@@ -200,7 +209,7 @@ class Launcher:
         """One array job per sweep, each array task running a group of runs one after another."""
         if self.cluster == "slurm":
             _check_slurm()
-        req = self.request(torch.device(tasks[0].device))
+        req = self.request(tasks[0].device)
         groups = group_runs(tasks, self.job_min * 60)
         folder = self.log_dir / claim_id
         ex = submitit.AutoExecutor(folder=folder / "%j", cluster=self.cluster)
@@ -335,6 +344,8 @@ class _Job(submitit.helpers.Checkpointable):
         self.fn = fn
 
     def __call__(self, group):
+        import torch
+
         torch.set_num_threads(allocated_cpus())
         return [self.fn(t) for t in group if not t.recorded()]
 
@@ -427,6 +438,8 @@ def _init_worker(gpu_ids, threads: int, parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+    import torch
+
     gpu = gpu_ids.get()
     if gpu is not None:
         torch.cuda.set_device(gpu)

@@ -18,10 +18,8 @@ import json
 import subprocess
 from pathlib import Path
 
-import torch
-
 from ..nn.config import ConfigError
-from .experiment import Experiment
+from .experiment import Experiment, Recipe
 from .reach import PKG_DIR, Definition, code_digest, reached, sha
 
 # Where the project is published: CITATION.cff's repository-code and the figures' URLs (a test keeps them equal).
@@ -53,7 +51,9 @@ def git_commit(root: Path = PKG_DIR.parents[1]) -> str | None:
 
 
 def recipe_definitions(fn) -> list[Definition]:
-    """What one recipe (a module-level function) reaches."""
+    """What one recipe (a `Recipe`, or a module-level function) reaches."""
+    if isinstance(fn, Recipe):
+        return reached(fn.path, fn.name)
     return reached(inspect.getsourcefile(fn), fn.__name__)
 
 
@@ -114,8 +114,9 @@ def changed_definitions(committed: dict | None, now: dict[str, dict[str, str]]) 
     return sorted(names)
 
 
-def config_hash(claim_id: str, cfg: dict, device: torch.device | str) -> str:
-    dtype = device.type if isinstance(device, torch.device) else str(device)
+def config_hash(claim_id: str, cfg: dict, device) -> str:
+    """A config's hash with the device type (a torch.device, or its type as a string)."""
+    dtype = str(getattr(device, "type", device))
     return sha(json.dumps({"claim": claim_id, "config": cfg, "device": dtype}, sort_keys=True))
 
 

@@ -58,7 +58,9 @@ class _Module:
                 for n in (n for t in targets for n in ast.walk(t)):
                     if isinstance(n, ast.Name):
                         self.defs.setdefault(n.id, node)
-            elif not (isinstance(node, (ast.Import, ast.ImportFrom)) or _is_docstring(node)):
+            elif not (
+                isinstance(node, (ast.Import, ast.ImportFrom)) or _is_docstring(node) or _typing_only(node)
+            ):
                 self.side.append(node)
         # local name -> ("def", module, name) for `from M import name`, ("mod", module) for a module
         self.imports: dict[str, tuple] = {}
@@ -111,6 +113,17 @@ def _is_docstring(node: ast.AST) -> bool:
         isinstance(node, ast.Expr)
         and isinstance(node.value, ast.Constant)
         and isinstance(node.value.value, str)
+    )
+
+
+def _typing_only(node: ast.AST) -> bool:
+    """`if TYPE_CHECKING:` holding imports only: it never runs."""
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+        and not node.orelse
+        and all(isinstance(c, (ast.Import, ast.ImportFrom)) for c in node.body)
     )
 
 
@@ -199,6 +212,12 @@ def reached(path: Path | str, root: str, package_dir: Path = PKG_DIR) -> list[De
                 todo.append(found)
     side = [Definition(m.key, "<import-time>", m.text(s)) for m in modules.values() for s in m.side]
     return sorted([*seen.values(), *side], key=lambda d: (d.name, d.text))
+
+
+def top_level_functions(path: Path) -> frozenset[str]:
+    """The names of a source file's module-level functions, read without importing it."""
+    tree = ast.parse(Path(path).read_text())
+    return frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def imported_modules(module: str, package_dir: Path = PKG_DIR) -> set[str]:
