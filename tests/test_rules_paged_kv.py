@@ -1,0 +1,87 @@
+"""The declared rule of `paged_kv`, fed synthetic allocator counts per trace and decode timing rounds."""
+
+import numpy as np
+import pytest
+
+from tfclaims.evidence.evaluate import CheckFailed
+from tfclaims.harness.registry import load
+
+from rules import LOAD, OWN, analyse, record, sub, verdicts
+
+CLAIM = "paged_kv"
+WASTE = {"max": 0.75, "pow2": 0.6, "oracle": 0.5}
+BATCH = {"max": 8.0, "pow2": 12.0, "oracle": 16.0}
+
+
+def rows(cfg, waste=None, batch=None):
+    """Contiguous policies at WASTE/BATCH, paged waste growing with the block (2% at 16) and 30 running."""
+    seed = cfg["seed"]
+    waste, batch = {**WASTE, **(waste or {})}, {**BATCH, **(batch or {})}
+    out = [{"allocator": a, "block": 0, "waste": waste[a] + 0.01 * (seed % 2), "mean_batch": batch[a],
+            "reserved_unwritten": waste[a], "tokens_per_iteration": batch[a], "preempted": 0} for a in WASTE]  # fmt: skip
+    for b in cfg["blocks"]:
+        w = waste.get(f"paged{b}", 0.0013 * b + 0.001 * (seed % 2))
+        out.append({"allocator": "paged", "block": b, "waste": w, "mean_batch": batch.get("paged", 30.0) + seed,
+                    "reserved_unwritten": w, "tokens_per_iteration": 30.0, "preempted": 5})  # fmt: skip
+    return out
+
+
+def times(base, factor=1.0):
+    return list(base * factor * np.exp(LOAD + OWN))
+
+
+def records(exp, params="quick", *, paged_cost=1.2, diff=0.0, **kw):
+    out = []
+    for i, cfg in enumerate(exp.grid(exp.profiles[params])):
+        if cfg["part"] == "trace":
+            out.append(
+                record(cfg, {"rows": rows(cfg, **kw), "mean_length": 480, "max_length": 2048}, f"t{i}")
+            )
+            continue
+        t = {}
+        for n in cfg["ns"]:
+            t[f"contiguous|{n}"] = times(1e-3 * n / 64)
+            t[f"paged|{n}"] = times(1e-3 * n / 64, paged_cost)
+        t["A/A"] = list(np.array(t[f"contiguous|{max(cfg['ns'])}"]) * np.exp(np.roll(OWN, 3)))
+        out.append(
+            record(cfg, {"times": t, "max_logit_diff": diff, "threads": 1, "aa_n": max(cfg["ns"])}, "d")
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def exp():
+    return load(CLAIM)
+
+
+def test_anchor_like_counts_support_the_claim(exp, tmp_path):
+    v = analyse(exp, records(exp), "quick", tmp_path)
+    assert verdicts(v) == {"same-logits": "supported", "max-wastes": "supported", "paged-waste": "supported",
+                           "fits-more": "supported", "block-size": "supported", "indirection": "supported"}  # fmt: skip
+    assert v.verdict == "supported"
+
+
+def test_paging_that_wastes_a_tenth_refutes_its_part(exp, tmp_path):
+    v = analyse(exp, records(exp, waste={"paged16": 0.10}), "quick", tmp_path)
+    assert sub(v, "paged-waste").verdict == "refuted"
+    assert v.verdict == "mixed"
+
+
+def test_a_frugal_maximum_reservation_refutes_the_waste(exp, tmp_path):
+    v = analyse(exp, records(exp, waste={"max": 0.3}), "quick", tmp_path)
+    assert sub(v, "max-wastes").verdict == "refuted"
+
+
+def test_paging_that_runs_fewer_requests_than_the_oracle_fails_that_cell(exp, tmp_path):
+    s = sub(analyse(exp, records(exp, "default", batch={"paged": 10.0}), "default", tmp_path), "fits-more")
+    assert s.verdict == "mixed" and "vs-max" in s.holds and "vs-oracle" not in s.holds
+
+
+def test_an_indirection_inside_the_noise_floor_is_undecided_and_reported_only(exp, tmp_path):
+    v = analyse(exp, records(exp, paged_cost=1.0005), "quick", tmp_path)
+    assert sub(v, "indirection").verdict == "inconclusive" and v.verdict == "supported"
+
+
+def test_different_logits_stop_the_claim(exp, tmp_path):
+    with pytest.raises(CheckFailed, match="same-logits"):
+        analyse(exp, records(exp, diff=1e-3), "quick", tmp_path)
