@@ -143,6 +143,12 @@ class DropoutScaling(Experiment):
             ),
             evidence={"first_site_projection": first.to_dict(), "unscaled_minus_eval": gap},
             caveats=[
+                "What the loss can show here is bounded by the architecture: with dropout on the embedding and on "
+                "every residual branch of a Pre-LN stack, multiplying all of them by 1/(1−p) multiplies the whole "
+                "residual stream by that factor; each block's LayerNorm removes it from the branches' inputs and "
+                "the final LayerNorm from the logits. So the missing scaling is visible in the activations and "
+                "cancels in the loss up to LayerNorm's ε. A network with no normalisation after its dropout "
+                "sites, or dropout on the attention weights, would decide the mismatch sub-claim.",
                 "No model is trained without the scaling: a model trained with unscaled dropout is, up to a "
                 "weight scaling of each site's last linear map, this one; evaluated uncorrected it sees each "
                 "site's output 1/(1−p) times larger than in training on average, which is what the 'no "
