@@ -61,7 +61,7 @@ def _one(init: str, act: str) -> dict:
 
 class InitVariance(Experiment):
     claim_id = "init_variance"
-    title = "Xavier init keeps activation variance through linear layers; ReLU halves it unless Kaiming's ×2 is used"
+    title = "Xavier keeps variance through linear layers; with ReLU it halves unless Kaiming's ×2"
     headline = "xavier-keeps"  # the answers table's number
     order = 18
     profiles = {
