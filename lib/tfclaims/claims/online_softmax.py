@@ -14,7 +14,13 @@ import torch
 import torch.nn.functional as F
 
 from ..measure.memory import call_peak
-from ..nn.online_softmax import accumulator_dtype, blockwise_attention, overflow_logit, reference_attention
+from ..nn.online_softmax import (
+    accumulator_dtype,
+    blockwise_attention,
+    explicit_attention,
+    overflow_logit,
+    reference_attention,
+)
 
 
 def _inputs(cfg: dict, scale: float, device) -> tuple[torch.Tensor, ...]:
@@ -27,11 +33,6 @@ def _inputs(cfg: dict, scale: float, device) -> tuple[torch.Tensor, ...]:
 
 def _error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref).abs().max() / ref.abs().max()).item()
-
-
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """softmax(q·kᵀ/√d)·v with the n×n scores materialised, in the inputs' dtype."""
-    return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, dim=-1) @ v
 
 
 def run_errors(cfg: dict, ctx) -> dict:

@@ -28,7 +28,7 @@ from ..evidence.declare import Declaration
 from ..evidence.evaluate import Evaluation
 from ..evidence.rules import render
 from . import prose
-from .reach import PKG, PKG_DIR, top_level_functions
+from .reach import PKG, module_file, top_level_functions
 
 if TYPE_CHECKING:
     import torch
@@ -56,7 +56,7 @@ class Recipe:
 
     @property
     def path(self) -> Path:
-        return PKG_DIR.joinpath(*self.module.split(".")[1:]).with_suffix(".py")
+        return module_file(self.module.split(".", 1)[1])
 
     def load(self) -> Callable[[dict, RunContext], dict]:
         """The function itself (imports its module)."""
@@ -80,7 +80,7 @@ class Recipes:
         if not module.startswith(PKG + "."):
             raise ValueError(f"recipes: {module!r} is not a module of {PKG}")
         self._module = module
-        self._names = top_level_functions(Recipe(module, "").path)
+        self._names = top_level_functions(module_file(module.split(".", 1)[1]))
 
     def __getattr__(self, name: str) -> Recipe:
         if name.startswith("_") or name not in self._names:

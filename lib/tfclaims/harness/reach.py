@@ -149,14 +149,15 @@ def _parse(key: str, source: str, package_dir: Path) -> _Module:
     return _Module(key, source, package_dir)
 
 
+def module_file(dotted: str, package_dir: Path = PKG_DIR) -> Path:
+    """The source file of a library module named relative to the package ("claims.kv_cache")."""
+    path = package_dir.joinpath(*dotted.split(".")).with_suffix(".py")
+    return path if path.exists() else package_dir.joinpath(*dotted.split("."), "__init__.py")
+
+
 def _load(key: str, package_dir: Path) -> _Module | None:
     """A library module by dotted name, or a file by path."""
-    if key.endswith(".py"):
-        path = Path(key)
-    else:
-        path = package_dir.joinpath(*key.split(".")).with_suffix(".py")
-        if not path.exists():
-            path = package_dir.joinpath(*key.split("."), "__init__.py")
+    path = Path(key) if key.endswith(".py") else module_file(key, package_dir)
     if not path.exists():
         return None
     return _parse(key, _source(path), package_dir)

@@ -27,6 +27,7 @@ from .counting import (
     lm_forward_flops,
 )
 from .hardware import last_level_cache
+from .memory import cuda_call_peak
 from .threads import intra_op_threads
 from .timing import time_interleaved
 
@@ -177,12 +178,7 @@ def saved_inventory(fn, exclude=()) -> list[dict]:
 
 def cuda_peak(fn) -> int:
     """Peak CUDA bytes allocated by forward + backward of fn beyond what was allocated before it."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn().float().square().sum().backward()
-    torch.cuda.synchronize()
-    return int(torch.cuda.max_memory_allocated() - base)
+    return cuda_call_peak(lambda: fn().float().square().sum().backward())
 
 
 def run_saved_bytes(cfg: dict, ctx) -> dict:

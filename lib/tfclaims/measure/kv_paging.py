@@ -113,7 +113,7 @@ def simulate(reqs: list[Request], budget: int, *, allocator: str, max_len: int, 
     space = _FirstFit(budget)
     free_blocks = budget // block
     waiting, running = list(reqs), []
-    its = batch = reserved = written = preempted = 0
+    its = batch = preempted = 0
     busy = busy_written = busy_reserved = 0  # over the iterations that left a request waiting
     while waiting or running:
         # admit (first come, first served; a request that does not fit blocks those behind it)
@@ -158,9 +158,8 @@ def simulate(reqs: list[Request], budget: int, *, allocator: str, max_len: int, 
             r.done += 1
         its += 1
         batch += len(running)
-        now_reserved, now_written = sum(r.reserved for r in running), sum(r.written for r in running)
-        reserved, written = reserved + now_reserved, written + now_written
         if waiting:
+            now_reserved, now_written = sum(r.reserved for r in running), sum(r.written for r in running)
             busy, busy_written, busy_reserved = (
                 busy + 1,
                 busy_written + now_written,
@@ -179,7 +178,5 @@ def simulate(reqs: list[Request], budget: int, *, allocator: str, max_len: int, 
         "saturated": busy,
         "waste": 1.0 - busy_written / (busy * budget) if busy else None,
         "reserved_unwritten": 1.0 - busy_written / busy_reserved if busy_reserved else None,
-        "mean_reserved": reserved / its,
-        "mean_written": written / its,
         "preempted": preempted,
     }

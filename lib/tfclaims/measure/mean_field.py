@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import erf
 
 GAIN2 = {"xavier": 1.0, "kaiming": 2.0}  # n·Var(W) for square layers (Kaiming: fan-in, ReLU gain √2)
 ACTIVATIONS = ("identity", "tanh", "relu", "gelu")
@@ -27,7 +28,7 @@ def _phi(act: str, x: np.ndarray) -> np.ndarray:
     if act == "tanh":
         return np.tanh(x)
     if act == "gelu":  # x·Φ(x), exact (erf) form, as torch's default
-        return x * 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+        return x * 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
     raise ValueError(f"unknown activation {act!r}; choose one of {ACTIVATIONS}")
 
 
@@ -35,7 +36,7 @@ def _dphi(act: str, x: np.ndarray) -> np.ndarray:
     if act == "tanh":
         return 1.0 - np.tanh(x) ** 2
     if act == "gelu":
-        cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+        cdf = 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
         return cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
     raise ValueError(f"unknown activation {act!r}; choose one of {ACTIVATIONS}")
 

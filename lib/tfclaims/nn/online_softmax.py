@@ -75,13 +75,17 @@ def blockwise_attention(
     return (out / run_sum).to(q.dtype)
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False):
-    """softmax(q·kᵀ/√d)·v materialised in float64: what every path's error is measured against."""
-    q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
-    s = q64 @ k64.transpose(-1, -2) * q.shape[-1] ** -0.5  # (B, h, n, m)
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False):
+    """softmax(q·kᵀ/√d)·v with the (n × m) scores materialised, in the inputs' dtype."""
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5  # (B, h, n, m)
     if causal:
         n, m = s.shape[-2:]
         s = s.masked_fill(
             torch.ones(n, m, dtype=torch.bool, device=s.device).tril(m - n).logical_not(), -math.inf
         )
-    return torch.softmax(s, dim=-1) @ v64
+    return torch.softmax(s, dim=-1) @ v
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False):
+    """The explicit path in float64: what every path's error is measured against."""
+    return explicit_attention(*(t.to(torch.float64) for t in (q, k, v)), causal=causal)
