@@ -83,7 +83,9 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
         s = s.masked_fill(
             torch.ones(n, m, dtype=torch.bool, device=s.device).tril(m - n).logical_not(), -math.inf
         )
-    return torch.softmax(s, dim=-1) @ v
+    p = torch.softmax(s, dim=-1)
+    del s  # freed before the output is made: one (n × m) tensor alive with it, not two
+    return p @ v
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False):
