@@ -252,6 +252,52 @@ def test_a_graphed_callable_is_the_callable_itself_on_the_cpu():
     assert graphed(fn, "cpu") is fn
 
 
+def test_a_cuda_replay_keeps_the_captured_callable_and_its_tensors_alive(monkeypatch):
+    """A CUDA graph reads its tensors at the addresses they had at capture without holding them: the replay
+    must keep the callable (and what its closure holds) alive, else the next allocation reuses that memory
+    while the graph still reads it. CUDA's stream and graph calls are faked; the lifetime is what is tested."""
+    import gc
+    import weakref
+    from contextlib import nullcontext
+
+    import tfclaims.measure.graphs as graphs
+
+    class FakeStream:
+        def __init__(self, *a):
+            pass
+
+        def wait_stream(self, other):
+            pass
+
+    replays = []
+
+    class FakeGraph:
+        def replay(self):
+            replays.append(1)
+
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: nullcontext())
+    calls = []
+
+    def step_on(cache):  # a decoding step's closure: it alone holds the cache
+        return lambda: calls.append(cache.sum())
+
+    cache = torch.zeros(8)
+    alive = weakref.ref(cache)
+    replay = graphs.graphed(step_on(cache), "cuda")
+    del cache
+    gc.collect()
+    assert alive() is not None and len(calls) == 2  # warm-up and capture ran the callable, eagerly
+    replay()
+    assert replays == [1] and len(calls) == 2  # the replay runs the graph, not the callable
+    del replay
+    gc.collect()
+    assert alive() is None  # and the tensors live exactly as long as the replay
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_decoding_step_replayed_from_a_cuda_graph_writes_what_the_eager_step_writes():
     """The replay runs the captured kernels on the same tensors: the K/V written at the step's position and the

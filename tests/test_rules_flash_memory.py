@@ -44,19 +44,21 @@ def records(
     inventory_off=0,
     inventory=None,
     kernel=None,
+    device="cpu",
 ):
     """One record per size of the grid (quick by default); measured(name, n) overrides the bytes a variant
     saves (default: its hand formula); n2 / rows = the fused paths' n×n / per-row storage counts;
     peak(name, n) = the peak-part bytes; inventory_off = what the inventory sum of `math` misses;
     inventory(name, h, n, d_k) = the storages listed at the inventory size; kernel = the fused kernel's autograd
-    node recorded at every size (default: the CPU kernel, at the inventory size only)."""
+    node recorded at every size (default: the CPU kernel, at the inventory size only); device = where the peaks
+    were read."""
     recs = []
     for cfg in exp.grid(params or exp.profiles["quick"]):
         n, h, dk = cfg["n"], cfg["heads"], cfg["head_dim"]
         if cfg["part"] == "peak":
             names = ("explicit", "explicit_causal", "fused", "fused_causal")
             recs.append(
-                record(cfg, {"peak_bytes": {k: peak(k, n) for k in names}, "device": "cpu"}, f"peak{n}")
+                record(cfg, {"peak_bytes": {k: peak(k, n) for k in names}, "device": device}, f"peak{n}")
             )
             continue
         variants = {}
@@ -217,3 +219,21 @@ def test_flash_memory_rule_reads_the_hand_formula_of_the_cuda_kernel_that_ran(ex
     assert (
         verdicts(v)["hand"] == "mixed" and verdicts(v)["ratio"] == "refuted"
     )  # the explicit paths still hold
+
+
+def test_flash_memory_rule_counts_softmax_backwards_buffer_in_the_live_set_on_cuda(exp, tmp_path):
+    """On CUDA softmax's backward kernel holds one n×n buffer beside P, dP and dS: an explicit peak of four n×n
+    tensors is the live set there, and on the CPU (whose kernel needs none) it is a peak left unexplained; three
+    n×n tensors read on CUDA fall below the live set."""
+
+    def peak_of(k):
+        return lambda name, n, h=2, dk=16: (
+            4 * h * (k * n * n + 4 * n * dk) if name.startswith("explicit") else (linear_peak(name, n))
+        )
+
+    cuda = analyse(exp, records(exp, peak=peak_of(4), device="cuda:0"), "quick", tmp_path)
+    assert verdicts(cuda)["peak-live"] == "supported"
+    assert decisions(cuda)["peak-live/explicit"] == "equivalent"
+    for recs in (records(exp, peak=peak_of(4), device="cpu"), records(exp, peak=peak_of(3), device="cuda")):
+        v = analyse(exp, recs, "quick", tmp_path)
+        assert decisions(v)["peak-live/explicit"] != "equivalent" and verdicts(v)["peak-live"] == "mixed"

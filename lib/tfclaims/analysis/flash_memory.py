@@ -56,15 +56,23 @@ LIVE = Readout(
     "live",
     "peak over its live-set unit",
     definition="peak bytes of forward + backward over 3·h·n²·4 (P, dP and dS, which the explicit backward "
-    "holds at once) on the explicit paths, over h·n·d_k·4 (one n×d tensor) on the fused ones",
+    "holds at once; on CUDA 4·h·n²·4, softmax's backward kernel holding one n×n buffer beside them) on the "
+    "explicit paths, over h·n·d_k·4 (one n×d tensor) on the fused ones",
     fmt=".3f",
 )
 READOUTS = (EXPONENT, STORAGES, HAND_ERR, INV_ERR, RATIO_ERR, LIVE)
 
 
-def live_unit(variant: str, n: int, h: int, dk: int, itemsize: int = 4) -> int:
-    """The bytes a path's peak is counted in: three n×n tensors per head (explicit), one n×d (fused)."""
-    return itemsize * h * (3 * n * n if variant.startswith("explicit") else n * dk)
+def live_nxn(device: str) -> int:
+    """n×n tensors alive at once at the explicit backward's peak: P, dP and dS; on CUDA also the buffer that
+    softmax's backward kernel allocates while it writes dS (one more n×n: the CUDA allocator read op by op on
+    an H200, torch 2.11, float32 and bfloat16, n = 2,048 and 4,096; the CPU kernel allocates none)."""
+    return 4 if str(device).startswith("cuda") else 3
+
+
+def live_unit(variant: str, n: int, h: int, dk: int, itemsize: int = 4, device: str = "cpu") -> int:
+    """The bytes a path's peak is counted in: the live n×n tensors per head (explicit), one n×d (fused)."""
+    return itemsize * h * (live_nxn(device) * n * n if variant.startswith("explicit") else n * dk)
 
 
 def fit_sizes(ns, fit_from: int) -> list:
@@ -144,6 +152,7 @@ def observe(
     h, dk, it = p["heads"], p["head_dim"], ITEMSIZE[p["dtype"]]
     peaks = sorted(part(runs, "peak"), key=lambda r: r["config"]["n"])
     pk = pd.DataFrame([{"n": r["config"]["n"], **r["metrics"]["peak_bytes"]} for r in peaks])
+    dev = {r["config"]["n"]: r["metrics"].get("device", "cpu") for r in peaks}
     return {
         "saved": df,
         "keeps": _keeps(saved, p, no_nxn_from),
@@ -153,7 +162,12 @@ def observe(
         "peak": pk,
         "peak_live": pd.DataFrame(
             [
-                {"variant": v, "n": r.n, "unit": r.n, "live": getattr(r, v) / live_unit(v, r.n, h, dk, it)}
+                {
+                    "variant": v,
+                    "n": r.n,
+                    "unit": r.n,
+                    "live": getattr(r, v) / live_unit(v, r.n, h, dk, it, dev[r.n]),
+                }
                 for r in pk.itertuples()
                 for v in PEAKED
             ],

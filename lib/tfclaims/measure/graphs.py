@@ -9,12 +9,28 @@ as it is (its launch cost is part of the step)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 
+@dataclass(frozen=True)
+class Replay:
+    """A captured CUDA graph, called to replay it. It holds `fn` as well: the graph reads and writes fn's
+    tensors (weights, cache, input token) at the addresses they had at capture but keeps no reference to them,
+    so without fn they would be freed when the caller's last reference goes, and a later allocation (the next
+    decoder's cache) would overwrite what the graph reads (seen on an H200: illegal memory accesses and
+    out-of-range token ids once a second K/V head count was built)."""
+
+    graph: torch.cuda.CUDAGraph
+    fn: Callable[[], object]
+
+    def __call__(self) -> None:
+        self.graph.replay()
+
+
 def graphed(fn: Callable[[], object], device) -> Callable[[], object]:
-    """fn itself on the CPU; on CUDA, fn captured once into a CUDA graph and its `replay`.
+    """fn itself on the CPU; on CUDA, fn captured once into a CUDA graph, as a `Replay` that keeps fn alive.
 
     The graph holds the kernels of one call, with their shapes and the Python-side state at capture (a cache
     position, say), so fn must do the same work every call, resetting what it advances, as the timed decoding
@@ -30,4 +46,4 @@ def graphed(fn: Callable[[], object], device) -> Callable[[], object]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return graph.replay
+    return Replay(graph, fn)
