@@ -1,0 +1,34 @@
+"""prenorm_effective_depth's training runs: Pre-LN and Post-LN, each with its own learning-rate sweep at two
+depths (`grids.sweep`: selection seeds, then the chosen rate on fresh seeds, the deeper stack's sweep around the
+shallower one's choice), and Pre-LN at its first-depth choice rerun at seeds s + NULL_OFFSET (the null pair).
+Every run also probes its trained model (`claims.prenorm_effective_depth`)."""
+
+from __future__ import annotations
+
+from ..train.profiles import model_config, run_fields
+from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
+
+NULL_OFFSET = 1000  # the null pair: Pre-LN rerun at seed s + NULL_OFFSET
+PLACEMENTS = {"pre": "Pre-LN", "post": "Post-LN"}
+PROBE_KEYS = ("probe_batches",)
+
+
+def scales(p: dict) -> list[dict]:
+    """The depths, [d_model, n_layers] each: distinct, each a valid model (checked before any run)."""
+    out = model_scales(p)
+    for s in out:
+        model_config({**p, **s}, 96)
+    return out
+
+
+def grid_sweep(p: dict, done) -> list[dict]:
+    """Each placement's sweep, its choice on the fresh seeds and the deeper stack around it; then the null
+    pair."""
+    sweep, sc = profile_sweep(p), scales(p)
+
+    def make(arm, scale, lr, seed):
+        return {"part": "sweep", "placement": arm["placement"], **run_fields(p), **scale, "lr": lr,
+                **{k: p[k] for k in PROBE_KEYS}, "seed": seed}  # fmt: skip
+
+    out = sweep_grid(sweep, {k: {"placement": k} for k in PLACEMENTS}, sc, make, done)
+    return out + null_reruns(out, sweep, sc[0], {"placement": "pre"}, NULL_OFFSET)
