@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..data.corpus import eval_windows, load_corpus
 from ..measure.residual_stream import ablation_losses, consecutive_cosines, relative_updates, stream_states
+from ..train.loop import evaluate
 
 
 def train_probe(cfg: dict, ctx) -> dict:
@@ -28,5 +29,5 @@ def train_probe(cfg: dict, ctx) -> dict:
     n = len(batches)
     res["relative_update"] = [sum(u[i] for u in ups) / n for i in range(len(ups[0]))]
     res["cosine"] = [sum(c[i] for c in cos) / n for i in range(len(cos[0]))]
-    res["ablation"] = ablation_losses(model, batches, ctx.device)
+    res["ablation"] = ablation_losses(model, lambda m: evaluate(m, batches, ctx.device))
     return res

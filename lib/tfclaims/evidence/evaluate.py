@@ -205,6 +205,10 @@ def _compare(sc: SubClaim, df, cell: Cell, r: Readout, noise: float | None) -> e
         c = replace(c, learned_a=sum(ga.values()), learned_b=sum(gb.values()), n_a=len(ga), n_b=len(gb))
         if not any(ga.values()) and not any(gb.values()):
             c = replace(c, decision="excluded", note=ev.NO_ARM_LEARNED)
+    elif gb is not None and sc.a is None:  # b alone: its arm is the only one that can fail to learn
+        c = replace(c, learned_b=sum(gb.values()), n_b=len(gb))
+        if not any(gb.values()):
+            c = replace(c, decision="excluded", note=ev.NO_ARM_LEARNED)
     return replace(c, noise=noise)
 
 

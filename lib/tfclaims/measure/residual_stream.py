@@ -9,14 +9,13 @@ These are the readings behind "Pre-LN adds width and removes depth" (Liu et al. 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from ..nn.models import LM
-from ..train.loop import evaluate
 
 
 @torch.no_grad()
@@ -60,18 +59,18 @@ def layer_order(model: LM, order: Sequence[int]) -> Iterator[LM]:
         model.stack.blocks = kept
 
 
-def ablation_losses(model: LM, batches, device) -> dict:
-    """Held-out loss of the trained order, and its increase with each block deleted (L values) and with each
-    neighbouring pair (l, l+1) swapped (L − 1 values), in the loss's units."""
+def ablation_losses(model: LM, loss: Callable[[LM], float]) -> dict:
+    """loss(model) of the trained order (a held-out loss, say), and its increase with each block deleted (L
+    values) and with each neighbouring pair (l, l+1) swapped (L − 1 values)."""
     L = len(model.stack.blocks)
-    base = evaluate(model, batches, device)
+    base = loss(model)
     deleted, swapped = [], []
     for skip in range(L):
         with layer_order(model, [i for i in range(L) if i != skip]):
-            deleted.append(evaluate(model, batches, device) - base)
+            deleted.append(loss(model) - base)
     for l in range(L - 1):
         order = list(range(L))
         order[l], order[l + 1] = l + 1, l
         with layer_order(model, order):
-            swapped.append(evaluate(model, batches, device) - base)
+            swapped.append(loss(model) - base)
     return {"loss": base, "deleted": deleted, "swapped": swapped}

@@ -1,0 +1,111 @@
+"""The declared rule of `prenorm_effective_depth`, fed synthetic probe records. The staged grid grows as the
+runner grows it (each placement's sweep chooses its rate on the selection seeds); the probe readings of each
+run are written per block so that the deeper half's means are known in advance."""
+
+import numpy as np
+import pytest
+
+from tfclaims.harness.registry import load
+
+from rules import analyse, decisions, record, sub, verdicts
+
+EXP = load("prenorm_effective_depth")
+P = EXP.profiles["quick"]
+UNIGRAM = 3.3
+JITTER = (0.011, -0.007, 0.004, -0.009)  # per seed: the null pair's spread comes from it
+COUNTED = ("updates", "decay", "delete", "similar")
+
+
+def blocks(L: int, late_update: float, early_update: float, delete: float, cosine: float, s: int) -> dict:
+    """Per-block readings whose deeper-half means are late_update, delete and cosine (the shallower half at
+    early_update), with a seed-dependent wobble."""
+    w = JITTER[s]
+    half = (L + 1) // 2
+    up = [early_update * (1 + w)] * half + [late_update * (1 + w)] * (L - half)
+    return {"relative_update": up, "cosine": [cosine - abs(w)] * L,
+            "ablation": {"loss": 2.0, "deleted": [delete + w] * L, "swapped": [delete / 2 + w] * (L - 1)}}  # fmt: skip
+
+
+PRE_SHALLOW = dict(late_update=0.1, early_update=0.5, delete=0.01, cosine=0.99)  # the notes' picture
+POST_DEEP = dict(late_update=0.4, early_update=0.4, delete=0.3, cosine=0.9)
+
+
+def records(pre=PRE_SHALLOW, post=POST_DEEP, learned=True, p=P, pre_learned=None):
+    grid, recs = None, []
+    while (g := EXP.grid(p, recs)) != grid:
+        grid, recs = g, []
+        for i, c in enumerate(g):
+            s = c["seed"] % 1000 % 4
+            best = p["rates"][-1] if c["n_layers"] == p["scales"][0][1] else p["rates"][-1] / 2
+            v = 2.0 + JITTER[s] + 0.05 * np.log2(c["lr"] / best) ** 2
+            ok = learned if c["placement"] == "post" or pre_learned is None else pre_learned
+            if not ok:
+                v = UNIGRAM + 0.02 * (s % 2)
+            m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
+                 "unigram_xent": UNIGRAM, "diverged_at": None,
+                 **blocks(c["n_layers"], **(pre if c["placement"] == "pre" else post), s=s)}  # fmt: skip
+            recs.append(record(c, m, f"r{i}"))
+    return recs
+
+
+def test_prenorm_rule_supported_when_pre_ln_blocks_matter_less_at_every_depth(tmp_path):
+    v = analyse(EXP, records(), P, tmp_path)
+    assert v.verdict == "supported"
+    assert all(verdicts(v)[k] == "supported" for k in COUNTED)
+    assert all(sub(v, k).counts for k in COUNTED) and not sub(v, "swap").counts
+    assert verdicts(v)["quality"] == "supported"  # both placements end at the same loss here
+
+
+def test_prenorm_rule_refuted_when_post_ln_blocks_matter_less(tmp_path):
+    swapped = dict(late_update=0.1, early_update=0.5, delete=0.01, cosine=0.99)
+    growing = dict(late_update=0.6, early_update=0.3, delete=0.3, cosine=0.9)
+    v = analyse(EXP, records(pre=growing, post=swapped), P, tmp_path)
+    assert verdicts(v)["updates"] == verdicts(v)["delete"] == verdicts(v)["similar"] == "refuted"
+    assert verdicts(v)["decay"] == "refuted"  # Pre-LN's deeper half changes the stream more
+    assert v.verdict == "refuted"
+
+
+def test_prenorm_rule_mixed_when_only_one_depth_shows_it(tmp_path):
+    p = {**P, "scales": [[32, 2], [32, 3]]}
+    # at L = 3 the deeper half is one block (the last); make the readings equal there
+
+    v = analyse(EXP, records(pre=dict(PRE_SHALLOW), post=dict(POST_DEEP)), p, tmp_path)
+    assert v.verdict == "supported"
+    flat = dict(late_update=0.4, early_update=0.4, delete=0.3, cosine=0.9)
+    recs = records(pre=flat, post=POST_DEEP)
+    v = analyse(EXP, recs, p, tmp_path)
+    assert verdicts(v)["delete"] in ("inconclusive", "refuted") and v.verdict != "supported"
+
+
+def test_prenorm_rule_differences_inside_the_null_pairs_floor_decide_nothing(tmp_path):
+    close = dict(late_update=0.4, early_update=0.4, delete=0.3, cosine=0.9)
+    v = analyse(EXP, records(pre=close, post=POST_DEEP), P, tmp_path)
+    assert all(verdicts(v)[k] != "supported" for k in COUNTED) and v.verdict != "supported"
+
+
+def test_prenorm_rule_a_placement_that_did_not_learn_is_excluded(tmp_path):
+    v = analyse(EXP, records(learned=False, pre_learned=False), P, tmp_path)
+    assert v.verdict == "inconclusive"
+    assert all(verdicts(v)[k] == "inconclusive" for k in COUNTED)
+
+
+def test_prenorm_rule_text_names_the_deeper_half_and_the_sweep(tmp_path):
+    v = analyse(EXP, records(), P, tmp_path)
+    text = EXP.rule_text(P)
+    assert "deeper half" in text and "selection seeds" in text and "Pre-LN rerun" in text
+    assert decisions(v, "delete")  # one comparison per depth
+    assert set(decisions(v, "delete")) == {f"delete/d{d}-L{L}" for d, L in P["scales"]}
+
+
+@pytest.mark.parametrize("L", [2, 3, 4, 8])
+def test_prenorm_deeper_half_readouts_read_the_last_blocks(L):
+    from tfclaims.analysis import prenorm_effective_depth as view
+
+    m = {"diverged_at": None, **blocks(L, 0.1, 0.5, 0.02, 0.95, s=0)}
+    m["relative_update"] = [float(i) for i in range(1, L + 1)]
+    half = (L + 1) // 2
+    assert view.LATE_UPDATE.fn(m) == pytest.approx(np.mean(range(half + 1, L + 1)))
+    assert view.DECAY.fn(m) == pytest.approx(
+        np.log(np.mean(range(half + 1, L + 1)) / np.mean(range(1, L // 2 + 1)))
+    )
+    assert view.LATE_DELETE.fn({**m, "diverged_at": 7}) is None  # a diverged run has no reading
