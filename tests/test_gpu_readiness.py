@@ -100,8 +100,12 @@ def _scores(h: int, t: int, s: int, batch: int = 1) -> int:
 
 def _memory_claims(claim, exp, p) -> dict:
     """Claims that measure or count rather than train a language model: their largest allocation."""
-    if claim == "prenorm_effective_depth":  # its scales are [d_model, n_layers]: the deepest one trains
-        return {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
+    if claim in ("prenorm_effective_depth", "albert_sharing"):  # scales are [d_model, n_layers]: each trains
+        out = {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
+        if claim == "albert_sharing":  # three encoders of the largest timed size at once, inference
+            d, L = max(p["timed"])
+            out["timing"] = 3 * 12 * L * d * d * F32 + 40 * p["batch_timing"] * p["seq_timing"] * d * F32
+        return out
     if claim == "flash_memory":  # explicit attention forward+backward at the longest n, batch 1
         return {"explicit attention at max n": _scores(p["heads"], max(p["ns"]), max(p["ns"]))}
     if claim == "attention_complexity":  # every size runs fill_batch sequences at once
