@@ -1,0 +1,77 @@
+"""The declared rule of `attention_vs_lstm` on synthetic records: timing rounds with a shared load (rules.times)
+per length, and recall accuracies per distance grown through the sweep as the runner grows it."""
+
+import math
+
+import numpy as np
+
+from tfclaims.grids.attention_vs_lstm import AA
+from tfclaims.harness.registry import load
+
+from rules import analyse, record, sub, times, verdicts
+
+EXP = load("attention_vs_lstm")
+P = {**EXP.profiles["quick"], "ns": [8, 16, 32, 64, 128], "ks": [1, 4, 8]}
+JITTER = (0.004, -0.003, 0.002, -0.005)
+
+
+def records(attn_speed=lambda n: -0.5 + 0.2 * math.log2(n / 32), lstm_slope=0.0, acc=None, p=P):
+    """attn_speed(n): attention's log time ratio to the LSTM's per token; lstm_slope: the LSTM's log time per
+    doubling; acc(arch, k): final accuracy at each arm's best rate (default: attention 1, LSTM falling)."""
+    acc = acc or (lambda arch, k: 0.99 if arch == "attention" else max(1 / p["vocab"], 1.0 - 0.1 * k))
+    grid, recs = None, []
+    while (g := EXP.grid(p, recs)) != grid:
+        grid, recs = g, []
+        for i, c in enumerate(g):
+            if c["part"] == "throughput":
+                rows = []
+                for n in c["ns"]:
+                    base = 1e-6 * math.exp(lstm_slope * math.log2(n))
+                    r = {"attention": attn_speed(n), "lstm": 0.0, AA: attn_speed(n)}
+                    rows.append({"n": n, "tokens": 1, "times": {k: times(base, v, k=j) for j, (k, v) in
+                                                                enumerate(r.items())}})  # fmt: skip
+                m = {"rows": rows, "threads": 1}
+            else:
+                s = c["seed"] % 1000 % 4
+                best = p["rates"][-1] if c["k"] == p["ks"][0] else p["rates"][-1]
+                a = min(1.0, acc(c["arch"], c["k"]) + JITTER[s])
+                v = 2.0 * (1 - a) + 0.05 * np.log2(c["lr"] / best) ** 2 + JITTER[s]
+                m = {"final_val": v, "final_acc": a, "val_loss": [math.log(p["vocab"]), v], "eval_steps": [0, 12],
+                     "unigram_xent": math.log(p["vocab"]), "diverged_at": None}  # fmt: skip
+            recs.append(record(c, m, f"r{i}"))
+    return recs
+
+
+def test_attention_vs_lstm_supported_when_faster_short_and_recall_holds_far(tmp_path):
+    v = analyse(EXP, records(), P, tmp_path)
+    assert verdicts(v)["short"] == verdicts(v)["recall-far"] == verdicts(v)["lstm-decays"] == "supported"
+    assert verdicts(v)["lstm-flat"] == "supported" and verdicts(v)["attn-grows"] == "supported"
+    assert v.verdict == "supported" and not sub(v, "lstm-flat").counts
+
+
+def test_attention_vs_lstm_refuted_when_the_lstm_is_faster_and_recalls_as_well(tmp_path):
+    same = lambda arch, k: 0.99  # noqa: E731
+    v = analyse(EXP, records(attn_speed=lambda n: 0.5, acc=same), P, tmp_path)
+    assert verdicts(v)["short"] == "refuted"
+    assert verdicts(v)["lstm-decays"] != "supported" and v.verdict in ("refuted", "inconclusive")
+
+
+def test_attention_vs_lstm_equal_recall_without_a_control_decides_nothing(tmp_path):
+    """The speed holds; equal recall at every distance neither shows nor refutes the path-length part (no
+    positive control of its size): the claim cannot be decided, not 'supported'."""
+    same = lambda arch, k: 0.99  # noqa: E731
+    v = analyse(EXP, records(acc=same), P, tmp_path)
+    assert verdicts(v)["short"] == "supported"
+    assert verdicts(v)["recall-far"] == verdicts(v)["lstm-decays"] == "inconclusive"
+    assert v.verdict == "inconclusive"
+
+
+def test_attention_vs_lstm_mixed_when_the_lstm_recalls_far_but_attention_is_slower(tmp_path):
+    v = analyse(EXP, records(attn_speed=lambda n: 0.5), P, tmp_path)
+    assert verdicts(v)["short"] == "refuted" and verdicts(v)["recall-far"] == "supported"
+    assert v.verdict == "mixed"
+
+
+def test_attention_vs_lstm_lstm_time_growing_is_reported_not_counted(tmp_path):
+    v = analyse(EXP, records(lstm_slope=0.5), P, tmp_path)
+    assert verdicts(v)["lstm-flat"] == "refuted" and v.verdict == "supported"
