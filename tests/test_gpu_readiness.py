@@ -108,8 +108,10 @@ def _memory_claims(claim, exp, p) -> dict:
         return out
     if claim == "attention_vs_lstm":  # one layer's step at the longest n (fused attention: no n² term)
         d, n, b = p["timing_d"], max(p["ns"]), p["batch_timing"]
-        return {"throughput step": 12 * b * n * d * F32 + 8 * d * d * F32,
-                "recall training": _training_bytes({**p, "n_layers": 1})}
+        return {
+            "throughput step": 12 * b * n * d * F32 + 8 * d * d * F32,
+            "recall training": _training_bytes({**p, "n_layers": 1}),
+        }
     if claim == "flash_memory":  # explicit attention forward+backward at the longest n, batch 1
         return {"explicit attention at max n": _scores(p["heads"], max(p["ns"]), max(p["ns"]))}
     if claim == "attention_complexity":  # every size runs fill_batch sequences at once
