@@ -84,7 +84,7 @@ class PrenormEffectiveDepth(Experiment):
         summary = view.summary(t["tuned"])
         beyond = view.decay_beyond_first(t["layers"])
         beyond_txt = "; ".join(
-            f"{scale}: " + ", ".join(f"{view.PLACEMENTS_SHORT[k]} {v:+.2f}" for k, v in sorted(d.items()))
+            f"{scale}: " + ", ".join(f"{PLACEMENTS[k]} {v:+.2f}" for k, v in sorted(d.items()))
             for scale, d in beyond.items()
         )
         return verdict_from(
