@@ -140,6 +140,8 @@ def decay_beyond_first(layers: pd.DataFrame) -> dict:
 def plot_blocks(layers: pd.DataFrame, p: dict, out) -> None:
     """Per depth (rows), the relative update, the cosine before/after and the loss from deleting each block
     (columns), Pre-LN against Post-LN, mean over the fresh seeds with their range."""
+    from matplotlib.ticker import MaxNLocator
+
     from ..plotting import band, subplots
 
     sc = [scale_label(s) for s in scales(p)]
@@ -156,7 +158,11 @@ def plot_blocks(layers: pd.DataFrame, p: dict, out) -> None:
                 s = here[here.placement == k] if len(here) else here
                 if len(s):
                     band(ax, s.block, s[f"{col} mean"], s[f"{col} min"], s[f"{col} max"], label=name)
-            ax.set_yscale(yscale)
+            if yscale == "symlog":  # deletion costs span 0.01–3 nats and can be negative
+                ax.set_yscale("symlog", linthresh=0.01)
+            else:
+                ax.set_yscale(yscale)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel(f"block l ({label})")
             ax.set_ylabel(ylab, fontsize=7)
         row[0].legend(fontsize=7)
