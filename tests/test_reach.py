@@ -252,3 +252,62 @@ def test_the_trace_sees_a_definition_the_walk_missed(monkeypatch):
     ctx = RunContext(device=torch.device("cpu"), progress=False)
     ran = _executed(functools.partial(_function(part.run), cfg, ctx))
     assert ("nn.models", "LM") in ran - closure
+
+
+# Python 3.11's unparse of each f-string (what every committed run id was hashed from): 3.12 and later write
+# some of them differently (PEP 701), and `reach.unparse` must not.
+F_STRINGS = {
+    "def f(x):\n    return f\"a {', '.join(x)} b\"": "def f(x):\n    return f\"a {', '.join(x)} b\"",
+    "def g(d):\n    return f'{d[\"k\"]}!'": "def g(d):\n    return f\"{d['k']}!\"",
+    "def h(x, w):\n    return f'{x:>{w}} and {x!r}'": "def h(x, w):\n    return f'{x:>{w}} and {x!r}'",
+    "def j(x):\n    return f'line\\n{x}\\t' + f\"{'{'}\"": "def j(x):\n    return f'line\\n{x}\\t' + f\"{'{'}\"",
+    "def k(x):\n    return f'''{x}\n''' + f\"{f'{x}'}\"": "def k(x):\n    return f'{x}\\n' + f\"{f'{x}'}\"",
+}
+
+
+@pytest.mark.parametrize("source", list(F_STRINGS))
+def test_unparse_writes_f_strings_as_python_3_11_on_every_interpreter(source):
+    assert reach.unparse(ast.parse(source)) == F_STRINGS[source]
+
+
+def _other_pythons() -> list[str]:
+    """CPython 3.12 and later installed beside this one (pyenv's or on PATH) that run, for the cross-version
+    check (a pyenv shim of a version not selected does not)."""
+    import subprocess
+
+    found = set(Path("/root/.pyenv/versions").glob("3.1[2-9]*/bin/python3"))
+    found |= {Path(p) for v in ("3.12", "3.13", "3.14") if (p := shutil.which(f"python{v}"))}
+    ok = []
+    for p in sorted(found):
+        run = subprocess.run(
+            [str(p), "-c", "import sys; print(sys.version_info >= (3, 12))"], capture_output=True
+        )
+        if run.returncode == 0 and run.stdout.strip() == b"True":
+            ok.append(str(p))
+    return ok
+
+
+@pytest.mark.skipif(not _other_pythons(), reason="no CPython 3.12 or later installed beside this one")
+def test_every_definitions_text_is_the_same_on_every_installed_python(tmp_path):
+    """Run ids hash each definition's normalised text: on 3.12+ it must equal this interpreter's, for every
+    definition of the library and the experiments (else a fresh machine with another Python reruns every run)."""
+    import subprocess
+
+    script = tmp_path / "texts.py"
+    script.write_text(
+        "import ast, hashlib, json, sys, importlib.util, pathlib\n"
+        f"spec = importlib.util.spec_from_file_location('reach', {str(PKG_DIR / 'harness' / 'reach.py')!r})\n"
+        "reach = importlib.util.module_from_spec(spec); sys.modules['reach'] = reach; spec.loader.exec_module(reach)\n"
+        "out = {}\n"
+        f"for f in sorted([*pathlib.Path({str(PKG_DIR)!r}).rglob('*.py'), *pathlib.Path({str(REPO_ROOT / 'experiments')!r}).glob('*.py')]):\n"
+        "    for i, node in enumerate(ast.parse(f.read_text()).body):\n"
+        "        out[f'{f}:{i}'] = hashlib.sha256(reach.normalise(node).encode()).hexdigest()\n"
+        "json.dump(out, sys.stdout)\n"
+    )
+    ours = json.loads(
+        subprocess.run([sys.executable, script], capture_output=True, text=True, check=True).stdout
+    )
+    for py in _other_pythons():
+        theirs = json.loads(subprocess.run([py, script], capture_output=True, text=True, check=True).stdout)
+        assert theirs.keys() == ours.keys()
+        assert [k for k in ours if ours[k] != theirs[k]] == [], py

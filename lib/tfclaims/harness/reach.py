@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,16 +128,88 @@ def _typing_only(node: ast.AST) -> bool:
     )
 
 
+if sys.version_info >= (3, 12):
+
+    class _Unparser311(ast._Unparser):
+        """Python 3.12's unparser writing f-strings as 3.10 and 3.11 write them, so that a definition's text
+        (and every run id) does not depend on the interpreter. PEP 701 let 3.12 reuse the enclosing quote
+        inside a replacement field, and its unparser does (f'{', '.join(x)}' where 3.11 wrote
+        f"{', '.join(x)}"): here the quote is again chosen to appear in no part, constant or replacement field,
+        and a replacement field's expression is written avoiding backslashes, as 3.11 did."""
+
+        def __init__(self, *, _avoid_backslashes: bool = False):
+            super().__init__()
+            self._avoid_backslashes = _avoid_backslashes  # 3.13 dropped the flag; 3.11 set it for fields
+
+        def _write_constant(self, value):
+            if self._avoid_backslashes and isinstance(value, str):
+                self._write_str_avoiding_backslashes(value)
+            else:
+                super()._write_constant(value)
+
+        def visit_JoinedStr(self, node):
+            self.write("f")
+            if self._avoid_backslashes:  # an f-string inside a replacement field
+                with self.buffered() as buf:
+                    self._write_fstring_inner(node)
+                self._write_str_avoiding_backslashes("".join(buf))
+                return
+            parts = []
+            for value in node.values:
+                with self.buffered() as buf:
+                    self._write_fstring_inner(value)
+                parts.append(("".join(buf), isinstance(value, ast.Constant)))
+            quotes, out = list(ast._ALL_QUOTES), []
+            for text, constant in parts:  # every part narrows the quotes the literal may use
+                text, quotes = self._str_literal_helper(
+                    text, quote_types=quotes, escape_special_whitespace=constant
+                )
+                out.append(text)
+            self.write(f"{quotes[0]}{''.join(out)}{quotes[0]}")
+
+        def _write_fstring_inner(self, node, scape_newlines=False):
+            if isinstance(node, ast.JoinedStr):  # the f-string itself, or a format spec
+                for value in node.values:
+                    self._write_fstring_inner(value)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                self.write(node.value.replace("{", "{{").replace("}", "}}"))
+            elif isinstance(node, ast.FormattedValue):
+                self.visit_FormattedValue(node)
+            else:
+                raise ValueError(f"Unexpected node inside JoinedStr, {node!r}")
+
+        def visit_FormattedValue(self, node):
+            inner = type(self)(_avoid_backslashes=True)
+            inner.set_precedence(ast._Precedence.TEST.next(), node.value)
+            expr = inner.visit(node.value)
+            if "\\" in expr:
+                raise ValueError("Unable to avoid backslash in f-string expression part")
+            with self.delimit("{", "}"):
+                self.write((" " if expr.startswith("{") else "") + expr)
+                if node.conversion != -1:
+                    self.write(f"!{chr(node.conversion)}")
+                if node.format_spec:
+                    self.write(":")
+                    self._write_fstring_inner(node.format_spec)
+
+    def unparse(node: ast.AST) -> str:
+        """`ast.unparse` with Python 3.11's f-string output (see `_Unparser311`)."""
+        return _Unparser311().visit(node)
+
+else:
+    unparse = ast.unparse
+
+
 def normalise(node: ast.AST) -> str:
     """Source regenerated from the syntax tree less docstrings and import statements: comments, blank lines,
-    layout and where a name is imported from drop out."""
-    node = ast.parse(ast.unparse(node))  # a copy
+    layout and where a name is imported from drop out. The same text on every supported Python (`unparse`)."""
+    node = ast.parse(unparse(node))  # a copy
     for n in ast.walk(node):
         body = getattr(n, "body", None)
         if isinstance(body, list):
             kept = [c for c in body if not (_is_docstring(c) or isinstance(c, (ast.Import, ast.ImportFrom)))]
             n.body = kept or [ast.Pass()]
-    return ast.unparse(node)
+    return unparse(node)
 
 
 def sha(data: bytes | str, n: int = 16) -> str:
