@@ -110,6 +110,7 @@ def plot(t: dict, p: dict, out) -> None:
             if k in q.columns:
                 axes[1].bar(xs - 0.25 + 0.25 * i, q[k], 0.25, yerr=[q[k] - lo[k], hi[k] - q[k]], label=k)
         axes[1].set_xticks(xs, list(q.index))
+        axes[1].set_yscale("log")  # the timed sizes differ by 10×
         axes[1].set_ylabel("seconds per token (µs), median of rounds")
         axes[1].set_title("Encoder forward, inference")
         axes[1].legend(fontsize=6)
