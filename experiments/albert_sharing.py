@@ -45,7 +45,6 @@ class AlbertSharing(Experiment):
     title = "ALBERT's sharing cuts parameters, not inference time"
     headline = "time"  # the answers table's number
     order = 22
-    times_code = True  # the timing part; the quality runs are small
     profiles = {
         "quick": _profile("quick", timed=[[64, 2]], batch_timing=1, seq_timing=16, repeats=3,
                           scales=[[32, 1], [32, 2]], rates=[1.5e-3, 3e-3], selection_seeds=[10]),
@@ -58,7 +57,7 @@ class AlbertSharing(Experiment):
     }  # fmt: skip
     parts = (
         Part("counts", counts_grid, AS.run_counts),
-        Part("timing", timing_grid, AS.run_timing),
+        Part("timing", timing_grid, AS.run_timing, timed=True),
         Part("sweep", grid_sweep, AS.train_arm, staged=True),
     )
 

@@ -38,7 +38,6 @@ class AttentionVsLSTM(Experiment):
     title = "Self-attention is parallel and one step from any position; an LSTM is neither"
     headline = "recall-far"  # the answers table's number
     order = 23
-    times_code = True  # the throughput part
     profiles = {
         "quick": dict(COMMON, d_model=32, n_heads=2, vocab=8, seq_len=16, batch=8, steps=12, eval_every=6,
                       eval_batches=2, ks=[1, 4], seeds=[0, 1], rates=[3e-3, 1e-2], selection_seeds=[10],
@@ -53,7 +52,7 @@ class AttentionVsLSTM(Experiment):
                      2048, 4096, 8192], batch_timing=8, repeats=10),
     }  # fmt: skip
     parts = (
-        Part("throughput", throughput_grid, AL.run_throughput),
+        Part("throughput", throughput_grid, AL.run_throughput, timed=True),
         Part("recall", grid_sweep, AL.run_recall, staged=True),
     )
 

@@ -350,3 +350,25 @@ def test_slurm_without_accounting_is_refused_before_submitting(tmp_path, monkeyp
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     with pytest.raises(LauncherError, match="needs SLURM accounting .*storage is disabled"):
         _check_slurm()
+
+
+def test_a_timed_part_runs_alone_in_process_before_the_claims_other_runs_share_the_cores(
+    monkeypatch, tmp_path
+):
+    """albert_sharing times one part (`Part.timed`): under `auto` on a multicore CPU its run goes first, in
+    process, and the counts and training runs then go to one worker per core."""
+    from tfclaims.harness.registry import load
+
+    calls = []
+
+    def fake_map(self, fn, tasks, **kw):
+        calls.append((self.name, sorted({t.config["part"] for t in tasks})))
+        return iter(())  # nothing runs: the launch decisions are what is tested
+
+    monkeypatch.setattr(Launcher, "map", fake_map)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    exp = load("albert_sharing")
+    run_experiment(exp, profile="quick", device=torch.device("cpu"), results_root=tmp_path, progress=False,
+                   log=lambda *a: None, launcher=Launcher("auto"))  # fmt: skip
+    assert calls == [("local", ["timing"]), ("local-parallel", ["counts", "sweep"])]
+    assert exp.timed({"part": "timing"}) and not exp.timed({"part": "sweep"})

@@ -102,6 +102,9 @@ class Part:
     # sweep's selection seeds choose the rate its fresh seeds run at); the runner grows the grid until it
     # stops changing. Its configs may name another part ("part": "train"): that part's recipe runs them
     staged: bool = False
+    # timed: its runs measure wall-clock time, so the `auto` launcher runs them in process, one at a time,
+    # before the claim's other runs (which may then share the cores); `Experiment.times_code` times every part
+    timed: bool = False
 
     def __post_init__(self):
         if isinstance(self.run, Recipe):
@@ -207,7 +210,7 @@ class Experiment:
     title: str = ""
     order: int = 100  # position in the report
     times_code: bool = (
-        False  # True: runs measure wall-clock time, so the `auto` launcher runs them one at a time
+        False  # True: every run measures wall-clock time (else only `Part.timed` parts'), one at a time
     )
     statement: str = ""
     notes_say: str = ""
@@ -258,6 +261,10 @@ class Experiment:
             if part.name == name:
                 return part
         raise KeyError(f"{self.claim_id} has no part {name!r}")
+
+    def timed(self, cfg: dict) -> bool:
+        """Whether the run of `cfg` measures wall-clock time: the claim's `times_code`, or its part's `timed`."""
+        return self.times_code or (bool(self.parts) and self.part(cfg.get("part", self.parts[0].name)).timed)
 
     def run_one(self, cfg: dict, ctx: RunContext) -> dict:
         return self.part(cfg["part"]).run(cfg, ctx)

@@ -325,8 +325,30 @@ def _round(exp, configs, profile, device, runs_dir, force, progress, log, launch
                 src, exp.claim_id, cfg, key.config_hash, key.code_hash, key.run_id, device.type, str(path)
             )
         )
-    launcher = launcher.resolve(times_code=exp.times_code, device=device, n_tasks=len(tasks))
     sweep_id = uuid.uuid4().hex[:12]
+    # the runs that time code first, one at a time in process; then the others (in parallel where `auto` may)
+    groups = [[t for t in tasks if exp.timed(t.config)], [t for t in tasks if not exp.timed(t.config)]]
+    done: list = []
+    for timed, group in zip((True, False), groups):
+        if group:
+            done += _launch(exp, group, timed, profile, device, runs_dir, progress, launcher, sweep_id)
+    tasks = done
+    _remove_partial_writes(tasks)
+    lost = 0
+    for task in tasks:
+        marker = Path(task.path + FAILED_MARKER)
+        if marker.exists():
+            lost += 1
+            err = (load_record(marker, True) or {}).get("error")
+            log(f"run {task.run_id} of {exp.claim_id} failed ({err}); its earlier good record is kept")
+            marker.unlink()
+    return paths, len(tasks), lost
+
+
+def _launch(exp, tasks, timed: bool, profile, device, runs_dir, progress, launcher, sweep_id) -> list:
+    """Run one group of tasks through the launcher resolved for it; a lost job's unfinished runs are recorded
+    as failed. Returns the tasks as launched."""
+    launcher = launcher.resolve(times_code=timed, device=device, n_tasks=len(tasks))
     estimates = durations(runs_dir, device) if launcher.name == "slurm" and tasks else {}
     tasks = [
         replace(
@@ -349,16 +371,7 @@ def _round(exp, configs, profile, device, runs_dir, force, progress, log, launch
         # never reported as a run: with an earlier good record (a forced rerun) the marker names the failure
         good = ok(load_record(Path(task.path), True)) is not None
         atomic_write_json(Path(task.path + (FAILED_MARKER if good else "")), rec)
-    _remove_partial_writes(tasks)
-    lost = 0
-    for task in tasks:
-        marker = Path(task.path + FAILED_MARKER)
-        if marker.exists():
-            lost += 1
-            err = (load_record(marker, True) or {}).get("error")
-            log(f"run {task.run_id} of {exp.claim_id} failed ({err}); its earlier good record is kept")
-            marker.unlink()
-    return paths, len(tasks), lost
+    return tasks
 
 
 def _remove_partial_writes(tasks) -> None:
