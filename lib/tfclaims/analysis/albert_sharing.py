@@ -150,8 +150,10 @@ def summary(t: dict) -> str:
     tu = t["tuned"]
     if len(tu):
         m = tu.groupby(["scale", "shared"]).final_val.mean().unstack("shared")
-        if m.shape[1] == 2:
+        gaps = (m[True] - m[False]).dropna() if m.shape[1] == 2 else m.iloc[:0, 0]
+        if len(gaps):  # a scale whose runs all diverged has no gap to report
             parts.append("sharing changes the final loss by " + ", ".join(
-                f"{m.loc[k, True] - m.loc[k, False]:+.3f} nats/char at {k}" for k in m.index) + " (each arm at "
-                "its best rate)")  # fmt: skip
+                f"{g:+.3f} nats/char at {k}" for k, g in gaps.items()) + " (each arm at its best rate)")  # fmt: skip
+        else:
+            parts.append("no tuned run finished training (none compared)")
     return ("; ".join(parts) + ".") if parts else "Nothing was measured."

@@ -126,8 +126,8 @@ def summary(t: dict, p: dict) -> str:
                      f"{n1['attention / lstm']:.2f}× at n = {int(n1.n)}" + (f" (equal near n = {x:.0f})" if x else ""))  # fmt: skip
     tu = t["tuned"]
     if len(tu):
-        m = tu.groupby(["k", "arch"]).final_acc.mean().unstack("arch")
-        if m.shape[1] == 2:
+        m = tu.groupby(["k", "arch"]).final_acc.mean().unstack("arch").dropna()  # diverged: no accuracy
+        if m.shape[1] == 2 and len(m):
             parts.append("recall accuracy attention/LSTM " + ", ".join(
                 f"{r.attention:.2f}/{r.lstm:.2f} at k = {k}" for k, r in m.iterrows()))  # fmt: skip
     return ("; ".join(parts) + ".") if parts else "Nothing was measured."

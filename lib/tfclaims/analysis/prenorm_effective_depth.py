@@ -209,8 +209,8 @@ def summary(tuned: pd.DataFrame) -> str:
         return "No tuned run finished: nothing was compared."
     parts = []
     for scale, g in tuned.groupby("scale", sort=False):
-        m = g.groupby("placement")[["late_update", "late_delete", "late_cosine"]].mean()
-        if {"pre", "post"} <= set(m.index):
+        m = g.groupby("placement")[["late_update", "late_delete", "late_cosine"]].mean().dropna()
+        if {"pre", "post"} <= set(m.index):  # a placement whose runs all diverged has no reading
             pre, post = m.loc["pre"], m.loc["post"]
             parts.append(
                 f"at {scale} the deeper half's blocks change the stream by {pre.late_update:.3f} of its norm in "
