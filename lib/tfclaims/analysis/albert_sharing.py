@@ -6,7 +6,7 @@ import pandas as pd
 
 from ..evidence.declare import Readout
 from ..evidence.tables import runs_table, timing_rows
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import curve_table, null_at_choice, read_sweep
 from ..grids.albert_sharing import ARMS, scales
 from ..grids.sweep import scale_label
 from ..measure.param_sharing import PUBLISHED
@@ -54,14 +54,10 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> d
     choices, tuned, _ = read_sweep(
         swept, ARMS, {labels[k]: {"d_model": k[0], "n_layers": k[1]} for k in labels}
     )
-    first = scale_label(sc[0])
-    chosen = choices[(choices.arm == "unshared") & (choices.scale == first)].chosen_lr if len(choices) else []
-    null = t[(t.role == "null") & (t.scale == first)] if len(t) else t
-    null = null[null.lr == chosen.iloc[0]] if len(chosen) else null.iloc[:0]
     return {
         "sizes": pd.DataFrame(sizes), "library": pd.DataFrame(library), "timing": pd.DataFrame(timing),
         "runs": t, "tuned": tuned, "choices": choices,
-        "first": pd.concat([tuned[tuned.scale == first], null], ignore_index=True),
+        "first": null_at_choice(t, tuned, choices, "unshared", scale_label(sc[0])),
     }  # fmt: skip
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..evidence.declare import Readout
 from ..evidence.tables import runs_table, timing_rows
-from ..evidence.tuning import read_sweep
+from ..evidence.tuning import null_at_choice, read_sweep
 from ..grids.attention_vs_lstm import ARMS
 from . import part
 
@@ -39,15 +39,9 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
                    init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"])  # fmt: skip
     swept = t[t.role.isin(["selection", "test"])] if len(t) else t
     choices, tuned, _ = read_sweep(swept, ARMS, {f"k{k}": {"k": k} for k in p["ks"]})
-    first = f"k{p['ks'][0]}"
-    chosen = (
-        choices[(choices.arm == "attention") & (choices.scale == first)].chosen_lr if len(choices) else []
-    )
-    null = t[(t.role == "null") & (t.scale == first)] if len(t) else t
-    null = null[null.lr == chosen.iloc[0]] if len(chosen) else null.iloc[:0]
     return {
         "throughput": pd.DataFrame(thr), "runs": t, "tuned": tuned, "choices": choices,
-        "first": pd.concat([tuned[tuned.scale == first], null], ignore_index=True),
+        "first": null_at_choice(t, tuned, choices, "attention", f"k{p['ks'][0]}"),
     }  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..evidence.declare import Readout
 from ..evidence.tables import runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import curve_table, null_at_choice, read_sweep
 from ..grids.prenorm_effective_depth import PLACEMENTS, scales
 from ..grids.sweep import scale_label
 from . import part
@@ -91,10 +91,6 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
     swept = t[t.role.isin(["selection", "test"])]
     choices, tuned, seeds = read_sweep(swept, {k: {"placement": k} for k in PLACEMENTS}, {labels[k]: {
         "d_model": k[0], "n_layers": k[1]} for k in labels})  # fmt: skip
-    first = scale_label(sc[0])
-    chosen = choices[(choices.arm == "pre") & (choices.scale == first)].chosen_lr if len(choices) else []
-    null = t[(t.role == "null") & (t.scale == first)]
-    null = null[null.lr == chosen.iloc[0]] if len(chosen) else null.iloc[:0]
     ids = set(tuned.run_id) if len(tuned) else set()
     layers = [
         {"placement": r["config"]["placement"], "scale": labels.get((r["config"]["d_model"], r["config"]["n_layers"])),
@@ -107,7 +103,7 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
     ]  # fmt: skip
     return {
         "runs": t, "tuned": tuned, "choices": choices, "sensitivity": seeds,
-        "first": pd.concat([tuned[tuned.scale == first], null], ignore_index=True),
+        "first": null_at_choice(t, tuned, choices, "pre", scale_label(sc[0])),
         "layers": pd.DataFrame(layers),
     }  # fmt: skip
 

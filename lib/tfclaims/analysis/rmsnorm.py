@@ -10,7 +10,7 @@ import pandas as pd
 from ..evidence.plots import arm_bands
 from ..evidence.readouts import achieved, of_limit
 from ..evidence.tables import comparison_table, runs_table, timing_rows, uncontended
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import curve_table, null_at_choice, read_sweep
 from ..grids.rmsnorm import NORMS, scales
 from ..grids.sweep import scale_label
 from . import part
@@ -68,14 +68,10 @@ def observe(
     choices, tuned, seeds = read_sweep(
         swept, {n: {"norm": n} for n in NORMS}, {scale_label(s): s for s in sc}
     )
-    first = scale_label(sc[0])
-    chosen = choices[(choices.arm == "layer") & (choices.scale == first)].chosen_lr
-    null = train[(train.role == "null") & (train.scale == first)]
-    null = null[null.lr == chosen.iloc[0]] if len(chosen) else null.iloc[:0]
     return {
         "alone": pd.DataFrame(alone), "step": pd.DataFrame(step), "runs": train, "tuned": tuned,
         "choices": choices, "sensitivity": seeds,
-        "first": pd.concat([tuned[tuned.scale == first], null], ignore_index=True),
+        "first": null_at_choice(train, tuned, choices, "layer", scale_label(sc[0])),
     }  # fmt: skip
 
 

@@ -206,3 +206,13 @@ def curve_table(
     if "learned" in sel.columns:
         out["learned"] = g.learned.sum()
     return out.reset_index()
+
+
+def null_at_choice(runs: pd.DataFrame, tuned: pd.DataFrame, choices: pd.DataFrame, arm: str, scale: str,
+                   *, rate: str = "lr", role: str = "role") -> pd.DataFrame:  # fmt: skip
+    """A tuned comparison's null pair: `arm`'s fresh runs at its chosen rate on `scale` (from `tuned`) and its
+    reruns there (role 'null' in `runs`) at the same rate; empty reruns while the sweep has chosen nothing."""
+    chosen = choices[(choices.arm == arm) & (choices.scale == scale)] if len(choices) else choices
+    null = runs[(runs[role] == "null") & (runs.scale == scale)] if len(runs) else runs
+    null = null[null[rate] == chosen.chosen_lr.iloc[0]] if len(chosen) else null.iloc[:0]
+    return pd.concat([tuned[tuned.scale == scale], null], ignore_index=True)
