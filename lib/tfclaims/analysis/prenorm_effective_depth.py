@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..evidence.declare import Readout
 from ..evidence.tables import runs_table
-from ..evidence.tuning import curve_table, null_at_choice, read_sweep
+from ..evidence.tuning import null_at_choice, read_sweep
 from ..grids.prenorm_effective_depth import PLACEMENTS, scales
 from ..grids.sweep import scale_label
 from . import part
@@ -174,29 +174,11 @@ def plot_blocks(layers: pd.DataFrame, p: dict, out) -> None:
 
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final loss against peak learning rate per depth, both placements, each one's chosen rate on the seeds."""
-    from ..evidence.plots import lr_sweeps
-    from ..plotting import subplots
+    from ..evidence.plots import model_sweep_figure
 
     sc = scales(p)
-    fig, axes = subplots(len(sc), width=4.6, height=3.6)
-    runs = t["runs"]
-    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "placement"]).rename(
-        columns={"placement": "arm"}
-    )
-    lr_sweeps(
-        axes, curves, t["tuned"], [scale_label(s) for s in sc], PLACEMENTS, unigram=runs.unigram.iloc[0]
-    )
-    for ax, s in zip(axes, sc):
-        ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
-    axes[0].legend(fontsize=6)
-    out.figure(
-        "lr-sweep",
-        fig,
-        f"Final validation loss against peak learning rate, {p['steps']} steps, per depth. Lines: mean over the "
-        f"{len(p['selection_seeds'])} selection seeds (band: their range; a failed run counts at the loss at "
-        f"init). Stars: each placement at its chosen rate on the {len(p['seeds'])} fresh seeds, mean ± 95% CI: "
-        "the runs every comparison reads.",
-    )
+    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], PLACEMENTS, "placement", per="depth",
+                       each="placement", reads="fresh seeds, mean ± 95% CI: the runs every comparison reads.")  # fmt: skip
 
 
 def summary(tuned: pd.DataFrame) -> str:

@@ -374,24 +374,8 @@ def plot_step_and_training(runs, sdf: pd.DataFrame, table: pd.DataFrame, quality
 
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final loss against peak learning rate per scale, both norms, each norm's chosen rate on the seeds."""
-    from ..evidence.plots import lr_sweeps
-    from ..plotting import subplots
+    from ..evidence.plots import model_sweep_figure
 
     sc = scales(p)
-    fig, axes = subplots(len(sc), width=4.6, height=3.6)
-    runs = t["runs"]
-    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "norm"]).rename(
-        columns={"norm": "arm"}
-    )
-    lr_sweeps(axes, curves, t["tuned"], [scale_label(s) for s in sc], NORMS, unigram=runs.unigram.iloc[0])
-    for ax, s in zip(axes, sc):
-        ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
-    axes[0].legend(fontsize=6)
-    out.figure(
-        "lr-sweep",
-        fig,
-        f"Final validation loss against peak learning rate, {p['steps']} steps, per scale. Lines: mean over the "
-        f"{len(p['selection_seeds'])} selection seeds (band: their range; a failed run counts at the loss at "
-        f"init). Stars: each norm at its chosen rate on the {len(p['seeds'])} seeds, mean ± 95% CI: the tuned "
-        "quality comparison.",
-    )
+    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], NORMS, "norm", per="scale", each="norm",
+                       reads="seeds, mean ± 95% CI: the tuned quality comparison.")  # fmt: skip

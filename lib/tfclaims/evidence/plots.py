@@ -129,3 +129,29 @@ def lr_sweep(
     if unigram is not None:
         ax.axhline(unigram, color="k", lw=0.6, ls=":", label="unigram level")
     ax.set(xlabel="peak learning rate", ylabel="final validation loss (nats/char)")
+
+
+def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, arm_column: str, *, per: str, each: str,
+                       reads: str) -> None:  # fmt: skip
+    """The `lr-sweep` figure of a claim whose sweep scales are models ([d_model, n_layers] each, `sc`, with
+    their table labels `labels`): one `lr_sweep` panel per scale from the runs table (`t["runs"]`, arms in the
+    column `arm_column`) and the fresh seeds (`t["tuned"]`); `per`, `each` and `reads` word the caption."""
+    from ..plotting import subplots
+    from .tuning import curve_table
+
+    fig, axes = subplots(len(sc), width=4.6, height=3.6)
+    runs = t["runs"]
+    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", arm_column]).rename(
+        columns={arm_column: "arm"}
+    )
+    lr_sweeps(axes, curves, t["tuned"], labels, arms, unigram=runs.unigram.iloc[0])
+    for ax, s in zip(axes, sc):
+        ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "lr-sweep",
+        fig,
+        f"Final validation loss against peak learning rate, {p['steps']} steps, per {per}. Lines: mean over the "
+        f"{len(p['selection_seeds'])} selection seeds (band: their range; a failed run counts at the loss at "
+        f"init). Stars: each {each} at its chosen rate on the {len(p['seeds'])} {reads}",
+    )

@@ -4,21 +4,14 @@ choice rerun at seeds s + NULL_OFFSET (the null pair)."""
 
 from __future__ import annotations
 
-from ..train.profiles import model_config, run_fields
-from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
+from ..train.profiles import run_fields
+from .sweep import model_config_scales as scales
+from .sweep import null_reruns, profile_sweep, sweep_grid
 
 NULL_OFFSET = 1000  # the null pair: the unshared stack rerun at seed s + NULL_OFFSET
 ARMS = {"unshared": {"shared": False}, "shared": {"shared": True}}
 TIMED = ("unshared", "shared", "half depth")  # the timing part's models; AA: the unshared one timed again
 AA = "unshared (again)"
-
-
-def scales(p: dict) -> list[dict]:
-    """The quality part's [d_model, n_layers]: distinct, each a valid model (checked before any run)."""
-    out = model_scales(p)
-    for s in out:
-        model_config({**p, **s}, 96)
-    return out
 
 
 def grid_sweep(p: dict, done) -> list[dict]:

@@ -5,20 +5,13 @@ Every run also probes its trained model (`claims.prenorm_effective_depth`)."""
 
 from __future__ import annotations
 
-from ..train.profiles import model_config, run_fields
-from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
+from ..train.profiles import run_fields
+from .sweep import model_config_scales as scales
+from .sweep import null_reruns, profile_sweep, sweep_grid
 
 NULL_OFFSET = 1000  # the null pair: Pre-LN rerun at seed s + NULL_OFFSET
 PLACEMENTS = {"pre": "Pre-LN", "post": "Post-LN"}
 PROBE_KEYS = ("probe_batches",)
-
-
-def scales(p: dict) -> list[dict]:
-    """The depths, [d_model, n_layers] each: distinct, each a valid model (checked before any run)."""
-    out = model_scales(p)
-    for s in out:
-        model_config({**p, **s}, 96)
-    return out
 
 
 def grid_sweep(p: dict, done) -> list[dict]:

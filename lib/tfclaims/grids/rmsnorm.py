@@ -6,8 +6,8 @@ run."""
 from __future__ import annotations
 
 from ..nn.config import ConfigError
-from ..train.profiles import model_config, run_fields
-from .sweep import model_scales, null_reruns, profile_sweep, sweep_grid
+from ..train.profiles import run_fields
+from .sweep import model_config_scales, null_reruns, profile_sweep, sweep_grid
 
 # built-in F.layer_norm / F.rms_norm, then the standard formulas in eager ops
 IMPLS = ("layer", "rms", "eager_layer", "eager_rms")
@@ -19,13 +19,11 @@ NORMS = {"layer": "LayerNorm", "rms": "RMSNorm"}
 
 def scales(p: dict) -> list[dict]:
     """The sweep's scales, [d_model, n_layers] each: distinct, the first the fixed design's size."""
-    out = model_scales(p)
+    out = model_config_scales(p)
     if (out[0]["d_model"], out[0]["n_layers"]) != (p["d_model"], p["n_layers"]):
         raise ConfigError(
             f"scales: the first must be the fixed design's [{p['d_model']}, {p['n_layers']}], got {p['scales']!r}"
         )
-    for s in out:
-        model_config({**p, **s}, 96)  # validates sizes before anything runs
     return out
 
 

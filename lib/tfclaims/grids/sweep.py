@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..evidence.decisions import EvidenceError
 from ..evidence.tuning import Sweep, capped, choose
 from ..nn.config import ConfigError
+from ..train.profiles import model_config
 
 # make(arm_fields, scale_fields, lr, seed) -> a run config (with "part" naming the part whose recipe runs it)
 Make = Callable[[dict, dict, float, int], dict]
@@ -46,6 +47,15 @@ def model_scales(p: dict, keys: tuple[str, str] = ("d_model", "n_layers")) -> li
         out.append(dict(zip(keys, s)))
     if not out or len({tuple(s) for s in p["scales"]}) != len(out):
         raise ConfigError(f"scales: give distinct [{', '.join(keys)}] scales, got {p['scales']!r}")
+    return out
+
+
+def model_config_scales(p: dict) -> list[dict]:
+    """`model_scales` over [d_model, n_layers], each checked to make a valid model of the profile's shared
+    recipe (`train.profiles.model_config`) before anything runs."""
+    out = model_scales(p)
+    for s in out:
+        model_config({**p, **s}, 96)
     return out
 
 
