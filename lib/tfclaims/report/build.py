@@ -18,9 +18,13 @@ from ..harness.runner import BadInput, load_result, resolve_profile
 from ..io import atomic_write_text
 from .answers import answer_row, second_scale, verdicts_document
 from .bibtex import render_bib
+from .coverage import load as load_notes_claims
+from .coverage import summary as coverage_summary
+from .coverage import table_rows as coverage_rows
 from .forest import forest_rows, plot_answers, plot_forest
 
 README_START, README_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
+COVERAGE_START, COVERAGE_END = "<!-- coverage:start -->", "<!-- coverage:end -->"
 BADGE = {"supported": "#2e7d32", "refuted": "#c62828", "mixed": "#ef6c00", "inconclusive": "#616161"}
 
 
@@ -225,6 +229,7 @@ def _blocks(
                 "Colour: the claim's verdict; diamonds: exact numbers without an interval.",
             )
         )
+    B += coverage_blocks(results, lambda cid: f"#{cid}")
     B.append(("h2", "At a glance", "at-a-glance"))
     rows = [
         [
@@ -659,6 +664,40 @@ def readme_table(results: list[dict]) -> str:
     )
 
 
+def _verdicts(results: list[dict]) -> dict[str, str]:
+    return {r["claim_id"]: r["verdict"] for r in results}
+
+
+def coverage_blocks(results: list[dict], link) -> list[tuple]:
+    """The report's section on how much of the notes is checked: a sentence, then every row (collapsed)."""
+    rows, verdicts = load_notes_claims(), _verdicts(results)
+    table = coverage_rows(rows, verdicts, link, _badge_md)
+    return [
+        ("h2", "How much of the notes is checked", "coverage"),
+        ("p", coverage_summary(rows, verdicts) + " Each row restates one testable claim of the notes (claims "
+         "repeated across notes are one row); a tested row shows the verdict of the claim id that tests it."),
+        *_table_block("Every testable claim in the notes", table, None),
+    ]  # fmt: skip
+
+
+def readme_coverage(results: list[dict]) -> str:
+    """The README's coverage: the summary sentence, then the table of every row (collapsed)."""
+    rows, verdicts = load_notes_claims(), _verdicts(results)
+    table = coverage_rows(rows, verdicts, lambda cid: f"report/report.md#{cid}", _badge_md)
+    return (
+        coverage_summary(rows, verdicts) + "\n\n<details><summary>Every testable claim in the notes "
+        f"({len(rows)} rows)</summary>\n\n" + _md_table(table) + "\n\n</details>"
+    )
+
+
+def _between(text: str, start: str, end: str, body: str) -> str:
+    """`text` with what lies between two markers replaced by `body` (unchanged when a marker is missing)."""
+    if start not in text or end not in text:
+        return text
+    a, b = text.index(start) + len(start), text.index(end)
+    return text[:a] + "\n" + body + "\n" + text[b:]
+
+
 def _as_of(results: list[dict]) -> str:
     """The newest analysis time among the results: the report of unchanged results is the same bytes."""
     times = [dt.datetime.fromisoformat(r["finished_at"]) for r in results if r.get("finished_at")]
@@ -699,6 +738,7 @@ def build_report(results_root: Path, report_root: Path, readme: Path | None = No
     readme = readme or (REPO_ROOT / "README.md" if own else None)
     if readme is not None and readme.exists():
         text = readme.read_text()
-        if README_START in text and README_END in text:
-            a, b = text.index(README_START) + len(README_START), text.index(README_END)
-            atomic_write_text(readme, text[:a] + "\n" + readme_table(results) + "\n" + text[b:])
+        new = _between(text, README_START, README_END, readme_table(results))
+        new = _between(new, COVERAGE_START, COVERAGE_END, readme_coverage(results))
+        if new != text:
+            atomic_write_text(readme, new)
