@@ -100,6 +100,21 @@ def _scores(h: int, t: int, s: int, batch: int = 1) -> int:
 
 def _memory_claims(claim, exp, p) -> dict:
     """Claims that measure or count rather than train a language model: their largest allocation."""
+    if claim == "no_position":  # scales are [d_model, n_layers]: each trains (the float64 permutation test is small)
+        return {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
+    if claim == "parallel_decoding":  # the cached gradient path: at worst a copy of the whole cache per step
+        (d, _, layers), n, m = p["timing_model"], max(p["ns"]), max(p["exact_ns"])
+        return {"timed cached gradient, float32": n * 2 * layers * n * d * F32,
+                "exact cached gradient, float64": m * 2 * p["n_layers"] * m * p["d_model"] * 8}  # fmt: skip
+    if claim == "masking":  # (4, h, n, n): float64 reference, weights, identity values, scores at once
+        n = max(p["fill_n"], max(p["lens"]) + max(p["pads"]))
+        return {"attention weights at the largest n": 6 * 4 * max(p["heads"], p["n_heads"]) * n * n * 8}
+    if claim == "subword_oov":  # tokenizers trained and counted on the CPU: no tensor on the device
+        return {"tokenizer counts (CPU only)": 0}
+    if claim == "flash_speed":  # explicit and MATH n×n tensors at the largest n, the float64 check's
+        from tfclaims.grids.flash_speed import peak_bytes
+
+        return peak_bytes(p)
     if claim in ("prenorm_effective_depth", "albert_sharing"):  # scales are [d_model, n_layers]: each trains
         out = {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
         if claim == "albert_sharing":  # three encoders of the largest timed size at once, inference
