@@ -100,6 +100,8 @@ def _scores(h: int, t: int, s: int, batch: int = 1) -> int:
 
 def _memory_claims(claim, exp, p) -> dict:
     """Claims that measure or count rather than train a language model: their largest allocation."""
+    if claim == "postln_quality":  # scales are [d_model, n_layers]: each trains
+        return {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
     if claim == "int8_inference":  # each scale trains on the device; quantised copies and timing stay on the CPU
         return {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
     if claim == "length_extrapolation":  # trains at T and (the extension) at 2T; reads 8T with ALiBi's mask
