@@ -216,3 +216,30 @@ def null_at_choice(runs: pd.DataFrame, tuned: pd.DataFrame, choices: pd.DataFram
     null = runs[(runs[role] == "null") & (runs.scale == scale)] if len(runs) else runs
     null = null[null[rate] == chosen.chosen_lr.iloc[0]] if len(chosen) else null.iloc[:0]
     return pd.concat([tuned[tuned.scale == scale], null], ignore_index=True)
+
+
+def model_sweep_runs(
+    records: list[dict],
+    readouts,
+    arms: Mapping[str, Mapping],
+    labels: Mapping[tuple[int, int], str],
+    selection,
+    null_offset: int,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A sweep over [d_model, n_layers] models, read from its run records: (runs, choices, tuned, seeds).
+    runs: `tables.runs_table` with each run's readouts, role ('null' at seeds s + null_offset, 'selection'
+    on a `selection` seed, else 'test'), scale label (`labels`: (d_model, n_layers) -> label), loss at init
+    and the unigram level; the other three: `read_sweep` of its selection and test runs, per arm and scale."""
+    from .tables import runs_table
+
+    sel = set(selection)
+
+    def role(c, m):
+        return "null" if c["seed"] >= null_offset else "selection" if c["seed"] in sel else "test"
+
+    t = runs_table(
+        records, readouts, role=role, scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+        init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"],
+    )  # fmt: skip
+    scales = {v: {"d_model": k[0], "n_layers": k[1]} for k, v in labels.items()}
+    return (t, *read_sweep(t[t.role.isin(["selection", "test"])], arms, scales))
