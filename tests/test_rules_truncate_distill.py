@@ -1,0 +1,125 @@
+"""The declared rule of `truncate_distill` on synthetic records: counts from the recipe itself (exact, cheap),
+timing rounds with a shared load (rules.times), and the students' sweep grown as the runner grows it, each
+student's loss set against its own seed's teacher so that the share of the teacher's gain is known in
+advance."""
+
+import numpy as np
+import pytest
+
+from tfclaims.claims.truncate_distill import run_counts
+from tfclaims.grids.truncate_distill import AA
+from tfclaims.harness.registry import load
+
+from rules import analyse, record, sub, times, verdicts
+
+EXP = load("truncate_distill")
+P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
+P2 = {**P, "n_layers": 4, "keep": [2, 1]}  # two depths: a half and a quarter
+UNIGRAM = 3.3
+TEACHER = (0.011, -0.007, 0.004, -0.009)  # per seed: each teacher's offset from 2.0
+OWN = {"distil": (0.002, -0.001, 0.0015, -0.002), "plain": (-0.001, 0.002, -0.002, 0.001),
+       "scratch": (0.001, 0.001, -0.001, -0.001)}  # fmt: skip
+RERUN = (0.004, -0.003, 0.002, -0.004)  # the null pair's reruns: another data order
+BEST = {"distil": 3e-3, "plain": 3e-3, "scratch": 6e-3}  # scratch's choice lies beyond the first sweep
+GAPS = {
+    "distil": 0.01,
+    "plain": 0.06,
+    "scratch": 0.2,
+}  # nats/char above the teacher: share 0.992 with distillation
+
+
+def student(s: dict, seed: int, gaps: dict, learned: bool) -> dict:
+    i = seed % 1000 % 4
+    teacher = 2.0 + TEACHER[i]
+    gap = gaps[s["student"]]
+    gap = gap[s["keep"]] if isinstance(gap, dict) else gap
+    v = teacher + gap + OWN[s["student"]][i] + 0.05 * np.log2(s["lr"] / BEST[s["student"]]) ** 2
+    v += RERUN[i] if s.get("rerun") else 0.0
+    if not learned:
+        v = UNIGRAM + 0.02 * (i % 2)
+    init = 4.4 if s["student"] == "scratch" else 3.0
+    return {"final_val": v, "val_loss": [init, v + 0.1, v], "eval_steps": [0, 4, 8], "diverged_at": None}
+
+
+def records(gaps=GAPS, speed=-0.69, learned=True, counts_off=0, p=P):
+    """gaps: per arm (or per arm and depth) the final loss above the teacher of the same seed; speed: the log
+    time ratio of the first student depth to the teacher."""
+    grid, recs = None, []
+    while (g := EXP.grid(p, recs)) != grid:
+        grid, recs = g, []
+        for i, c in enumerate(g):
+            if c["part"] == "counts":
+                m = run_counts(c, None)
+                m["rows"][0]["params"] += counts_off
+            elif c["part"] == "timing":
+                ratios = {
+                    "teacher": 0.0,
+                    "1/2 of the layers": speed,
+                    "1/4 of the layers": speed * 1.5,
+                    AA: 0.0,
+                }
+                on = {k: r for k, r in ratios.items() if k != "1/4 of the layers" or p is P2}
+                m = {"rows": [{"size": s, "tokens": c["seq_len"],
+                               "times": {k: times(1e-4, r, k=j) for j, (k, r) in enumerate(on.items())}}
+                              for s in c["sizes"]], "threads": 1}  # fmt: skip
+            else:
+                t = 2.0 + TEACHER[c["seed"] % 4] if learned else UNIGRAM + 0.01
+                m = {"teacher": {"final_val": t}, "unigram_xent": UNIGRAM,
+                     "students": [student(s, c["seed"], gaps, learned) for s in c["students"]]}  # fmt: skip
+            recs.append(record(c, m, f"r{i}"))
+    return recs
+
+
+def test_truncate_rule_supported_when_distillation_closes_the_gap(tmp_path):
+    v = analyse(EXP, records(), P, tmp_path)
+    assert set(verdicts(v).values()) == {"supported"} and len(verdicts(v)) == 7
+    assert v.verdict == "supported" and sub(v, "counts").kind == "check"
+    assert {s.id for s in v.sub_verdicts if s.counts} == {"distil", "match"}
+    assert "k1-of-2: with − without distillation -0.050 nats/char" in v.key_number
+
+
+def test_truncate_rule_refuted_when_distillation_hurts(tmp_path):
+    v = analyse(EXP, records(gaps={**GAPS, "distil": 0.1}), P, tmp_path)
+    assert verdicts(v)["distil"] == "refuted" and verdicts(v)["match"] == "refuted"
+    assert v.verdict == "refuted"
+
+
+def test_truncate_rule_no_difference_refutes_only_after_the_control(tmp_path):
+    """With and without distillation equal: refuted where the teacher beat the student without it (the gap
+    control), undecided where the cut student already matched the teacher (nothing to distil)."""
+    v = analyse(EXP, records(gaps={**GAPS, "distil": 0.06}), P, tmp_path)
+    assert verdicts(v)["gap"] == "supported" and verdicts(v)["distil"] == "refuted"
+    v = analyse(EXP, records(gaps={**GAPS, "distil": 0.0, "plain": 0.0}), P, tmp_path)
+    assert verdicts(v)["gap"] != "supported" and verdicts(v)["distil"] == "inconclusive"
+    assert verdicts(v)["match"] == "supported"
+
+
+def test_truncate_rule_mixed_when_the_distilled_student_falls_short_of_the_teacher(tmp_path):
+    v = analyse(EXP, records(gaps={**GAPS, "distil": 0.08, "plain": 0.15}), P, tmp_path)
+    assert verdicts(v)["distil"] == "supported" and verdicts(v)["match"] == "refuted"
+    assert v.verdict == "mixed"
+
+
+def test_truncate_rule_names_the_depth_where_it_holds(tmp_path):
+    gaps = {**GAPS, "distil": {2: 0.01, 1: 0.15}, "plain": 0.06}  # the shallower student gains nothing
+    v = analyse(EXP, records(gaps=gaps, p=P2), P2, tmp_path)
+    assert verdicts(v)["distil"] == "mixed" and sub(v, "distil").holds == ["k2-of-4"]
+    assert verdicts(v)["match"] == "mixed"
+
+
+def test_truncate_rule_excludes_students_that_did_not_learn(tmp_path):
+    v = analyse(EXP, records(learned=False), P, tmp_path)
+    assert verdicts(v)["distil"] == "inconclusive" and verdicts(v)["match"] == "inconclusive"
+    assert v.verdict == "inconclusive" and "nan" not in v.key_number
+
+
+def test_truncate_rule_reports_a_slow_student(tmp_path):
+    v = analyse(EXP, records(speed=-0.2), P, tmp_path)
+    assert verdicts(v)["speed"] == "refuted" and v.verdict == "supported"  # reported, not counted
+
+
+def test_truncate_rule_a_count_that_misses_its_closed_form_stops_the_claim(tmp_path):
+    from tfclaims.evidence.evaluate import CheckFailed
+
+    with pytest.raises(CheckFailed, match="counts"):
+        analyse(EXP, records(counts_off=1), P, tmp_path)
