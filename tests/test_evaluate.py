@@ -170,6 +170,13 @@ def test_bounds_per_cell():
                   table="t", cells=(cell("dense", block="dense"), cell("moe", block="moe")))  # fmt: skip
     r = evaluate(Declaration((sc,)), {"t": t})
     assert r.sub("share").verdict == "supported" and r.get("share/moe").mean_b == 0.97
+    each = [f"{c} {r.get(f'share/{c}').short('.2f')} (equivalent)" for c in ("dense", "moe")]
+    assert r.per_cell("share", ".2f") == "; ".join(each)
+    one = SubClaim("one", "≈ 2/3", bound(0.64, 0.69), (Readout("share", "FFN share"),), table="t",
+                   cells=(cell("dense", block="dense"),))  # fmt: skip
+    r = evaluate(Declaration((one,)), {"t": t})
+    assert [c.id for c in r.of("one")] == ["one"]
+    assert r.per_cell("one", ".2f") == f"dense {r.get('one').short('.2f')} (equivalent)"
 
 
 def test_errors_name_the_sub_claim():

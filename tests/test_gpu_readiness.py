@@ -102,7 +102,7 @@ def _memory_claims(claim, exp, p) -> dict:
     """Claims that measure or count rather than train a language model: their largest allocation."""
     if claim == "postln_quality":  # scales are [d_model, n_layers]: each trains
         return {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
-    if claim == "int8_inference":  # each scale trains on the device; quantised copies and timing stay on the CPU
+    if claim == "int8_inference":  # trains on the device; INT8 copies and timing stay on the CPU
         return {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
     if claim == "length_extrapolation":  # trains at T and (the extension) at 2T; reads 8T with ALiBi's mask
         n, at2 = max(p["mults"]) * p["seq_len"], 2 * p["seq_len"]
@@ -110,7 +110,7 @@ def _memory_claims(claim, exp, p) -> dict:
             _training_bytes({**p, "d_model": d, "n_layers": L, "seq_len": at2}) for d, L in p["scales"]
         )
         return {"training at 2T": train, "ALiBi scores at 8T": _scores(p["n_heads"], n, n, p["batch"])}
-    if claim == "no_position":  # scales are [d_model, n_layers]: each trains (the float64 permutation test is small)
+    if claim == "no_position":  # each [d_model, n_layers] scale trains (the permutations are small)
         return {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
     if claim == "parallel_decoding":  # the cached gradient path: at worst a copy of the whole cache per step
         (d, _, layers), n, m = p["timing_model"], max(p["ns"]), max(p["exact_ns"])

@@ -63,11 +63,15 @@ class Evaluation:
 
     def per_cell(self, sub_id: str, fmt: str = "+.3f") -> str:
         """A one-readout sub-claim's effect in each of its cells, for a key number: `<cell> <effect>
-        (<decision>)` joined by '; ', or 'not run' where it has no comparison."""
-        return (
-            "; ".join(f"{c.id.split('/')[1]} {c.short(fmt)} ({c.decision})" for c in self.of(sub_id))
-            or "not run"
-        )
+        (<decision>)` joined by '; ' (a sub-claim of one cell: that cell's label, or 'all'), or 'not run'
+        where it has no comparison."""
+        cells = self.declaration.sub(sub_id).cells
+        only = cells[0].label if len(cells) == 1 and cells[0].label else "all"
+
+        def label(c: ev.Comparison) -> str:  # ids are sub[/cell][/readout]: a cell is named if several
+            return c.id.split("/")[1] if len(cells) > 1 else only
+
+        return "; ".join(f"{label(c)} {c.short(fmt)} ({c.decision})" for c in self.of(sub_id)) or "not run"
 
     def verdicts(self) -> dict[str, str]:
         return {s.id: s.verdict for s in self.subs}
