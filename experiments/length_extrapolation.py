@@ -42,7 +42,7 @@ EXT_NOTE = (
 
 class LengthExtrapolation(Experiment):
     claim_id = "length_extrapolation"
-    title = "Learned positions stop at the trained length; sinusoids degrade beyond it; ALiBi does not"
+    title = "Past the trained length: learned positions stop, sinusoids degrade, ALiBi holds"
     headline = "alibi"  # the answers table's number
     order = 28
     profiles = {

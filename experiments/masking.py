@@ -65,7 +65,7 @@ def _g(x) -> str:
 
 class Masking(Experiment):
     claim_id = "masking"
-    title = "Padding and causal masks: outputs independent of padding, two conventions, the fill value"
+    title = "Padding and causal masks: pad-independent outputs, two conventions, fill values"
     headline = "invariant"  # the answers table's number
     order = 25
     profiles = {

@@ -30,7 +30,7 @@ NOTE_TREND = (
 
 class PostlnQuality(Experiment):
     claim_id = "postln_quality"
-    title = "Post-LN, where it trains, ends at a lower held-out loss than Pre-LN, on repeated data too"
+    title = "Where Post-LN trains, it ends below Pre-LN in held-out loss, on repeated data too"
     headline = "quality"  # the answers table's number
     order = 32
     profiles = {

@@ -50,7 +50,7 @@ CONTROL = CellRule(
 
 class SubwordOOV(Experiment):
     claim_id = "subword_oov"
-    title = "BPE and WordPiece leave far fewer held-out words unknown than a same-size word vocabulary"
+    title = "BPE and WordPiece leave far fewer held-out words unknown than a word vocabulary"
     headline = "cut"
     order = 29
     profiles = {

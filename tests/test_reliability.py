@@ -332,6 +332,16 @@ DIVERGING = {
 }
 
 
+def _trained(metrics: dict) -> list[dict]:
+    """The records of every model a run trained: its metrics, or, where one run trains several (a teacher and
+    its students), each nested record that says whether it diverged."""
+    if "diverged_at" in metrics:
+        return [metrics]
+    nested = [v for v in metrics.values() if isinstance(v, dict)]
+    nested += [x for v in metrics.values() if isinstance(v, list) for x in v if isinstance(x, dict)]
+    return [m for m in nested if "diverged_at" in m]
+
+
 @pytest.mark.parametrize("claim", sorted(DIVERGING))
 def test_reliability_a_huge_learning_rate_is_recorded_as_diverged(claim, tmp_path, capsys):
     import re
@@ -341,8 +351,8 @@ def test_reliability_a_huge_learning_rate_is_recorded_as_diverged(claim, tmp_pat
     assert main(argv + DIVERGING[claim]) == 0, capsys.readouterr().err[-2000:]
     res = json.loads((root / claim / "result.json").read_text())
     recs = [json.loads(p.read_text()) for p in (root / claim / "runs").glob("*.json")]
-    trained = [r for r in recs if "diverged_at" in r["metrics"]]
-    assert trained and all(r["metrics"]["diverged_at"] is not None for r in trained)
+    trained = [m for r in recs for m in _trained(r["metrics"])]
+    assert trained and all(m["diverged_at"] is not None for m in trained)
     assert not re.search(r"\bnan\b", res["key_number"], re.I), res["key_number"]
     assert all(
         c["decision"] in ("excluded", "undecided", "equivalent")
