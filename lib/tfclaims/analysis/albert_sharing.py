@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..evidence.declare import Readout
-from ..evidence.tables import runs_table, timing_rows
-from ..evidence.tuning import curve_table, null_at_choice, read_sweep
+from ..evidence.tables import timing_rows
+from ..evidence.tuning import curve_table, model_sweep_runs, null_at_choice
 from ..grids.albert_sharing import ARMS, scales
 from ..grids.sweep import scale_label
 from ..measure.param_sharing import PUBLISHED
@@ -40,19 +40,10 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> d
         for row in timing_rows([t / r["tokens"] for t in times], None, size=f"d{r['d_model']}-L{r['n_layers']}",
                                model=k)
     ]  # fmt: skip
-    sel, sc = set(p["selection_seeds"]), scales(p)
+    sc = scales(p)
     labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
-
-    def role(c, m):
-        return "null" if c["seed"] >= null_offset else "selection" if c["seed"] in sel else "test"
-
-    t = runs_table(
-        part(runs, "sweep"), readouts, role=role, scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
-        init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"],
-    )  # fmt: skip
-    swept = t[t.role.isin(["selection", "test"])] if len(t) else t
-    choices, tuned, _ = read_sweep(
-        swept, ARMS, {labels[k]: {"d_model": k[0], "n_layers": k[1]} for k in labels}
+    t, choices, tuned, _ = model_sweep_runs(
+        part(runs, "sweep"), readouts, ARMS, labels, p["selection_seeds"], null_offset
     )
     return {
         "sizes": pd.DataFrame(sizes), "library": pd.DataFrame(library), "timing": pd.DataFrame(timing),

@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..evidence.declare import Readout
-from ..evidence.tables import runs_table
-from ..evidence.tuning import null_at_choice, read_sweep
+from ..evidence.tuning import model_sweep_runs, null_at_choice
 from ..grids.prenorm_effective_depth import PLACEMENTS, scales
 from ..grids.sweep import scale_label
 from . import part
@@ -77,20 +76,13 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
     s + null_offset), scale label, the readouts and the loss at init; tuned, choices, sensitivity: each
     placement's sweep read by `evidence.tuning`; first: the null pair (Pre-LN's fresh seeds at the first
     depth's chosen rate and their reruns); layers: one row per run, block and reading (test runs only)."""
-    sel, sc = set(p["selection_seeds"]), scales(p)
+    sc = scales(p)
     labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
-
-    def role(c, m):
-        return "null" if c["seed"] >= null_offset else "selection" if c["seed"] in sel else "test"
-
     recs = part(runs, "sweep")
-    t = runs_table(
-        recs, readouts, role=role, scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
-        init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"],
-    )  # fmt: skip
-    swept = t[t.role.isin(["selection", "test"])]
-    choices, tuned, seeds = read_sweep(swept, {k: {"placement": k} for k in PLACEMENTS}, {labels[k]: {
-        "d_model": k[0], "n_layers": k[1]} for k in labels})  # fmt: skip
+    arms = {k: {"placement": k} for k in PLACEMENTS}
+    t, choices, tuned, seeds = model_sweep_runs(
+        recs, readouts, arms, labels, p["selection_seeds"], null_offset
+    )
     ids = set(tuned.run_id) if len(tuned) else set()
     layers = [
         {"placement": r["config"]["placement"], "scale": labels.get((r["config"]["d_model"], r["config"]["n_layers"])),

@@ -242,4 +242,4 @@ def model_sweep_runs(
         init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"],
     )  # fmt: skip
     scales = {v: {"d_model": k[0], "n_layers": k[1]} for k, v in labels.items()}
-    return (t, *read_sweep(t[t.role.isin(["selection", "test"])], arms, scales))
+    return (t, *read_sweep(t[t.role.isin(["selection", "test"])] if len(t) else t, arms, scales))
