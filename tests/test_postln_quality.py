@@ -9,7 +9,7 @@ import torch
 
 from tfclaims.data.files import CorpusError
 from tfclaims.data.subset import block_windows, epochs, fixed_subset
-from tfclaims.grids.postln_quality import NULL_OFFSET, grid_sweep, model_kw, subsets
+from tfclaims.grids.postln_quality import NULL_OFFSET, grid_sweep, subsets
 from tfclaims.harness.registry import load
 from tfclaims.nn.config import ConfigError
 
@@ -94,7 +94,7 @@ def test_recipe_reads_the_subset_loss_at_each_evaluation_and_repeats_itself():
     from tfclaims.device import seed_all
     from tfclaims.harness.experiment import RunContext
     from tfclaims.nn.models import LM
-    from tfclaims.train.profiles import model_config
+    from tfclaims.train.profiles import model_config, model_kw
 
     cfg = {"placement": "post", "d_model": 16, "n_layers": 1, "n_heads": 2, "seq_len": 16, "batch": 4,
            "steps": 6, "lr": 3e-3, "eval_every": 3, "eval_batches": 1, "subset": 1024, "block": 256,

@@ -30,7 +30,7 @@ PRE_SHALLOW = dict(late_update=0.1, early_update=0.5, delete=0.01, cosine=0.99) 
 POST_DEEP = dict(late_update=0.4, early_update=0.4, delete=0.3, cosine=0.9)
 
 
-def records(pre=PRE_SHALLOW, post=POST_DEEP, learned=True, p=P, pre_learned=None):
+def records(pre=PRE_SHALLOW, post=POST_DEEP, learned=True, p=P, pre_learned=None, post_shift=0.0):
     grid, recs = None, []
     while (g := EXP.grid(p, recs)) != grid:
         grid, recs = g, []
@@ -39,6 +39,7 @@ def records(pre=PRE_SHALLOW, post=POST_DEEP, learned=True, p=P, pre_learned=None
             best = p["rates"][-1] if c["n_layers"] == p["scales"][0][1] else p["rates"][-1] / 2
             v = 2.0 + JITTER[s] + 0.05 * np.log2(c["lr"] / best) ** 2
             ok = learned if c["placement"] == "post" or pre_learned is None else pre_learned
+            v += post_shift if c["placement"] == "post" else 0.0
             if not ok:
                 v = UNIGRAM + 0.02 * (s % 2)
             m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
@@ -109,3 +110,38 @@ def test_prenorm_deeper_half_readouts_read_the_last_blocks(L):
         np.log(np.mean(range(half + 1, L + 1)) / np.mean(range(1, L // 2 + 1)))
     )
     assert view.LATE_DELETE.fn({**m, "diverged_at": 7}) is None  # a diverged run has no reading
+
+
+def test_prenorm_quality_gap_caveat_reads_the_fresh_seeds_final_losses(tmp_path):
+    v = analyse(EXP, records(post_shift=0.25), P, tmp_path)
+    gaps = v.evidence["quality_gap"]
+    assert set(gaps) == {f"d{d}-L{L}" for d, L in P["scales"]}
+    assert all(g == pytest.approx(0.25) for g in gaps.values())
+    assert any(all(f"d{d}-L{L} +0.250" in c for d, L in P["scales"]) for c in v.caveats)
+    assert verdicts(v)["quality"] == "refuted"  # 0.25 nats/char is outside ±0.05
+    same = analyse(EXP, records(), P, tmp_path).evidence["quality_gap"]
+    assert all(g == pytest.approx(0.0, abs=1e-12) for g in same.values())
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_prenorm_recipe_trains_an_untied_head_for_both_placements(monkeypatch, placement):
+    import torch
+
+    import tfclaims.train.small_lm as small_lm
+    from tfclaims.claims.prenorm_effective_depth import train_probe
+    from tfclaims.harness.experiment import RunContext
+    from tfclaims.nn.models import LM
+    from tfclaims.train.profiles import model_config
+
+    seen = {}
+
+    def fake_train(cfg, ctx, *, model_kw=None, desc=""):
+        seen.update(model_kw)
+        return {"diverged_at": 3}, None  # a diverged run is returned unprobed
+
+    monkeypatch.setattr(small_lm, "train_small", fake_train)
+    cfg = {"placement": placement, "seed": 0, "d_model": 32, "n_layers": 2, "n_heads": 2, "seq_len": 16}
+    assert train_probe(cfg, RunContext(device=torch.device("cpu"), progress=False)) == {"diverged_at": 3}
+    assert seen == {"placement": placement, "tie_weights": False}
+    lm = LM(model_config(cfg, 85, **seen))
+    assert lm.head.weight is not lm.stack.tok.weight and lm.cfg.placement == placement

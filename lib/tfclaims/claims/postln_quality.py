@@ -8,8 +8,9 @@ import math
 
 from ..data.corpus import load_corpus
 from ..data.subset import block_windows, epochs, fixed_subset
-from ..grids.postln_quality import TRAIN_EVAL_SEED, model_kw
+from ..grids.postln_quality import TRAIN_EVAL_SEED
 from ..train.loop import evaluate
+from ..train.profiles import model_kw
 
 
 def train_repeated(cfg: dict, ctx) -> dict:

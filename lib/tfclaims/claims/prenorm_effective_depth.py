@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..data.corpus import eval_windows, load_corpus
 from ..measure.residual_stream import ablation_losses, consecutive_cosines, relative_updates, stream_states
 from ..train.loop import evaluate
+from ..train.profiles import model_kw
 
 
 def train_probe(cfg: dict, ctx) -> dict:
@@ -15,9 +16,7 @@ def train_probe(cfg: dict, ctx) -> dict:
     with each block deleted and each neighbouring pair swapped."""
     from ..train.small_lm import train_small  # torch loads when a run starts
 
-    res, model = train_small(
-        cfg, ctx, model_kw={"placement": cfg["placement"]}, desc=f"{cfg['placement']} seed {cfg['seed']}"
-    )
+    res, model = train_small(cfg, ctx, model_kw=model_kw(cfg), desc=f"{cfg['placement']} seed {cfg['seed']}")
     if res.get("diverged_at") is not None:
         return res  # a diverged run is an outcome: nothing to probe
     batches = eval_windows(load_corpus().val, cfg["probe_batches"], cfg["batch"], cfg["seq_len"], seed=4321)

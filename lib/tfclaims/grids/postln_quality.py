@@ -17,13 +17,6 @@ TRAIN_EVAL_SEED = 4321  # the fixed windows of the subset that read the training
 DATA_KEYS = ("block",)
 
 
-def model_kw(cfg: dict) -> dict:
-    """ModelConfig overrides of a run: its placement, and an untied output head for both placements (tied to
-    the embedding with no final norm, a Post-LN stack starts out predicting the current token; see
-    postnorm_warmup)."""
-    return {"placement": cfg["placement"], "tie_weights": False}
-
-
 def subsets(p: dict) -> list[int]:
     """The profile's subset sizes (characters), increasing, each a multiple of `block`, whose blocks hold a
     training window; a configuration error otherwise (one line, before any run)."""

@@ -70,3 +70,10 @@ def train_config(cfg: dict) -> TrainConfig:
         steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["steps"] // 10,
         eval_every=cfg["eval_every"], eval_batches=cfg["eval_batches"], seed=cfg.get("seed", 0),
     )  # fmt: skip
+
+
+def model_kw(cfg: dict) -> dict:
+    """ModelConfig overrides of a run that compares norm placements: its placement, and an untied output head
+    for every placement (tied to the embedding with no final norm, a Post-LN stack starts out predicting the
+    current token and trains worse for it: see postnorm_warmup), so the head is not what the arms differ in."""
+    return {"placement": cfg["placement"], "tie_weights": False}
