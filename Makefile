@@ -12,8 +12,10 @@ TEST_WORKERS ?= auto
 # where runs execute: local (default), local-parallel or slurm (see README: Running on a cluster)
 LAUNCHER ?=
 LAUNCH := $(if $(LAUNCHER),--launcher $(LAUNCHER))
+# the device `make smoke` runs every claim's quick profile on: auto (CUDA if present), cpu or cuda
+DEVICE ?= auto
 
-.PHONY: setup test reproduce experiment report bench lint format check-results list clean
+.PHONY: setup test reproduce experiment report bench lint format check-results list smoke clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -47,6 +49,9 @@ list: $(STAMP)
 
 check-results: $(STAMP)
 	$(BIN)/python -m tfclaims check-results
+
+smoke: $(STAMP)
+	$(BIN)/python -m tfclaims smoke --device $(DEVICE) $(ARGS)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python -m tfclaims bench

@@ -104,12 +104,11 @@ class AdditiveVsDot(Experiment):
         times, widths = cells("n{n}-d{d}", d=p["ds"], n=p["ns"]), cells("{scale}", scale=view.width_labels(p))
         dot, add = arm(view.LABELS["dot_scaled"], kind="dot_scaled"), arm("additive", kind="additive")
         tuned = {k: arm(f"{view.LABELS[k]}, at its best rate", arm=k) for k in KINDS}
-        control = "the unscaled comparison"
         quality = dict(
             table="tuned", readouts=(FINAL, view.ACC), a=tuned["additive"], cells=widths,
             guard=view.learned(LEARN_MARGIN, 1 / p["n_values"]), noise="null", margin=QUALITY_MARGIN,
             primary=True,
-            note=profile_sweep(p).rule("final held-out cross-entropy", control) + " Accuracy is reported beside.",
+            note=profile_sweep(p).rule("final held-out cross-entropy") + " Accuracy is reported beside.",
         )  # fmt: skip
         return Declaration((
             check("law", f"Var(q·k) ∝ d: log-log slope in [{LINEAR[0]}, {LINEAR[1]}] (raw, and unscaled dot "

@@ -84,7 +84,7 @@ class AttentionVsLSTM(Experiment):
             SubClaim("recall-far", "One step to any position: at the longest distances, self-attention recalls "
                      "the token k back more accurately than an LSTM of the same size, each at its best rate",
                      Better("a"), (view.ACC,), a=ta, b=tl, cells=far, where="all", **tuned,
-                     note=profile_sweep(p).rule("final held-out loss", "the shortest distance")),
+                     note=profile_sweep(p).rule("final held-out loss")),
             SubClaim("lstm-decays", "The LSTM's recall falls as the distance grows (a path of k steps; slope "
                      "against log2 k)", Trend("log2k", direction="down"), (view.ACC,), b=tl, cells=by_k, table="tuned"),
             SubClaim("attention-holds", f"Reported: self-attention recalls at least {HOLDS:g} at every distance",

@@ -85,7 +85,7 @@ class LabelSmoothing(Experiment):
         same = dict(a=arm(f"ε = {E0:g}", eps=E0), b=arm("ε > 0"), cells=by_eps, guard=LEARNED, noise="null")
         by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
         first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
-        rule = profile_sweep(p, fresh="tuned_seeds").rule(CHOSEN_BY, "the ECE at T = 1") + NOTE_TUNED
+        rule = profile_sweep(p, fresh="tuned_seeds").rule(CHOSEN_BY) + NOTE_TUNED
         tuned = dict(a=arm(f"ε = {e0:g}, at its best rate", eps=e0), b=arm(f"ε = {e1:g}, at its best rate",
                      eps=e1), table="tuned", cells=by_scale, guard=LEARNED, noise="null-tuned")  # fmt: skip
 

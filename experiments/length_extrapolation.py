@@ -66,7 +66,7 @@ class LengthExtrapolation(Experiment):
         sin, rope, alibi = (
             arm(f"{view.LABEL[x]}, at its best rate", pos=x) for x in ("sinusoidal", "rope", "alibi")
         )
-        rule = profile_sweep(p).rule(control="sinusoidal's rise (control)") + NULL_NOTE
+        rule = profile_sweep(p).rule() + NULL_NOTE
         use = dict(table="tuned", cells=by_scale, guard=GUARD, noise="null", where="all", note=rule)
         ext = dict(table="extension", guard=GUARD, noise="learned-null", where="all", note=EXT_NOTE)
         copy, rand = (arm(view.TABLES[k], table=k, role="test") for k in view.TABLES)

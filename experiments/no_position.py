@@ -97,7 +97,7 @@ class NoPosition(Experiment):
             SubClaim("quality", "Without positions a causal character LM trains to a worse held-out loss "
                      "than with sinusoidal positions, each at its best rate", Better("a"), (FINAL,), a=sin,
                      b=nope, margin=QUALITY_MARGIN, control="control", cells=by_scale, where="all", **use,
-                     note=profile_sweep(p).rule(control="the one-layer control") + " The null pair (NoPE "
+                     note=profile_sweep(p).rule() + " The null pair (NoPE "
                      "at its first-scale choice, rerun) floors every comparison."),
             SubClaim("probe", "Without positions its hidden states carry no absolute position: a linear "
                      f"probe recovers a token's position no better than chance (gain at most "

@@ -22,7 +22,6 @@ PE_TOL64 = 2.0**-24  # the formula in float64 against the library's table: its f
 TRAIN_MARGIN = 0.05  # nats/char: a defect within +0.05 of the fix's held-out loss "trains as well"
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
 FINAL, LEARNED = rd.final_loss(), rd.learned(LEARN_MARGIN)
-NO_CONTROL = "a positive control (none is needed: the bound is one-sided, so equivalence never refutes)"
 STEPS = 500  # the default profile's training steps (d 64, 2 post-LN blocks)
 SNIPPETS = dict(snip_batch=2, snip_len=16, snip_heads=4, snip_head_dim=16, snip_pads=5, pe_len=5000)
 
@@ -61,7 +60,7 @@ class NotesCode(Experiment):
         fixed = arm("fixed module, at its best rate", arm="fixed")
         tuned = dict(table="tuned", cells=cells("{scale}", scale=[scale_label(s) for s in scales(p)]),
                      guard=LEARNED, noise="null-tuned", where="all",
-                     note=profile_sweep(p).rule(control=NO_CONTROL))  # fmt: skip
+                     note=profile_sweep(p).rule())  # fmt: skip
         within = Within(None, TRAIN_MARGIN, f"at most {TRAIN_MARGIN:g} nats/char above the fix")
 
         def trains(k: str, who: str, counts: bool = True) -> SubClaim:

@@ -224,4 +224,5 @@ def test_a_failed_selection_run_stops_the_growth_and_files_no_result(tmp_path):
 def test_the_rule_text_is_rendered_from_the_sweep_itself():
     text = Sweep((1e-3, 2e-3), (10,), (0,), factors=(0.5, 1.0), extend=3).rule()
     assert "×0.5, ×1." in text and "at most 3 times" in text
+    assert "control" not in text  # a sub-claim's own declaration says what an equivalence decides
     assert "is kept" in Sweep((1e-3, 2e-3), (10,), (0,)).rule()

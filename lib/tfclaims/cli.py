@@ -18,6 +18,7 @@ import signal
 import sys
 import textwrap
 import threading
+import time
 from dataclasses import dataclass, replace
 from multiprocessing import util as mp_util
 from pathlib import Path
@@ -695,7 +696,33 @@ def _plan(args) -> int:
     return 0
 
 
-READERS = {"list": _list, "show": _show, "plan": _plan}
+def _smoke(args) -> int:
+    import tempfile
+
+    from .device import device_type
+    from .harness import smoke
+
+    known = [c.claim_id for c in read_claims([])]
+    claims = [c for c in args.claims.split(",") if c] if args.claims else known
+    if unknown := [c for c in claims if c not in known]:
+        raise UsageError(f"unknown claim {unknown[0]!r}; registered claims: {', '.join(known)}")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    device = device_type(args.device)
+    with tempfile.TemporaryDirectory(prefix="tfclaims-smoke-") as scratch:
+        results = Path(args.keep) if args.keep else Path(scratch)
+        if args.keep:
+            if results.resolve() == results_root(None).resolve():
+                raise UsageError(f"--keep {args.keep}: the committed results' folder; give another")
+            check_writable(results, "--keep")
+        print(f"smoke: {len(claims)} claims' quick profile on {device}, one process each, into {results}")
+        t0 = time.perf_counter()
+        outcomes = smoke.smoke(claims, device, results, args.timeout)
+        print(smoke.summary(outcomes, device, time.perf_counter() - t0))
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+READERS = {"list": _list, "show": _show, "plan": _plan, "smoke": _smoke}
 
 
 def main(argv=None) -> int:
@@ -736,6 +763,19 @@ def main(argv=None) -> int:
     p_chk = sub.add_parser("check-results", help="fail if any committed result is stale or missing")
     p_chk.add_argument("--results-dir", default=None)
     sub.add_parser("bench", help="library speed against an independent implementation")
+    smoke_help = (
+        "every claim's quick profile on one device, each in its own process and a scratch results folder "
+        "(never results/): one line per claim, and the last lines of each failure's output"
+    )
+    p_smoke = sub.add_parser(
+        "smoke", help=smoke_help, description=smoke_help[0].upper() + smoke_help[1:] + "."
+    )
+    p_smoke.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu or cuda")
+    p_smoke.add_argument("--claims", default=None, help="comma-separated claim ids (default: every claim)")
+    p_smoke.add_argument(
+        "--timeout", type=float, default=900, help="seconds one claim may take (default 900)"
+    )
+    p_smoke.add_argument("--keep", default=None, help="a results folder to keep (default: a scratch folder)")
     args = ap.parse_args(argv)
     if args.cmd in READERS:
         return _guard(lambda: READERS[args.cmd](args))

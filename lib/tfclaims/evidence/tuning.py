@@ -47,18 +47,17 @@ class Sweep:
                 f"disjoint"
             )
 
-    def rule(self, chosen_by: str = "final loss", control: str = "the fixed-rate comparison") -> str:
+    def rule(self, chosen_by: str = "final loss") -> str:
         """The sweep's part of a tuned sub-claim's rule text, from its own settings: what a rate is chosen by
-        (the lowest mean of it) and which comparison is the positive control."""
+        (the lowest mean of it). What an equivalent comparison decides (a positive control or none) is the
+        sub-claim's own declaration, rendered beside this by `evidence.rules`."""
         wide = f"widens it by one ×2 step, at most {self.extend} times" if self.extend else "is kept"
         return (
             f"Each arm's rate is chosen on the selection seeds (lowest mean {chosen_by}, a failed run counted "
             f"at the loss at init; a choice at an end of the sweep {wide}) and the arms are compared on the "
-            "fresh seeds; a later width sweeps the first width's choice "
+            "fresh seeds; a later scale, where there is one, sweeps the first scale's choice "
             + ", ".join(f"×{f:g}" for f in self.factors)
-            + f". A width where the arms are equivalent within the margin refutes only where {control} (the "
-            "positive control) saw the claimed effect beyond the margin; the sub-verdict names "
-            "the widths where it holds."
+            + "."
         )
 
     @property

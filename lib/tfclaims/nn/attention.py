@@ -130,7 +130,11 @@ class Attention(nn.Module):
     def _explicit(self, q, k, v, mask):
         """Materialises the (T, S) score matrix. For GQA the g query heads that share a K/V head are
         stacked as extra rows, (B, kv, g*T, dk) @ (B, kv, dk, S): K and V are read in place, never
-        repeated or broadcast into copies (which would give back the memory GQA saves)."""
+        repeated or broadcast into copies (which would give back the memory GQA saves).
+
+        A query row with no allowed key (a padding query of a causal model whose pads come before its tokens)
+        has every logit −inf and comes out NaN, where SDPA gives zeros; through a second layer the NaN reaches
+        real tokens (0 · NaN). Pad after the tokens, or use SDPA, for such batches (`masking` measures both)."""
         B, h, T, dk = q.shape
         g = h // self.kv
         S = k.shape[2]
