@@ -182,9 +182,9 @@ class FlashMemory(Experiment):
                 else "Gradients were not compared.",
                 "The hand formulas follow the kernel that ran (recorded per row): CUDA's kernels also keep "
                 "their random-number state (16 or 24 bytes) and the memory-efficient one pads the "
-                "log-sum-exp rows to a multiple of 32, as read from their saved tensors on an H100. There, "
-                "in the full profile (bfloat16, cuDNN's kernel chosen by default), the sub-verdicts were the "
-                "CPU's except two: peak held (the fused peak's exponent 1.000 over n = 1,024–16,384, where "
+                "log-sum-exp rows to a multiple of 32, as read from their saved tensors on an H100. In an "
+                "earlier full-profile run there (bfloat16, cuDNN's kernel chosen by default), the sub-verdicts "
+                "were the default profile's on the CPU except two: peak held (the fused peak's exponent 1.000 over n = 1,024–16,384, where "
                 "on the CPU a constant working set bends it below 1 at the default profile's sizes), and "
                 "peak-live failed in its explicit cells, at 1.35× three n×n tensors. Read op by op from the "
                 "CUDA allocator on an H200 (float32 and bfloat16, n = 2,048 and 4,096), the fourth n×n "

@@ -249,8 +249,8 @@ class GQAThroughput(Experiment):
                 f"Decoding is timed on one CPU thread (the read bandwidth too, {bw:.1f} GB/s); the papers' "
                 "5–12× come from accelerators, where the arithmetic that MQA leaves (every query head still "
                 "scores every cached key) is cheap next to memory traffic. On a CPU core the skinny "
-                "matrix-vector products of attention run slowly, so MQA's speed-up saturates well below the "
-                "byte ratio. The byte model counts only compulsory reads; the weights may partly be served "
+                "matrix-vector products of attention run slowly, so MQA's speed-up can saturate below the "
+                "byte ratio (table 'decode_summary' sets the two side by side). The byte model counts only compulsory reads; the weights may partly be served "
                 "from the cache.",
                 "Timings share the machine with whatever else runs; variants are interleaved within each "
                 "cell so that drift hits them alike. Each cell's A/A pair (MHA at sdpa timed twice in the "
@@ -258,7 +258,8 @@ class GQAThroughput(Experiment):
                 + (f" (largest |CI bound| on log time {min(aa):.3f}–{max(aa):.3f})" if aa else "")
                 + "; no A/A copy was timed at explicit, so its comparisons have none.",
                 "On a GPU a decoding step launches a few kernels per layer, and eager, their launch overhead "
-                "rather than the bytes read sets its time: on an H100 the full profile's 32 greedy steps took "
+                "rather than the bytes read sets its time: in an earlier run on an H100 the full profile's 32 "
+                "greedy steps took "
                 "0.25 s eager and 0.045 s replayed from a CUDA graph at batch 1, context 512 (MHA and MQA "
                 "alike), and 0.21 s against 0.07 s for MQA at batch 64, context 4,096, where MHA, bound by "
                 "its 35 GB cache, took 0.41 s either way. On CUDA every decoder call is therefore timed "

@@ -201,6 +201,9 @@ class KVCacheClaim(Experiment):
         view.plot_memory(t["exact"], v["presets"], p, out)
         view.plot_linear(v["ldf"], p, v["bw"], out)
         lin, mech, last = result.get("grows"), result.get("mechanism"), v["last"]
+        reached = (
+            f"{1 / mech.diff:.0%}" if mech.diff else "an unmeasured fraction"
+        )  # measured b ÷ predicted b
         sq_c, sq_u = result.get("linear").diff, result.get("uncached-quadratic").diff
         ec, eu = (
             v["fits"][k]["round slopes mean"] if k in v["fits"] else None for k in ("cached", "uncached")
@@ -257,15 +260,15 @@ class KVCacheClaim(Experiment):
                 "last-level cache.",
                 "The mechanism's prediction divides by the rate at which one core streams a large tensor "
                 "through a sum (bytes read, nothing written), since a cached step only reads its cache. The "
-                "step reaches about half that rate (table 'achieved cache read'; measured b ÷ predicted b "
-                f"{mech.diff if mech.diff is not None else float('nan'):.2f}): attention reads K and V head by head in matrix-vector products, which "
-                "stream less efficiently than a sum, a factor the declared band 0.5–2 allows. On a GPU the "
-                "band may not hold: on an H100 (steps eager, float32, batch 1) the full profile's cached step "
-                "at 65,536 positions read its 8.6 GB cache in 50 ms, 172 GB/s against the 3.05 TB/s a sum "
-                "reads, since SDPA gives one query row only batch × heads = 8 thread blocks (no split over "
-                "the keys, as flash-decoding kernels do); the step stayed linear in n. On CUDA the steps are "
-                "now timed replayed from CUDA graphs (records: 'cuda_graphs'), which removes launch overhead, "
-                "not that limit.",
+                f"step reaches {reached} of that rate (table 'achieved cache read'; measured b ÷ predicted b "
+                f"{mech.diff if mech.diff is not None else float('nan'):.2f}): attention reads K and V head by "
+                "head in matrix-vector products, which stream less efficiently than a sum; the declared band "
+                "0.5–2 bounds that factor. On a GPU the band may not hold: in an earlier full-profile run on an "
+                "H100 (steps eager, float32, batch 1) the cached step at 65,536 positions read its 8.6 GB cache "
+                "in 50 ms, 172 GB/s against the 3.05 TB/s a sum reads, since SDPA gives one query row only "
+                "batch × heads = 8 thread blocks (no split over the keys, as flash-decoding kernels do), and "
+                "the step stayed linear in n. On CUDA the steps are now timed replayed from CUDA graphs "
+                "(records: 'cuda_graphs'), which removes launch overhead, not that limit.",
                 "The uncached step uses the fused causal kernel, which skips the masked half of the scores; "
                 "counted FLOPs follow the no-discount convention (the MATH kernel computes every score).",
                 "The uncached forward computes logits at every position, as `LM.generate(use_cache=False)` "

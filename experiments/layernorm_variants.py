@@ -103,7 +103,7 @@ def caveats(p: dict, stars: dict, notes: dict, same: dict) -> list[str]:
         "formula's effect on fixed trained weights, which is what loading a checkpoint into the other "
         "implementation does. It does not say how training itself responds to the formula (the model can "
         "adapt its gains to a constant factor such as sqrt((d−1)/d)); the retraining comparison beside it "
-        "is context only, its differences dominated by the noise floor.",
+        "is context only, read against its own noise floor (the sub-claim's detail).",
         "bf16 here means the whole model cast to bfloat16 on this device's kernels (torch's fused layers "
         "accumulate in float32 internally, the hand-written formulas round each intermediate to bf16); "
         "mixed-precision autocast, which keeps norms in float32, would show less.",

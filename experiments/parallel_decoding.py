@@ -159,9 +159,9 @@ class ParallelDecoding(Experiment):
                 "On one CPU thread the one pass also computes its positions one after another inside its "
                 "matrix products: once those are compute-bound its time grows about as n, like the cached "
                 "path's n steps of about equal cost, so the cached ratio's growth measures per-call overhead "
-                "against batched products and levels off. Its exponent bound (declared for both paths before "
+                "against batched products and can level off. Its exponent bound (declared for both paths before "
                 "the runs) is a test a GPU, whose one pass stays flat in n while the device has idle lanes, "
-                "passes more easily than this CPU.",
+                "would pass more easily than this CPU.",
                 "Random initialisation: the identity does not depend on the weights; the size of the leak "
                 "does.",
             ],

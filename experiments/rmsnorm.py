@@ -109,9 +109,8 @@ class RMSNormSpeed(Experiment):
             "median probe were contended: dropped from every implementation."
         )
         found = (
-            "Reported, not counted: a finding about PyTorch's kernels on the device, not the algorithm (on "
-            "the CPU, torch's built-in RMSNorm is composite where its LayerNorm is one fused kernel). "
-            + rounds
+            "Reported, not counted: a finding about PyTorch's kernels on the device, not the algorithm (the "
+            "table 'kernels' records which built-in ran as one fused kernel there). " + rounds
         )
 
         def faster(where: str, fam: str, what: str, counts: bool = True) -> SubClaim:

@@ -120,6 +120,35 @@ def observe(runs: list[dict], p: dict, *, margin: float, offset: int, readouts) 
     }
 
 
+def task_outcomes(t: dict) -> str:
+    """Per width, each kind at its chosen rate on the fresh seeds, in words: how many learned and settled, and
+    the range of their final losses; then the choices left at an end of their sweep."""
+    parts = []
+    for scale, g in sorted(t["tuned"].groupby("scale"), key=lambda kv: int(kv[0][1:])):
+        kinds = []
+        for kind in KINDS:
+            k = g[g.arm == kind]
+            if len(k):
+                loss = k["final_val"].dropna()
+                span = f"{loss.min():.2f}–{loss.max():.2f} nats" if len(loss) else "no final loss"
+                kinds.append(f"{LABELS[kind]} learned {int(k['learned'].sum())}/{len(k)}, settled "
+                             f"{int(k['settled'].sum())}/{len(k)}, final loss {span}")  # fmt: skip
+        parts.append(f"At d = {scale[1:]}: " + "; ".join(kinds))
+    ch = t["choices"]
+    ends = (
+        [f"{LABELS[r.arm]} at d = {r.scale[1:]} ({r.chosen_lr:g})" for r in ch.itertuples() if r.at_edge]
+        if len(ch)
+        else []
+    )
+    return (
+        "Each kind at its own chosen rate on the fresh seeds (table 'task'): "
+        + (". ".join(parts) or "no run finished")
+        + ". Choices at an end of their sweep after its extension: "
+        + (", ".join(ends) or "none")
+        + "."
+    )
+
+
 def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
     """The variance, timing and task tables; returns the timing table."""
     vdf = pd.DataFrame(part(runs, "variance")[0]["metrics"]["rows"])

@@ -294,8 +294,9 @@ def caveats(p: dict, t: dict, accuracy, strict: str | None = None) -> list[str]:
         f"never sees the test tokens; the tuned design scores every token of that half once "
         f"({int(scored.iloc[0]) if len(scored) else 0:,} tokens), so an "
         "accuracy difference of the anchors' size is not hidden by the test sample.",
-        "The fixed design (reported) is the earlier one: one rate, a 40,960-token subset seen 15 times, no "
-        "dropout; its models end barely below the unigram level on held-out text.",
+        f"The fixed design (reported) is the earlier one: one rate, a {p['subset_tokens']:,}-token subset "
+        f"seen {p['steps'] * p['batch'] * p['seq_len'] / p['subset_tokens']:.0f} times, no dropout; the "
+        "tuned design replaced it because its models ended near the unigram level on held-out text.",
         "The noise floor (ε = 0 against its rerun) gates every comparison: an effect no larger than the "
         "rerun's largest |95% CI bound| on that measure is undecided however small its p.",
         power_note(accuracy),

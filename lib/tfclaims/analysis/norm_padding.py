@@ -470,7 +470,7 @@ def caveats(p: dict, null_offset: int) -> list[str]:
         "The masked LM masks 15% of real characters (all replaced by a mask token; no 80/10/10) and is read "
         "on the masked characters only, against the same unigram level as the causal LM. It sees about a "
         "sixth of the causal LM's targets per step, so at these step counts it is early in training, where "
-        "the norm that leaves the unigram plateau first wins; training to convergence may rank the norms "
+        "the norm that leaves the unigram plateau first can win; training to convergence may rank the norms "
         "differently.",
         "PowerNorm follows the authors' released code (group scaling per head makes its forward pass "
         "per-token; after the warm-up it uses running statistics only), with the two pad-related "

@@ -927,7 +927,7 @@ def caveats(p: dict, deep: int, null_offset: int) -> list[str]:
         "(warmed-up Post-LN − Pre-LN final loss where both learned in every seed; paired, Holm, beside the "
         "noise floor) are in the table post_vs_pre, with no verdict.",
         f"The noise floor is one cell's Pre-LN control (L{p['null_depth']}-lr{p['null_lr']:g}) rerun at "
-        f"seeds + {null_offset}; the bimodal Post-LN outcomes are noisier than that. The mechanism "
+        f"seeds + {null_offset}; Post-LN's outcomes, where bimodal, can be noisier than that. The mechanism "
         "sub-claims (F–H) set fitted numbers at init against bounds fixed in advance, with no noise floor: "
         "findings about the mechanism, reported beside the verdict.",
         "Provenance of one rule clause: not counting the cells where every seed of both arms learned was "
