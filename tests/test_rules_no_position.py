@@ -132,7 +132,8 @@ def test_no_position_rule_a_failing_check_stops_the_claim(tmp_path, perm):
 
 def test_no_position_rule_text_names_the_margins_the_control_and_the_probe():
     text = EXP.rule_text(EXP.profiles["default"])
-    assert "±0.05" in text and "one-layer control" in text and "fitting windows" in text
+    assert "±0.05" in text and "Positive control, one layer" in text and "fitting windows" in text
+    assert "Positive control: (control)" in text  # the quality sub-claim names it from its declaration
     assert "NoPE rerun" in text and "{" not in text and "None" not in text
 
 
