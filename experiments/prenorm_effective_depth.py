@@ -107,6 +107,7 @@ class PrenormEffectiveDepth(Experiment):
                 + (", ".join(f"{scale} {gap:+.3f}" for scale, gap in gaps.items()) or "not available")
                 + f" nats/char (the quality sub-claim, reported; ±{QUALITY_MARGIN:g} counts as the same). Where "
                 "it is far from 0 the per-block readings compare stacks trained to different points.",
+                *filter(None, [view.not_learned(t["tuned"])]),
                 f"Character LMs of width {p['scales'][0][0]} at depths "
                 + " and ".join(str(L) for _, L in p["scales"])
                 + f", {p['steps']} steps: the anchors read LLMs of tens of layers (Gromov et al. removed up to "

@@ -145,3 +145,12 @@ def test_prenorm_recipe_trains_an_untied_head_for_both_placements(monkeypatch, p
     assert seen == {"placement": placement, "tie_weights": False}
     lm = LM(model_config(cfg, 85, **seen))
     assert lm.head.weight is not lm.stack.tok.weight and lm.cfg.placement == placement
+
+
+def test_prenorm_names_the_fresh_seeds_that_did_not_learn(tmp_path):
+    v = analyse(EXP, records(learned=False, pre_learned=True), P, tmp_path)
+    (line,) = [c for c in v.caveats if c.startswith("Fresh seeds that did not learn")]
+    n = len(P["seeds"])
+    assert all(f"{n} of {n} Post-LN seeds at d{d}-L{L}" in line for d, L in P["scales"])
+    assert "Pre-LN seeds" not in line and f"unigram level {UNIGRAM:.2f}" in line
+    assert not any(c.startswith("Fresh seeds") for c in analyse(EXP, records(), P, tmp_path).caveats)

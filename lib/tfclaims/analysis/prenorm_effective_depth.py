@@ -183,6 +183,28 @@ def quality_gap(tuned: pd.DataFrame) -> dict[str, float]:
     return {scale: float(d) for scale, d in (m["post"] - m["pre"]).dropna().items()}
 
 
+def not_learned(tuned: pd.DataFrame) -> str:
+    """The fresh seeds at a chosen rate that did not learn, in words ("" when every one learned): under the
+    declared guard they stay in their paired comparisons, where a model that learned nothing has little to
+    lose by deleting a block."""
+    if tuned.empty:
+        return ""
+    parts = [
+        f"{failed.sum()} of {len(g)} {PLACEMENTS[placement]} seeds at {scale} (final loss "
+        + ", ".join(f"{v:.2f}" for v in g.final_val[failed].dropna())
+        + f" against the unigram level {g.unigram.iloc[0]:.2f})"
+        for (scale, placement), g in tuned.groupby(["scale", "placement"], sort=False)
+        if (failed := ~g.learned.astype(bool)).any()
+    ]
+    if not parts:
+        return ""
+    return (
+        "Fresh seeds that did not learn: " + "; ".join(parts) + ". Under the declared guard a comparison "
+        "excludes only an arm with no learned seed, so these stay in; a model that learned nothing has little "
+        "to lose by deleting a block, which narrows that cell's differences."
+    )
+
+
 def summary(tuned: pd.DataFrame) -> str:
     """Means of the readouts per placement and depth, in words."""
     if tuned.empty:
