@@ -3,6 +3,7 @@ or crashes ends that claim only, and nothing is written under results/."""
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -57,16 +58,35 @@ def test_a_hung_claim_is_killed_at_the_timeout_with_its_workers(tmp_path, monkey
     t0 = time.perf_counter()
     o = smoke.run_claim("dk_scaling", "cpu", tmp_path, timeout=3)
     assert o.rc is None and not o.ok and time.perf_counter() - t0 < 20
-    worker = int((tmp_path / "worker.pid").read_text())
-    for _ in range(50):  # the killed worker is reaped by init; wait until it is gone
-        try:
-            os.kill(worker, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("the claim's worker outlived the timeout")
+    assert _gone(int((tmp_path / "worker.pid").read_text())), "the claim's worker outlived the timeout"
     assert "TIMEOUT" in smoke.line(o, 10)
+
+
+def _gone(pid: int) -> bool:
+    for _ in range(50):  # a killed process is reaped by init; wait until it is gone
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_an_interrupt_kills_the_running_claim_and_its_workers(tmp_path, monkeypatch):
+    monkeypatch.setattr(smoke, "command", fake_command(HANGS_WITH_A_WORKER))
+
+    def interrupt(signum, frame):  # stands for Ctrl-C, which reaches the parent only
+        raise RuntimeError("interrupted")
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)
+    try:
+        with pytest.raises(RuntimeError, match="interrupted"):
+            smoke.run_claim("dk_scaling", "cpu", tmp_path, timeout=60)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert _gone(int((tmp_path / "worker.pid").read_text()))
 
 
 def test_every_claim_is_tried_and_the_summary_names_the_failures():

@@ -696,6 +696,9 @@ def _plan(args) -> int:
     return 0
 
 
+# -- smoke: every claim's quick profile on a device -------------------------------------------------------------
+
+
 def _smoke(args) -> int:
     import tempfile
 
@@ -722,7 +725,7 @@ def _smoke(args) -> int:
     return 0 if all(o.ok for o in outcomes) else 1
 
 
-READERS = {"list": _list, "show": _show, "plan": _plan, "smoke": _smoke}
+READERS = {"list": _list, "show": _show, "plan": _plan}
 
 
 def main(argv=None) -> int:
@@ -779,6 +782,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cmd in READERS:
         return _guard(lambda: READERS[args.cmd](args))
+    if args.cmd == "smoke":  # each claim runs in a child process: this one loads no experiment
+        return _guard(lambda: _smoke(args))
 
     def go() -> int:
         from .harness.registry import load_all

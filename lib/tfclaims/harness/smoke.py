@@ -58,6 +58,9 @@ def run_claim(claim: str, device: str, results: Path, timeout: float) -> Outcome
             os.killpg(p.pid, signal.SIGKILL)
             out, _ = p.communicate()
             rc = None
+        except BaseException:  # Ctrl-C reaches this process only (the child has its own session)
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
     seconds = time.perf_counter() - t0
     verdict = dev = None
     res = results / claim / "result.json"
