@@ -4,6 +4,7 @@ hold), run a claim's analysis on them, and read the verdict it returns."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,6 +20,15 @@ OWN = np.array([0.004, -0.003, 0.002, -0.001, 0.003, -0.004, 0.001, -0.002])
 def record(config: dict, metrics: dict, run_id: str) -> dict:
     """A finished run as the analysis reads it."""
     return {"config": config, "metrics": metrics, "status": "ok", "run_id": run_id}
+
+
+def grown(exp: Experiment, params: dict, metrics: Callable[[dict], dict]) -> list[dict]:
+    """The records of a staged grid, grown as the runner grows it: every config of the grid so far gets
+    `metrics(config)`, and the grid is asked again with those records until it stops growing."""
+    grid, recs = None, []
+    while (g := exp.grid(params, recs)) != grid:
+        grid, recs = g, [record(c, metrics(c), f"r{i}") for i, c in enumerate(g)]
+    return recs
 
 
 def analyse(claim: str | Experiment, records, params: dict | str, tmp_path, render: bool = False):

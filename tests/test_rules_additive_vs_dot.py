@@ -17,7 +17,7 @@ from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.grids.additive_vs_dot import AA, KINDS
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, decisions, record, sub, timed, verdicts
+from rules import analyse, comparison, decisions, grown, sub, timed, verdicts
 
 EXP = load("additive_vs_dot")
 P = {**EXP.profiles["quick"], "task_dims": [16, 64], "seeds": [0, 1, 2, 3]}
@@ -60,23 +60,22 @@ def records(*, slopes=None, speed=-1.5, loss, null=lambda s: 0.0, best=lambda ki
     final held-out loss at the kind's best rate best(kind, d) (every other rate 0.2 nats worse); null(seed):
     what the null pair's rerun of additive adds to its loss. The staged grid grows as the runner grows it."""
     gap = speed if callable(speed) else lambda n, d: speed  # per (n, d) cell, or one value for all
-    grid, recs = None, []
-    while (g := EXP.grid(P, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "variance":
-                m = {"rows": variance_rows(c["dims"], slopes or {})}
-            elif c["part"] == "timing":
-                m = {"rows": [{"n": n, "d": d, "additive": timed(1e-3 * n * d / 512),
-                               "dot_scaled": timed(1e-3 * n * d / 512, gap(n, d), 1),
-                               AA: timed(1e-3 * n * d / 512, gap(n, d), 2)} for d in c["ds"] for n in c["ns"]],
-                     "threads": 1}  # fmt: skip
-            else:
-                s, off = c["seed"] % 1000, 0.0 if c["lr"] == best(c["attn"], c["d"]) else 0.2
-                extra = off + (null(s) if c["seed"] >= 1000 else 0.0)
-                m = task_metrics(loss(c["attn"], c["d"], s) + extra, s, c["attn"])
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "variance":
+            m = {"rows": variance_rows(c["dims"], slopes or {})}
+        elif c["part"] == "timing":
+            m = {"rows": [{"n": n, "d": d, "additive": timed(1e-3 * n * d / 512),
+                           "dot_scaled": timed(1e-3 * n * d / 512, gap(n, d), 1),
+                           AA: timed(1e-3 * n * d / 512, gap(n, d), 2)} for d in c["ds"] for n in c["ns"]],
+                 "threads": 1}  # fmt: skip
+        else:
+            s, off = c["seed"] % 1000, 0.0 if c["lr"] == best(c["attn"], c["d"]) else 0.2
+            extra = off + (null(s) if c["seed"] >= 1000 else 0.0)
+            m = task_metrics(loss(c["attn"], c["d"], s) + extra, s, c["attn"])
+        return m
+
+    return grown(EXP, P, metrics)
 
 
 def kinds(table, at16=None):

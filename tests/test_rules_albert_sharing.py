@@ -8,7 +8,7 @@ from tfclaims.claims.albert_sharing import run_counts
 from tfclaims.grids.albert_sharing import AA
 from tfclaims.harness.registry import load
 
-from rules import analyse, record, sub, times, verdicts
+from rules import analyse, grown, sub, times, verdicts
 
 EXP = load("albert_sharing")
 P = EXP.profiles["quick"]
@@ -19,33 +19,27 @@ JITTER = (0.011, -0.007, 0.004, -0.009)
 def records(shared_time=0.0, half_time=-0.69, quality_gap=0.05, learned=True, counts_off=0, p=P):
     """shared_time / half_time: log time ratios to the unshared stack; quality_gap: shared − unshared final loss
     at each arm's best rate."""
-    grid, recs = None, []
-    while (g := EXP.grid(p, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "counts":
-                m = run_counts(c, None)
-                m["library"][0]["shared"] += counts_off
-            elif c["part"] == "timing":
-                ratios = {"unshared": 0.0, "shared": shared_time, "half depth": half_time, AA: 0.0}
-                m = {"rows": [{"d_model": d, "n_layers": L, "tokens": c["batch"] * c["seq_len"],
-                               "times": {k: times(1e-3, r, k=j) for j, (k, r) in enumerate(ratios.items())}}
-                              for d, L in c["sizes"]], "threads": 1}  # fmt: skip
-            else:
-                s = c["seed"] % 1000 % 4
-                best = p["rates"][-1] if c["n_layers"] == p["scales"][0][1] else p["rates"][-1] / 2
-                v = (
-                    2.0
-                    + JITTER[s]
-                    + 0.05 * np.log2(c["lr"] / best) ** 2
-                    + (quality_gap if c["shared"] else 0)
-                )
-                if not learned:
-                    v = UNIGRAM + 0.02 * (s % 2)
-                m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-                     "unigram_xent": UNIGRAM, "diverged_at": None}  # fmt: skip
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "counts":
+            m = run_counts(c, None)
+            m["library"][0]["shared"] += counts_off
+        elif c["part"] == "timing":
+            ratios = {"unshared": 0.0, "shared": shared_time, "half depth": half_time, AA: 0.0}
+            m = {"rows": [{"d_model": d, "n_layers": L, "tokens": c["batch"] * c["seq_len"],
+                           "times": {k: times(1e-3, r, k=j) for j, (k, r) in enumerate(ratios.items())}}
+                          for d, L in c["sizes"]], "threads": 1}  # fmt: skip
+        else:
+            s = c["seed"] % 1000 % 4
+            best = p["rates"][-1] if c["n_layers"] == p["scales"][0][1] else p["rates"][-1] / 2
+            v = 2.0 + JITTER[s] + 0.05 * np.log2(c["lr"] / best) ** 2 + (quality_gap if c["shared"] else 0)
+            if not learned:
+                v = UNIGRAM + 0.02 * (s % 2)
+            m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
+                 "unigram_xent": UNIGRAM, "diverged_at": None}  # fmt: skip
+        return m
+
+    return grown(EXP, p, metrics)
 
 
 def test_albert_rule_supported_when_counts_fall_time_stays_and_quality_drops(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 from tfclaims.grids.attention_vs_lstm import AA
 from tfclaims.harness.registry import load
 
-from rules import analyse, record, sub, times, verdicts
+from rules import analyse, grown, sub, times, verdicts
 
 EXP = load("attention_vs_lstm")
 P = {**EXP.profiles["quick"], "ns": [8, 16, 32, 64, 128], "ks": [1, 4, 8]}
@@ -19,27 +19,26 @@ def records(attn_speed=lambda n: -0.5 + 0.2 * math.log2(n / 32), lstm_slope=0.0,
     """attn_speed(n): attention's log time ratio to the LSTM's per token; lstm_slope: the LSTM's log time per
     doubling; acc(arch, k): final accuracy at each arm's best rate (default: attention 1, LSTM falling)."""
     acc = acc or (lambda arch, k: 0.99 if arch == "attention" else max(1 / p["vocab"], 1.0 - 0.1 * k))
-    grid, recs = None, []
-    while (g := EXP.grid(p, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "throughput":
-                rows = []
-                for n in c["ns"]:
-                    base = 1e-6 * math.exp(lstm_slope * math.log2(n))
-                    r = {"attention": attn_speed(n), "lstm": 0.0, AA: attn_speed(n)}
-                    rows.append({"n": n, "tokens": 1, "times": {k: times(base, v, k=j) for j, (k, v) in
-                                                                enumerate(r.items())}})  # fmt: skip
-                m = {"rows": rows, "threads": 1}
-            else:
-                s = c["seed"] % 1000 % 4
-                best = p["rates"][-1] if c["k"] == p["ks"][0] else p["rates"][-1]
-                a = min(1.0, acc(c["arch"], c["k"]) + JITTER[s])
-                v = 2.0 * (1 - a) + 0.05 * np.log2(c["lr"] / best) ** 2 + JITTER[s]
-                m = {"final_val": v, "final_acc": a, "val_loss": [math.log(p["vocab"]), v], "eval_steps": [0, 12],
-                     "unigram_xent": math.log(p["vocab"]), "diverged_at": None}  # fmt: skip
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "throughput":
+            rows = []
+            for n in c["ns"]:
+                base = 1e-6 * math.exp(lstm_slope * math.log2(n))
+                r = {"attention": attn_speed(n), "lstm": 0.0, AA: attn_speed(n)}
+                rows.append({"n": n, "tokens": 1, "times": {k: times(base, v, k=j) for j, (k, v) in
+                                                            enumerate(r.items())}})  # fmt: skip
+            m = {"rows": rows, "threads": 1}
+        else:
+            s = c["seed"] % 1000 % 4
+            best = p["rates"][-1] if c["k"] == p["ks"][0] else p["rates"][-1]
+            a = min(1.0, acc(c["arch"], c["k"]) + JITTER[s])
+            v = 2.0 * (1 - a) + 0.05 * np.log2(c["lr"] / best) ** 2 + JITTER[s]
+            m = {"final_val": v, "final_acc": a, "val_loss": [math.log(p["vocab"]), v], "eval_steps": [0, 12],
+                 "unigram_xent": math.log(p["vocab"]), "diverged_at": None}  # fmt: skip
+        return m
+
+    return grown(EXP, p, metrics)
 
 
 def test_attention_vs_lstm_supported_when_faster_short_and_recall_holds_far(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, decisions, record, sub, verdicts
+from rules import analyse, comparison, decisions, grown, sub, verdicts
 
 EXP = load("dk_scaling")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -57,12 +57,7 @@ def records(train, logit=None, *, params=P, qknorm=None, by_rate=None, **mc):
     initial logit std s (default: the scaled arm at ref_dk, i.e. no effect of the logit scale); qknorm(lr, seed)
     -> the unscaled qk-layernorm arm's (default: as unscaled); by_rate(part, scaled, lr, seed), when given,
     sets every training run's loss instead; `mc` goes to mc_rows. The staged grid grows as the runner grows it."""
-    grid, recs = None, []
-    while (g := EXP.grid(params, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            recs.append(record(c, _metrics(c, train, logit, qknorm, by_rate, mc), f"r{i}"))
-    return recs
+    return grown(EXP, params, lambda c: _metrics(c, train, logit, qknorm, by_rate, mc))
 
 
 def _metrics(c, train, logit, qknorm, by_rate, mc):

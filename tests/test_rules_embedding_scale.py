@@ -37,7 +37,7 @@ from tfclaims.harness.registry import load
 from tfclaims.io import jsonable
 from tfclaims.nn.config import ConfigError
 
-from rules import analyse, comparison, decisions, record, sub, verdicts
+from rules import analyse, comparison, decisions, grown, record, sub, verdicts
 
 EXP = load("embedding_scale")
 MOD = sys.modules[type(EXP).__module__]  # the experiment's module: its readouts, its constants
@@ -173,10 +173,7 @@ def records(train, *, control=control_2x2, null_noise=None, **init):
             {"rows": init_rows(**init)} if c["part"] == "init" else run_metrics(c, train, control, null_noise)
         )
 
-    grid, done = None, []
-    while (g := EXP.grid(P, done)) != grid:
-        grid, done = g, [record(c, run(c), f"r{i}") for i, c in enumerate(g)]
-    return done
+    return grown(EXP, P, run)
 
 
 def key_part(v, init):

@@ -22,7 +22,7 @@ import pytest
 from tfclaims.harness.registry import load
 from tfclaims.nn.config import ConfigError
 
-from rules import analyse, comparison, decisions, record, sub, verdicts
+from rules import analyse, comparison, decisions, grown, record, sub, verdicts
 
 EXP = load("label_smoothing")
 MOD = sys.modules[type(EXP).__module__]
@@ -254,13 +254,7 @@ def records(
     the second). The staged grid grows as the runner grows it: each ε's sweep chooses its rate."""
     fixed = fixed or (lambda eps, s: tuned(eps, s, FIRST))
     learned = learned or (lambda eps: True)
-    grid, done = None, []
-    while (g := EXP.grid(p, done)) != grid:
-        grid, done = g, []
-        for i, c in enumerate(g):
-            m = run_metrics(c, tuned, fixed, cal_nll, null, fixed_null, learned, best)
-            done.append(record(c, m, f"r{i}"))
-    return done
+    return grown(EXP, p, lambda c: run_metrics(c, tuned, fixed, cal_nll, null, fixed_null, learned, best))
 
 
 def grow(p=P):

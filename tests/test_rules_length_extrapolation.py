@@ -9,7 +9,7 @@ import pytest
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 
-from rules import analyse, record, sub, verdicts
+from rules import analyse, grown, sub, verdicts
 
 EXP = load("length_extrapolation")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3, 4]}
@@ -53,16 +53,13 @@ def metrics(c: dict, v: float, ok: bool, arms: dict, s: int, tile=0.0, kept=0.0,
 
 
 def records(arms=HOLDS, learned=lambda pos: True, p=P, null_shift=0.0, **kw):
-    grid, recs = None, []
-    while (g := EXP.grid(p, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            null = c["seed"] >= 1000
-            s = (c["seed"] + 2 * null) % 5  # a rerun wobbles as another seed does
-            v = 2.0 + JITTER[s] + 0.05 * np.log2(c["lr"] / p["rates"][-1]) ** 2
-            m = metrics(c, v, learned(c["pos"]), arms, s, shift=null_shift if null else 0.0, **kw)
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+    def run(c: dict) -> dict:
+        null = c["seed"] >= 1000
+        s = (c["seed"] + 2 * null) % 5  # a rerun wobbles as another seed does
+        v = 2.0 + JITTER[s] + 0.05 * np.log2(c["lr"] / p["rates"][-1]) ** 2
+        return metrics(c, v, learned(c["pos"]), arms, s, shift=null_shift if null else 0.0, **kw)
+
+    return grown(EXP, p, run)
 
 
 def test_rule_supported_when_sinusoids_rise_alibi_stays_and_copying_wins(tmp_path):

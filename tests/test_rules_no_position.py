@@ -9,7 +9,7 @@ import pytest
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, record, sub, verdicts
+from rules import analyse, comparison, grown, record, sub, verdicts
 
 EXP = load("no_position")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}  # four fresh seeds: power for paired tests
@@ -51,26 +51,23 @@ def records(gap=0.3, ctrl_gap=0.3, gain=0.0, perm=BLIND, learned=True, null_spre
     """Runs where NoPE ends `gap` nats/char above sinusoidal at two layers and `ctrl_gap` at one, learned
     positions as sinusoidal, and NoPE's best layer reads probe gain `gain` (the position arms 0.9); NoPE's
     null reruns move by ±null_spread."""
-    grid, recs = None, []
-    while (g := EXP.grid(p, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "perm":
-                recs.append(record(c, {"rows": perm_rows(c, **perm)}, f"p{i}"))
-                continue
-            s, nope = c["seed"] % 1000 % 4, c["pos"] == "none"
-            v = 2.0 + JITTER[s] + 0.05 * math.log2(c["lr"] / 8e-3) ** 2
-            if nope:
-                v += ctrl_gap if c["n_layers"] == 1 else gap
-                v += null_spread * (1 if s % 2 else -1) if c["seed"] >= 1000 else 0.0
-            if not learned:
-                v = UNIGRAM + 0.02 * (s % 2)
-            m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-                 "unigram_xent": UNIGRAM, "diverged_at": None,
-                 "probe": probe(c["n_layers"], gain + JITTER[s] if nope else 0.9, JITTER[s] if nope else 0.8,
-                                c["seq_len"])}  # fmt: skip
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "perm":
+            return {"rows": perm_rows(c, **perm)}
+        s, nope = c["seed"] % 1000 % 4, c["pos"] == "none"
+        v = 2.0 + JITTER[s] + 0.05 * math.log2(c["lr"] / 8e-3) ** 2
+        if nope:
+            v += ctrl_gap if c["n_layers"] == 1 else gap
+            v += null_spread * (1 if s % 2 else -1) if c["seed"] >= 1000 else 0.0
+        if not learned:
+            v = UNIGRAM + 0.02 * (s % 2)
+        return {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
+                "unigram_xent": UNIGRAM, "diverged_at": None,
+                "probe": probe(c["n_layers"], gain + JITTER[s] if nope else 0.9, JITTER[s] if nope else 0.8,
+                               c["seq_len"])}  # fmt: skip
+
+    return grown(EXP, p, metrics)
 
 
 def test_no_position_rule_supported_where_nothing_without_positions_sees_order(tmp_path):

@@ -24,7 +24,7 @@ from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.grids.norm_padding import NORMS, swept_name
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, decisions, record, sub, verdicts
+from rules import analyse, comparison, decisions, grown, sub, verdicts
 
 EXP = load("norm_padding")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -107,12 +107,7 @@ def records(loss, gap=lambda c, s: 0.01, *, params=P, lm_fluct=4.0, mlp_fluct=1.
     minus train-mode loss of the same run; null(config, seed) -> what the null pair's rerun adds (default: a
     little wobble); `probes` go to `invariance`. The staged grid grows as the runner grows it: the sweep's
     selection seed chooses each arm's rate, whose fresh-seed runs (and the next width's sweep) join the grid."""
-    grid, done = None, []
-    while (g := EXP.grid(params, done)) != grid:
-        grid = g
-        done = [record(c, metrics(c, loss, gap, null, lm_fluct, mlp_fluct, probes), f"r{i}")
-                for i, c in enumerate(g)]  # fmt: skip
-    return done
+    return grown(EXP, params, lambda c: metrics(c, loss, gap, null, lm_fluct, mlp_fluct, probes))
 
 
 def delta(kind, s, first=True):

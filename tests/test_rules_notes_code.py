@@ -14,7 +14,7 @@ from tfclaims.grids.notes_code import SNIPPET_KEYS
 from tfclaims.harness.experiment import RunContext
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, record, sub, verdicts
+from rules import analyse, comparison, grown, sub, verdicts
 
 EXP = load("notes_code")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}  # four fresh seeds: paired tests with some power
@@ -34,25 +34,24 @@ def snippet_metrics(seed: int) -> dict:
 def records(costs=COSTS, edit=None, learned=True, p=P):
     """costs: arm -> its final loss above the fixed module's at each arm's best rate; edit(rows): changes the
     snippets' rows in place."""
-    grid, recs = None, []
-    while (g := EXP.grid(p, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "snippets":
-                m = snippet_metrics(c["seed"])
-                m = {**m, "rows": [dict(r) for r in m["rows"]]}
-                if edit is not None:
-                    edit(m["rows"])
-            else:
-                best = p["rates"][-1]
-                wobble = 0.01 * math.sin(1.7 * c["seed"] + ARM_INDEX[c["arm"]])
-                v = 2.0 + wobble + 0.05 * np.log2(c["lr"] / best) ** 2 + costs.get(c["arm"], 0.0)
-                if not learned:
-                    v = UNIGRAM + 0.02 * (c["seed"] % 2)
-                m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-                     "unigram_xent": UNIGRAM, "diverged_at": None, "n_params": 1000}  # fmt: skip
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "snippets":
+            m = snippet_metrics(c["seed"])
+            m = {**m, "rows": [dict(r) for r in m["rows"]]}
+            if edit is not None:
+                edit(m["rows"])
+        else:
+            best = p["rates"][-1]
+            wobble = 0.01 * math.sin(1.7 * c["seed"] + ARM_INDEX[c["arm"]])
+            v = 2.0 + wobble + 0.05 * np.log2(c["lr"] / best) ** 2 + costs.get(c["arm"], 0.0)
+            if not learned:
+                v = UNIGRAM + 0.02 * (c["seed"] % 2)
+            m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
+                 "unigram_xent": UNIGRAM, "diverged_at": None, "n_params": 1000}  # fmt: skip
+        return m
+
+    return grown(EXP, p, metrics)
 
 
 def patch(snippet: str, **values):

@@ -9,7 +9,7 @@ import numpy as np
 
 from tfclaims.harness.registry import load
 
-from rules import analyse, decisions, record, sub, verdicts
+from rules import analyse, decisions, grown, sub, verdicts
 
 EXP = load("postln_quality")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3, 4], "selection_seeds": [10, 11]}
@@ -24,20 +24,19 @@ def jitter(seed: int, placement: str) -> float:
 def records(level, gap=lambda placement, subset: 0.1, learned=lambda c: True, diverged=lambda c: False):
     """level(placement, subset) -> the final held-out loss at the best rate; learned(config) False: the run
     ends at the unigram level; diverged(config) True: the run diverged (no final loss)."""
-    grid, recs = None, []
-    while (g := EXP.grid(P, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            best = P["rates"][-1] if c["n_layers"] == P["scales"][0][1] else P["rates"][-1] / 2
-            v = level(c["placement"], c["subset"]) + jitter(c["seed"], c["placement"])
-            v = v + 0.05 * np.log2(c["lr"] / best) ** 2 if learned(c) else UNIGRAM + 0.01 * (c["seed"] % 2)
-            m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-                 "final_train": v - gap(c["placement"], c["subset"]), "unigram_xent": UNIGRAM,
-                 "diverged_at": None, "epochs": 1.0, "train_loss_eval": [4.4, v, v - 0.1]}  # fmt: skip
-            if diverged(c):
-                m |= {"final_val": None, "final_train": None, "diverged_at": 5, "val_loss": [4.4, None]}
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+
+    def metrics(c: dict) -> dict:
+        best = P["rates"][-1] if c["n_layers"] == P["scales"][0][1] else P["rates"][-1] / 2
+        v = level(c["placement"], c["subset"]) + jitter(c["seed"], c["placement"])
+        v = v + 0.05 * np.log2(c["lr"] / best) ** 2 if learned(c) else UNIGRAM + 0.01 * (c["seed"] % 2)
+        m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
+             "final_train": v - gap(c["placement"], c["subset"]), "unigram_xent": UNIGRAM,
+             "diverged_at": None, "epochs": 1.0, "train_loss_eval": [4.4, v, v - 0.1]}  # fmt: skip
+        if diverged(c):
+            m |= {"final_val": None, "final_train": None, "diverged_at": 5, "val_loss": [4.4, None]}
+        return m
+
+    return grown(EXP, P, metrics)
 
 
 def test_postln_rule_supported_when_post_ln_ends_lower_in_every_cell(tmp_path):

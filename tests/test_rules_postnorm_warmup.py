@@ -15,7 +15,7 @@ import pytest
 
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, decisions, record, sub, verdicts
+from rules import analyse, comparison, decisions, grown, sub, verdicts
 
 EXP = load("postnorm_warmup")
 P = EXP.profiles["quick"]
@@ -73,27 +73,26 @@ def records(loss, *, null=None, params=P, **probe_kw):
     """loss(placement, warmup, depth, seed, lr=, width=, steps=) -> final loss (None: diverged); null(seed)
     for the null pair. The staged grid grows as the runner grows it: the sweep's selection seeds choose each
     arm's rate, whose fresh-seed runs (and the second scale's sweep) join the grid."""
-    grid, done = None, []
-    while (g := EXP.grid(params, done)) != grid:
-        grid, done = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "probe":
-                m = probe_metrics(c["placement"], c["depth"], **probe_kw)
-            elif c["part"] == "null":
-                m = train_metrics(null(c["seed"] % 1000) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
-            else:
-                f = loss(
-                    c["placement"],
-                    c["warmup"] > 0,
-                    c["depth"],
-                    c["seed"],
-                    lr=c["lr"],
-                    width=c["d_model"],
-                    steps=c["steps"],
-                )
-                m = train_metrics(f, c["depth"])
-            done.append(record(c, m, f"r{i}"))
-    return done
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "probe":
+            m = probe_metrics(c["placement"], c["depth"], **probe_kw)
+        elif c["part"] == "null":
+            m = train_metrics(null(c["seed"] % 1000) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
+        else:
+            f = loss(
+                c["placement"],
+                c["warmup"] > 0,
+                c["depth"],
+                c["seed"],
+                lr=c["lr"],
+                width=c["d_model"],
+                steps=c["steps"],
+            )
+            m = train_metrics(f, c["depth"])
+        return m
+
+    return grown(EXP, params, metrics)
 
 
 def bowl(lr: float) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 from tfclaims.harness.registry import load
 
-from rules import analyse, decisions, record, sub, verdicts
+from rules import analyse, decisions, grown, sub, verdicts
 
 EXP = load("prenorm_effective_depth")
 P = EXP.profiles["quick"]
@@ -31,22 +31,20 @@ POST_DEEP = dict(late_update=0.4, early_update=0.4, delete=0.3, cosine=0.9)
 
 
 def records(pre=PRE_SHALLOW, post=POST_DEEP, learned=True, p=P, pre_learned=None, post_shift=0.0):
-    grid, recs = None, []
-    while (g := EXP.grid(p, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            s = c["seed"] % 1000 % 4
-            best = p["rates"][-1] if c["n_layers"] == p["scales"][0][1] else p["rates"][-1] / 2
-            v = 2.0 + JITTER[s] + 0.05 * np.log2(c["lr"] / best) ** 2
-            ok = learned if c["placement"] == "post" or pre_learned is None else pre_learned
-            v += post_shift if c["placement"] == "post" else 0.0
-            if not ok:
-                v = UNIGRAM + 0.02 * (s % 2)
-            m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-                 "unigram_xent": UNIGRAM, "diverged_at": None,
-                 **blocks(c["n_layers"], **(pre if c["placement"] == "pre" else post), s=s)}  # fmt: skip
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+    def metrics(c: dict) -> dict:
+        s = c["seed"] % 1000 % 4
+        best = p["rates"][-1] if c["n_layers"] == p["scales"][0][1] else p["rates"][-1] / 2
+        v = 2.0 + JITTER[s] + 0.05 * np.log2(c["lr"] / best) ** 2
+        ok = learned if c["placement"] == "post" or pre_learned is None else pre_learned
+        v += post_shift if c["placement"] == "post" else 0.0
+        if not ok:
+            v = UNIGRAM + 0.02 * (s % 2)
+        m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
+             "unigram_xent": UNIGRAM, "diverged_at": None,
+             **blocks(c["n_layers"], **(pre if c["placement"] == "pre" else post), s=s)}  # fmt: skip
+        return m
+
+    return grown(EXP, p, metrics)
 
 
 def test_prenorm_rule_supported_when_pre_ln_blocks_matter_less_at_every_depth(tmp_path):

@@ -14,7 +14,7 @@ from tfclaims.claims.rmsnorm import AA, FUSED, IMPLS
 from tfclaims.evidence.rules import render_sub
 from tfclaims.harness.registry import load
 
-from rules import analyse, comparison, decisions, record, timed, verdicts
+from rules import analyse, comparison, decisions, grown, timed, verdicts
 
 EXP = load("rmsnorm")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3], "fused": True, "selection_seeds": [10, 11]}
@@ -62,12 +62,7 @@ def records(*, alone, step, quality, learned=True, p=P, aa_noise=0.0, contended=
     timing_cell; contended, marked: rounds contended in every timing call, and whether the probe shows it). The
     staged grid grows as the runner grows it: each norm's sweep chooses its rate."""
     cont = dict(aa_noise=aa_noise, contended=contended, marked=marked)
-    grid, recs = None, []
-    while (g := EXP.grid(p, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            recs.append(record(c, _metrics(c, alone, step, quality, learned, p, cont), f"r{i}"))
-    return recs
+    return grown(EXP, p, lambda c: _metrics(c, alone, step, quality, learned, p, cont))
 
 
 def _metrics(c, alone, step, quality, learned, p, cont) -> dict:

@@ -29,7 +29,7 @@ from tfclaims.nn.config import ConfigError
 from tfclaims.nn.models import LM
 from tfclaims.train.profiles import model_config
 
-from rules import analyse, comparison, decisions, record, sub, verdicts
+from rules import analyse, comparison, decisions, grown, sub, verdicts
 
 EXP = load("sinusoidal_relative")
 MOD = sys.modules[type(EXP).__module__]
@@ -216,19 +216,17 @@ def records(p=P, drop=(), **kw):
     """Synthetic records for every config of the profile, the staged grid grown as the runner grows it;
     `drop`: arms whose length runs are left out afterwards (never run)."""
     o = {**DEFAULTS, **kw, "p": p}
-    grid, done = None, []
-    while (g := EXP.grid(p, done)) != grid:
-        grid, done = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "identity":
-                m = o["ident"] or identity_metrics()
-            elif c["part"] == "length":
-                m = length_metrics(c, o)
-            elif c["part"] == "copy":
-                m = copy_metrics(c, o)
-            else:
-                m = learned_metrics(c["seed"], o["r2_path"], o["res_path"], o["final_val"])
-            done.append(record(c, m, f"r{i}"))
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "identity":
+            return o["ident"] or identity_metrics()
+        if c["part"] == "length":
+            return length_metrics(c, o)
+        if c["part"] == "copy":
+            return copy_metrics(c, o)
+        return learned_metrics(c["seed"], o["r2_path"], o["res_path"], o["final_val"])
+
+    done = grown(EXP, p, metrics)
     return [r for r in done if not (r["config"]["part"] == "length" and r["config"]["pos"] in drop)]
 
 

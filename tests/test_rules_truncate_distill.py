@@ -10,7 +10,7 @@ from tfclaims.claims.truncate_distill import run_counts
 from tfclaims.grids.truncate_distill import AA
 from tfclaims.harness.registry import load
 
-from rules import analyse, record, sub, times, verdicts
+from rules import analyse, grown, sub, times, verdicts
 
 EXP = load("truncate_distill")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -44,30 +44,29 @@ def student(s: dict, seed: int, gaps: dict, learned: bool) -> dict:
 def records(gaps=GAPS, speed=-0.69, learned=True, counts_off=0, p=P):
     """gaps: per arm (or per arm and depth) the final loss above the teacher of the same seed; speed: the log
     time ratio of the first student depth to the teacher."""
-    grid, recs = None, []
-    while (g := EXP.grid(p, recs)) != grid:
-        grid, recs = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "counts":
-                m = run_counts(c, None)
-                m["rows"][0]["params"] += counts_off
-            elif c["part"] == "timing":
-                ratios = {
-                    "teacher": 0.0,
-                    "1/2 of the layers": speed,
-                    "1/4 of the layers": speed * 1.5,
-                    AA: 0.0,
-                }
-                on = {k: r for k, r in ratios.items() if k != "1/4 of the layers" or p is P2}
-                m = {"rows": [{"size": s, "tokens": c["seq_len"],
-                               "times": {k: times(1e-4, r, k=j) for j, (k, r) in enumerate(on.items())}}
-                              for s in c["sizes"]], "threads": 1}  # fmt: skip
-            else:
-                t = 2.0 + TEACHER[c["seed"] % 4] if learned else UNIGRAM + 0.01
-                m = {"teacher": {"final_val": t}, "unigram_xent": UNIGRAM,
-                     "students": [student(s, c["seed"], gaps, learned) for s in c["students"]]}  # fmt: skip
-            recs.append(record(c, m, f"r{i}"))
-    return recs
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "counts":
+            m = run_counts(c, None)
+            m["rows"][0]["params"] += counts_off
+        elif c["part"] == "timing":
+            ratios = {
+                "teacher": 0.0,
+                "1/2 of the layers": speed,
+                "1/4 of the layers": speed * 1.5,
+                AA: 0.0,
+            }
+            on = {k: r for k, r in ratios.items() if k != "1/4 of the layers" or p is P2}
+            m = {"rows": [{"size": s, "tokens": c["seq_len"],
+                           "times": {k: times(1e-4, r, k=j) for j, (k, r) in enumerate(on.items())}}
+                          for s in c["sizes"]], "threads": 1}  # fmt: skip
+        else:
+            t = 2.0 + TEACHER[c["seed"] % 4] if learned else UNIGRAM + 0.01
+            m = {"teacher": {"final_val": t}, "unigram_xent": UNIGRAM,
+                 "students": [student(s, c["seed"], gaps, learned) for s in c["students"]]}  # fmt: skip
+        return m
+
+    return grown(EXP, p, metrics)
 
 
 def test_truncate_rule_supported_when_distillation_closes_the_gap(tmp_path):

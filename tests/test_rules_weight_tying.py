@@ -22,7 +22,7 @@ from tfclaims.harness.registry import load
 from tfclaims.measure.counting import model_params
 from tfclaims.train.profiles import model_config
 
-from rules import analyse, comparison, decisions, record, sub, verdicts
+from rules import analyse, comparison, decisions, grown, sub, verdicts
 
 EXP = load("weight_tying")
 MOD = sys.modules[type(EXP).__module__]
@@ -109,31 +109,26 @@ def records(spec, *, small=None, fixed=None, miscount=0, instantiated_off=0, par
     the final loss of spec); the null pairs rerun 'untied'. Runs away from an arm's best rate lose `bowl`."""
     params, small = params or P, small or (lambda arm, s: spec(arm, s)[1])
     first = params["scales"][0][0]
-    grid, done = None, []
-    while (g := EXP.grid(params, done)) != grid:
-        grid, done = g, []
-        for i, c in enumerate(g):
-            if c["part"] == "counts":
-                m = {"rows": count_rows(miscount, instantiated_off), "tokenizer": TOKENIZER}
-                done.append(record(c, m, f"r{i}"))
-                continue
-            s = c["seed"] % MOD.NULL_OFFSET
-            u = s % 4
-            null = c["seed"] >= MOD.NULL_OFFSET
-            own = OWN["null" if null else c["arm"]][u]
-            if (c["d_model"], c["n_layers"]) == (params["d_model"], params["n_layers"]):  # the fixed design
-                steps, fin = (fixed or spec)(c["arm"], u)
-                off = 0.0
-            else:
-                steps, fin = spec(c["arm"], u)
-                best = BEST[c["arm"]] * (1.0 if c["d_model"] == first else 0.5)
-                off = bowl(c["lr"], best)
-            if c["part"] == "small":
-                m = small_metrics(small(c["arm"], u) + JITTER_LOSS[u] + own / 10 + off)
-            else:
-                m = train_metrics(steps + JITTER_STEPS[u] + own, fin + JITTER_LOSS[u] + own / 10 + off)
-            done.append(record(c, m, f"r{i}"))
-    return done
+
+    def metrics(c: dict) -> dict:
+        if c["part"] == "counts":
+            return {"rows": count_rows(miscount, instantiated_off), "tokenizer": TOKENIZER}
+        s = c["seed"] % MOD.NULL_OFFSET
+        u = s % 4
+        null = c["seed"] >= MOD.NULL_OFFSET
+        own = OWN["null" if null else c["arm"]][u]
+        if (c["d_model"], c["n_layers"]) == (params["d_model"], params["n_layers"]):  # the fixed design
+            steps, fin = (fixed or spec)(c["arm"], u)
+            off = 0.0
+        else:
+            steps, fin = spec(c["arm"], u)
+            best = BEST[c["arm"]] * (1.0 if c["d_model"] == first else 0.5)
+            off = bowl(c["lr"], best)
+        if c["part"] == "small":
+            return small_metrics(small(c["arm"], u) + JITTER_LOSS[u] + own / 10 + off)
+        return train_metrics(steps + JITTER_STEPS[u] + own, fin + JITTER_LOSS[u] + own / 10 + off)
+
+    return grown(EXP, params, metrics)
 
 
 def claimed(arm, s):
