@@ -138,7 +138,7 @@ class AdditiveVsDot(Experiment):
         decl = self.declare(p)
         t = view.observe(runs, p, margin=LEARN_MARGIN, offset=NULL_OFFSET, readouts=(FINAL, view.ACC))
         result = evaluate(decl, t)
-        tdf = view.write_tables(runs, t, result, p, out)
+        tdf, task = view.write_tables(runs, t, result, p, out)
         view.plot_variance(runs, out)
         view.plot_timing(tdf, out)
         view.plot_task(t, p, out)
@@ -180,7 +180,8 @@ class AdditiveVsDot(Experiment):
                 "(seed 900, rate 3e-3, batch 64; used nowhere else), after the earlier sizes had saturated: "
                 "there the kinds still differed at d = 16 and 64, while at d = 256 every kind but the "
                 "unscaled dot product reached 0.97–0.99 accuracy.",
-                view.task_outcomes(t) + " A kind that learned where the other did not is an outcome of the "
+                view.task_outcomes(task)
+                + " A kind that learned where the other did not is an outcome of the "
                 "comparison, counted, not excluded; settled = accuracy moved by at most 0.02 over the last "
                 "20% of training. Whether a kind that stayed at chance would learn with a longer budget is "
                 "not tested.",

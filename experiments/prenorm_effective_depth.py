@@ -82,7 +82,8 @@ class PrenormEffectiveDepth(Experiment):
         view.plot_blocks(t["layers"], p, out)
         view.plot_sweep(t, p, out)
         summary = view.summary(t["tuned"])
-        beyond, gaps = view.decay_beyond_first(t["layers"]), view.quality_gap(t["tuned"])
+        beyond = view.decay_beyond_first(t["layers"])
+        gaps = {c.id.split("/")[1]: c.diff for c in result.of("quality") if c.diff is not None}  # Post − Pre
         beyond_txt = "; ".join(
             f"{scale}: " + ", ".join(f"{PLACEMENTS[k]} {v:+.2f}" for k, v in sorted(d.items()))
             for scale, d in beyond.items()

@@ -120,37 +120,55 @@ def observe(runs: list[dict], p: dict, *, margin: float, offset: int, readouts) 
     }
 
 
-def task_outcomes(t: dict) -> str:
-    """Per width, each kind at its chosen rate on the fresh seeds, in words: how many learned and settled, and
-    the range of their final losses; then the choices left at an end of their sweep."""
-    parts = []
-    for scale, g in sorted(t["tuned"].groupby("scale"), key=lambda kv: int(kv[0][1:])):
-        kinds = []
-        for kind in KINDS:
-            k = g[g.arm == kind]
-            if len(k):
-                loss = k["final_val"].dropna()
-                span = f"{loss.min():.2f}–{loss.max():.2f} nats" if len(loss) else "no final loss"
-                kinds.append(f"{LABELS[kind]} learned {int(k['learned'].sum())}/{len(k)}, settled "
-                             f"{int(k['settled'].sum())}/{len(k)}, final loss {span}")  # fmt: skip
-        parts.append(f"At d = {scale[1:]}: " + "; ".join(kinds))
-    ch = t["choices"]
-    ends = (
-        [f"{LABELS[r.arm]} at d = {r.scale[1:]} ({r.chosen_lr:g})" for r in ch.itertuples() if r.at_edge]
-        if len(ch)
-        else []
-    )
+def task_table(t: dict) -> pd.DataFrame:
+    """One row per width and kind at its chosen rate on the fresh seeds: the rate, whether it sits at an end
+    of the sweep, final loss and accuracy (mean ± 95% CI, and the loss's range), how many learned, settled."""
+    rows = []
+    ch = t["choices"].set_index(["scale", "arm"]) if len(t["choices"]) else None
+    for (scale, kind), g in t["tuned"].groupby(["scale", "arm"]):
+        if kind == RERUN:
+            continue
+        final = g["final_val"].dropna()
+        loss, acc = mean_ci(final), mean_ci(g["final_acc"].dropna())
+        c = ch.loc[(scale, kind)]
+        rows.append({
+            "d": int(scale[1:]), "attention": LABELS[kind], "chosen rate": c["chosen_lr"],
+            "at an end": bool(c["at_edge"]), "final loss (nats)": loss.mean, "±": loss.half_width,
+            "lowest": final.min(), "highest": final.max(), "final accuracy": acc.mean, "± ": acc.half_width,
+            "learned": f"{int(g['learned'].sum())}/{len(g)}", "settled": f"{int(g['settled'].sum())}/{len(g)}",
+        })  # fmt: skip
+    return pd.DataFrame(rows).sort_values(["d", "attention"]) if rows else pd.DataFrame(rows)
+
+
+def task_outcomes(task: pd.DataFrame) -> str:
+    """The task table in words: per width, each kind's learned and settled counts and final-loss range; then
+    the choices left at an end of their sweep."""
+    if task.empty:
+        return "Each kind at its own chosen rate on the fresh seeds (table 'task'): no run finished."
+    parts = [
+        f"At d = {d}: "
+        + "; ".join(
+            f"{r.attention} learned {r.learned}, settled {r.settled}, final loss {r.lowest:.2f}–{r.highest:.2f} "
+            "nats"
+            for r in g.itertuples()
+        )
+        for d, g in task.groupby("d")
+    ]
+    ends = [
+        f"{r['attention']} at d = {r['d']} ({r['chosen rate']:g})"
+        for _, r in task[task["at an end"]].iterrows()
+    ]
     return (
         "Each kind at its own chosen rate on the fresh seeds (table 'task'): "
-        + (". ".join(parts) or "no run finished")
+        + ". ".join(parts)
         + ". Choices at an end of their sweep after its extension: "
         + (", ".join(ends) or "none")
         + "."
     )
 
 
-def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
-    """The variance, timing and task tables; returns the timing table."""
+def write_tables(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The variance, timing and task tables; returns the timing and task tables."""
     vdf = pd.DataFrame(part(runs, "variance")[0]["metrics"]["rows"])
     out.table(
         "variance",
@@ -178,26 +196,15 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
         f"rounds, {tm['threads']} intra-op thread(s)); additive / dot = exp of the mean paired log ratio "
         "over rounds with its interval at Holm's level; A/A: the dot product timed twice",
     )
-    chance, rows = 1 / p["n_values"], []
-    ch = t["choices"].set_index(["scale", "arm"]) if len(t["choices"]) else None
-    for (scale, kind), g in t["tuned"].groupby(["scale", "arm"]):
-        if kind == RERUN:
-            continue
-        loss, acc = mean_ci(g["final_val"].dropna()), mean_ci(g["final_acc"].dropna())
-        c = ch.loc[(scale, kind)]
-        rows.append({
-            "d": int(scale[1:]), "attention": LABELS[kind], "chosen rate": c["chosen_lr"],
-            "at an end": bool(c["at_edge"]), "final loss (nats)": loss.mean, "±": loss.half_width,
-            "final accuracy": acc.mean, "± ": acc.half_width, "learned": f"{int(g['learned'].sum())}/{len(g)}",
-            "settled": f"{int(g['settled'].sum())}/{len(g)}",
-        })  # fmt: skip
+    chance, task = 1 / p["n_values"], task_table(t)
     out.table(
         "task",
-        pd.DataFrame(rows).sort_values(["d", "attention"]) if rows else pd.DataFrame(rows),
+        task,
         f"Key-value retrieval ({p['pairs']} pairs of {p['n_keys']} keys, {p['n_values']} values; chance "
         f"{chance:.3f}, chance loss ln {p['n_values']} = {math.log(p['n_values']):.2f} nats), each kind at "
         f"the rate its {len(p['selection_seeds'])} selection seeds chose, on {len(p['seeds'])} fresh seeds: "
-        "held-out cross-entropy and accuracy after the same steps, mean ± 95% CI; learned = final accuracy "
+        "held-out cross-entropy and accuracy after the same steps, mean ± 95% CI (lowest, highest: the "
+        "range of the final losses); learned = final accuracy "
         "at least the learning margin above chance; settled = accuracy moved by at most 0.02 over the last "
         "20% of training (reported, not a rule)",
     )
@@ -208,7 +215,7 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
         "(mean, min, max; a failed run counted at its loss at init)",
         in_report=False,
     )
-    return tdf
+    return tdf, task
 
 
 # ------------------------------------------------------------------ figures

@@ -173,16 +173,6 @@ def plot_sweep(t: dict, p: dict, out) -> None:
                        each="placement", reads="fresh seeds, mean ± 95% CI: the runs every comparison reads.")  # fmt: skip
 
 
-def quality_gap(tuned: pd.DataFrame) -> dict[str, float]:
-    """Per depth: Post-LN's mean final held-out loss less Pre-LN's over the fresh seeds (nats/char)."""
-    if tuned.empty:
-        return {}
-    m = tuned.groupby(["scale", "placement"], sort=False).final_val.mean().unstack()
-    if not {"pre", "post"} <= set(m.columns):
-        return {}
-    return {scale: float(d) for scale, d in (m["post"] - m["pre"]).dropna().items()}
-
-
 def not_learned(tuned: pd.DataFrame) -> str:
     """The fresh seeds at a chosen rate that did not learn, in words ("" when every one learned): under the
     declared guard they stay in their paired comparisons, where a model that learned nothing has little to
