@@ -13,7 +13,7 @@ from tfclaims.grids.albert_sharing import AA, NULL_OFFSET, grid_sweep, scales
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
 from tfclaims.measure.param_sharing import SIZES
-from tfclaims.train.profiles import train_profile
+from tfclaims.train.profiles import SCALED, train_profile
 
 AS = recipes("tfclaims.claims.albert_sharing")  # loaded (with torch) when a run starts
 
@@ -37,7 +37,7 @@ def timing_grid(p):
 
 
 def _profile(name: str, **kw) -> dict:
-    return train_profile(name, threads=1, warmup=2, rate_factors=[0.5, 1.0], rate_extend=1, **kw)
+    return train_profile(name, omit=SCALED, threads=1, warmup=2, rate_factors=[0.5, 1.0], rate_extend=1, **kw)
 
 
 class AlbertSharing(Experiment):

@@ -23,6 +23,7 @@ from tfclaims.evidence.declare import (
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
 from tfclaims.measure.attention_units import UNITS, unit_config
+from tfclaims.nn.config import ConfigError
 
 AC = recipes("tfclaims.measure.attention_cost")  # loaded (with torch) when a run starts
 
@@ -76,6 +77,10 @@ def time_grid(p):
     runs = []
     for d in p["sweep_ds"]:
         pts = [[d, d // p["head_dim"], n] for n in p["ns"] if n * n * d <= p["max_n2d"]]
+        if len(pts) < 2:
+            raise ConfigError(
+                f"max_n2d = {p['max_n2d']} leaves {len(pts)} of the sizes ns at d = {d}; a fit needs 2"
+            )
         runs.append(
             {"sweep": "n", "points": pts, "units": list(UNITS), "aa": ["attention_sdpa", *pts[-1]], **tk}
         )

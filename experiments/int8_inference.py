@@ -35,7 +35,7 @@ LOGT, LEARNED = rd.log_time("log seconds per forward"), rd.learned(LEARN_MARGIN)
 
 
 def _profile(name: str, **kw) -> dict:
-    return train_profile(name, bits=BITS, threads=1, min_sample=0.01, **kw)
+    return train_profile(name, omit=("d_model", "n_layers"), bits=BITS, threads=1, min_sample=0.01, **kw)
 
 
 class Int8Inference(Experiment):

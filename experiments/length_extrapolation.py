@@ -21,7 +21,7 @@ from tfclaims.evidence.evaluate import evaluate
 from tfclaims.grids.length_extrapolation import ARMS, NULL_OFFSET, grid_sweep, scales
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
-from tfclaims.train.profiles import train_profile
+from tfclaims.train.profiles import SCALED, train_profile
 
 LE = recipes("tfclaims.claims.length_extrapolation")  # loaded (with torch) when a run starts
 
@@ -46,14 +46,16 @@ class LengthExtrapolation(Experiment):
     headline = "alibi"  # the answers table's number
     order = 28
     profiles = {
-        "quick": train_profile("quick", scales=[[32, 1]], rates=[2e-3, 4e-3], selection_seeds=[10],
+        "quick": train_profile("quick", omit=SCALED, scales=[[32, 1]], rates=[2e-3, 4e-3],
+                               selection_seeds=[10],
                                rate_factors=[0.5, 1.0], rate_extend=1, mults=MULTS, len_eval_batches=1,
                                ft_steps=4, ft_factor=FT_FACTOR),
-        "default": train_profile("default", steps=STEPS, eval_every=150, seeds=[0, 1, 2, 3, 4],
+        "default": train_profile("default", omit=SCALED, steps=STEPS, eval_every=150, seeds=[0, 1, 2, 3, 4],
                                  scales=[[64, 2]], rates=[2e-3, 4e-3, 8e-3, 1.6e-2],
                                  selection_seeds=[100, 101], rate_factors=[0.5, 1.0], rate_extend=1,
                                  mults=MULTS, len_eval_batches=4, ft_steps=100, ft_factor=FT_FACTOR),
-        "full": train_profile("full", seq_len=256, steps=3000, eval_every=500, seeds=[0, 1, 2, 3, 4],
+        "full": train_profile("full", omit=SCALED, seq_len=256, steps=3000, eval_every=500,
+                              seeds=[0, 1, 2, 3, 4],
                               scales=[[256, 4], [512, 4]], rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
                               selection_seeds=[100, 101], rate_factors=[0.5, 1.0], rate_extend=1, mults=MULTS,
                               len_eval_batches=8, ft_steps=300, ft_factor=FT_FACTOR),

@@ -21,7 +21,7 @@ from tfclaims.evidence.evaluate import evaluate
 from tfclaims.grids.no_position import ARMS, NULL_OFFSET, control_scale, grid_sweep, perm_grid, scales
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
-from tfclaims.train.profiles import train_profile
+from tfclaims.train.profiles import SCALED, train_profile
 
 NP = recipes("tfclaims.claims.no_position")  # loaded (with torch) when a run starts
 
@@ -45,15 +45,16 @@ class NoPosition(Experiment):
     headline = "quality"  # the answers table's number
     order = 27
     profiles = {
-        "quick": train_profile("quick", scales=[[16, 2], [32, 2]], control=[16, 1], rates=[4e-3, 8e-3],
+        "quick": train_profile("quick", omit=SCALED, scales=[[16, 2], [32, 2]], control=[16, 1],
+                               rates=[4e-3, 8e-3],
                                selection_seeds=[10], rate_factors=[0.5, 1.0], rate_extend=1,
                                probe_batches=2, perm_sizes=[[16, 1, 2], [16, 2, 2]], perm_len=8,
                                perm_batch=2, inits=["normal"], backends=["sdpa"], perm_seeds=[0]),
-        "default": train_profile("default", steps=STEPS, eval_every=STEPS // 4, eval_batches=8,
+        "default": train_profile("default", omit=SCALED, steps=STEPS, eval_every=STEPS // 4, eval_batches=8,
                                  seeds=[0, 1, 2, 3, 4], scales=[[64, 2], [128, 2]], control=[64, 1],
                                  rates=[4e-3, 8e-3, 1.6e-2], probe_batches=4, **SWEEP, **PERM),
-        "full": train_profile("full", seeds=[0, 1, 2, 3, 4], scales=[[256, 4], [512, 4]], control=[256, 1],
-                              rates=[5e-4, 1e-3, 2e-3, 4e-3], probe_batches=16, **SWEEP,
+        "full": train_profile("full", omit=SCALED, seeds=[0, 1, 2, 3, 4], scales=[[256, 4], [512, 4]],
+                              control=[256, 1], rates=[5e-4, 1e-3, 2e-3, 4e-3], probe_batches=16, **SWEEP,
                               **{**PERM, "perm_sizes": [[64, 1, 4], [256, 4, 8], [512, 8, 8]],
                                  "perm_len": 128}),
     }  # fmt: skip

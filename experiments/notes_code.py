@@ -10,7 +10,7 @@ from tfclaims.evidence.evaluate import evaluate
 from tfclaims.grids.notes_code import ARMS, NULL_OFFSET, grid_sweep, scales, snippet_grid
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
-from tfclaims.train.profiles import train_profile
+from tfclaims.train.profiles import SCALED, train_profile
 
 NC = recipes("tfclaims.claims.notes_code")  # loaded (with torch) when a run starts
 
@@ -27,7 +27,7 @@ SNIPPETS = dict(snip_batch=2, snip_len=16, snip_heads=4, snip_head_dim=16, snip_
 
 
 def _profile(name: str, **kw) -> dict:
-    return train_profile(name, rate_factors=[1.0], rate_extend=1, **SNIPPETS, **kw)
+    return train_profile(name, omit=SCALED, rate_factors=[1.0], rate_extend=1, **SNIPPETS, **kw)
 
 
 def _snips(*names: str):

@@ -11,7 +11,7 @@ from tfclaims.evidence.evaluate import evaluate
 from tfclaims.grids.postln_quality import NULL_OFFSET, PLACEMENTS, grid_sweep, subsets
 from tfclaims.grids.sweep import profile_sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
-from tfclaims.train.profiles import train_profile
+from tfclaims.train.profiles import SCALED, train_profile
 
 PQ = recipes("tfclaims.claims.postln_quality")  # loaded (with torch) when a run starts
 
@@ -34,13 +34,15 @@ class PostlnQuality(Experiment):
     headline = "quality"  # the answers table's number
     order = 32
     profiles = {
-        "quick": train_profile("quick", scales=[[32, 1], [32, 2]], rates=[1.5e-3, 3e-3], selection_seeds=[10],
+        "quick": train_profile("quick", omit=SCALED, scales=[[32, 1], [32, 2]], rates=[1.5e-3, 3e-3],
+                               selection_seeds=[10],
                                rate_factors=[0.5, 1.0], rate_extend=1, subsets=[1024, 4096], block=512),
-        "default": train_profile("default", steps=STEPS, eval_every=STEPS // 4, eval_batches=4,
+        "default": train_profile("default", omit=SCALED, steps=STEPS, eval_every=STEPS // 4, eval_batches=4,
                                  seeds=[0, 1, 2, 3, 4], scales=SCALES, rates=[1e-3, 2e-3, 4e-3, 8e-3],
                                  selection_seeds=[100, 101], rate_factors=[0.5, 1.0], rate_extend=1,
                                  subsets=SUBSETS, block=BLOCK),
-        "full": train_profile("full", steps=1000, eval_every=100, eval_batches=16, seeds=[0, 1, 2, 3, 4],
+        "full": train_profile("full", omit=SCALED, steps=1000, eval_every=100, eval_batches=16,
+                              seeds=[0, 1, 2, 3, 4],
                               scales=[[256, 4], [256, 8]], rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
                               selection_seeds=[100, 101], rate_factors=[0.5, 1.0], rate_extend=1,
                               subsets=[409_600, 4_096_000], block=4096),

@@ -10,7 +10,7 @@ from tfclaims.evidence.evaluate import evaluate
 from tfclaims.grids.prenorm_effective_depth import NULL_OFFSET, PLACEMENTS, grid_sweep, scales
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
-from tfclaims.train.profiles import train_profile
+from tfclaims.train.profiles import SCALED, train_profile
 
 PD = recipes("tfclaims.claims.prenorm_effective_depth")  # loaded (with torch) when a run starts
 
@@ -29,13 +29,13 @@ class PrenormEffectiveDepth(Experiment):
     headline = "delete"  # the answers table's number
     order = 21
     profiles = {
-        "quick": train_profile("quick", scales=[[32, 2], [32, 3]], rates=[1.5e-3, 3e-3], selection_seeds=[10],
-                               rate_factors=[0.5, 1.0], rate_extend=1, probe_batches=1),
-        "default": train_profile("default", steps=STEPS, eval_every=STEPS // 5, eval_batches=8,
+        "quick": train_profile("quick", omit=SCALED, scales=[[32, 2], [32, 3]], rates=[1.5e-3, 3e-3],
+                               selection_seeds=[10], rate_factors=[0.5, 1.0], rate_extend=1, probe_batches=1),
+        "default": train_profile("default", omit=SCALED, steps=STEPS, eval_every=STEPS // 5, eval_batches=8,
                                  seeds=[0, 1, 2, 3, 4], scales=DEPTHS, rates=[1e-3, 2e-3, 4e-3],
                                  selection_seeds=[100, 101], rate_factors=[0.5, 1.0], rate_extend=1,
                                  probe_batches=4),
-        "full": train_profile("full", seeds=[0, 1, 2, 3, 4], scales=[[256, 12], [256, 24]],
+        "full": train_profile("full", omit=SCALED, seeds=[0, 1, 2, 3, 4], scales=[[256, 12], [256, 24]],
                               rates=[2.5e-4, 5e-4, 1e-3, 2e-3], selection_seeds=[100, 101], rate_factors=[0.5, 1.0],
                               rate_extend=1, probe_batches=16),
     }  # fmt: skip

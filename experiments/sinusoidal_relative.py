@@ -33,7 +33,7 @@ from tfclaims.grids.sinusoidal_relative import (
 )
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
-from tfclaims.train.profiles import train_profile
+from tfclaims.train.profiles import SCALED, train_profile
 
 SR = recipes("tfclaims.claims.sinusoidal_relative")  # loaded (with torch) when a run starts
 
@@ -137,13 +137,15 @@ class SinusoidalRelative(Experiment):
     headline = "copy-relative"  # the answers table's number
     order = 12
     profiles = {
-        "quick": train_profile("quick", d_models=[16, 64], max_len=256, offsets=[1, 3, 50], pe_len=48,
+        "quick": train_profile("quick", omit=(*SCALED, "steps", "eval_every"), d_models=[16, 64],
+                               max_len=256, offsets=[1, 3, 50], pe_len=48,
                                len_steps=12, len_eval_every=6, len_eval_batches=1, scales=[[16, 1], [32, 1]],
                                rates=[2e-3, 4e-3], selection_seeds=[10], tuned_seeds=[0, 1],
                                rate_factors=[0.5, 1.0], rate_extend=1, copy_ks=[1, 3], copy_len=16,
                                copy_steps=12, copy_eval_every=6, copy_symbols=8, copy_rates=[2e-3, 4e-3],
                                copy_selection_seeds=[10], **LENGTH),
-        "default": train_profile("default", d_models=[64, 512], max_len=2048,
+        "default": train_profile("default", omit=(*SCALED, "steps", "eval_every"), d_models=[64, 512],
+                                 max_len=2048,
                                  offsets=[1, 2, 5, 10, 50, 100, 500, 1000], pe_len=128, len_steps=800,
                                  len_eval_every=100, len_eval_batches=8, scales=[[64, 2], [128, 2]],
                                  rates=[1e-3, 2e-3, 4e-3, 8e-3], selection_seeds=[100, 101],
@@ -151,7 +153,8 @@ class SinusoidalRelative(Experiment):
                                  copy_ks=[1, 4, 16], copy_len=64, copy_steps=600, copy_eval_every=100,
                                  copy_symbols=16, copy_rates=[1e-3, 2e-3, 4e-3, 8e-3],
                                  copy_selection_seeds=[100], **LENGTH),
-        "full": train_profile("full", d_models=[64, 512, 4096], max_len=8192,
+        "full": train_profile("full", omit=(*SCALED, "steps", "eval_every"), d_models=[64, 512, 4096],
+                              max_len=8192,
                               offsets=[1, 2, 5, 10, 50, 100, 500, 1000, 4000], pe_len=512, len_steps=3000,
                               len_eval_every=500, len_eval_batches=16, scales=[[256, 4], [512, 4]],
                               rates=[2.5e-4, 5e-4, 1e-3, 2e-3], selection_seeds=[100, 101],

@@ -1,5 +1,6 @@
-"""A default or full result is published into the repository's results/ only from committed code, unless
---allow-dirty; the quick profile and any other results folder are never refused."""
+"""A default or full result is published into its folder (results/, results/full/) only from committed code,
+unless --allow-dirty; nothing else is ever written there (another profile, a --set or --seeds run), and any
+other results folder is never refused."""
 
 import os
 import shutil
@@ -51,8 +52,8 @@ def repo(tmp_path, monkeypatch):
 
 def run(root, profile, **kw):
     """The toy claim (its file written beside `root`, loaded as the registry loads one) run into `root`."""
-    path = root.parent / "toy_experiment" / "toy.py"
-    path.parent.mkdir(exist_ok=True)
+    path = runner.REPO_ROOT / "toy_experiment" / "toy.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(TOY)
     return run_experiment(
         load_file(path),
@@ -65,10 +66,31 @@ def run(root, profile, **kw):
     )
 
 
+HOME = {"default": ("results",), "full": ("results", "full")}
+
+
 @pytest.mark.parametrize("profile", ["default", "full"])
 def test_dirty_tree_refuses_before_anything_is_written(repo, profile):
     with pytest.raises(BadInput, match="uncommitted code changes.*--allow-dirty"):
-        run(repo / "results", profile)
+        run(repo.joinpath(*HOME[profile]), profile)
+    assert not (repo / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "profile, folder, kw",
+    [
+        ("quick", ("results",), {}),
+        ("quick", ("results", "full"), {}),
+        ("full", ("results",), {}),
+        ("default", ("results", "full"), {}),
+        ("default", ("results",), {"seeds": [0, 1, 2]}),
+        ("full", ("results", "full"), {"seeds": [0]}),
+    ],
+)
+def test_a_published_folder_takes_only_its_own_profile_as_declared(repo, profile, folder, kw, monkeypatch):
+    monkeypatch.setattr(runner, "git_commit", lambda root=None: "0" * 40)  # a clean tree: refused anyway
+    with pytest.raises(BadInput, match="holds the published .* leave out --results-dir"):
+        run(repo.joinpath(*folder), profile, **kw)
     assert not (repo / "results").exists()
 
 
@@ -78,7 +100,7 @@ def test_allow_dirty_publishes_marked_dirty(repo):
 
 
 def test_quick_profile_and_other_results_folders_are_not_refused(repo):
-    assert run(repo / "results", "quick")[0] == 0
+    assert run(repo / ".scratch" / "quick", "quick")[0] == 0
     assert run(repo / "elsewhere", "default")[0] == 0
 
 
@@ -86,7 +108,7 @@ def test_clean_tree_or_no_git_publishes(repo, monkeypatch):
     monkeypatch.setattr(runner, "git_commit", lambda root=None: DIRTY.removesuffix("-dirty"))
     assert run(repo / "results", "default")[0] == 0
     monkeypatch.setattr(runner, "git_commit", lambda root=None: None)  # no git: the state is unknown
-    assert run(repo / "results", "full")[0] == 0
+    assert run(repo / "results" / "full", "full")[0] == 0
 
 
 def test_cli_refuses_in_one_line_and_allow_dirty_runs(repo, monkeypatch, capsys):
@@ -101,7 +123,10 @@ def test_cli_refuses_in_one_line_and_allow_dirty_runs(repo, monkeypatch, capsys)
         assert len(err) == 1 and err[0].startswith("error: the working tree has uncommitted code changes")
         assert not (repo / "results").exists()
     assert main(["run", "toy", *args, "--allow-dirty"]) == 0
-    assert main(["run", "toy", *args, "--profile", "quick"]) == 0
+    capsys.readouterr()
+    assert main(["run", "toy", *args, "--profile", "quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds the published default profile's results" in err[0]
 
 
 def _git(root, *args):

@@ -63,9 +63,11 @@ def test_cuda_peak_memory_is_peak_minus_resident(monkeypatch):
 def _training_bytes(p: dict) -> int | None:
     """AdamW training memory of the largest model a profile trains, fp32: weights, grads, two moments
     (16 bytes a parameter) and activations (Korthikanti et al. 2022, per layer s·b·d·(34 + 5·h·s/d)
-    bytes in 16-bit, doubled for fp32)."""
+    bytes in 16-bit, doubled for fp32). A claim with its own `scales` ([d_model, n_layers]) trains those."""
     d = p.get("d_model")
     depth = p.get("n_layers") or max(p.get("depths") or [c[0] for c in p.get("cells", [])] or [0])
+    if p.get("scales") and all(isinstance(s, (list, tuple)) and len(s) == 2 for s in p["scales"]):
+        d, depth = max(p["scales"], key=lambda s: s[0] * s[0] * s[1])
     if not (d and depth and p.get("batch") and p.get("seq_len")):
         return None
     h, s, b = p.get("n_heads", 8), p["seq_len"], p["batch"]

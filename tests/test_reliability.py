@@ -31,7 +31,10 @@ TOY = textwrap.dedent(
     def run(cfg, ctx):
         if os.environ.get("TOY_STARTED"):  # tests wait for this before they signal
             open(os.environ["TOY_STARTED"], "a").write(f"{os.getpid()}\\n")
-        time.sleep(cfg["sleep"])
+        from tqdm.auto import tqdm
+
+        with tqdm(total=1, disable=True):  # as a training loop's bar: its lock is made in the worker
+            time.sleep(cfg["sleep"])
         if os.environ.get("TOY_FAIL"):
             raise RuntimeError("toy failure")
         return {"value": cfg["seed"] * cfg["lr"], "pid": os.getpid()}
@@ -289,12 +292,23 @@ def test_reliability_killing_a_parallel_sweep_leaves_no_orphans(toy):
     assert kids and not [k for k in kids if _alive(k)]
 
 
-def test_reliability_ctrl_c_stops_a_parallel_sweep_promptly(toy):
+@pytest.mark.parametrize(
+    "send",
+    [
+        lambda pid: os.killpg(pid, signal.SIGINT),  # Ctrl-C in a terminal: the sweep and its workers
+        lambda pid: os.kill(pid, signal.SIGTERM),  # a scheduler or `kill`: the sweep alone
+        lambda pid: os.killpg(pid, signal.SIGTERM),
+    ],
+    ids=["ctrl-c", "sigterm", "sigterm-group"],
+)
+def test_reliability_a_signal_stops_a_parallel_sweep_promptly_in_one_line(toy, send):
+    """One `interrupted:` line and nothing else: no traceback, no resource tracker's warning of semaphores
+    that the terminated workers could not release."""
     proc = _spawn(
         toy, "--set", "sleep=120.0", "--launcher", "local-parallel", "--workers", "2", runs_started=2
     )
     t0 = time.time()
-    os.killpg(proc.pid, signal.SIGINT)
+    send(proc.pid)
     _, err = proc.communicate(timeout=150)
     assert time.time() - t0 < 60 and proc.returncode == 130
     assert err.strip().splitlines() == [

@@ -138,17 +138,40 @@ def results_root(arg: str | None) -> Path:
     return Path(arg or os.environ.get("TFCLAIMS_RESULTS") or REPO_ROOT / "results")
 
 
+# The repository's published results folders and the report each one's is built into (harness.runner's
+# PUBLISHED, named here without importing the harness).
+PUBLISHED_REPORTS = {Path("results"): Path("report"), Path("results", "full"): Path("report", "full")}
+
+
+def run_destination(arg: str | None, profile: str, custom: bool) -> Path:
+    """Where `run` and `reproduce` write: --results-dir (or $TFCLAIMS_RESULTS) where given; else the folder
+    the repository publishes the profile in (results/ for default, results/full/ for full), or, for a run it
+    does not publish (the quick profile, any --set or --seeds run), the scratch folder .scratch/<profile>/."""
+    if arg is not None or os.environ.get("TFCLAIMS_RESULTS"):
+        return results_root(arg)
+    if not custom and profile in ("default", "full"):
+        return REPO_ROOT / ("results" if profile == "default" else "results/full")
+    return REPO_ROOT / ".scratch" / profile
+
+
 def report_root(arg: str | None, results: Path) -> Path:
-    """The report follows the results it is built from: the repository's report/ for its results/, else a
-    folder beside the results folder (<results>-report), never the committed report for other results."""
-    if arg is not None:
-        if not arg.strip():
+    """The report follows the results it is built from: the repository's report/ for its results/
+    (report/full/ for results/full/), else a folder beside the results folder (<results>-report). A
+    published report is never built from other results."""
+    own = {(REPO_ROOT / r).resolve(): REPO_ROOT / rep for r, rep in PUBLISHED_REPORTS.items()}
+    if arg is not None or os.environ.get("TFCLAIMS_REPORT"):
+        if arg is not None and not arg.strip():
             raise UsageError("--report-dir is empty; give a folder")
-        return Path(arg)
-    if os.environ.get("TFCLAIMS_REPORT"):
-        return Path(os.environ["TFCLAIMS_REPORT"])
-    if results.resolve() == (REPO_ROOT / "results").resolve():
-        return REPO_ROOT / "report"
+        chosen = Path(arg or os.environ["TFCLAIMS_REPORT"])
+        for home, rep in own.items():
+            if chosen.resolve() == rep.resolve() and results.resolve() != home:
+                raise UsageError(
+                    f"--report-dir {_shown(chosen)}: that is the report of {_shown(home)}, not of "
+                    f"{_shown(results)}; leave it out (the report goes beside the results) or give another folder"
+                )
+        return chosen
+    if results.resolve() in own:
+        return own[results.resolve()]
     return results.parent / f"{results.name}-report"
 
 
@@ -344,8 +367,17 @@ def _run(exps: list[Experiment], args) -> int:
 
     launcher = launcher_from(args)
     device = launcher.device(args.device)
-    root = results_root(args.results_dir)
+    custom = bool(args.overrides) or args.seeds is not None
+    root = run_destination(args.results_dir, args.profile, custom)
     report = None if args.no_report else report_root(args.report_dir, root)
+    if root.resolve().is_relative_to((REPO_ROOT / ".scratch").resolve()):
+        what = f"the {args.profile} profile" + (" with --set or --seeds" if custom else "")
+        print(
+            f"{what} is not published: its results go to {_shown(root)}"
+            + (f" and its report to {_shown(report)}" if report is not None else "")
+            + " (never results/ or report/; --results-dir chooses another folder)",
+            file=sys.stderr,
+        )
     if report is not None:
         check_writable(report, "the report")
     code = 0
@@ -550,14 +582,17 @@ def make_plan(
 ) -> Plan:
     """The grid `run` would make, with its cached records and the durations on record of the missing runs; a
     staged grid grown, as the runner grows it, for as long as every run of a stage is cached."""
+    from .harness.overrides import Records, refusal, user_values
     from .harness.plan import check_grid, durations, load_record, ok, resolve_profile, run_keys
 
     p = resolve_profile(exp, profile, seeds, overrides)
-    try:
+    with user_values(exp, overrides):
         configs = exp.grid(p)
-    except ConfigError as e:
-        raise UsageError(f"{exp.claim_id}: invalid configuration: {e}") from None
     check_grid(exp, configs)
+    published = (REPO_ROOT / r / exp.claim_id / "runs" for r in PUBLISHED_REPORTS)
+    why = refusal(exp, profile, p, overrides or {}, Records(runs_dir, *published), device)
+    if why is not None:
+        raise UsageError(why)
     while True:
         keys = run_keys(exp, configs, device)
         done = [ok(load_record(runs_dir / f"{k.run_id}.json")) for k in keys]
@@ -690,7 +725,8 @@ def _plan(args) -> int:
         first = str(e).splitlines()[0] if str(e) else ""
         raise UsageError(f"claim {args.name!r} cannot be loaded: {type(e).__name__}: {first}") from None
     device = Launcher.from_options(args.launcher, gpus=args.slurm_gpus).device_type(args.device)
-    runs_dir = results_root(args.results_dir) / exp.claim_id / "runs"
+    custom = bool(args.overrides) or args.seeds is not None
+    runs_dir = run_destination(args.results_dir, args.profile, custom) / exp.claim_id / "runs"
     plan = make_plan(exp, args.profile, device, runs_dir, args.seeds, dict(args.overrides))
     print("\n".join(plan_lines(plan, runs_dir, _width())))
     return 0

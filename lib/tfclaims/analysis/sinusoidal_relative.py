@@ -340,8 +340,8 @@ def _learned_table(learned_runs, p, out) -> None:
         out.table(
             "learned",
             learned_summary(learned_runs),
-            f"Relative structure of position tables (T = {p['pe_len']} positions, d = {p['d_model']}; mean "
-            f"over {len(learned_runs)} seeds)",
+            f"Relative structure of position tables (T = {p['pe_len']} positions, d = "
+            f"{learned_runs[0]['config']['d_model']}; mean over {len(learned_runs)} seeds)",
             floatfmt=".3g",
         )
 

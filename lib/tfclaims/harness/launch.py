@@ -301,6 +301,8 @@ def _pool_round(fn, tasks, n: int, n_gpu: int, threads: int):
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             proc.terminate()  # a run cut short leaves no record (records are written atomically)
+        for proc in procs:
+            proc.join(timeout=5)  # nothing of the sweep's is still running once it says it stopped
         raise
     pool.shutdown()
     gpu_ids.close()
@@ -438,6 +440,11 @@ def _init_worker(gpu_ids, threads: int, parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+    # tqdm's default lock holds a multiprocessing semaphore, registered with the parent's resource tracker; a
+    # worker terminated mid-run (Ctrl-C, SIGTERM of the sweep) cannot release it, and the tracker then warns of
+    # "leaked semaphore objects" after the sweep's one `interrupted:` line. A worker draws no bar: a thread
+    # lock serves it.
+    tqdm.set_lock(threading.RLock())
     import torch
 
     gpu = gpu_ids.get()

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..nn.config import ConfigError
 from .experiment import Experiment, Recipe
 from .reach import PKG_DIR, Definition, code_digest, reached, sha
+from .sameness import first_difference
 
 # Where the project is published: CITATION.cff's repository-code and the figures' URLs (a test keeps them equal).
 REPOSITORY = "https://github.com/tfclaims/tfclaims"
@@ -196,11 +197,13 @@ REANALYSED_FIELDS = ("verdict", "key_number", "sub_verdicts", "evidence", "compa
 
 
 def differences(committed: dict, fresh: dict) -> list[str]:
-    """The fields of REANALYSED_FIELDS on which a fresh analysis of the same records disagrees."""
+    """Where a fresh analysis of the same records disagrees with the committed one on REANALYSED_FIELDS, a
+    line per field that names its first difference ("comparisons[3].diff: -1.7 → -1.71"); numbers are the
+    same within `sameness`'s tolerance (another CPU's rounding is no difference)."""
     out = []
     for k in REANALYSED_FIELDS:
         a = json.loads(json.dumps(committed.get(k), sort_keys=True, default=str))
         b = json.loads(json.dumps(fresh.get(k), sort_keys=True, default=str))
-        if a != b:
-            out.append(k)
+        if (where := first_difference(a, b, k)) is not None:
+            out.append(where)
     return out

@@ -30,9 +30,9 @@ from ..data.corpus import CorpusError, corpus_files
 from ..device import environment, fix_precision, seed_all
 from ..evidence.evaluate import CheckFailed
 from ..io import atomic_write_json, jsonable
-from ..nn.config import ConfigError
 from .experiment import Experiment, Output, RunContext, Verdict
 from .launch import Launcher, LauncherError
+from .overrides import Records, refusal, user_values
 from .plan import (
     BadInput,
     check_grid,
@@ -55,6 +55,7 @@ from .provenance import (
     sha,
 )
 from .registry import REPO_ROOT, load_file
+from .sameness import file_difference, same_values
 
 
 def now() -> str:
@@ -176,14 +177,17 @@ def run_experiment(
     `allow_dirty`: publish a default or full result into the repository's results/ from a tree with
     uncommitted code changes (see `check_clean_tree`)."""
     p = resolve_profile(exp, profile, seeds, overrides)
+    check_destination(profile, results_root, custom=bool(overrides) or seeds is not None)
     check_clean_tree(profile, results_root, allow_dirty)
-    try:
+    with user_values(exp, overrides):
         configs = exp.grid(p)
-    except ConfigError as e:
-        raise BadInput(f"{exp.claim_id}: invalid configuration: {e}") from None
     check_grid(exp, configs)
     claim_dir = results_root / exp.claim_id
     runs_dir = claim_dir / "runs"
+    records = Records(runs_dir, *(r / exp.claim_id / "runs" for r in map(published_root, PUBLISHED)))
+    why = refusal(exp, profile, p, overrides or {}, records, device.type)
+    if why is not None:
+        raise BadInput(why)
     new_dirs = [d for d in (results_root, claim_dir) if not d.exists()]
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
@@ -204,25 +208,53 @@ def run_experiment(
         raise
 
 
-# The profiles whose results the repository publishes (results/, the report, its citations).
-PUBLISHED_PROFILES = ("default", "full")
+# Where the repository publishes a profile's results: the default profile's in results/ (with report/, the
+# README's tables and the figures' citations), the full profile's beside them in results/full/ (with
+# report/full/). Any other run (the quick profile, a --set or --seeds run) goes to a scratch folder.
+PUBLISHED = {"default": Path("results"), "full": Path("results", "full")}
+SCRATCH = Path(".scratch")  # ignored by git: <repo>/.scratch/<profile>/
+
+
+def published_root(profile: str) -> Path | None:
+    """The repository's folder for a profile's published results; None for a profile it never publishes."""
+    return REPO_ROOT / PUBLISHED[profile] if profile in PUBLISHED else None
+
+
+def scratch_root(profile: str) -> Path:
+    """Where a run that is not published goes unless told otherwise."""
+    return REPO_ROOT / SCRATCH / profile
+
+
+def check_destination(profile: str, results_root: Path, custom: bool = False) -> None:
+    """Refuse, before anything runs, to write into a published results folder what is not that folder's
+    publication: another profile, or its own profile with --set or --seeds (`custom`)."""
+    target = results_root.resolve()
+    for name, rel in PUBLISHED.items():
+        if target != (REPO_ROOT / rel).resolve() or (name == profile and not custom):
+            continue
+        what = f"the {profile} profile" + (" with --set or --seeds" if custom else "")
+        home = PUBLISHED[profile] if profile in PUBLISHED and not custom else SCRATCH / profile
+        raise BadInput(
+            f"{rel.as_posix()}/ holds the published {name} profile's results and {what} is not that run; "
+            f"leave out --results-dir (it goes to {home.as_posix()}/) or give another folder"
+        )
 
 
 def check_clean_tree(profile: str, results_root: Path, allow_dirty: bool = False) -> None:
-    """Refuse, before anything runs or is written, to publish a default or full result into the repository's
-    own results/ while its code has uncommitted changes, unless `allow_dirty` (the result's commit then ends in
-    `-dirty`). Code is what `git_commit` reads: tracked files modified outside results/, report/ and README.md;
-    untracked files (a running sweep's records, scratch files) do not count. Without git the state is unknown
-    and nothing is refused. The quick profile and any other results folder are never refused."""
-    if allow_dirty or profile not in PUBLISHED_PROFILES:
-        return
-    if results_root.resolve() != (REPO_ROOT / "results").resolve():
+    """Refuse, before anything runs or is written, to publish a default or full result into its published
+    folder (`published_root`) while the repository's code has uncommitted changes, unless `allow_dirty` (the
+    result's commit then ends in `-dirty`). Code is what `git_commit` reads: tracked files modified outside
+    results/, report/ and README.md; untracked files (a running sweep's records, scratch files) do not count.
+    Without git the state is unknown and nothing is refused. Any other folder is never refused."""
+    home = published_root(profile)
+    if allow_dirty or home is None or results_root.resolve() != home.resolve():
         return
     commit = git_commit(REPO_ROOT)
     if commit and commit.endswith("-dirty"):
         raise BadInput(
-            f"the working tree has uncommitted code changes: a {profile} result in results/ must come from a "
-            "commit; commit them first, or pass --allow-dirty to publish it marked -dirty"
+            f"the working tree has uncommitted code changes: a {profile} result in "
+            f"{PUBLISHED[profile].as_posix()}/ must come from a commit; commit them first, or pass "
+            "--allow-dirty to publish it marked -dirty"
         )
 
 
@@ -447,23 +479,26 @@ def _publish(staging: Path, claim_dir: Path, result: dict) -> bool:
     """Move the staged tables and figures into place, then result.json last (each move atomic); returns
     whether anything changed.
 
-    A re-analysis that reproduces the committed result (every file byte for byte, result.json in all but
-    CIRCUMSTANCES) leaves the committed files untouched, so its commit, dates and platform stay those of
-    the analysis that first produced them and `git status` stays clean; unless the committed result names no
-    clean commit and this analysis ran from one: then result.json takes it, so that its figures can be cited.
+    A re-analysis that reproduces the committed result (`sameness`: every table, figure and result.json
+    field the same within a tolerance far below any printed digit, CIRCUMSTANCES aside) leaves the committed
+    files untouched, so its commit, dates and platform stay those of the analysis that first produced them
+    and `git status` stays clean on any machine; unless the committed result names no clean commit and this
+    analysis ran from one: then result.json takes it, so that its figures can be cited. Otherwise every file
+    whose bytes differ is replaced, so that what is published comes from one analysis.
     """
-    changed = [
-        src
-        for src in sorted(staging.rglob("*"))
-        if src.is_file() and not _same_bytes(src, claim_dir / src.relative_to(staging))
-    ]
+    staged = [src for src in sorted(staging.rglob("*")) if src.is_file()]
     committed = read_json(claim_dir / "result.json")
-    if not changed and _same_result(committed, result) and not _newly_citable(committed, result):
-        return False
-    for src in changed:
+    reproduced = all(file_difference(claim_dir / src.relative_to(staging), src) is None for src in staged)
+    if reproduced and _same_result(committed, result):
+        if not _newly_citable(committed, result):
+            return False
+        atomic_write_json(claim_dir / "result.json", {**committed, "git_commit": result["git_commit"]})
+        return True
+    for src in staged:
         dst = claim_dir / src.relative_to(staging)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, dst)
+        if not _same_bytes(src, dst):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
     atomic_write_json(claim_dir / "result.json", result)
     return True
 
@@ -485,7 +520,7 @@ def _same_bytes(a: Path, b: Path) -> bool:
 
 
 def _same_result(committed, fresh: dict) -> bool:
-    """Equal as stored (a JSON round trip), circumstances aside."""
+    """The same result as stored (a JSON round trip), circumstances aside, numbers within the tolerance."""
     if not isinstance(committed, dict):
         return False
 
@@ -494,7 +529,7 @@ def _same_result(committed, fresh: dict) -> bool:
             json.dumps({k: v for k, v in d.items() if k not in CIRCUMSTANCES}, default=jsonable)
         )
 
-    return stored(committed) == stored(fresh)
+    return same_values(stored(committed), stored(fresh))
 
 
 def _check_corpus(exp: Experiment) -> None:
@@ -520,14 +555,16 @@ def load_result(path: Path) -> dict:
 
 
 def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[str]:
-    """Re-run the analysis on the committed records; a verdict or evidence that would change is a problem."""
-    runs_dir = results_root / exp.claim_id / "runs"
+    """Re-run the analysis on the committed records: a decision, text or number that would change (beyond
+    `sameness`'s tolerance), in result.json or in a table or figure it publishes, is a problem. So check-results
+    passes exactly where `make reproduce` would leave every committed file as it is."""
+    claim_dir = results_root / exp.claim_id
     records = []
-    order = grid_run_ids(exp, res.get("params", {}), res.get("device", "cpu"), runs_dir)
+    order = grid_run_ids(exp, res.get("params", {}), res.get("device", "cpu"), claim_dir / "runs")
     if sorted(order) != sorted(res.get("run_ids", [])):
         return []  # reported by result_problems
     for rid in order:  # the grid's order, as the sweep handed them to the analysis
-        rec = load_record(runs_dir / f"{rid}.json")
+        rec = load_record(claim_dir / "runs" / f"{rid}.json")
         if rec is None:
             return []  # reported by result_problems
         records.append(rec)
@@ -539,13 +576,19 @@ def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[
             )  # fmt: skip
         except Exception as e:  # an analysis that no longer runs on its own records is stale too
             return [f"re-analysis of the committed runs fails: {type(e).__name__}: {e}"]
-    diff = differences(res, fresh)
+        diff = differences(res, fresh)
+        for src in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
+            rel = src.relative_to(tmp)
+            if (d := file_difference(claim_dir / rel, src)) is not None:
+                diff.append(f"{rel} ({d})")
+                break  # the first file is enough to say it is stale
     if not diff:
         return []
     was, now_ = res.get("verdict"), fresh.get("verdict")
     change = f" (verdict {was} → {now_})" if was != now_ else ""
     return [
-        f"re-analysis of the committed runs changes {', '.join(diff)}{change}; rerun `make experiment NAME={exp.claim_id}`"
+        f"re-analysis of the committed runs changes {'; '.join(diff)}{change}; rerun `make experiment "
+        f"NAME={exp.claim_id}` (it reuses the runs and re-analyses them)"
     ]
 
 

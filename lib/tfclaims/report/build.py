@@ -194,15 +194,17 @@ def _blocks(
         svg = results_root / cid / f["svg"]
         return _fig_block(number, fig_id, f["caption"], rel(cid, f["png"]), rel(cid, f["svg"]), svg)
 
-    B: list[tuple] = [
-        ("h1", "Transformer claims, tested"),
+    B: list[tuple] = [("h1", "Transformer claims, tested")]
+    if (note := banner(results, results_root)) is not None:
+        B.append(("quote", note))
+    B += [
         ("h2", "Is the note right? The answers", "answers"),
         ("first", first_screen_rows(results, lambda cid: f"#{cid}")),
         (
             "p",
             f"Each claim comes from a set of study notes on Transformers. Every verdict follows from a rule "
             f"written in the experiment before it ran; the numbers, figures and rules are generated from "
-            f"`results/`. Results as of {_as_of(results)} (the latest analysis among them).",
+            f"`{folder_label(results_root)}`. Results as of {_as_of(results)} (the latest analysis among them).",
         ),
         ("h3", "The answers in detail", "answers-detail"),
         (
@@ -696,6 +698,35 @@ def _between(text: str, start: str, end: str, body: str) -> str:
         return text
     a, b = text.index(start) + len(start), text.index(end)
     return text[:a] + "\n" + body + "\n" + text[b:]
+
+
+def folder_label(folder: Path) -> str:
+    """A folder as the report names it: relative to the repository where it lies inside (the same bytes
+    from any working directory), else absolute."""
+    where, root = folder.resolve(), REPO_ROOT.resolve()
+    return where.relative_to(root).as_posix() + "/" if where.is_relative_to(root) else where.as_posix()
+
+
+def banner(results: list[dict], results_root: Path) -> str | None:
+    """What a report that is not the published default one says first: the profiles it shows, and where its
+    results lie (None for the repository's own results/ of the default profile)."""
+    profiles = sorted({str(r.get("profile")) for r in results})
+    custom = any("parameters are not" in p for r in results for p in r.get("stale") or [])
+    where = results_root.resolve()
+    if where == (REPO_ROOT / "results").resolve() and profiles == ["default"] and not custom:
+        return None
+    if where == (REPO_ROOT / "results" / "full").resolve() and profiles == ["full"] and not custom:
+        return (
+            "**Full profile.** These are the `full` profile's results (one GPU), published in `results/full/` "
+            "beside the default profile's (`results/`, `report/`, the README), which they never replace."
+        )
+    runs = f"{profiles[0]} profile's" if len(profiles) == 1 else f"{', '.join(profiles)} profiles'"
+    return (
+        f"**Not the published results.** This report shows the {runs} results in `{folder_label(results_root)}`"
+        + (", some with --set or --seeds" if custom else "")
+        + ". The project publishes the default profile's in `results/` and `report/`; a quick run checks that "
+        "the harness works, and its verdicts are not evidence."
+    )
 
 
 def _as_of(results: list[dict]) -> str:

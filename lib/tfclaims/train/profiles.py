@@ -33,14 +33,23 @@ SUBWORD_PROFILES: dict[str, dict] = {
 SUBWORD_KEYS = ("vocab", *TRAIN_KEYS)
 
 
-def train_profile(name: str, **extra) -> dict:
-    """A profile dict: the recipe's sizes for `name` plus a claim's own parameters."""
-    return {**TRAIN_PROFILES[name], **extra}
+# What a claim with its own model scales and learning-rate sweep replaces of the recipe's sizes: a profile
+# keeps no parameter that nothing reads (`harness.overrides`), so that `--set` of it is refused.
+SCALED = ("d_model", "n_layers", "lr")
+
+
+def train_profile(name: str, omit: tuple[str, ...] = (), **extra) -> dict:
+    """A profile dict: the recipe's sizes for `name` but those in `omit`, plus a claim's own parameters."""
+    unknown = set(omit) - set(TRAIN_KEYS)
+    if unknown:
+        raise KeyError(f"train_profile: omit names no recipe size: {sorted(unknown)}")
+    return {**{k: v for k, v in TRAIN_PROFILES[name].items() if k not in omit}, **extra}
 
 
 def run_fields(p: dict) -> dict:
-    """The recipe's fields of a profile, to put in every training run's config."""
-    return {k: p[k] for k in TRAIN_KEYS}
+    """The recipe's fields of a profile, to put in every training run's config (those it omits, the claim
+    sets itself)."""
+    return {k: p[k] for k in TRAIN_KEYS if k in p}
 
 
 def subword_profile(name: str, **extra) -> dict:
