@@ -92,6 +92,18 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform says: which machine analysed a
+    result, since the last digits of its floats depend on it (`harness.sameness`)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(device: torch.device) -> dict:
     import matplotlib
     import pandas
@@ -103,6 +115,7 @@ def environment(device: torch.device) -> dict:
         "device_name": torch.cuda.get_device_name(device)
         if device.type == "cuda"
         else (platform.processor() or platform.machine()),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "versions": {
