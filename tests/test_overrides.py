@@ -9,6 +9,8 @@ from tfclaims.harness.overrides import Records, acts, footprint, refusal, varian
 from tfclaims.harness.plan import resolve_profile
 from tfclaims.harness.registry import REPO_ROOT, load_all
 
+from toys import register
+
 EXPS = load_all([])
 
 
@@ -84,11 +86,7 @@ TOY = textwrap.dedent(
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
-    exps = tmp_path / "experiments"
-    exps.mkdir()
-    (exps / "toy.py").write_text(TOY)
-    monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(exps))
-    return tmp_path
+    return register(tmp_path, monkeypatch, TOY)
 
 
 @pytest.mark.parametrize(

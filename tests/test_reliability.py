@@ -14,6 +14,8 @@ import pytest
 from tfclaims.cli import main
 from tfclaims.harness.registry import REPO_ROOT, load_all
 
+from toys import register
+
 TOY = textwrap.dedent(
     """
     import os
@@ -59,11 +61,7 @@ TOY = textwrap.dedent(
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
-    exps = tmp_path / "experiments"
-    exps.mkdir()
-    (exps / "toy.py").write_text(TOY)
-    monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(exps))
-    return tmp_path
+    return register(tmp_path, monkeypatch, TOY)
 
 
 def cli(capsys, *argv):

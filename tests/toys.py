@@ -47,3 +47,13 @@ class Toy(Experiment):
         mean = sum(r["metrics"]["value"] for r in runs) / len(runs)
         return Verdict("supported" if mean > 0 else "refuted", "toy", f"mean {mean:.3f}", {"mean": mean})
 """
+
+
+def register(folder, monkeypatch, source: str, name: str = "toy"):
+    """`folder`/experiments holding one claim file `name`.py with `source`, registered as the claims folder
+    ($TFCLAIMS_EXPERIMENTS); returns `folder`."""
+    exps = folder / "experiments"
+    exps.mkdir(exist_ok=True)
+    (exps / f"{name}.py").write_text(source)
+    monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(exps))
+    return folder
