@@ -131,7 +131,13 @@ def test_refusal_is_unknown_while_a_staged_grid_waits_on_runs():
 
 @pytest.mark.parametrize(
     "claim, setting",
-    [("postln_quality", "block=0"), ("flash_speed", "dtype='float64'"), ("no_position", "control=[64]")],
+    [
+        ("postln_quality", "block=0"),
+        ("flash_speed", "dtype='float64'"),
+        ("no_position", "control=[64]"),
+        ("dk_scaling", "batch=0"),  # a field named unlike TrainConfig's batch_size: checked all the same
+        ("init_variance", "batch=0"),
+    ],
 )
 def test_a_value_that_breaks_a_grid_is_one_line_of_bad_input(claim, setting, tmp_path, capsys):
     results = tmp_path / "results"

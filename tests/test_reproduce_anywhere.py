@@ -101,7 +101,7 @@ EXACT_ONLY = ("subword_oov",)
 
 
 @pytest.mark.parametrize("cid", sorted(EXPS))
-def test_last_bit_noise_in_the_records_changes_no_file_and_passes_check_results(cid, tmp_path):
+def test_last_bit_noise_in_the_records_changes_no_published_file(cid, tmp_path):
     n = copy_claim(cid, tmp_path, last_bits)
     assert (n == 0) == (cid in EXACT_ONLY)  # the noise reaches every claim whose records hold computed floats
     before = files(tmp_path / cid)
@@ -109,6 +109,15 @@ def test_last_bit_noise_in_the_records_changes_no_file_and_passes_check_results(
     after = files(tmp_path / cid)
     changed = sorted(str(p.relative_to(tmp_path)) for p in after if after[p] != before.get(p))
     assert changed == [], f"another CPU's rounding would rewrite {changed}"
+
+
+# the claims another CPU's analysis was seen to move in the 16th digit
+SEEN = ("dk_scaling", "gqa_throughput", "kv_cache", "parallel_decoding")
+
+
+@pytest.mark.parametrize("cid", SEEN)
+def test_check_results_passes_on_last_bit_noise(cid, tmp_path):
+    copy_claim(cid, tmp_path, last_bits)
     assert stale_results({cid: EXPS[cid]}, tmp_path, reanalyse=True) == []
 
 

@@ -10,6 +10,7 @@ Skipped, with the reason, where SLURM cannot be brought up; failed instead under
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -169,3 +170,200 @@ def test_an_unknown_partition_is_one_line_and_leaves_nothing_behind(slurm, tmp_p
         "Batch job submission failed: Invalid partition name specified"
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no runs folder, no pickles, no script
+
+
+# -- the cluster's own faults: a time limit, pre-emption, suspension, an interrupted sweep, a closed queue --
+
+
+def _sweep_in_background(env, toy, *args, partition="debug", **hooks):
+    """The toy sweep started with its stderr going to a file; returns (process, stderr file)."""
+    env = {**env, "TOY_CALLS": str(toy / "calls"), "TOY_STARTED_1": str(toy / "started"), **hooks}
+    cmd = [
+        sys.executable,
+        "-m",
+        "tfclaims",
+        "run",
+        "toy",
+        "--profile",
+        "quick",
+        "--results-dir",
+        str(toy / "r"),
+    ]
+    cmd += ["--no-report", "--no-progress", "--launcher", "slurm", "--slurm-partition", partition]
+    cmd += ["--slurm-poll", "1", "--slurm-mem-gb", "0.5", "--log-dir", str(toy / "logs"), *args]
+    err = toy / f"stderr-{time.time_ns()}"
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, **env}, stderr=err.open("w"), text=True, preexec_fn=_default_signals
+    )
+    return proc, err
+
+
+def _default_signals():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _finish(proc, err: Path, timeout: float = 300) -> tuple[int, str]:
+    proc.wait(timeout=timeout)
+    return proc.returncode, err.read_text()
+
+
+def _calls(toy) -> list[tuple[int, int]]:
+    return sorted(tuple(map(int, ln.split(","))) for ln in (toy / "calls").read_text().split())
+
+
+def _slurm(env, *args) -> str:
+    out = subprocess.run(list(args), env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _until(check, timeout: float = 120, what: str = "the condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if got := check():
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"{what} never held")
+
+
+def _each_at_most_twice(toy) -> bool:
+    """Every run ran, none more than once beyond its pre-empted execution."""
+    calls = _calls(toy)
+    return set(calls) == {(i, s) for i in range(3) for s in (0, 1)} and max(map(calls.count, calls)) <= 2
+
+
+def _ok_sweep_of_six(toy, rc: int, err: str) -> None:
+    assert rc == 0, err
+    assert "toy: 6 runs (0 reused, 6 run, 0 failed)" in err
+    assert {r["status"] for r in records(toy / "r", "toy").values()} == {"ok"}
+    assert (toy / "r" / "toy" / "result.json").exists() and not (
+        toy / "r" / "toy" / ".slurm-jobs.json"
+    ).exists()
+
+
+def test_a_time_limit_fails_the_run_once_with_its_log_though_the_recipe_catches_exceptions(slurm, toy):
+    """SLURM warns of the limit with SIGUSR2; nothing is raised into the run (whose `except Exception` would
+    file -100 as a good value), the job is not requeued, and its unfinished run is failed once, with its
+    log."""
+    assert tfclaims(slurm, toy / "r", claim="toy", launcher="local").returncode == 0
+    published = (toy / "r" / "toy" / "result.json").read_bytes()
+    (rid,) = [
+        k for k, r in records(toy / "r", "toy").items() if (r["config"]["i"], r["config"]["seed"]) == (1, 0)
+    ]
+    (toy / "r" / "toy" / "runs" / f"{rid}.json").unlink()  # the one run the SLURM sweep makes
+    proc, err = _sweep_in_background(slurm, toy, "--slurm-time", "1", TOY_CATCH="600")
+    rc, said = _finish(proc, err)
+    assert rc == 1 and "toy: 6 runs (5 reused, 0 run, 1 failed)" in said, said
+    rec = records(toy / "r", "toy")[rid]
+    assert rec["status"] == "failed" and rec.get("metrics") is None
+    assert (
+        "ended without a record (TIMEOUT; its log: " in rec["error"] and "DUE TO TIME LIMIT" in rec["error"]
+    )
+    assert Path(rec["log"]).is_file() and "signalled the job's time limit" in rec["log_tail"]
+    assert rec["job_id"] and rec["job_id"].split("_")[0] in said
+    assert _calls(toy).count((1, 0)) == 1  # no requeue
+    assert (toy / "r" / "toy" / "result.json").read_bytes() == published
+
+
+def _preempt(env, toy) -> str:
+    """Once run (1, 0) runs, a job in the urgent partition takes the whole node; returns the pre-empted
+    job."""
+    job = _wait_for(toy / "started")
+    _slurm(env, "sbatch", "-p", "urgent", "--exclusive", "--mem", "100", "--wrap", "sleep 3")
+    return job
+
+
+def test_a_job_preempted_and_cancelled_is_submitted_once_more(slurm, toy):
+    proc, err = _sweep_in_background(slurm, toy, partition="preempt-cancel", TOY_SLEEP_1="12")
+    job = _preempt(slurm, toy)
+    rc, said = _finish(proc, err)
+    _ok_sweep_of_six(toy, rc, said)
+    assert f"toy: job {job} ended PREEMPTED; its runs are tried once more" in said
+    assert _calls(toy).count((1, 0)) == 2 and _each_at_most_twice(toy)
+
+
+def test_a_job_preempted_and_requeued_by_slurm_is_left_to_slurm(slurm, toy):
+    """Under PreemptMode=REQUEUE the job passes through PREEMPTED back into the queue: no second
+    submission."""
+    proc, err = _sweep_in_background(slurm, toy, partition="preempt-requeue", TOY_SLEEP_1="12")
+    job = _preempt(slurm, toy)
+    _until(
+        lambda: _slurm(slurm, "squeue", "-h", "-r", "-j", job, "-o", "%r").strip() == "BeginTime",
+        what=f"job {job} requeued",
+    )
+    queue = _slurm(slurm, "squeue", "-h", "-r", "-j", job.split("_")[0], "-o", "%i %r").split("\n")
+    for task in [ln.split()[0] for ln in queue if ln.endswith(" BeginTime")]:  # every task pre-empted
+        _slurm(slurm, "scontrol", "update", f"JobId={task}", "StartTime=now")  # else SLURM holds it 2 min
+    rc, said = _finish(proc, err)
+    _ok_sweep_of_six(toy, rc, said)
+    assert "tried once more" not in said and _calls(toy).count((1, 0)) == 2 and _each_at_most_twice(toy)
+
+
+def test_a_suspended_job_is_waited_for_and_said(slurm, toy):
+    proc, err = _sweep_in_background(slurm, toy, TOY_SLEEP_1="10")
+    job = _wait_for(toy / "started")
+    _slurm(slurm, "scontrol", "suspend", job)
+    _until(lambda: "SLURM suspended job(s)" in err.read_text(), what="the suspension said")
+    time.sleep(16)  # longer than submitit waits for a result it thinks is coming
+    assert proc.poll() is None
+    _slurm(slurm, "scontrol", "resume", job)
+    rc, said = _finish(proc, err)
+    _ok_sweep_of_six(toy, rc, said)
+    assert f"toy: SLURM suspended job(s) {job}; waiting for them to resume" in said
+    assert f"toy: SLURM resumed job(s) {job}" in said and _calls(toy).count((1, 0)) == 1
+
+
+def test_an_interrupted_sweep_names_the_jobs_it_leaves_and_a_rerun_waits_for_them(slurm, toy):
+    proc, err = _sweep_in_background(slurm, toy, TOY_SLEEP_1="8")
+    job = _wait_for(toy / "started").split("_")[0]
+    proc.send_signal(signal.SIGINT)
+    rc, said = _finish(proc, err)
+    assert rc == 130 and said.strip().splitlines()[-2:] == [
+        f"toy: SLURM job(s) {job} keep running and record their runs; stop them with `scancel {job}`; "
+        "a new sweep of toy starts once they are gone",
+        "interrupted: finished runs are kept; rerun the same command to resume",
+    ]
+    again = tfclaims(slurm, toy / "r", claim="toy")
+    assert again.returncode == 2 and again.stderr.strip().splitlines() == [
+        f"error: toy: SLURM job(s) {job} of an interrupted sweep still hold its runs; wait until they end "
+        f"(squeue -j {job}) or stop them (scancel {job}), then rerun"
+    ]
+    _until(lambda: not _slurm(slurm, "squeue", "-h", "-j", job).strip(), what=f"job {job} gone")
+    rerun = tfclaims(slurm, toy / "r", claim="toy")
+    assert rerun.returncode == 0 and "6 runs (6 reused, 0 run, 0 failed)" in rerun.stderr, rerun.stderr
+    assert _calls(toy) == [(i, s) for i in range(3) for s in (0, 1)]  # every run once: nothing duplicated
+
+
+def test_slurm_cancel_stops_the_jobs_of_an_interrupted_sweep(slurm, toy):
+    proc, err = _sweep_in_background(slurm, toy, "--slurm-cancel", TOY_SLEEP_1="60")
+    job = _wait_for(toy / "started").split("_")[0]
+    proc.send_signal(signal.SIGINT)
+    rc, said = _finish(proc, err)
+    assert rc == 130 and f"toy: cancelled SLURM job(s) {job}" in said
+    _until(lambda: not _slurm(slurm, "squeue", "-h", "-j", job).strip(), timeout=60, what=f"job {job} gone")
+    assert not (toy / "r" / "toy" / ".slurm-jobs.json").exists()
+
+
+def test_a_queue_that_runs_none_of_the_jobs_says_why(slurm, toy):
+    proc, err = _sweep_in_background(slurm, toy, partition="closed")
+    try:
+        _until(lambda: "waiting in SLURM's queue" in err.read_text(), timeout=90, what="the pending note")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rc, said = _finish(proc, err)
+    (note,) = [ln for ln in said.splitlines() if "waiting in SLURM's queue" in ln]
+    assert (
+        "toy: 6 job(s) waiting in SLURM's queue for " in note
+        and "none running (reason: PartitionDown)" in note
+    )
+    assert rc == 130 and "keep running" in said
+    _slurm(slurm, "scancel", "-p", "closed")
+
+
+def test_a_job_killed_for_its_memory_names_the_cause(slurm, toy):
+    proc, err = _sweep_in_background(slurm, toy, TOY_HOLD_MB="900", TOY_SLEEP_1="5")
+    rc, said = _finish(proc, err)
+    assert rc == 1 and "toy: 6 runs (0 reused, 5 run, 1 failed)" in said, said
+    (failed,) = [r for r in records(toy / "r", "toy").values() if r["status"] == "failed"]
+    assert "its log: " in failed["error"] and "memory limit" in failed["error"]
+    assert failed["job_id"] and failed["log_tail"]

@@ -5,7 +5,10 @@ Environment hooks, read inside each run:
 - $TOY_SLEEP: seconds every run sleeps; $TOY_SLEEP_<i>: seconds run i (seed 0) sleeps;
 - $TOY_STARTED_<i>: a file run i (seed 0) writes its SLURM job id to when it starts (to cancel that job);
 - $TOY_DIE_ONCE: the run i=1, seed 0 kills its own process once, when this names a file that does not exist
-  yet (a pre-empted or OOM-killed job); $TOY_DIE_ALWAYS: every time.
+  yet (a pre-empted or OOM-killed job); $TOY_DIE_ALWAYS: every time;
+- $TOY_CATCH: the run i=1, seed 0 sleeps this long inside `except Exception`, and files -100.0 if anything
+  interrupts it (a recipe that catches what it should not);
+- $TOY_HOLD_MB: the run i=1, seed 0 holds this much memory while it sleeps.
 """
 
 TOY = """
@@ -40,6 +43,14 @@ class Toy(Experiment):
             os.kill(os.getpid(), signal.SIGKILL)
         if env.get("TOY_DIE_ALWAYS") and (i, seed) == (1, 0):
             os.kill(os.getpid(), signal.SIGKILL)
+        if (i, seed) == (1, 0) and env.get("TOY_HOLD_MB"):
+            held = bytearray(int(env["TOY_HOLD_MB"]) * 2**20)
+            held[::4096] = b"x" * len(held[::4096])  # touched: resident, not merely reserved
+        if (i, seed) == (1, 0) and env.get("TOY_CATCH"):
+            try:
+                time.sleep(float(env["TOY_CATCH"]))
+            except Exception:
+                return {"value": -100.0, "pid": os.getpid()}
         time.sleep(float(env.get("TOY_SLEEP", "0")) + (float(env.get(f"TOY_SLEEP_{i}", "0")) if seed == 0 else 0))
         return {"value": i + float(torch.rand(())), "pid": os.getpid()}
 

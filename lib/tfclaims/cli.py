@@ -329,6 +329,14 @@ def add_run_options(ap: argparse.ArgumentParser) -> None:
         help="submitit backend for --launcher slurm: slurm (default), or local to run the jobs on this machine",
     )
     g.add_argument("--log-dir", default=None, help="job logs (default: logs/)")
+    g.add_argument(
+        "--slurm-cancel",
+        action="store_const",
+        const=True,
+        default=None,
+        help="when the sweep is interrupted (Ctrl-C, SIGTERM), cancel its SLURM jobs; by default they run on, "
+        "record their runs, and are named with the scancel line ($TFCLAIMS_SLURM_CANCEL=1)",
+    )
 
 
 def add_launcher_option(ap) -> None:
@@ -359,6 +367,7 @@ def launcher_from(args) -> Launcher:
         array_parallelism=args.slurm_array_parallelism,
         cluster=args.submitit_cluster,
         log_dir=args.log_dir,
+        cancel=args.slurm_cancel,
     )
 
 

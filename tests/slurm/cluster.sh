@@ -243,10 +243,16 @@ SlurmctldDebug=info
 SlurmdDebug=info
 PlugStackConfig=$STATE/etc/plugstack.conf
 MailProg=/bin/true
-# no cgroups in a container
+# no cgroups in a container: memory is enforced by polling each job's processes every second
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/affinity
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
+# pre-emption by partition: a job in 'urgent' takes the node from jobs in 'preempt-cancel' (cancelled:
+# PREEMPTED) and 'preempt-requeue' (requeued by SLURM); 'debug' is never pre-empted
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 MpiDefault=none
 SwitchType=switch/none
 SelectType=select/cons_tres
@@ -270,7 +276,12 @@ AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$MUNGE_SOCKET
 JobCompType=jobcomp/none
 $(node_line)
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=preempt-cancel Nodes=$NODE MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
+PartitionName=preempt-requeue Nodes=$NODE MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=urgent Nodes=$NODE MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+# queued jobs wait here with the reason PartitionDown
+PartitionName=closed Nodes=$NODE MaxTime=INFINITE State=DOWN
 EOF
     : >"$STATE/etc/plugstack.conf"
 }

@@ -36,6 +36,7 @@ import submitit
 from tqdm.auto import tqdm
 
 from ..device import DEVICES, DeviceError, device_type
+from . import slurm
 from .registry import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Lost:
     error: str
     log: str | None = None
     log_tail: str | None = None
+    job_id: str | None = None  # the SLURM job that held it
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Launcher:
     poll_s: float = 15.0  # how often the job states are asked for (one sacct call for all jobs)
     cluster: str = "slurm"  # submitit backend; "local" runs the same job path on this machine
     log_dir: Path = field(default_factory=lambda: REPO_ROOT / "logs")
+    cancel: bool = False  # an interrupted sweep cancels its SLURM jobs (else they run on and say so)
 
     def __post_init__(self):
         if self.name not in LAUNCHERS:
@@ -92,6 +95,11 @@ class Launcher:
         for name in ("mem_gb", "job_min", "poll_s"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise LauncherError(f"launcher option {name} must be > 0, got {getattr(self, name)}")
+        if self.mem_gb is not None and int(self.mem_gb * 1024) < 1:
+            # sbatch takes whole megabytes, and --mem=0 means the whole node
+            raise LauncherError(
+                f"launcher option mem_gb must be at least 1 MB (0.001 GB), got {self.mem_gb:g}"
+            )
 
     @classmethod
     def from_options(cls, name: str = "local", env: dict | None = None, **options) -> Launcher:
@@ -232,44 +240,145 @@ class Launcher:
             f"job); each asks for {_describe(req)}; logs in {folder}/{_log_pattern(jobs)}/",
             file=sys.stderr,
         )
-        poll = 1.0 if self.cluster != "slurm" else self.poll_s
-        pending = {job: (group, False) for job, group in zip(jobs, groups)}
-        with tqdm(
-            total=len(tasks), desc=f"{desc} [{self.cluster} jobs]", disable=not progress, unit="run"
-        ) as bar:
-            wait_s = min(poll, 2.0)  # a first look soon: a quick sweep may be done in seconds
-            while pending:
-                time.sleep(wait_s)
-                wait_s = poll
-                _refresh(pending)
-                for job in [j for j in pending if j.done()]:
-                    group, retried = pending.pop(job)
-                    state = _state(job)
-                    try:
-                        # no result is coming: do not wait for one. A local job writes its result on this
-                        # machine's disk before its process exits, so one that exited without it died.
-                        local_died = self.cluster == "local" and not job.paths.result_pickle.exists()
-                        if state.split()[0] in DIED_STATES or local_died:
-                            raise RuntimeError(f"the job ended {state} without a result")
-                        job.result()
-                        lost = None
-                    except Exception as e:  # UncompletedJobError, FailedJobError: the job died
-                        if state.split()[0] in RETRIED_STATES and not retried:
-                            with _quiet():
-                                pending[ex.submit(_Job(fn), group)] = (group, True)
-                            print(
-                                f"{claim_id}: job {job.job_id} ended {state}; its runs are tried once more",
-                                file=sys.stderr,
-                            )
-                            continue
-                        lost = Lost(
-                            f"job {job.job_id} ended without a record ({state}): {str(e).splitlines()[0]}",
-                            str(job.paths.stderr),
-                            _tail(job.paths.stderr),
-                        )
-                    for task in group:
-                        bar.update()
-                        yield task, lost
+        watch = _Watch(self, ex, fn, claim_id, Path(tasks[0].path).parent.parent, tasks[0].sweep_id)
+        for job, group in zip(jobs, groups):
+            watch.pending[job] = (group, False)
+        try:
+            with tqdm(
+                total=len(tasks), desc=f"{desc} [{self.cluster} jobs]", disable=not progress, unit="run"
+            ) as bar:
+                yield from watch.follow(bar)
+        except BaseException:  # Ctrl-C, SIGTERM: say what is left running (or cancel it), then stop
+            watch.interrupted()
+            raise
+
+
+class _Resubmitted:
+    """A job's outcome when its runs were submitted once more."""
+
+
+class _Watch:
+    """The jobs of one sweep until each is over (see `slurm`): what ended is yielded run by run, a job lost
+    through no fault of its runs is submitted once more, a suspension or a queue that does not move is said,
+    and the jobs still out are kept in the claim's `.slurm-jobs.json`."""
+
+    LAG_S = 60.0  # a job gone from SLURM's queue whose state sacct has not caught up with, at the longest
+    FIRST_NOTE_S, NOTE_EVERY_S = 30.0, 600.0  # a queue that runs none of the sweep's jobs: said then
+
+    def __init__(self, launcher: Launcher, ex, fn, claim_id: str, claim_dir: Path, sweep_id: str):
+        self.launcher, self.ex, self.fn, self.claim_id = launcher, ex, fn, claim_id
+        self.claim_dir, self.sweep_id = claim_dir, sweep_id
+        self.on_slurm = launcher.cluster == "slurm"
+        self.pending: dict = {}  # job -> (its group of runs, whether it is a second submission)
+        self.gone: dict = {}  # job -> when it left SLURM's queue
+        self.suspended: set = set()
+        self.waiting_since, self.next_note = None, self.FIRST_NOTE_S
+        self.remembered: list = []
+
+    def follow(self, bar):
+        poll = self.launcher.poll_s if self.on_slurm else 1.0
+        wait_s = min(poll, 2.0)  # a first look soon: a quick sweep may be done in seconds
+        while self.pending:
+            self._remember()
+            time.sleep(wait_s)
+            wait_s = poll
+            _refresh(self.pending)
+            active = slurm.queue([j.job_id for j in self.pending]) if self.on_slurm else None
+            if self.on_slurm and active is None:
+                continue  # the controller did not answer (a restart): nothing is over that we know of
+            self._notes(active or {})
+            for job in [j for j in self.pending if self._over(j, active)]:
+                group, retried = self.pending.pop(job)
+                lost = self._outcome(job, group, retried)
+                if lost is _Resubmitted:
+                    continue
+                for task in group:
+                    bar.update()
+                    yield task, lost
+        slurm.forget(self.claim_dir)
+
+    def _over(self, job, active: dict | None) -> bool:
+        if active is None:
+            return job.done()  # submitit's local executor: its own process table
+        if str(job.job_id) in active:
+            return False
+        since = self.gone.setdefault(job, time.time())
+        settled = _state(job).split()[0] not in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "UNKNOWN")
+        return settled or time.time() - since > self.LAG_S
+
+    def _outcome(self, job, group, retried: bool):
+        state = _state(job)
+        try:
+            # no result is coming: do not wait for one. A local job writes its result on this machine's
+            # disk before its process exits, so one that exited without it died.
+            local_died = self.launcher.cluster == "local" and not job.paths.result_pickle.exists()
+            if state.split()[0] in DIED_STATES or local_died:
+                raise RuntimeError(f"the job ended {state} without a result")
+            job.result()
+            return None
+        except Exception as e:  # UncompletedJobError, FailedJobError: the job died
+            if state.split()[0] in slurm.RESUBMITTED and not retried:
+                with _quiet():
+                    self.pending[self.ex.submit(_Job(self.fn), group)] = (group, True)
+                print(
+                    f"{self.claim_id}: job {job.job_id} ended {state}; its runs are tried once more",
+                    file=sys.stderr,
+                )
+                return _Resubmitted
+            tail = _tail(job.paths.stderr)
+            said = str(e).splitlines()[0]
+            why = f"job {job.job_id} ended without a record ({slurm.cause(state, tail)}): {said}"
+            return Lost(why, str(job.paths.stderr), tail, str(job.job_id))
+
+    def _notes(self, active: dict) -> None:
+        """A line when SLURM suspends or resumes one of the sweep's jobs, and while none of them runs."""
+        mine = {str(j.job_id) for j in self.pending}
+        states = {j: s for j, (s, _) in active.items() if j in mine}
+        now_suspended = {j for j, s in states.items() if s == "SUSPENDED"}
+        for ids, what in (
+            (now_suspended - self.suspended, "suspended"),
+            (self.suspended - now_suspended, "resumed"),
+        ):
+            if ids:
+                tail = "; waiting for them to resume" if what == "suspended" else ""
+                print(f"{self.claim_id}: SLURM {what} job(s) {' '.join(sorted(ids))}{tail}", file=sys.stderr)
+        self.suspended = now_suspended
+        values = set(states.values())
+        if "PENDING" not in values or values - {"PENDING", "SUSPENDED"}:
+            self.waiting_since, self.next_note = None, self.FIRST_NOTE_S
+            return
+        self.waiting_since = self.waiting_since or time.time()
+        waited = time.time() - self.waiting_since
+        if waited >= self.next_note:
+            reasons = sorted({r for j, (s, r) in active.items() if j in mine and s == "PENDING"})
+            print(
+                f"{self.claim_id}: {len(states)} job(s) waiting in SLURM's queue for {waited / 60:.1f} min, "
+                f"none running (reason: {', '.join(reasons) or 'none given'}); `squeue -j "
+                f"{slurm.compact(list(states))}` shows them",
+                file=sys.stderr,
+            )
+            self.next_note += self.NOTE_EVERY_S
+
+    def _remember(self) -> None:
+        ids = sorted(str(j.job_id) for j in self.pending)
+        if self.on_slurm and ids != self.remembered:
+            slurm.remember(self.claim_dir, ids, self.sweep_id)
+            self.remembered = ids
+
+    def interrupted(self) -> None:
+        ids = [str(j.job_id) for j in self.pending]
+        if not ids or not self.on_slurm:
+            return
+        short = slurm.compact(ids)
+        if self.launcher.cancel and slurm.cancel(ids):
+            slurm.forget(self.claim_dir)
+            print(f"{self.claim_id}: cancelled SLURM job(s) {short}", file=sys.stderr)
+            return
+        print(
+            f"{self.claim_id}: SLURM job(s) {short} keep running and record their runs; stop them with "
+            f"`scancel {short}`; a new sweep of {self.claim_id} starts once they are gone",
+            file=sys.stderr,
+        )
 
 
 _DIED_TWICE = Lost("a worker process died (killed, or out of memory) while this run was pending, twice")
@@ -308,12 +417,18 @@ def _pool_round(fn, tasks, n: int, n_gpu: int, threads: int):
     gpu_ids.close()
 
 
-# Job states in which SLURM lost the job through no fault of its runs: they are submitted once more.
-RETRIED_STATES = ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "REQUEUED")
 # States of a job that ended without returning (SLURM's, and INTERRUPTED: submitit's local executor for a
 # killed process). Its result file will never appear, so the launcher does not wait out submitit's 15 s
 # allowance for a slow shared filesystem (meant for jobs that did finish).
-DIED_STATES = (*RETRIED_STATES, "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "INTERRUPTED")
+DIED_STATES = (
+    *slurm.RESUBMITTED,
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "DEADLINE",
+    "INTERRUPTED",
+)
 
 
 def group_runs(tasks, target_s: float) -> list[list]:
@@ -336,11 +451,12 @@ def group_runs(tasks, target_s: float) -> list[list]:
     return [[replace(t, job_group=f"{k + 1}/{n} ({len(g)} runs)") for t in g] for k, g in enumerate(groups)]
 
 
-class _Job(submitit.helpers.Checkpointable):
+class _Job:
     """One array task: its group's runs one after another, with as many threads as CPUs were allocated.
 
-    On pre-emption or time-out SLURM requeues the job; the requeued job skips the runs this sweep already
-    recorded."""
+    Not checkpointable: a time limit ends the job once (TIMEOUT) and its unfinished runs are lost, instead
+    of a requeue per signal (`slurm.TimeLimit`). Where SLURM itself requeues the job (pre-emption under
+    PreemptMode=REQUEUE, a node failure), the requeued job skips the runs this sweep already recorded."""
 
     def __init__(self, fn: Callable):
         self.fn = fn
@@ -348,6 +464,7 @@ class _Job(submitit.helpers.Checkpointable):
     def __call__(self, group):
         import torch
 
+        slurm.TimeLimit.install()
         torch.set_num_threads(allocated_cpus())
         return [self.fn(t) for t in group if not t.recorded()]
 
@@ -440,10 +557,10 @@ def _init_worker(gpu_ids, threads: int, parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
-    # tqdm's default lock holds a multiprocessing semaphore, registered with the parent's resource tracker; a
-    # worker terminated mid-run (Ctrl-C, SIGTERM of the sweep) cannot release it, and the tracker then warns of
-    # "leaked semaphore objects" after the sweep's one `interrupted:` line. A worker draws no bar: a thread
-    # lock serves it.
+    # tqdm's default lock holds a multiprocessing semaphore, registered with the parent's resource tracker;
+    # a worker terminated mid-run (Ctrl-C, SIGTERM of the sweep) cannot release it, and the tracker then
+    # warns of "leaked semaphore objects" after the sweep's one `interrupted:` line. A worker draws no bar:
+    # a thread lock serves it.
     tqdm.set_lock(threading.RLock())
     import torch
 
@@ -461,6 +578,10 @@ def _tail(path: Path, n: int = 20) -> str | None:
 
 
 def _parse_env(name: str, raw: str, typ) -> object:
+    if "bool" in str(typ):
+        if raw.strip().lower() not in ("0", "1", "true", "false", "yes", "no", ""):
+            raise LauncherError(f"{_ENV}{name.upper()}={raw!r} is not 0 or 1")
+        return raw.strip().lower() in ("1", "true", "yes")
     try:
         if "float" in str(typ):
             return float(raw)

@@ -10,6 +10,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from .experiment import PROFILES, Experiment
 from .provenance import config_hash, run_code_hash, run_id
 
 MAX_SEED = 2**31 - 1
+_BATCH = re.compile(r"(^|_)batch(es)?($|_)")  # a config field that counts samples or batches
 MAX_SEEDS = 10_000
 
 
@@ -144,6 +146,12 @@ def check_grid(exp: Experiment, configs: list[dict]) -> None:
                 raise BadInput(f"{exp.claim_id}: invalid configuration: {e}") from None
             except TypeError:
                 continue  # a field of the same name with another meaning in this claim
+    for cfg in configs:
+        for k, v in cfg.items():  # `batch`, `batch_timing`, `probe_batches`, …: a count of samples
+            if _BATCH.search(k) and isinstance(v, int) and not isinstance(v, bool) and v < 1:
+                raise BadInput(
+                    f"{exp.claim_id}: invalid configuration: {k} = {v}: a batch needs at least 1 sample"
+                )
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"seed"}
     for cfg in configs:
         shared = {k: v for k, v in cfg.items() if k in train_fields}

@@ -30,6 +30,7 @@ from ..data.corpus import CorpusError, corpus_files
 from ..device import environment, fix_precision, seed_all
 from ..evidence.evaluate import CheckFailed
 from ..io import atomic_write_json, jsonable
+from . import slurm
 from .experiment import Experiment, Output, RunContext, Verdict
 from .launch import Launcher, LauncherError
 from .overrides import Records, refusal, user_values
@@ -199,6 +200,12 @@ def run_experiment(
     try:
         _check_corpus(exp)
         with claim_lock(claim_dir, exp.claim_id):
+            if left := slurm.still_running(claim_dir):
+                ids = slurm.compact(left)
+                raise BadInput(
+                    f"{exp.claim_id}: SLURM job(s) {ids} of an interrupted sweep still hold its runs; wait "
+                    f"until they end (squeue -j {ids}) or stop them (scancel {ids}), then rerun"
+                )
             return _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher)
     except (BadInput, LauncherError):  # refused before any run (a corpus, a cluster): leave nothing behind
         if claim_dir in new_dirs and not any(runs_dir.iterdir()):
@@ -369,11 +376,16 @@ def _round(exp, configs, profile, device, runs_dir, force, progress, log, launch
     lost = 0
     for task in tasks:
         marker = Path(task.path + FAILED_MARKER)
-        if marker.exists():
-            lost += 1
-            err = (load_record(marker, True) or {}).get("error")
-            log(f"run {task.run_id} of {exp.claim_id} failed ({err}); its earlier good record is kept")
-            marker.unlink()
+        if not marker.exists():
+            continue
+        rec = load_record(marker, True) or {}
+        marker.unlink()
+        if rec.get("sweep_id") != task.sweep_id:
+            continue  # another sweep's (a job that outlived an interrupted sweep): says nothing of this one
+        lost += 1
+        log(
+            f"run {task.run_id} of {exp.claim_id} failed ({rec.get('error')}); its earlier good record is kept"
+        )
     return paths, len(tasks), lost
 
 
@@ -400,6 +412,7 @@ def _launch(exp, tasks, timed: bool, profile, device, runs_dir, progress, launch
             continue
         rec = task.record()
         rec.update(status="failed", error=lost.error, log=lost.log, log_tail=lost.log_tail, finished_at=now())
+        rec["job_id"] = lost.job_id or rec["job_id"]
         # never reported as a run: with an earlier good record (a forced rerun) the marker names the failure
         good = ok(load_record(Path(task.path), True)) is not None
         atomic_write_json(Path(task.path + (FAILED_MARKER if good else "")), rec)
