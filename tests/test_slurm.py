@@ -178,19 +178,9 @@ def test_an_unknown_partition_is_one_line_and_leaves_nothing_behind(slurm, tmp_p
 def _sweep_in_background(env, toy, *args, partition="debug", **hooks):
     """The toy sweep started with its stderr going to a file; returns (process, stderr file)."""
     env = {**env, "TOY_CALLS": str(toy / "calls"), "TOY_STARTED_1": str(toy / "started"), **hooks}
-    cmd = [
-        sys.executable,
-        "-m",
-        "tfclaims",
-        "run",
-        "toy",
-        "--profile",
-        "quick",
-        "--results-dir",
-        str(toy / "r"),
-    ]
-    cmd += ["--no-report", "--no-progress", "--launcher", "slurm", "--slurm-partition", partition]
-    cmd += ["--slurm-poll", "1", "--slurm-mem-gb", "0.5", "--log-dir", str(toy / "logs"), *args]
+    opts = "--profile quick --no-report --no-progress --launcher slurm --slurm-poll 1 --slurm-mem-gb 0.5"
+    cmd = [sys.executable, "-m", "tfclaims", "run", "toy", *opts.split(), "--slurm-partition", partition]
+    cmd += ["--results-dir", str(toy / "r"), "--log-dir", str(toy / "logs"), *args]
     err = toy / f"stderr-{time.time_ns()}"
     proc = subprocess.Popen(
         cmd, env={**os.environ, **env}, stderr=err.open("w"), text=True, preexec_fn=_default_signals
