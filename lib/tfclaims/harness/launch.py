@@ -268,7 +268,8 @@ class _Watch:
     def __init__(self, launcher: Launcher, ex, fn, claim_id: str, claim_dir: Path, sweep_id: str):
         self.launcher, self.ex, self.fn, self.claim_id = launcher, ex, fn, claim_id
         self.claim_dir, self.sweep_id = claim_dir, sweep_id
-        self.on_slurm = launcher.cluster == "slurm"
+        # SLURM's queue decides what is over; without squeue (never seen beside sbatch), submitit's states do
+        self.on_slurm = launcher.cluster == "slurm" and shutil.which("squeue") is not None
         self.pending: dict = {}  # job -> (its group of runs, whether it is a second submission)
         self.gone: dict = {}  # job -> when it left SLURM's queue
         self.suspended: set = set()
