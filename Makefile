@@ -15,7 +15,7 @@ LAUNCH := $(if $(LAUNCHER),--launcher $(LAUNCHER))
 # the device `make smoke` runs every claim's quick profile on: auto (CUDA if present), cpu or cuda
 DEVICE ?= auto
 
-.PHONY: setup test reproduce experiment report bench lint format check-results list smoke clean
+.PHONY: setup test test-fast reproduce experiment report bench lint format check-results list smoke clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,11 @@ setup: $(STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+
+# the developer's loop: every test but those marked slow (end-to-end claims, sweeps, the cluster), spread by
+# test rather than by file
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load -m "not slow" $(ARGS)
 
 reproduce: $(STAMP)
 	$(BIN)/python -m tfclaims reproduce --profile $(PROFILE) $(LAUNCH) $(ARGS)

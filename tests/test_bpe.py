@@ -114,6 +114,7 @@ def test_merges_compress_the_training_text(small_json):
 
 
 # ------------------------------------------------------------------ the corpus
+@pytest.mark.slow
 def test_load_bpe_gives_the_asked_vocabulary_and_ids_in_range(corpus):
     assert isinstance(corpus, bpe.BPECorpus)
     assert corpus.vocab_size == V
@@ -206,6 +207,7 @@ def test_cache_is_written_and_reused_without_retraining(bpe_cache, monkeypatch):
     assert again.train_works == corpus.train_works and again.val_works == corpus.val_works
 
 
+@pytest.mark.slow
 def test_damaged_cache_of_the_corpus_is_rebuilt_identically(bpe_cache, tmp_path, monkeypatch):
     """A real retraining on the whole corpus: the rebuilt tokenizer and tensors equal the first build's."""
     d, corpus = bpe_cache

@@ -59,6 +59,7 @@ def test_experiment_script_help():
     assert out.returncode == 0 and "--profile" in out.stdout and "--seeds" in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("claim", CLAIMS)
 def test_quick_profile_end_to_end(claim, tmp_path):
     results, report = tmp_path / "results", tmp_path / "report"
@@ -124,6 +125,7 @@ def test_slurm_cuda_jobs_without_gpus(capsys):
     assert "the jobs would have no GPU" in line
 
 
+@pytest.mark.slow
 def test_corrupt_files_are_reported_not_overwritten(capsys, tmp_path):
     root = tmp_path / "results"
     base = ["--results-dir", str(root), "--no-progress", "--no-report"]
@@ -154,6 +156,7 @@ def test_missing_corpus_package(capsys, monkeypatch, tmp_path):
     assert "corpus package is missing" in line and not list(tmp_path.glob("*/runs/*.json"))
 
 
+@pytest.mark.slow
 def test_report_marks_results_that_no_longer_match_the_code(tmp_path, monkeypatch):
     root, report = tmp_path / "results", tmp_path / "report"
     assert (

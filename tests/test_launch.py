@@ -60,6 +60,7 @@ def metrics(root) -> dict:
     return {r["run_id"]: {k: v for k, v in r["metrics"].items() if k != "pid"} for r in recs}
 
 
+@pytest.mark.slow
 def test_every_launcher_writes_the_same_records(toy, tmp_path):
     rc, local = sweep(toy, tmp_path / "a")
     assert rc == 0
@@ -78,6 +79,7 @@ def test_every_launcher_writes_the_same_records(toy, tmp_path):
     assert local["verdict"] == par["verdict"] == slurm["verdict"]
 
 
+@pytest.mark.slow
 def test_a_sweep_split_across_launchers_finishes_anywhere(toy, tmp_path):
     sweep(toy, tmp_path, seeds=[0])  # part of the grid here
     sweep(toy, tmp_path, Launcher("local-parallel", workers=2), seeds=[1])  # part elsewhere
@@ -86,6 +88,7 @@ def test_a_sweep_split_across_launchers_finishes_anywhere(toy, tmp_path):
     assert rc == 0 and len(calls(tmp_path)) == before == 6 and res["n_runs"] == 6
 
 
+@pytest.mark.slow
 def test_lost_job_is_recorded_with_its_log_and_retried(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
     launcher = Launcher("slurm", cluster="local", log_dir=tmp_path / "logs", gpus=0)
@@ -100,6 +103,7 @@ def test_lost_job_is_recorded_with_its_log_and_retried(toy, tmp_path, monkeypatc
     assert rc == 0 and calls(tmp_path)[n:] == [(1, 0)] and res["n_runs"] == 3
 
 
+@pytest.mark.slow
 def test_a_job_slurm_lost_with_its_node_is_submitted_once_more(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
     monkeypatch.setattr("tfclaims.harness.launch._state", lambda job: "NODE_FAIL")
@@ -108,6 +112,7 @@ def test_a_job_slurm_lost_with_its_node_is_submitted_once_more(toy, tmp_path, mo
     assert rc == 0 and res["n_runs"] == 3 and calls(tmp_path).count((1, 0)) == 2
 
 
+@pytest.mark.slow
 def test_a_lost_group_fails_only_its_unfinished_runs_and_force_keeps_good_records(toy, tmp_path, monkeypatch):
     """Runs with a duration on record share a job; the job dies in its second run: the first run stands,
     the second and third are failed. Under --force the earlier good records stay, and the failures are
@@ -131,6 +136,7 @@ def test_a_lost_group_fails_only_its_unfinished_runs_and_force_keeps_good_record
     assert rerun == [{"i": 0, "seed": 0}]  # the one run the packed job finished; the others kept
 
 
+@pytest.mark.slow
 def test_a_dead_parallel_worker_is_retried_once_and_its_partial_writes_removed(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
     runs = tmp_path / "toy" / "runs"
@@ -148,6 +154,7 @@ def test_a_dead_parallel_worker_is_retried_once_and_its_partial_writes_removed(t
     )
 
 
+@pytest.mark.slow
 def test_a_run_that_kills_its_worker_twice_is_recorded_as_failed(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_DIE_ALWAYS", "1")
     rc, _ = sweep(toy, tmp_path, Launcher("local-parallel", workers=2))
@@ -197,6 +204,7 @@ def _wait_for_runs(runs: Path, n: int, timeout: float) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_killing_a_sweep_at_random_points_loses_nothing(toy, tmp_path, monkeypatch):
     """SIGINT and SIGKILL, eight times, at random moments; each finished run survives and is never rerun."""
     monkeypatch.setenv("TOY_SLEEP", "0.15")
@@ -249,6 +257,7 @@ def _hammer(path: str, tag: int, n: int) -> None:
         atomic_write_json(Path(path), {"writer": tag, "k": k, "payload": [tag] * 20000})
 
 
+@pytest.mark.slow
 def test_concurrent_writers_of_one_record_never_expose_a_partial_file(tmp_path):
     """Workers that finish the same run at once (a sweep split across machines): readers see whole files only."""
     import multiprocessing as mp

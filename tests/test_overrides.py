@@ -34,6 +34,7 @@ def test_profiles_of_a_claim_hold_the_same_parameters():
         assert keys["quick"] == keys["default"] == keys["full"], cid
 
 
+@pytest.mark.slow
 def test_every_default_parameter_changes_the_grid_or_the_rule():
     """Grown to its end from the committed records, as the committed sweep grew it."""
     dead = {}
@@ -45,6 +46,7 @@ def test_every_default_parameter_changes_the_grid_or_the_rule():
     assert dead == {}, f"parameters that change nothing: {dead}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["quick", "full"])
 def test_no_quick_or_full_parameter_is_known_to_change_nothing(profile, tmp_path):
     """Without records a staged grid stops at its first round, so some parameters are unknown (None), never

@@ -107,6 +107,7 @@ def test_the_direction_check_sees_a_wrong_import():
     assert "cli" not in g["harness.experiment"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cid", sorted(load_all()))
 def test_no_run_reaches_analysis_report_or_harness_code(cid):
     """The package boundary is the analysis boundary: editing statistics, figures, the report or the harness

@@ -140,6 +140,7 @@ def _edited(monkeypatch, module: str, old: str, new: str) -> None:
     monkeypatch.setattr(reach, "_source", lambda p: text.replace(old, new) if p == path else real(p))
 
 
+@pytest.mark.slow
 def test_editing_one_function_stales_exactly_the_claims_that_reach_it(monkeypatch):
     import tfclaims.nn.positions as positions
 
@@ -158,6 +159,7 @@ def test_editing_one_function_stales_exactly_the_claims_that_reach_it(monkeypatc
     assert len(problems) == 1 and f"changed since its results were produced: {fn};" in problems[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module, old, new",
     [
@@ -219,6 +221,7 @@ def _function(run):
     return run.load() if isinstance(run, Recipe) else run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cid", sorted(EXPS))
 def test_every_definition_a_run_executes_is_in_its_hash(cid):
     """One run of each part (its first quick config), traced: what ran is what keys the run. A staged part
@@ -287,6 +290,7 @@ def _other_pythons() -> list[str]:
     return ok
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _other_pythons(), reason="no CPython 3.12 or later installed beside this one")
 def test_every_definitions_text_is_the_same_on_every_installed_python(tmp_path):
     """Run ids hash each definition's normalised text: on 3.12+ it must equal this interpreter's, for every

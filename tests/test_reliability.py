@@ -270,6 +270,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_reliability_sigterm_is_handled_like_ctrl_c(toy):
     proc = _spawn(toy, "--set", "sleep=20.0")
     proc.send_signal(signal.SIGTERM)
@@ -277,6 +278,7 @@ def test_reliability_sigterm_is_handled_like_ctrl_c(toy):
     assert proc.returncode == 130 and "rerun the same command to resume" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_reliability_killing_a_parallel_sweep_leaves_no_orphans(toy):
     proc = _spawn(
         toy, "--set", "sleep=30.0", "--launcher", "local-parallel", "--workers", "2", runs_started=2
@@ -290,6 +292,7 @@ def test_reliability_killing_a_parallel_sweep_leaves_no_orphans(toy):
     assert kids and not [k for k in kids if _alive(k)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "send",
     [
@@ -354,6 +357,7 @@ def _trained(metrics: dict) -> list[dict]:
     return [m for m in nested if "diverged_at" in m]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("claim", sorted(DIVERGING))
 def test_reliability_a_huge_learning_rate_is_recorded_as_diverged(claim, tmp_path, capsys):
     import re

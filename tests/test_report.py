@@ -393,6 +393,7 @@ window.addEventListener('load', () => {
 </script>"""
 
 
+@pytest.mark.slow
 def test_committed_report_renders_in_chromium(tmp_path):
     _needs("chromium")
     page = COMMITTED_HTML.read_text()

@@ -100,6 +100,7 @@ def test_the_perturbation_moves_computed_numbers_only_and_ties_alike():
 EXACT_ONLY = ("subword_oov",)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cid", sorted(EXPS))
 def test_last_bit_noise_in_the_records_changes_no_published_file(cid, tmp_path):
     n = copy_claim(cid, tmp_path, last_bits)
@@ -115,12 +116,14 @@ def test_last_bit_noise_in_the_records_changes_no_published_file(cid, tmp_path):
 SEEN = ("dk_scaling", "gqa_throughput", "kv_cache", "parallel_decoding")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cid", SEEN)
 def test_check_results_passes_on_last_bit_noise(cid, tmp_path):
     copy_claim(cid, tmp_path, last_bits)
     assert stale_results({cid: EXPS[cid]}, tmp_path, reanalyse=True) == []
 
 
+@pytest.mark.slow
 def test_a_number_moved_past_the_tolerance_is_republished_and_caught_by_check_results(tmp_path):
     cid = "dk_scaling"
     copy_claim(cid, tmp_path, lambda v: v * (1 + 1000 * REL_TOL))  # still far below any printed digit

@@ -47,6 +47,7 @@ def _run(clone: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_quick_run_in_a_clean_clone_leaves_the_tree_as_it_was(clone):
     out = _run(clone, "run", "ffn_share", "--profile", "quick")
     assert out.returncode == 0, out.stderr
@@ -61,6 +62,7 @@ def test_a_quick_run_in_a_clean_clone_leaves_the_tree_as_it_was(clone):
     )
 
 
+@pytest.mark.slow
 def test_a_quick_run_into_the_published_folders_is_refused_in_one_line(clone):
     for args in (["--results-dir", "results"], ["--report-dir", "report"]):
         out = _run(clone, "run", "ffn_share", "--profile", "quick", *args)

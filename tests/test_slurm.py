@@ -25,7 +25,7 @@ from tfclaims.harness.registry import REPO_ROOT, load
 from toys import TOY
 
 # one cluster for the module: its tests stay on one pytest-xdist worker (make test uses --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("slurm")
+pytestmark = [pytest.mark.xdist_group("slurm"), pytest.mark.slow]
 SCRIPT = REPO_ROOT / "tests" / "slurm" / "cluster.sh"
 WALL_CLOCK = {"seconds", "steps_per_s"}  # metrics that time the run: the only ones a launcher may change
 
@@ -259,7 +259,9 @@ def _preempt(env, toy) -> str:
     """Once run (1, 0) runs, a job in the urgent partition takes the whole node; returns the pre-empted
     job."""
     job = _wait_for(toy / "started")
-    _slurm(env, "sbatch", "-p", "urgent", "--exclusive", "--mem", "100", "--wrap", "sleep 3")
+    _slurm(
+        env, "sbatch", "-p", "urgent", "--exclusive", "--mem", "100", "-o", "/dev/null", "--wrap", "sleep 3"
+    )
     return job
 
 

@@ -53,6 +53,7 @@ def test_a_zero_exit_without_a_result_is_a_failure(tmp_path, monkeypatch):
     assert o.rc == 0 and not o.ok and "nothing written" in o.tail
 
 
+@pytest.mark.slow
 def test_a_hung_claim_is_killed_at_the_timeout_with_its_workers(tmp_path, monkeypatch):
     monkeypatch.setattr(smoke, "command", fake_command(HANGS_WITH_A_WORKER))
     t0 = time.perf_counter()
@@ -72,6 +73,7 @@ def _gone(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_an_interrupt_kills_the_running_claim_and_its_workers(tmp_path, monkeypatch):
     monkeypatch.setattr(smoke, "command", fake_command(HANGS_WITH_A_WORKER))
 
@@ -123,6 +125,7 @@ def test_bad_options_get_one_line_and_exit_2(argv, message, capsys, monkeypatch)
     assert message in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_one_real_claim_end_to_end_into_a_kept_folder(tmp_path, capsys):
     rc = cli.main(["smoke", "--claims", "online_softmax", "--device", "cpu", "--keep", str(tmp_path)])
     out = capsys.readouterr().out

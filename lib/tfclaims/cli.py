@@ -19,7 +19,7 @@ import sys
 import textwrap
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,10 +29,9 @@ from .nn.config import ConfigError
 from .report.answers import answer_row
 
 if TYPE_CHECKING:
-    import torch
-
     from .harness.experiment import Experiment
     from .harness.launch import Launcher
+    from .harness.planner import Plan
 
 PKG_DIR = Path(__file__).resolve().parent
 
@@ -557,86 +556,6 @@ def show_lines(res: dict, root: Path, width: int = 100) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class PartPlan:
-    """One part of a claim's grid: its runs, how many are cached, and the time the others took on record."""
-
-    part: str
-    runs: int = 0
-    cached: int = 0
-    seconds: float = 0.0  # the missing runs' durations on record
-    unestimated: int = 0  # missing runs with no duration on record
-
-    @property
-    def missing(self) -> int:
-        return self.runs - self.cached
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What `run <claim>` with the same options would need."""
-
-    claim_id: str
-    profile: str
-    device: str
-    parts: tuple[PartPlan, ...]
-    staged: tuple[str, ...]  # the parts whose grid grows from finished runs
-    grows: bool  # runs are missing from a stage, so later stages may add runs
-    params: dict  # the profile's parameters, --set and --seeds applied
-    overridden: tuple[str, ...]
-
-
-def make_plan(
-    exp: Experiment, profile: str, device: torch.device | str, runs_dir: Path, seeds=None, overrides=None
-) -> Plan:
-    """The grid `run` would make, with its cached records and the durations on record of the missing runs; a
-    staged grid grown, as the runner grows it, for as long as every run of a stage is cached."""
-    from .harness.overrides import Records, refusal, user_values
-    from .harness.plan import check_grid, durations, load_record, ok, resolve_profile, run_keys
-
-    p = resolve_profile(exp, profile, seeds, overrides)
-    with user_values(exp, overrides):
-        configs = exp.grid(p)
-    check_grid(exp, configs)
-    published = (REPO_ROOT / r / exp.claim_id / "runs" for r in PUBLISHED_REPORTS)
-    why = refusal(exp, profile, p, overrides or {}, Records(runs_dir, *published), device)
-    if why is not None:
-        raise UsageError(why)
-    while True:
-        keys = run_keys(exp, configs, device)
-        done = [ok(load_record(runs_dir / f"{k.run_id}.json")) for k in keys]
-        if not exp.staged or not all(done):
-            break
-        grown = exp.grid(p, done)
-        if grown == configs:
-            break
-        check_grid(exp, grown)
-        configs = grown
-    known = durations(runs_dir, device)  # by config hash, else by part (what SLURM packs jobs by)
-    parts: dict[str, PartPlan] = {}
-    for cfg, key, rec in zip(configs, keys, done):
-        name = str(cfg.get("part", ""))
-        part = parts.get(name, PartPlan(name))
-        seconds = None if rec else known.get(key.config_hash, known.get(("part", cfg.get("part"))))
-        parts[name] = replace(
-            part,
-            runs=part.runs + 1,
-            cached=part.cached + (rec is not None),
-            seconds=part.seconds + (seconds or 0.0),
-            unestimated=part.unestimated + (rec is None and seconds is None),
-        )
-    return Plan(
-        exp.claim_id,
-        profile,
-        str(getattr(device, "type", device)),
-        tuple(parts.values()),
-        tuple(part.name for part in exp.parts if part.staged),
-        exp.staged and not all(done),
-        p,
-        tuple(sorted(overrides or {})),
-    )
-
-
 def _duration(s: float) -> str:
     if s < 10:
         return f"{s:.1f} s"
@@ -645,7 +564,7 @@ def _duration(s: float) -> str:
     return f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.1f} h"
 
 
-def _eta(part: PartPlan) -> str:
+def _eta(part) -> str:
     if not part.missing:
         return "-"
     if part.unestimated == part.missing:
@@ -657,6 +576,8 @@ def _eta(part: PartPlan) -> str:
 def plan_lines(plan: Plan, runs_dir: Path, width: int = 100) -> list[str]:
     """What `plan` prints: the runs per part, cached and to run, the time the missing ones took on record, and
     the --set keys with their values."""
+    from .harness.planner import PartPlan
+
     total = PartPlan(
         "total",
         sum(p.runs for p in plan.parts),
@@ -723,6 +644,7 @@ def _show(args) -> int:
 
 def _plan(args) -> int:
     from .harness.launch import Launcher
+    from .harness.planner import make_plan
     from .harness.registry import load_file
 
     path = _claim_file(args.name)
@@ -736,7 +658,8 @@ def _plan(args) -> int:
     device = Launcher.from_options(args.launcher, gpus=args.slurm_gpus).device_type(args.device)
     custom = bool(args.overrides) or args.seeds is not None
     runs_dir = run_destination(args.results_dir, args.profile, custom) / exp.claim_id / "runs"
-    plan = make_plan(exp, args.profile, device, runs_dir, args.seeds, dict(args.overrides))
+    published = [REPO_ROOT / r / exp.claim_id / "runs" for r in PUBLISHED_REPORTS]
+    plan = make_plan(exp, args.profile, device, runs_dir, args.seeds, dict(args.overrides), published)
     print("\n".join(plan_lines(plan, runs_dir, _width())))
     return 0
 

@@ -33,7 +33,7 @@ from ..io import atomic_write_json, jsonable
 from . import slurm
 from .experiment import Experiment, Output, RunContext, Verdict
 from .launch import Launcher, LauncherError
-from .overrides import Records, refusal, user_values
+from .overrides import Records
 from .plan import (
     BadInput,
     check_grid,
@@ -44,6 +44,7 @@ from .plan import (
     resolve_profile,
     run_keys,
 )
+from .planner import sweep_grid
 from .provenance import (
     code_definitions,
     code_hash,
@@ -60,7 +61,7 @@ from .sameness import file_difference, same_values
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -177,18 +178,13 @@ def run_experiment(
 
     `allow_dirty`: publish a default or full result into the repository's results/ from a tree with
     uncommitted code changes (see `check_clean_tree`)."""
-    p = resolve_profile(exp, profile, seeds, overrides)
+    resolve_profile(exp, profile, seeds, overrides)  # a bad --set or --seeds before anything else
     check_destination(profile, results_root, custom=bool(overrides) or seeds is not None)
     check_clean_tree(profile, results_root, allow_dirty)
-    with user_values(exp, overrides):
-        configs = exp.grid(p)
-    check_grid(exp, configs)
     claim_dir = results_root / exp.claim_id
     runs_dir = claim_dir / "runs"
     records = Records(runs_dir, *(r / exp.claim_id / "runs" for r in map(published_root, PUBLISHED)))
-    why = refusal(exp, profile, p, overrides or {}, records, device.type)
-    if why is not None:
-        raise BadInput(why)
+    p, configs = sweep_grid(exp, profile, seeds, overrides, records, device)
     new_dirs = [d for d in (results_root, claim_dir) if not d.exists()]
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)

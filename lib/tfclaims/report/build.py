@@ -732,7 +732,7 @@ def banner(results: list[dict], results_root: Path) -> str | None:
 def _as_of(results: list[dict]) -> str:
     """The newest analysis time among the results: the report of unchanged results is the same bytes."""
     times = [dt.datetime.fromisoformat(r["finished_at"]) for r in results if r.get("finished_at")]
-    return max(times).astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if times else "—"
+    return max(times).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if times else "—"
 
 
 def build_report(results_root: Path, report_root: Path, readme: Path | None = None) -> None:
