@@ -27,10 +27,11 @@ adjustment is its closed form, checked against statsmodels in the tests.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from scipy import stats
@@ -105,7 +106,7 @@ class Comparison:
             raise EvidenceError(f"{self.id}: decision must be one of {DECISIONS}, got {self.decision!r}")
 
     def as_dict(self) -> dict:
-        return {k: _clean(v) for k, v in asdict(self).items()}
+        return {f.name: _clean(getattr(self, f.name)) for f in fields(self)}  # scalars: no deep copy
 
     @property
     def excluded(self) -> bool:
@@ -235,12 +236,19 @@ def _counts(flags: Mapping | None) -> tuple[int | None, int | None]:
 
 def _mde(sd: float, n: int, alpha: float, paired: bool, n_b: int | None = None) -> float | None:
     """Smallest |diff| a two-sided t-test detects with 80% power at this n and standard deviation."""
-    from statsmodels.stats.power import TTestIndPower, TTestPower
-
     if not _finite(sd) or n < 2 or (not paired and (n_b or 0) < 2):
         return None
     if sd == 0:
         return 0.0
+    return float(_detectable_effect_size(n, alpha, paired, n_b if not paired else None) * sd)
+
+
+@functools.lru_cache(maxsize=1024)
+def _detectable_effect_size(n: int, alpha: float, paired: bool, n_b: int | None) -> float:
+    """The standardised effect `_mde` scales by the sd: a root search, memoised because an analysis asks for
+    the same few sample sizes thousands of times."""
+    from statsmodels.stats.power import TTestIndPower, TTestPower
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if paired:
@@ -249,7 +257,7 @@ def _mde(sd: float, n: int, alpha: float, paired: bool, n_b: int | None = None) 
             es = TTestIndPower().solve_power(
                 nobs1=n, ratio=n_b / n, alpha=alpha, power=POWER, alternative="two-sided"
             )
-    return float(np.asarray(es).item() * sd)
+    return np.asarray(es).item()
 
 
 def _bounds(margin: float | None, interval) -> tuple[float | None, float | None, float | None, float | None]:

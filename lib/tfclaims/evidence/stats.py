@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -21,6 +22,12 @@ class CI:
         return (self.hi - self.lo) / 2
 
 
+@functools.lru_cache(maxsize=4096)
+def t_quantile(q: float, df: int):
+    """Student's t quantile, memoised: analyses ask for the same few (level, seeds) pairs thousands of times."""
+    return stats.t.ppf(q, df)
+
+
 def mean_ci(values, conf: float = 0.95) -> CI:
     """Mean and Student-t confidence interval; with one value the interval is the point."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
@@ -29,7 +36,7 @@ def mean_ci(values, conf: float = 0.95) -> CI:
     m = float(x.mean())
     if x.size == 1:
         return CI(m, m, m, 1)
-    h = float(stats.t.ppf((1 + conf) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    h = float(t_quantile((1 + conf) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return CI(m, m - h, m + h, int(x.size))
 
 

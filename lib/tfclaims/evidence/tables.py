@@ -36,7 +36,8 @@ COMPARISON_COLUMNS = (
 
 def comparison_table(cmps, cols=COMPARISON_COLUMNS) -> pd.DataFrame:
     """One row per comparison (`decisions.Comparison`): the fields `cols` of its `as_dict()`, in order."""
-    return pd.DataFrame([{k: c.as_dict()[k] for k in cols} for c in cmps], columns=list(cols))
+    rows = [c.as_dict() for c in cmps]
+    return pd.DataFrame([{k: d[k] for k in cols} for d in rows], columns=list(cols))
 
 
 def _scalar(v) -> bool:
