@@ -9,6 +9,7 @@ from tfclaims.analysis import albert_sharing as view
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, Within, arm, bound, cell, cells
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.tuning import SweepWords, write_sweep_tables
 from tfclaims.grids.albert_sharing import AA, NULL_OFFSET, grid_sweep, scales
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
@@ -108,7 +109,7 @@ class AlbertSharing(Experiment):
                   in_report=False)  # fmt: skip
         out.table("timing", view.timing_summary(t["timing"]), "Seconds per token of an encoder forward (median "
                   "over rounds) and ratios to the unshared stack")  # fmt: skip
-        out.table("choices", t["choices"], "Each arm's chosen learning rate per depth (selection seeds)")
+        write_sweep_tables(out, t["choices"], None, SweepWords(per="depth"))
         out.table("runs", t["runs"], "Every training run", in_report=False)
         view.plot(t, p, out)
         summary = view.summary(t)

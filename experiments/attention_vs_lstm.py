@@ -7,6 +7,7 @@ from tfclaims.analysis import attention_vs_lstm as view
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, Trend, Within, arm, cell
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.tuning import SweepWords, write_sweep_tables
 from tfclaims.grids.attention_vs_lstm import AA, NULL_OFFSET, grid_sweep
 from tfclaims.grids.sweep import profile_sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
@@ -103,7 +104,9 @@ class AttentionVsLSTM(Experiment):
         result = evaluate(decl, t)
         out.table("throughput", view.throughput_table(t["throughput"]), "Training tokens per second per layer "
                   "(median of rounds) and attention's over the LSTM's")  # fmt: skip
-        out.table("choices", t["choices"], "Each model's chosen learning rate per distance (selection seeds)")
+        write_sweep_tables(
+            out, t["choices"], None, SweepWords(arm="model", per="distance", reads="final held-out loss")
+        )
         out.table("runs", t["runs"], "Every recall run", in_report=False)
         view.plot(t, p, out)
         summary = view.summary(t, p)

@@ -190,9 +190,9 @@ class LayerNormVariants(Experiment):
         t = view.observe(runs, p, GUARD, stars)
         result = evaluate(self.declare(p), t)
         subs = {(s, dt): f"swap-{view.COL[s]}-{view.PREC[dt]}" for s in PAIRS for dt in p["dtypes"]}
-        view.write_tables(runs, t, result, subs, p, NOTES_EPS, stars, out)
+        view.write_tables(runs, t, result, subs, p, notes_eps=NOTES_EPS, stars=stars, out=out)
         view.plot_formulas(t, p, THRESHOLD, stars, out)
-        view.plot_swap(t, result, subs, p, SWAP_MARGIN, NOTES_EPS, out)
+        view.plot_swap(t, result, subs, p, margin=SWAP_MARGIN, notes_eps=NOTES_EPS, out=out)
         view.plot_training(runs, out)
         key, summary = view.headline(result, t, subs, p, SWAP_MARGIN, stars)
         notes = {

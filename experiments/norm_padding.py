@@ -47,6 +47,83 @@ LOSS, GAP, MODE, FLUCT = view.LOSS, view.GAP, view.MODE, view.FLUCT_READOUTS
 PADS_T, PADS_E, NB_T, NB_E, LEAK_T, LEAK_E = view.PROBE_READOUTS
 
 
+def _batch_subclaims(lines, wins, enc: dict, fl) -> tuple:
+    """Sub-claims c (small batches) and d (train/inference mismatch), with their leaky variants."""
+    at = view.cells_at
+    small = ", ".join(f"{pl}: {s} vs {g} lines" for pl, (s, g) in view.sizes(lines, "batch_causal").items())
+    gap = dict(table="interaction", a=arm("largest batch", size="largest"), b=arm("smallest batch", size="smallest"),
+               guard=LEARNED, margin=MARGIN, where="all")  # fmt: skip
+    modes = dict(table="modes", guard=LEARNED, margin=MARGIN, where="all")
+    mode_cells = lambda st, arms_, n: tuple(  # noqa: E731
+        cell(c.label, **dict(c.where), norm=n) for c in at(st, arms_, n)
+    )
+    return (
+        SubClaim("c", f"Small batches: (BN causal − LN) larger at the smallest batch than at the largest "
+                 f"({small}; one rate)", Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_causal"),
+                 noise="null-gap" if fl else None, counts=False, **gap,
+                 note="Reported, not counted: no learning-rate sweep at the small batch."),
+        SubClaim("c-leaky", "Small batches with BN masked (which leaks later tokens in train mode)",
+                 Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_masked"), counts=False,
+                 **gap),
+        SubClaim("d", "Train/inference mismatch: one leak-free BN model worse with running than with batch "
+                 "statistics (causal statistics, and BN in the masked LM)", Better("a"), (MODE,),
+                 a=arm("train mode", mode="train"), b=arm("eval mode", mode="eval"),
+                 cells=mode_cells("lines", lines, "batch_causal") + mode_cells("windows", wins, "batch_causal")
+                 + mode_cells("enc-windows", enc["enc-windows"], "batch")
+                 + mode_cells("enc-lines", enc["enc-lines"], "batch_masked"), **modes,
+                 note="No null pair: both readouts come from one run."),
+        SubClaim("d-leaky", "Train/inference gap of BN masked in the causal LM (its train mode sees later "
+                 "tokens)", Better("a"), (MODE,), a=arm("train mode", mode="train"), b=arm("eval mode", mode="eval"),
+                 cells=mode_cells("lines", lines, "batch_masked") + mode_cells("windows", wins, "batch_masked"),
+                 counts=False, **modes),
+    )  # fmt: skip
+
+
+def _probe_subclaims(p: dict, lines, ln, bn, masked, causal) -> tuple:
+    """The probes' checks and reported findings (invariances, leaks), and the statistics' fluctuation."""
+    pl, big = view.fluct_arm(lines)
+    ctl = arm(f"MLP control (batch {p['mlp_batch']})", data="mlp")
+    lm = arm(f"LM, lines, BN masked ({pl}, batch {big})", data="lines", attn="causal", norm="batch_masked",
+             placement=pl, batch=big)  # fmt: skip
+    return (
+        check("ln-invariant", "LN, train mode: no change with pads, neighbours or later tokens",
+              (PADS_T, NB_T, LEAK_T), bound(None, INVARIANT), table="probes", b=ln),
+        check("eval-invariant", "Eval mode, every norm: no change with pads, neighbours or later tokens",
+              (PADS_E, NB_E, LEAK_E), bound(None, INVARIANT), table="probes"),
+        check("masked-pads", "BN masking pads: outputs unchanged when pads are added (train mode)",
+              PADS_T, bound(None, INVARIANT), table="probes", b=masked),
+        check("causal-invariant", "BN with causal statistics: no change with pads or later tokens",
+              (PADS_T, LEAK_T), bound(None, INVARIANT), table="probes", b=causal),
+        SubClaim("pads-enter", "BN counting pads: train-mode outputs change when pads are added",
+                 bound(DEPENDENT), (PADS_T,), table="probes", b=bn, counts=False),
+        SubClaim("leak", "BN in train mode leaks later tokens into earlier outputs", bound(DEPENDENT),
+                 (LEAK_T,), table="probes", where="all", counts=False,
+                 cells=(cell("counted", norm="batch"), cell("masked", norm="batch_masked"))),
+        SubClaim("fluct", "Batch statistics fluctuate more in the LM than in an MLP control",
+                 Better("b"), FLUCT, table="stats", a=ctl, b=lm, where="all", counts=False),
+        SubClaim("fluct-2x", f"LM batch statistics fluctuate ≥ {FLUCT_FACTOR:g}× more than the MLP's",
+                 Better("b"), FLUCT, table="stats", b=lm, where="all", counts=False,
+                 a=arm(f"MLP control × {FLUCT_FACTOR:g}", data=f"mlp-x{FLUCT_FACTOR:g}"),
+                 note="Arm a is the control's rows raised by log2 of the factor."),
+    )  # fmt: skip
+
+
+def _null_pairs(p: dict, ln, sl, se, fl) -> tuple:
+    """The null pairs that have a cell in this profile."""
+    return tuple(n for n in (
+        NullPair("null", ln, arm("LN rerun", norm="layer", part="null"), (LOSS,), seed_offset=NULL_OFFSET,
+                 cells=tuple(view.cell_of(*c) for c in p["null_cells"])),
+        NullPair("null-lines", arm("LN", **dict(view.cell_of(*sl).where), norm="layer"),
+                 arm("LN rerun", **{**dict(view.cell_of(*sl).where), "part": "null"}, norm="layer"),
+                 (LOSS,), seed_offset=NULL_OFFSET, cells=ALL if list(sl) in p["null_cells"] else ()),
+        NullPair("null-enc", arm("LN", **dict(view.cell_of(*se).where), norm="layer"),
+                 arm("LN rerun", **{**dict(view.cell_of(*se).where), "part": "null"}, norm="layer"),
+                 (LOSS,), seed_offset=NULL_OFFSET, cells=ALL if list(se) in p["null_cells"] else ()),
+        NullPair("null-gap", arm("LN, smallest − largest", pair="ln"), arm("rerun", pair="ln-rerun"),
+                 (GAP,), table="interaction", cells=fl, seed_offset=NULL_OFFSET),
+    ) if n.cells)  # fmt: skip
+
+
 class NormPadding(Experiment):
     claim_id = "norm_padding"
     title = "LayerNorm rather than BatchNorm: padding vs batch statistics"
@@ -142,25 +219,13 @@ class NormPadding(Experiment):
         )
         in_lines = lambda n: tuned.get(name.get((*sl, n)))  # noqa: E731
         in_enc = lambda n: tuned.get(name.get((*se, n)))  # noqa: E731
-        fl, (pl, big) = view.floored(p, lines, "batch_causal"), view.fluct_arm(lines)
-        ctl = arm(f"MLP control (batch {p['mlp_batch']})", data="mlp")
-        lm = arm(f"LM, lines, BN masked ({pl}, batch {big})", data="lines", attn="causal", norm="batch_masked",
-                 placement=pl, batch=big)  # fmt: skip
-        small = ", ".join(
-            f"{pl}: {s} vs {g} lines" for pl, (s, g) in view.sizes(lines, "batch_causal").items()
-        )
-        gap = dict(table="interaction", a=arm("largest batch", size="largest"), b=arm("smallest batch", size="smallest"),
-                   guard=LEARNED, margin=MARGIN, where="all")  # fmt: skip
-        modes = dict(table="modes", guard=LEARNED, margin=MARGIN, where="all")
+        fl = view.floored(p, lines, "batch_causal")
         floored_cells = {view.cell_of(*c).label for c in p["null_cells"]}
 
         def fx(st, arms_, *norms):  # fixed-rate cells, floored by the null pair where it has a cell
             cs = at(st, arms_, *norms)
             return {**loss, "cells": cs, "noise": "null" if floored_cells & {c.label for c in cs} else None}
 
-        mode_cells = lambda st, arms_, n: tuple(  # noqa: E731
-            cell(c.label, **dict(c.where), norm=n) for c in at(st, arms_, n)
-        )
         return Declaration((
             SubClaim("a-fixed", "Padding: BN counting pads worse than BN masking them, one rate (causal LM, "
                      "padded lines)", Better("a"), a=masked, b=bn, **fx("lines", lines, "batch", "batch_masked"),
@@ -183,24 +248,7 @@ class NormPadding(Experiment):
             SubClaim("b-leaky", "Causal LM on fixed windows: BN (batch statistics, which leak later tokens) "
                      "worse than LN, one rate", Better("a"), a=ln, b=masked,
                      **fx("windows", wins, "layer", "batch_masked"), counts=False),
-            SubClaim("c", f"Small batches: (BN causal − LN) larger at the smallest batch than at the largest "
-                     f"({small}; one rate)", Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_causal"),
-                     noise="null-gap" if fl else None, counts=False, **gap,
-                     note="Reported, not counted: no learning-rate sweep at the small batch."),
-            SubClaim("c-leaky", "Small batches with BN masked (which leaks later tokens in train mode)",
-                     Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_masked"), counts=False,
-                     **gap),
-            SubClaim("d", "Train/inference mismatch: one leak-free BN model worse with running than with batch "
-                     "statistics (causal statistics, and BN in the masked LM)", Better("a"), (MODE,),
-                     a=arm("train mode", mode="train"), b=arm("eval mode", mode="eval"),
-                     cells=mode_cells("lines", lines, "batch_causal") + mode_cells("windows", wins, "batch_causal")
-                     + mode_cells("enc-windows", enc["enc-windows"], "batch")
-                     + mode_cells("enc-lines", enc["enc-lines"], "batch_masked"), **modes,
-                     note="No null pair: both readouts come from one run."),
-            SubClaim("d-leaky", "Train/inference gap of BN masked in the causal LM (its train mode sees later "
-                     "tokens)", Better("a"), (MODE,), a=arm("train mode", mode="train"), b=arm("eval mode", mode="eval"),
-                     cells=mode_cells("lines", lines, "batch_masked") + mode_cells("windows", wins, "batch_masked"),
-                     counts=False, **modes),
+            *_batch_subclaims(lines, wins, enc, fl),
             SubClaim("naive", "BN counting pads worse than LN, each at its own best rate (causal LM, padded "
                      "lines)", Better("a"), a=in_lines("layer"), b=in_lines("batch"), cells=at_l,
                      counts=False, noise="null-lines", **tune),
@@ -209,37 +257,8 @@ class NormPadding(Experiment):
             SubClaim("power", "PowerNorm better than LN (the anchors' finding; padded lines, one rate)",
                      Better("b"), a=ln, b=arm("PowerNorm", norm="power"), **fx("lines", lines, "layer", "power"),
                      counts=False),
-            check("ln-invariant", "LN, train mode: no change with pads, neighbours or later tokens",
-                  (PADS_T, NB_T, LEAK_T), bound(None, INVARIANT), table="probes", b=ln),
-            check("eval-invariant", "Eval mode, every norm: no change with pads, neighbours or later tokens",
-                  (PADS_E, NB_E, LEAK_E), bound(None, INVARIANT), table="probes"),
-            check("masked-pads", "BN masking pads: outputs unchanged when pads are added (train mode)",
-                  PADS_T, bound(None, INVARIANT), table="probes", b=masked),
-            check("causal-invariant", "BN with causal statistics: no change with pads or later tokens",
-                  (PADS_T, LEAK_T), bound(None, INVARIANT), table="probes", b=causal),
-            SubClaim("pads-enter", "BN counting pads: train-mode outputs change when pads are added",
-                     bound(DEPENDENT), (PADS_T,), table="probes", b=bn, counts=False),
-            SubClaim("leak", "BN in train mode leaks later tokens into earlier outputs", bound(DEPENDENT),
-                     (LEAK_T,), table="probes", where="all", counts=False,
-                     cells=(cell("counted", norm="batch"), cell("masked", norm="batch_masked"))),
-            SubClaim("fluct", "Batch statistics fluctuate more in the LM than in an MLP control",
-                     Better("b"), FLUCT, table="stats", a=ctl, b=lm, where="all", counts=False),
-            SubClaim("fluct-2x", f"LM batch statistics fluctuate ≥ {FLUCT_FACTOR:g}× more than the MLP's",
-                     Better("b"), FLUCT, table="stats", b=lm, where="all", counts=False,
-                     a=arm(f"MLP control × {FLUCT_FACTOR:g}", data=f"mlp-x{FLUCT_FACTOR:g}"),
-                     note="Arm a is the control's rows raised by log2 of the factor."),
-        ), tuple(n for n in (
-            NullPair("null", ln, arm("LN rerun", norm="layer", part="null"), (LOSS,), seed_offset=NULL_OFFSET,
-                     cells=tuple(view.cell_of(*c) for c in p["null_cells"])),
-            NullPair("null-lines", arm("LN", **dict(view.cell_of(*sl).where), norm="layer"),
-                     arm("LN rerun", **{**dict(view.cell_of(*sl).where), "part": "null"}, norm="layer"),
-                     (LOSS,), seed_offset=NULL_OFFSET, cells=ALL if list(sl) in p["null_cells"] else ()),
-            NullPair("null-enc", arm("LN", **dict(view.cell_of(*se).where), norm="layer"),
-                     arm("LN rerun", **{**dict(view.cell_of(*se).where), "part": "null"}, norm="layer"),
-                     (LOSS,), seed_offset=NULL_OFFSET, cells=ALL if list(se) in p["null_cells"] else ()),
-            NullPair("null-gap", arm("LN, smallest − largest", pair="ln"), arm("rerun", pair="ln-rerun"),
-                     (GAP,), table="interaction", cells=fl, seed_offset=NULL_OFFSET),
-        ) if n.cells))  # fmt: skip
+            *_probe_subclaims(p, lines, ln, bn, masked, causal),
+        ), _null_pairs(p, ln, sl, se, fl))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         p = view.with_arms(

@@ -8,6 +8,7 @@ from tfclaims.analysis import postln_quality as view
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, Trend, arm, cell, cells
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.tuning import SweepWords, write_sweep_tables
 from tfclaims.grids.postln_quality import NULL_OFFSET, PLACEMENTS, grid_sweep, subsets
 from tfclaims.grids.sweep import profile_sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
@@ -79,7 +80,7 @@ class PostlnQuality(Experiment):
         decl = self.declare(p)
         t = view.observe(runs, p, (FINAL, LEARNED, GAP), NULL_OFFSET)
         result = evaluate(decl, t)
-        out.table("choices", t["choices"], "Each placement's chosen learning rate per cell (selection seeds)")
+        write_sweep_tables(out, t["choices"], None, SweepWords(arm="placement", per="cell"))
         out.table("cells", view.cell_table(t["tuned"], t["choices"]), "Per cell, each placement at its "
                   "chosen rate: epochs over the subset, fresh seeds that learned, mean held-out and "
                   "training-subset losses and their gap (nats/char)")  # fmt: skip

@@ -236,8 +236,20 @@ class PostnormWarmup(Experiment):
         curves = view.sweep_curves(t)
         view.plot_sweep(t, curves, p, {d: n_params(p, d) for d in p["scales"]}, SWEPT_LABEL, out)
         view.write_sweep(t, curves, p, out)
-        view.write_tables(t, result, gen, sig, p, U, LEARN_MARGIN, out)
-        view.figures(t, train, probes, result, fx, FINAL, ARMS, p, U - LEARN_MARGIN, LEARN_MARGIN, out)
+        view.write_tables(t, result, gen, sig, p, U, margin=LEARN_MARGIN, out=out)
+        view.figures(
+            t,
+            train,
+            probes,
+            result,
+            fx,
+            FINAL,
+            arms=ARMS,
+            p=p,
+            threshold=U - LEARN_MARGIN,
+            margin=LEARN_MARGIN,
+            out=out,
+        )
         key = f"{view.tuned_headline(result)}; at one fixed rate: {view.headline(result, fx, FINAL)}"
         found = view.numbers(t)
         v = verdict_from(

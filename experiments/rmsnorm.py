@@ -157,7 +157,7 @@ class RMSNormSpeed(Experiment):
     def analyse(self, runs, p, out: Output):
         t, decl = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET, AA, CONTENDED), self.declare(p)
         result = evaluate(decl, t)
-        v = view.write_tables(runs, t, result, p, FAMILIES, AA, out)
+        v = view.write_tables(runs, t, result, p, FAMILIES, aa=AA, out=out)
         view.plot_micro(v["mdf"], out)
         view.plot_step_and_training(runs, v["sdf"], t["tuned"], decl.sub("quality"), out)
         view.plot_sweep(t, p, out)

@@ -9,6 +9,7 @@ from tfclaims.analysis import truncate_distill as view
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, Within, arm, bound, cell, cells
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.tuning import SweepWords, write_sweep_tables
 from tfclaims.grids.truncate_distill import (
     AA,
     ARM_LABELS,
@@ -133,7 +134,7 @@ class TruncateDistill(Experiment):
                   "teacher and students, and their ratios to the teacher")  # fmt: skip
         out.table("timing", view.timing_summary(t["timing"]), "Seconds per token of a forward (median over "
                   "rounds) and the teacher's time over each model's")  # fmt: skip
-        out.table("choices", t["choices"], "Each arm's chosen learning rate per depth (selection seeds)")
+        write_sweep_tables(out, t["choices"], None, SweepWords(per="depth", reads="final validation loss"))
         out.table("runs", t["runs"], "Every student", in_report=False)
         view.plot(t, p, out)
         summary = view.summary(t)

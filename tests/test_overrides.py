@@ -22,7 +22,7 @@ def dead_keys(exp, profile: str, records: Records) -> list[str]:
     for k, v in p.items():
         if k == "seeds":  # --seeds, not --set
             continue
-        found = [acts(exp, p, k, x, records, "cpu", base) for x in variants(v)]
+        found = [acts(exp, p, k, x, records, "cpu", base=base) for x in variants(v)]
         if found and all(f is False for f in found):
             out.append(k)
     return out

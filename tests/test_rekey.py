@@ -82,9 +82,11 @@ def test_records_named_by_leave_are_left_to_rerun_and_the_rest_are_re_keyed(tmp_
     for mod in (rekey, provenance):
         monkeypatch.setattr(mod, "run_code_hash", lambda exp, cfg: "0123456789abcdef")
     monkeypatch.setattr(rekey, "rerun_equal", lambda exp, rec, scratch: (True, rec["run_id"]))
-    both = rekey.rekey("seeded", exp, "abc123", tmp_path, 1, True, [("seed", "0"), ("seed", "1")])
+    both = rekey.rekey(
+        "seeded", exp, "abc123", tmp_path, n_verify=1, dry=True, leave=[("seed", "0"), ("seed", "1")]
+    )
     assert "2 records left to rerun (--leave)" in both  # one key, two values: both left
-    out = rekey.rekey("seeded", exp, "abc123", tmp_path, 1, False, [("seed", "1")])
+    out = rekey.rekey("seeded", exp, "abc123", tmp_path, n_verify=1, dry=False, leave=[("seed", "1")])
     assert "1 records re-keyed" in out and "1 records left to rerun (--leave)" in out
     after = {
         json.loads(f.read_text())["config"]["seed"]: json.loads(f.read_text()) for f in runs.glob("*.json")

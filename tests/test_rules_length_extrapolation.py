@@ -120,7 +120,7 @@ def test_rule_text_names_the_arms_the_extension_and_the_null_pairs():
 def test_tables_and_figures_are_written(tmp_path):
     v = analyse(EXP, records(), P, tmp_path, render=True)
     assert v.verdict == "supported"
-    for name in ("length", "extension", "choices", "differences"):
+    for name in ("length", "extension", "lr_choices", "lr_sweep", "differences"):
         assert (tmp_path / f"{name}.csv").is_file()
     for fig in ("length", "extension", "lr-sweep"):
         assert (tmp_path / "figures" / f"{fig}.png").is_file()

@@ -357,7 +357,7 @@ def test_each_arm_is_compared_at_its_own_chosen_rate_on_the_fresh_seeds_only(tmp
         assert comparison(v, cid).n == len(FRESH)
     c = comparison(v, f"share/{FIRST}")
     assert c.mean_a == pytest.approx(0.6, abs=0.03) and c.mean_b == pytest.approx(0.2, abs=0.03)
-    written = (tmp_path / "choices.csv").read_text()
+    written = (tmp_path / "lr_choices.csv").read_text()
     assert "learned,d16-L1,0.004" in written and "sinusoidal-k1,,0.004" in written
 
 

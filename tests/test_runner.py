@@ -323,3 +323,23 @@ def test_the_commit_is_read_once_and_ignores_the_harness_outputs(tmp_path):
     assert git_commit(tmp_path) == clean  # read once per process
     git_commit.cache_clear()
     assert git_commit(tmp_path) == clean + "-dirty"
+
+
+def test_a_new_publication_removes_the_tables_and_figures_it_no_longer_writes(tmp_path):
+    """A renamed table (choices -> lr_choices) leaves no stale file beside the result; runs stay."""
+    from tfclaims.harness.runner import _publish
+
+    claim, staging = tmp_path / "claim", tmp_path / "staging"
+    for d in (claim / "figures", claim / "runs", staging / "figures"):
+        d.mkdir(parents=True)
+    (claim / "result.json").write_text(
+        json.dumps({"verdict": "supported", "tables": [{"csv": "choices.csv"}]})
+    )
+    for name in ("choices.csv", "kept.csv", "figures/old.png", "runs/r1.json"):
+        (claim / name).write_text("old")
+    for name in ("lr_choices.csv", "kept.csv", "figures/new.png"):
+        (staging / name).write_text("new")
+    assert _publish(staging, claim, {"verdict": "refuted", "tables": [{"csv": "lr_choices.csv"}]})
+    left = sorted(p.relative_to(claim).as_posix() for p in claim.rglob("*") if p.is_file())
+    assert left == ["figures/new.png", "kept.csv", "lr_choices.csv", "result.json", "runs/r1.json"]
+    assert (claim / "kept.csv").read_text() == "new"

@@ -83,7 +83,7 @@ def rerun_equal(exp, rec: dict, scratch: Path) -> tuple[bool, str]:
     return same, rid
 
 
-def rekey(cid: str, exp, since: str, root: Path, n_verify: int, dry: bool, leave: Sequence = ()) -> str:
+def rekey(cid: str, exp, since: str, root: Path, *, n_verify: int, dry: bool, leave: Sequence = ()) -> str:
     res_path = root / cid / "result.json"
     if not res_path.exists():
         return f"{cid}: no result"
@@ -174,7 +174,13 @@ def main() -> int:
         ap.error(f"--since {args.since!r} is not a commit of this repository")
     for cid in args.claims or sorted(exps):
         line = rekey(
-            cid, exps[cid], since.stdout.strip(), Path(args.results_dir), args.verify, args.dry_run, leave
+            cid,
+            exps[cid],
+            since.stdout.strip(),
+            Path(args.results_dir),
+            n_verify=args.verify,
+            dry=args.dry_run,
+            leave=leave,
         )
         print(line, flush=True)
     return 0

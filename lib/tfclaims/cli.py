@@ -274,6 +274,11 @@ def add_run_options(ap: argparse.ArgumentParser) -> None:
         default=None,
         help="local-parallel: worker processes (default: one per GPU, else cores/2)",
     )
+    add_slurm_options(g)
+
+
+def add_slurm_options(g) -> None:
+    """The SLURM launcher's options (each with its environment variable)."""
     g.add_argument("--slurm-partition", default=None, help="SLURM partition ($TFCLAIMS_SLURM_PARTITION)")
     g.add_argument("--slurm-account", default=None, help="SLURM account ($TFCLAIMS_SLURM_ACCOUNT)")
     g.add_argument("--slurm-qos", default=None, help="SLURM QOS ($TFCLAIMS_SLURM_QOS)")
@@ -659,7 +664,15 @@ def _plan(args) -> int:
     custom = bool(args.overrides) or args.seeds is not None
     runs_dir = run_destination(args.results_dir, args.profile, custom) / exp.claim_id / "runs"
     published = [REPO_ROOT / r / exp.claim_id / "runs" for r in PUBLISHED_REPORTS]
-    plan = make_plan(exp, args.profile, device, runs_dir, args.seeds, dict(args.overrides), published)
+    plan = make_plan(
+        exp,
+        args.profile,
+        device,
+        runs_dir,
+        seeds=args.seeds,
+        overrides=dict(args.overrides),
+        published=published,
+    )
     print("\n".join(plan_lines(plan, runs_dir, _width())))
     return 0
 
@@ -696,7 +709,8 @@ def _smoke(args) -> int:
 READERS = {"list": _list, "show": _show, "plan": _plan}
 
 
-def main(argv=None) -> int:
+def build_parser() -> Parser:
+    """The command line: one subcommand per action (`tfclaims --help`)."""
     ap = Parser(prog="tfclaims", description="Test claims about Transformers, claim by claim.")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
     p_run = sub.add_parser("run", help="run one claim's experiment and refresh the report")
@@ -747,53 +761,60 @@ def main(argv=None) -> int:
         "--timeout", type=float, default=900, help="seconds one claim may take (default 900)"
     )
     p_smoke.add_argument("--keep", default=None, help="a results folder to keep (default: a scratch folder)")
+    return ap
+
+
+def _dispatch(args) -> int:
+    """The commands that load the experiment files: run, reproduce, report, check-results, bench."""
+    from .harness.registry import load_all
+
+    broken: list[tuple[str, str]] = []
+    exps = load_all(broken)
+    if args.cmd != "run":  # `run x` speaks only of x
+        for cid, why in broken:
+            print(f"error: experiments/{cid}.py cannot be loaded ({why}); skipped", file=sys.stderr)
+    if args.cmd == "run":
+        if args.name in dict(broken):
+            raise UsageError(f"claim {args.name!r} cannot be loaded: {dict(broken)[args.name]}")
+        if args.name not in exps:
+            raise UsageError(f"unknown claim {args.name!r}; registered claims: {', '.join(exps)}")
+        return _run([exps[args.name]], args)
+    if args.cmd == "reproduce":
+        if not exps:
+            raise UsageError("no claims found under experiments/: nothing to reproduce")
+        return max(_run(list(exps.values()), args), 1 if broken else 0)
+    if args.cmd == "report":
+        from .report.build import build_report
+
+        root = results_root(args.results_dir)
+        build_report(root, report_root(args.report_dir, root))
+        return 0
+    if args.cmd == "check-results":
+        from .harness.runner import stale_results
+
+        problems = stale_results(exps, results_root(args.results_dir), reanalyse=True)
+        for line in problems:
+            print(line, file=sys.stderr)
+        print(
+            f"check-results: {len(exps) - len({p.split(':')[0] for p in problems})}/{len(exps)} claims up to date"
+        )
+        return 1 if problems else 0
+    if args.cmd == "bench":
+        from .harness.bench import main as bench_main
+
+        return bench_main()
+    return 2
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.cmd in READERS:
         return _guard(lambda: READERS[args.cmd](args))
     if args.cmd == "smoke":  # each claim runs in a child process: this one loads no experiment
         return _guard(lambda: _smoke(args))
 
-    def go() -> int:
-        from .harness.registry import load_all
-
-        broken: list[tuple[str, str]] = []
-        exps = load_all(broken)
-        if args.cmd != "run":  # `run x` speaks only of x
-            for cid, why in broken:
-                print(f"error: experiments/{cid}.py cannot be loaded ({why}); skipped", file=sys.stderr)
-        if args.cmd == "run":
-            if args.name in dict(broken):
-                raise UsageError(f"claim {args.name!r} cannot be loaded: {dict(broken)[args.name]}")
-            if args.name not in exps:
-                raise UsageError(f"unknown claim {args.name!r}; registered claims: {', '.join(exps)}")
-            return _run([exps[args.name]], args)
-        if args.cmd == "reproduce":
-            if not exps:
-                raise UsageError("no claims found under experiments/: nothing to reproduce")
-            return max(_run(list(exps.values()), args), 1 if broken else 0)
-        if args.cmd == "report":
-            from .report.build import build_report
-
-            root = results_root(args.results_dir)
-            build_report(root, report_root(args.report_dir, root))
-            return 0
-        if args.cmd == "check-results":
-            from .harness.runner import stale_results
-
-            problems = stale_results(exps, results_root(args.results_dir), reanalyse=True)
-            for line in problems:
-                print(line, file=sys.stderr)
-            print(
-                f"check-results: {len(exps) - len({p.split(':')[0] for p in problems})}/{len(exps)} claims up to date"
-            )
-            return 1 if problems else 0
-        if args.cmd == "bench":
-            from .harness.bench import main as bench_main
-
-            return bench_main()
-        return 2
-
-    return _guard(go)
+    return _guard(lambda: _dispatch(args))
 
 
 if __name__ == "__main__":

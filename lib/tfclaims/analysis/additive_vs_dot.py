@@ -11,7 +11,7 @@ from ..evidence.declare import Readout
 from ..evidence.plots import loglog
 from ..evidence.stats import loglog_fit, mean_ci
 from ..evidence.tables import runs_table, timing_rows
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
 from . import part
 
 KINDS = ("additive", "dot_scaled", "dot_unscaled")
@@ -208,12 +208,11 @@ def write_tables(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, pd.
         "at least the learning margin above chance; settled = accuracy moved by at most 0.02 over the last "
         "20% of training (reported, not a rule)",
     )
-    out.table(
-        "sweep",
+    write_sweep_tables(
+        out,
+        t["choices"],
         t["curves"],
-        "Learning-rate sweep: final held-out cross-entropy on the selection seeds per width, kind and rate "
-        "(mean, min, max; a failed run counted at its loss at init)",
-        in_report=False,
+        SweepWords(arm="kind", per="width", reads="final held-out cross-entropy"),
     )
     return tdf, task
 

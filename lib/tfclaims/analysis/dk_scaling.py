@@ -9,7 +9,7 @@ from ..evidence.curves import curve, plot_curves
 from ..evidence.plots import arm_bands, lr_sweep
 from ..evidence.stats import mean_ci
 from ..evidence.tables import COMPARISON_COLUMNS, comparison_table, runs_table
-from ..evidence.tuning import curve_table, fixed_rate, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
 from . import part
 
 TRAIN_COLUMNS = tuple(c for c in COMPARISON_COLUMNS if c != "metric")  # one metric: no column for it
@@ -136,20 +136,8 @@ def dk_steps_text(t: dict) -> str:
 
 
 def write_sweep(t: dict, p: dict, out) -> None:
-    out.table(
-        "lr_sweep",
-        curve_table(t["sweep"], ["arm", "d_model"]),
-        f"Learning-rate sweep at d_k = {p['sweep_dk']} on the selection seeds: final validation loss "
-        "(nats/char; a failed run counts at the loss at init), per arm, width and peak rate",
-        in_report=False,
-    )
-    out.table(
-        "lr_choices",
-        t["choices"],
-        "Each arm's chosen rate per width (lowest mean final loss on the selection seeds), whether it sits "
-        "at an end of the sweep, and its learning-rate sensitivity (Wortsman et al.; nats) with a 95% "
-        "bootstrap interval over seeds",
-    )
+    words = SweepWords(per=f"width (at d_k = {p['sweep_dk']})")
+    write_sweep_tables(out, t["choices"], curve_table(t["sweep"], ["arm", "d_model"]), words)
 
 
 def plot_sweep(t: dict, p: dict, labels: dict, out) -> None:

@@ -9,7 +9,7 @@ from ..evidence.declare import Readout
 from ..evidence.plots import arm_bands, lr_sweep
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, fixed_rate, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
 from . import part
 
 INIT_NAME = {"normal": "N(0, 0.02²)", "xavier": "N(0, 1/d)"}
@@ -139,19 +139,8 @@ def caveats(p: dict) -> list[str]:
 
 
 def write_sweep(t: dict, out) -> None:
-    out.table(
-        "lr_sweep",
-        curve_table(t["sweep"], ["arm", "d_model"]),
-        "Learning-rate sweep on the selection seeds: final validation loss (nats/char; a failed run counts at "
-        "the loss at init), per arm, width and peak rate",
-        in_report=False,
-    )
-    out.table(
-        "lr_choices",
-        t["choices"],
-        "Each arm's chosen rate per width (lowest mean final loss on the selection seeds), whether it sits at "
-        "an end of the sweep, and its learning-rate sensitivity (Wortsman et al.; nats) with a 95% bootstrap "
-        "interval over seeds",
+    write_sweep_tables(
+        out, t["choices"], curve_table(t["sweep"], ["arm", "d_model"]), SweepWords(per="width")
     )
 
 

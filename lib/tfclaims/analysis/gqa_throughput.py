@@ -17,7 +17,7 @@ from ..evidence.plots import effect_heatmap
 from ..evidence.readouts import of_limit
 from ..evidence.stats import mean_ci
 from ..evidence.tables import runs_table, timing_rows
-from ..evidence.tuning import read_sweep
+from ..evidence.tuning import SweepWords, read_sweep, write_sweep_tables
 from ..grids.gqa_throughput import SWEPT, scale_label, scales
 from ..measure.counting import kv_cache_bytes, lm_forward_flops, model_params
 from ..train.decode_configs import decode_config, kv_list
@@ -307,12 +307,7 @@ def _tuned_tables(t: dict, result, out) -> None:
         "Validation loss, MQA (b) − MHA (a): each model at its own best rate per stage and scale (counted), "
         "and both at the profile's rate (reported); the null pairs last",
     )
-    out.table(
-        "lr_choices",
-        t["choices"],
-        "Each model's chosen rate per scale (lowest mean final loss on the selection seeds), whether it sits at "
-        "an end of the sweep, and its learning-rate sensitivity (nats/char) with a 95% bootstrap interval",
-    )
+    write_sweep_tables(out, t["choices"], None, SweepWords(arm="model"))
 
 
 def _quality(runs, t: dict, p: dict, out) -> pd.DataFrame:

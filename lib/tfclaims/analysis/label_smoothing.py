@@ -13,7 +13,7 @@ from ..evidence.declare import Better, Declaration, Readout
 from ..evidence.evaluate import evaluate
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
 from ..grids.label_smoothing import early_and_init, scales, tuned_eps
 from ..grids.sweep import scale_label
 from . import part
@@ -128,19 +128,8 @@ def write_tables(runs, t: dict, result, every, p: dict, out) -> None:
         f"{len(p['tuned_seeds'])} fresh seeds paired per scale; losses unsmoothed, nats/token; accuracy and ECE "
         "as fractions; the null pair last",
     )
-    out.table(
-        "choices",
-        t["choices"],
-        "Each ε's chosen rate per scale (lowest mean early-stopped, temperature-scaled calibration loss over the "
-        "selection seeds), whether it sits at an end of the sweep, and its learning-rate sensitivity",
-    )
-    out.table(
-        "sweep",
-        t["curves"],
-        "The tuned sweep on the selection seeds: early-stopped, temperature-scaled calibration loss (nats/token; "
-        "a failed run counts at the loss at init) per scale, ε and peak rate",
-        in_report=False,
-    )
+    words = SweepWords(arm="ε", reads="early-stopped, temperature-scaled calibration loss (nats/token)")
+    write_sweep_tables(out, t["choices"], t["curves"], words)
     out.table(
         "comparison_fixed",
         comparison_table([*fixed, *(f for f in result.floors if f.sub_claim == "null")]),

@@ -177,7 +177,9 @@ def eval_label(std: str, name: str, eps: float, notes_eps: dict) -> str:
     return f"{who} {NAME[std]} (eps {e:g} {'inside' if name == 'torch' else 'outside'} the root)"
 
 
-def write_tables(runs, t: dict, result, swap_subs: dict, p: dict, notes_eps: dict, stars: dict, out) -> None:
+def write_tables(
+    runs, t: dict, result, swap_subs: dict, p: dict, *, notes_eps: dict, stars: dict, out
+) -> None:
     eps, d_model = p["eps"], p["d_model"]
     w = t["width"]
     wdf = pd.DataFrame({"width d": w[w["family"] == "layer"]["d"].to_numpy()})
@@ -349,7 +351,7 @@ def plot_formulas(t: dict, p: dict, threshold: float, stars: dict, out) -> None:
     )
 
 
-def plot_swap(t: dict, result, swap_subs: dict, p: dict, margin: float, notes_eps: dict, out) -> None:
+def plot_swap(t: dict, result, swap_subs: dict, p: dict, *, margin: float, notes_eps: dict, out) -> None:
     from ..plotting import subplots
 
     fig, axes = subplots(len(NAME), width=4.6, height=3.9)
@@ -363,44 +365,9 @@ def plot_swap(t: dict, result, swap_subs: dict, p: dict, margin: float, notes_ep
         for k, dt in enumerate(p["dtypes"]):
             off = (k - (len(p["dtypes"]) - 1) / 2) * 0.3
             for i, c in enumerate(result.of(swap_subs[std, dt])):
-                if c.noise is not None:  # the noise floor as a band behind each column
+                if c.noise is not None:
                     bounds.append(c.noise)
-                    ax.bar(
-                        i + off,
-                        2 * c.noise,
-                        bottom=-c.noise,
-                        width=0.26,
-                        color=colors[dt],
-                        alpha=0.12,
-                        lw=0,
-                        label=f"noise floor, {PREC[dt]}" if i == 0 else None,
-                    )
-                trained, swapped = CELLS[c.id.split("/")[-1]]
-                g = sw[(sw["family"] == std) & (sw["dtype"] == dt) & (sw["trained"] == trained)]
-                both = g.pivot(index="unit", columns="eval", values="val_loss")
-                ys = (both[swapped] - both[AS_TRAINED]).dropna().tolist() if swapped in both else []
-                seen += ys
-                ax.scatter(
-                    [i + off] * len(ys),
-                    ys,
-                    s=12,
-                    color=colors[dt],
-                    alpha=0.6,
-                    zorder=3,
-                    label=f"one seed, {PREC[dt]}" if i == 0 else None,
-                )
-                if c.diff is not None and c.ci_low is not None:
-                    ax.errorbar(
-                        i + off,
-                        c.diff,
-                        yerr=[[c.diff - c.ci_low], [c.ci_high - c.diff]],
-                        fmt="_",
-                        ms=14,
-                        color=colors[dt],
-                        capsize=4,
-                        zorder=4,
-                        label=f"mean and interval, {PREC[dt]}" if i == 0 else None,
-                    )
+                seen += _swap_column(ax, c, sw, std, dt, i + off, first=i == 0, color=colors[dt])
         for sgn in (1, -1):
             ax.axhline(
                 sgn * margin, color="k", ls="--", lw=0.8, label=f"margin ±{margin:g}" if sgn > 0 else None
@@ -432,6 +399,48 @@ def plot_swap(t: dict, result, swap_subs: dict, p: dict, margin: float, notes_ep
         f"+ 1000), what retraining alone changes; dashed: the pre-declared margin ±{margin:g} nats/char. "
         f"Symmetric log axis, linear within ±{tiny:g}.",
     )
+
+
+def _swap_column(ax, c, sw, std: str, dt: str, x: float, *, first: bool, color: str) -> list:
+    """One swap comparison `c` at x: its noise floor as a band, each seed's difference, the mean with its
+    interval; returns the seeds' differences. `first` labels the legend entries once per panel."""
+    if c.noise is not None:  # the noise floor as a band behind each column
+        ax.bar(
+            x,
+            2 * c.noise,
+            bottom=-c.noise,
+            width=0.26,
+            color=color,
+            alpha=0.12,
+            lw=0,
+            label=f"noise floor, {PREC[dt]}" if first else None,
+        )
+    trained, swapped = CELLS[c.id.split("/")[-1]]
+    g = sw[(sw["family"] == std) & (sw["dtype"] == dt) & (sw["trained"] == trained)]
+    both = g.pivot(index="unit", columns="eval", values="val_loss")
+    ys = (both[swapped] - both[AS_TRAINED]).dropna().tolist() if swapped in both else []
+    ax.scatter(
+        [x] * len(ys),
+        ys,
+        s=12,
+        color=color,
+        alpha=0.6,
+        zorder=3,
+        label=f"one seed, {PREC[dt]}" if first else None,
+    )
+    if c.diff is not None and c.ci_low is not None:
+        ax.errorbar(
+            x,
+            c.diff,
+            yerr=[[c.diff - c.ci_low], [c.ci_high - c.diff]],
+            fmt="_",
+            ms=14,
+            color=color,
+            capsize=4,
+            zorder=4,
+            label=f"mean and interval, {PREC[dt]}" if first else None,
+        )
+    return ys
 
 
 def plot_training(runs, out) -> None:

@@ -12,7 +12,7 @@ import pandas as pd
 from ..evidence.declare import Readout
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
 from ..grids.length_extrapolation import ARMS, NULL_OFFSET, scales
 from ..grids.sweep import final_and_init, scale_label
 from . import part
@@ -183,15 +183,12 @@ def extension_table(ext: pd.DataFrame, tuned: pd.DataFrame, p: dict) -> pd.DataF
 
 def write_tables(t: dict, result, p: dict, out) -> None:
     n, T = max(p["mults"]), p["seq_len"]
-    out.table("choices", t["choices"], "Each arm's chosen peak rate (lowest mean final validation loss over "
-              "the selection seeds), whether it sits at an end of the sweep, and its learning-rate "
-              "sensitivity")  # fmt: skip
     runs = t["runs"]
     sel = runs[runs.role.isin(["selection", "test"])] if len(runs) else runs
+    write_sweep_tables(
+        out, t["choices"], curve_table(sel, ["scale", "pos"]) if len(sel) else None, SweepWords()
+    )
     if len(sel):
-        out.table("sweep", curve_table(sel, ["scale", "pos"]), "The sweep on the selection seeds: final "
-                  "validation loss (nats/char; a failed run counts at the loss at init) per scale, arm and "
-                  "peak rate", in_report=False)  # fmt: skip
         out.table("runs", runs, "Every training run with its losses at each length", in_report=False)
     out.table("length", length_table(t["tuned"], p), f"Trained at T = {T} characters, each arm at its own "
               f"best rate, evaluated on {n}T-character windows: window-mean validation loss at each length "
@@ -338,5 +335,5 @@ def plot_all(runs, t: dict, p: dict, out) -> None:
         return
     plot_length(runs, t, p, out)
     plot_extension(runs, t, p, out)
-    model_sweep_figure(out, t, p, scales(p), [scale_label(s) for s in scales(p)], LABEL, "pos", per="scale",
+    model_sweep_figure(out, t, p, scales(p), [scale_label(s) for s in scales(p)], LABEL, arm_column="pos", per="scale",
                        each="arm", reads="fresh seeds, mean ± 95% CI")  # fmt: skip

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..evidence.declare import Readout
 from ..evidence.stats import mean_ci
-from ..evidence.tuning import model_sweep_runs, null_at_choice
+from ..evidence.tuning import SweepWords, model_sweep_runs, null_at_choice, write_sweep_tables
 from ..grids.no_position import ARMS, control_scale, scales
 from ..grids.sweep import scale_label
 from . import part
@@ -113,7 +113,7 @@ def layer_summary(layers: pd.DataFrame) -> pd.DataFrame:
 def write_tables(t: dict, out) -> pd.DataFrame:
     out.table("permutation", perm_summary(t["perm"]), "Permutation test, float64: the smallest and largest "
               "relative change per model, position encoding and measure")  # fmt: skip
-    out.table("choices", t["choices"], "Each arm's chosen learning rate per scale (selection seeds)")
+    write_sweep_tables(out, t["choices"], None, SweepWords())
     layers = layer_summary(t["layers"])
     out.table("probe", layers, "Position probe per layer (0: input embeddings), each arm at its chosen rate: "
               "mean gain over the fresh seeds with its 95% CI, mean absolute error in positions")  # fmt: skip
@@ -231,7 +231,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     from ..evidence.plots import model_sweep_figure
 
     sc = [*scales(p), control_scale(p)]
-    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], ARMS, "pos", per="model (the last: the "
+    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], ARMS, arm_column="pos", per="model (the last: the "
                        "one-layer control)", each="arm", reads="fresh seeds, mean ± 95% CI: the runs every "
                        "comparison reads.")  # fmt: skip
 

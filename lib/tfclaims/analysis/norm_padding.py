@@ -11,7 +11,7 @@ from ..evidence.declare import Cell, Readout, cell
 from ..evidence.plots import lr_sweep
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, fixed_rate, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
 from ..grids.norm_padding import (  # the design's settings and arms, shared with the run configs
     PART,
     PLACEMENTS,
@@ -386,20 +386,9 @@ def summary(t: dict, fl: pd.DataFrame, inv: dict, p: dict, key: str) -> str:
 
 
 def write_sweep(t: dict, out) -> None:
-    out.table(
-        "lr_sweep",
-        curve_table(t["sweep"], ["arm", "d_model"], loss="eval_mixed"),
-        "Learning-rate sweep on the selection seeds: eval-mode validation loss (nats/char; a failed run "
-        "counts at the loss at init), per swept arm, width and peak rate",
-        in_report=False,
-    )
-    out.table(
-        "lr_choices",
-        t["choices"],
-        "Each swept arm's chosen rate per width (lowest mean eval-mode loss on the selection seeds), whether "
-        "it sits at an end of the sweep, and its learning-rate sensitivity (Wortsman et al.: mean excess "
-        "over the best across the sweep, nats) with a 95% bootstrap interval over seeds",
-    )
+    curves = curve_table(t["sweep"], ["arm", "d_model"], loss="eval_mixed")
+    words = SweepWords(arm="swept arm", per="width", reads="eval-mode validation loss (nats/char)")
+    write_sweep_tables(out, t["choices"], curves, words)
 
 
 def plot_sweep(t: dict, p: dict, out) -> None:
@@ -710,7 +699,7 @@ def plot_fluctuation(runs, p, out):
 
 
 def plot_quality(runs, t: dict, p, out):
-    from ..plotting import band, subplots
+    from ..plotting import subplots
 
     qdf = quality_frame(t["runs"])
     ok, pls, norms = qdf[qdf.diverged_at.isna() & (qdf.setting == "lines")], p["placements"], p["norms"]
@@ -754,6 +743,14 @@ def plot_quality(runs, t: dict, p, out):
         f"mean with 95% CI over {len(p['seeds'])} seeds, seeds as dots, train-mode loss (batch statistics at "
         "the training batch size) as a dash; right: the gap eval − train mode.",
     )
+    _plot_training(runs, p, out)
+
+
+def _plot_training(runs, p: dict, out) -> None:
+    """Training loss curves on padded lines, per norm and batch size (the first placement)."""
+    from ..plotting import band, subplots
+
+    pls, norms = p["placements"], p["norms"]
     lines = part(runs, "lines")
     fig, axes = subplots(len(p["batches"]), width=4.6, height=3.4)
     for ax, bs in zip(axes, p["batches"]):

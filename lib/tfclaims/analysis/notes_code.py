@@ -239,7 +239,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     from ..evidence.plots import model_sweep_figure
 
     sc = scales(p)
-    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], SHORT, "arm", per="model size",
+    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], SHORT, arm_column="arm", per="model size",
                        each="arm",
                        reads="fresh seeds, mean ± 95% CI: the runs every comparison reads.")  # fmt: skip
 

@@ -15,7 +15,7 @@ from ..evidence.evaluate import evaluate
 from ..evidence.plots import lr_sweep
 from ..evidence.stats import loglog_fit, mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
 from ..grids.postnorm_warmup import deep_warmup
 from . import part
 
@@ -357,7 +357,9 @@ def learned_runs(runs: list[dict], t: dict) -> list[dict]:
     ]
 
 
-def write_tables(t: dict, result, gen: list, sig: pd.DataFrame, p: dict, unigram: float, margin, out) -> None:
+def write_tables(
+    t: dict, result, gen: list, sig: pd.DataFrame, p: dict, unigram: float, *, margin, out
+) -> None:
     """The training tables, E's table and the probes' tables (the runner writes every comparison)."""
     runs = t["fixed"]
     cols = ["placement", "warmup", "depth", "lr", "unit", "final_val", "learned", "escape", "diverged_at"]
@@ -470,14 +472,14 @@ def plot_grid(cells, arms, p, threshold, margin, out):
     )
 
 
-def _band(ax, x, rows, ls, color, label, marker=None):
+def _band(ax, x, rows, ls, color, label, *, marker=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # all-NaN columns after divergence
         ax.plot(x, np.nanmean(rows, 0), ls=ls, color=color, label=label, marker=marker, ms=3)
         ax.fill_between(x, np.nanmin(rows, 0), np.nanmax(rows, 0), color=color, alpha=0.15, linewidth=0)
 
 
-def plot_curves(train, result, sc, final, arms, p, threshold, margin, out):
+def plot_curves(train, result, sc, final, arms, p, *, threshold, margin, out):
     """Training and validation loss for the Post-LN cell where warmup lowers the final loss most (among the
     cells sub-claim A counts) and for the deepest cell."""
     from ..plotting import subplots
@@ -756,20 +758,7 @@ def sweep_curves(t: dict) -> pd.DataFrame:
 
 
 def write_sweep(t: dict, curves: pd.DataFrame, p: dict, out) -> None:
-    out.table(
-        "lr_sweep",
-        curves,
-        "Learning-rate sweep on the selection seeds: final validation loss (nats/char; a failed run counts "
-        "at the loss at init), per arm, width d_model and peak rate",
-        in_report=False,
-    )
-    out.table(
-        "lr_choices",
-        t["choices"],
-        "Each arm's chosen rate per scale (lowest mean final loss on the selection seeds), whether it sits "
-        "at an end of the sweep, and its learning-rate sensitivity (Wortsman et al.: mean excess over the "
-        "best across the sweep, nats) with a 95% bootstrap interval over seeds",
-    )
+    write_sweep_tables(out, t["choices"], curves, SweepWords(per="width"))
 
 
 def plot_sweep(t: dict, curves: pd.DataFrame, p: dict, params: dict, labels: dict, out) -> None:
@@ -886,11 +875,11 @@ def extra_detail(sid: str, t: dict, sig: pd.DataFrame, deep: int) -> str:
     return ""
 
 
-def figures(t, train, probes, result, sc, final, arms, p, threshold, margin, out) -> None:
+def figures(t, train, probes, result, sc, final, *, arms, p, threshold, margin, out) -> None:
     """The claim's six figures: the outcome grid, loss curves, the gradient signature through training, and
     the init probes (gradients, amplification, identity share)."""
     plot_grid(describe_cells(t["fixed"]), arms, p, threshold, margin, out)
-    plot_curves(train, result, sc, final, arms, p, threshold, margin, out)
+    plot_curves(train, result, sc, final, arms, p, threshold=threshold, margin=margin, out=out)
     plot_signature(train, arms, max(r["config"]["depth"] for r in train), p, out)
     plot_grads(probes, t["grad_fits"], out)
     plot_amplification(t["amplification"], t["amplification_fits"], out)

@@ -169,7 +169,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     from ..evidence.plots import model_sweep_figure
 
     sc = scales(p)
-    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], PLACEMENTS, "placement", per="depth",
+    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], PLACEMENTS, arm_column="placement", per="depth",
                        each="placement", reads="fresh seeds, mean ± 95% CI: the runs every comparison reads.")  # fmt: skip
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from ..evidence.plots import arm_bands
 from ..evidence.readouts import achieved, of_limit
 from ..evidence.tables import comparison_table, runs_table, timing_rows, uncontended
-from ..evidence.tuning import curve_table, null_at_choice, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, null_at_choice, read_sweep, write_sweep_tables
 from ..grids.rmsnorm import NORMS, scales
 from ..grids.sweep import scale_label
 from . import part
@@ -86,7 +86,7 @@ def ratio_ci(c) -> tuple[float, float, float]:
     return math.exp(-c.diff), lo, hi
 
 
-def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -> dict:
+def write_tables(runs, t: dict, result, p: dict, families: dict, *, aa: str, out) -> dict:
     """norm_alone, step, kernels and training tables; returns what the summary and the figures read."""
     import torch  # only its version, for the summary
 
@@ -138,6 +138,14 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -
         f"Which aten kernels run (torch profiler, width {micro['kernel_width']}): computing ops that call no "
         "other computing op; allocation, view and copy ops left out",
     )
+    _training_tables(t, result, out)
+    return dict(
+        mdf=mdf, sdf=sdf, kdf=kdf, bw=bw, fams=fams, threads=micro["threads"], torch=torch.__version__
+    )
+
+
+def _training_tables(t: dict, result, out) -> None:
+    """The training runs, the quality comparisons and the learning-rate sweep's tables."""
     names = {"unit": "seed", "final_val": "final val", "steps_per_s": "steps/s"}
     cols = ["scale", "role", "norm", "lr", "unit", "final_val", "unigram", "learned", "steps_per_s"]
     tdf = t["runs"][cols].rename(columns=names).sort_values(["scale", "role", "norm", "lr", "seed"])
@@ -156,23 +164,8 @@ def write_tables(runs, t: dict, result, p: dict, families: dict, aa: str, out) -
         "Validation loss, RMSNorm (b) − LayerNorm (a): each at its own best rate per scale (counted), both at "
         "the profile's rate (reported), and the learning-rate sensitivity; the null pairs last",
     )  # fmt: skip
-    out.table(
-        "lr_choices",
-        t["choices"],
-        "Each norm's chosen rate per scale (lowest mean final loss on the selection seeds), whether it sits at "
-        "an end of the sweep, and its learning-rate sensitivity (mean excess over the best, nats/char) with a "
-        "95% bootstrap interval over seeds",
-    )
-    out.table(
-        "lr_sweep",
-        curve_table(t["runs"][t["runs"].role.isin(["selection", "test"])], ["scale", "norm"]),
-        "The learning-rate sweep on the selection seeds: final validation loss (nats/char; a failed run counts "
-        "at the loss at init) per scale, norm and peak rate",
-        in_report=False,
-    )
-    return dict(
-        mdf=mdf, sdf=sdf, kdf=kdf, bw=bw, fams=fams, threads=micro["threads"], torch=torch.__version__
-    )
+    curves = curve_table(t["runs"][t["runs"].role.isin(["selection", "test"])], ["scale", "norm"])
+    write_sweep_tables(out, t["choices"], curves, SweepWords(arm="norm"))
 
 
 def _step_table(runs, result, families: dict, step: pd.DataFrame, aa: str, out) -> pd.DataFrame:
@@ -377,5 +370,5 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     from ..evidence.plots import model_sweep_figure
 
     sc = scales(p)
-    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], NORMS, "norm", per="scale", each="norm",
+    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], NORMS, arm_column="norm", per="scale", each="norm",
                        reads="seeds, mean ± 95% CI: the tuned quality comparison.")  # fmt: skip

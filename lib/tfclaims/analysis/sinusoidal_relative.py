@@ -10,7 +10,7 @@ import pandas as pd
 from ..evidence.declare import Readout
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
 from ..grids.sinusoidal_relative import ARMS, NULL_OFFSET, scales
 from ..grids.sweep import final_and_init, scale_label
 from . import part
@@ -255,21 +255,13 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
         floatfmt=".3g",
     )
     _learned_table(learned_runs(runs), p, out)
-    out.table(
-        "choices",
-        pd.concat([t["choices"].assign(task="language model"), t["copy_choices"].assign(task="copy")]),
-        "Each arm's chosen peak rate (lowest mean final validation loss over the selection seeds; the copy task "
-        "per k), whether it sits at an end of the sweep, and its learning-rate sensitivity",
-    )
     sel = t["length"][t["length"].role.isin(["selection", "test"])] if len(t["length"]) else t["length"]
-    if len(sel):
-        out.table(
-            "sweep",
-            curve_table(sel, ["scale", "pos"]),
-            "The length part's sweep on the selection seeds: final validation loss (nats/char; a failed run "
-            "counts at the loss at init) per scale, arm and peak rate",
-            in_report=False,
-        )
+    write_sweep_tables(
+        out,
+        pd.concat([t["choices"].assign(task="language model"), t["copy_choices"].assign(task="copy")]),
+        curve_table(sel, ["scale", "pos"]) if len(sel) else None,
+        SweepWords(per="task and scale (the copy task: per k; its sweep is not in lr_sweep)"),
+    )
     tab = _length_table(t["tuned"], p, out)
     _copy_table(t["copy"], p, out)
     use = [c for c in result.comparisons if c.sub_claim.split(" ")[0] in USE]

@@ -9,7 +9,7 @@ import pandas as pd
 from ..evidence.curves import plot_curves
 from ..evidence.stats import mean_ci
 from ..evidence.tables import comparison_table, runs_table
-from ..evidence.tuning import curve_table, read_sweep
+from ..evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
 from ..grids.sweep import scale_label
 from ..grids.weight_tying import SWEPT, scales
 from . import part
@@ -156,21 +156,14 @@ def write_tables(t: dict, result, pdf: pd.DataFrame, p: dict, below: float, out)
     )
     curves = curve_table(t["runs"][t["runs"].regime == "one-pass"], ["scale", "arm"])
     small = curve_table(t["runs"][t["runs"].regime == "small-data"], ["scale", "arm"], loss="select_loss")
-    out.table(
-        "lr_sweep",
-        pd.concat([curves.assign(regime="one-pass"), small.assign(regime="small-data")], ignore_index=True),
-        "The learning-rate sweep on the selection seeds per regime, scale and arm: final validation loss (one "
-        "pass) or early-stopped selection-half loss (small data), nats/token; a failed run counts at the loss "
-        "at init",
-        in_report=False,
+    words = SweepWords(
+        per="regime and scale",
+        reads="final validation loss (one pass) or early-stopped selection-half loss (small data), nats/token",
     )
-    out.table(
-        "lr_choices",
-        t["choices"],
-        "Each arm's chosen rate per regime and scale (lowest mean loss on the selection seeds), whether it "
-        "sits at an end of the sweep, and its learning-rate sensitivity (Wortsman et al.: mean excess over "
-        "the best across the sweep, nats) with a 95% bootstrap interval over seeds",
+    curves = pd.concat(
+        [curves.assign(regime="one-pass"), small.assign(regime="small-data")], ignore_index=True
     )
+    write_sweep_tables(out, t["choices"], curves, words)
     cols = {"regime": "regime", "scale": "scale", "role": "role", "arm": "arm", "lr": "lr", "unit": "seed",
             "params": "params", "steps_to_target": "steps to target", "final_val": "final val loss",
             "select_loss": "early-stopped selection loss", "early_test": "early-stopped test loss",

@@ -342,16 +342,7 @@ def paired(
         )
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     se, dof = sd / math.sqrt(n), float(n - 1)
-    if sd == 0:  # every unit gave the same difference: the t statistic is undefined, the answer is not
-        p = 1.0 if mean == 0 else 0.0
-        lo_ci = hi_ci = mean
-        p_eq = None if low is None else (0.0 if low < mean < upp else 1.0)
-    else:
-        res = stats.ttest_rel(xb, xa)
-        p = float(res.pvalue)
-        ci = res.confidence_interval(1 - alpha)
-        lo_ci, hi_ci = float(ci.low), float(ci.high)
-        p_eq = None if low is None else _tost(d, low, upp)
+    p, lo_ci, hi_ci, p_eq = _paired_test(xa, xb, low, upp, alpha)
     return _finish(
         Comparison(
             **base,
@@ -368,6 +359,18 @@ def paired(
             dof=dof,
         )
     )
+
+
+def _paired_test(xa: np.ndarray, xb: np.ndarray, low, upp, alpha: float) -> tuple:
+    """(p, CI low, CI high, TOST p or None) of the paired differences xb − xa (at least two)."""
+    d = xb - xa
+    mean = float(d.mean())
+    if float(d.std(ddof=1)) == 0:  # every unit gave the same difference: no t statistic, but an answer
+        p_eq = None if low is None else (0.0 if low < mean < upp else 1.0)
+        return (1.0 if mean == 0 else 0.0), mean, mean, p_eq
+    res = stats.ttest_rel(xb, xa)
+    ci = res.confidence_interval(1 - alpha)
+    return float(res.pvalue), float(ci.low), float(ci.high), None if low is None else _tost(d, low, upp)
 
 
 def trend(
@@ -408,33 +411,8 @@ def trend(
     )
     if not units:
         return _untested({**base, "test": "trend", "n": 0}, None, "no unit with two levels")
-    p_eq = None
-    if len(units) == 1:
-        (pts,) = units.values()
-        x, y = np.array(pts).T
-        res = stats.linregress(x, y)
-        dof = len(x) - 2
-        tcrit = stats.t.ppf(1 - alpha / 2, dof)
-        slope, p, se = float(res.slope), float(res.pvalue), float(res.stderr)
-        lo_ci, hi_ci = float(slope - tcrit * se), float(slope + tcrit * se)
-        if low is not None and se > 0:  # one-sided t tests of the OLS slope against each bound
-            p_lo = 0.0 if math.isinf(low) else float(stats.t.sf((slope - low) / se, dof))
-            p_hi = 0.0 if math.isinf(upp) else float(stats.t.cdf((slope - upp) / se, dof))
-            p_eq = max(p_lo, p_hi)
-        test, n = "OLS slope", len(x)
-    else:
-        slopes = np.array([stats.linregress(*np.array(pts).T).slope for pts in units.values()], float)
-        slope, n = float(slopes.mean()), len(slopes)
-        dof, se = float(n - 1), float(slopes.std(ddof=1) / math.sqrt(n))
-        if slopes.std(ddof=1) == 0:
-            p, lo_ci, hi_ci = (1.0 if slope == 0 else 0.0), slope, slope
-            p_eq = None if low is None else (0.0 if low < slope < upp else 1.0)
-        else:
-            res = stats.ttest_1samp(slopes, 0.0)
-            ci = res.confidence_interval(1 - alpha)
-            p, lo_ci, hi_ci = float(res.pvalue), float(ci.low), float(ci.high)
-            p_eq = None if low is None else _tost(slopes, low, upp)
-        test = "per-unit slopes, one-sample t"
+    fit = _ols_slope if len(units) == 1 else _unit_slopes
+    test, n, slope, lo_ci, hi_ci, p, p_eq, se, dof = fit(list(units.values()), low, upp, alpha)
     return _finish(
         Comparison(
             **base,
@@ -454,6 +432,40 @@ def trend(
     )
 
 
+def _ols_slope(units: list, low, upp, alpha: float) -> tuple:
+    """One unit's points: the least-squares slope, its t interval and one-sided t tests against the bounds.
+    (test, n, slope, CI low, CI high, p, TOST p or None, se, dof), as `trend` reads them."""
+    (pts,) = units
+    x, y = np.array(pts).T
+    res = stats.linregress(x, y)
+    dof = len(x) - 2
+    tcrit = stats.t.ppf(1 - alpha / 2, dof)
+    slope, p, se = float(res.slope), float(res.pvalue), float(res.stderr)
+    lo_ci, hi_ci = float(slope - tcrit * se), float(slope + tcrit * se)
+    p_eq = None
+    if low is not None and se > 0:  # one-sided t tests of the OLS slope against each bound
+        p_lo = 0.0 if math.isinf(low) else float(stats.t.sf((slope - low) / se, dof))
+        p_hi = 0.0 if math.isinf(upp) else float(stats.t.cdf((slope - upp) / se, dof))
+        p_eq = max(p_lo, p_hi)
+    return "OLS slope", len(x), slope, lo_ci, hi_ci, p, p_eq, se, dof
+
+
+def _unit_slopes(units: list, low, upp, alpha: float) -> tuple:
+    """Several units: one slope each, a one-sample t-test of the slopes (and TOST against the bounds); the
+    tuple of `_ols_slope`."""
+    slopes = np.array([stats.linregress(*np.array(pts).T).slope for pts in units], float)
+    slope, n = float(slopes.mean()), len(slopes)
+    dof, se = float(n - 1), float(slopes.std(ddof=1) / math.sqrt(n))
+    test = "per-unit slopes, one-sample t"
+    if slopes.std(ddof=1) == 0:
+        p_eq = None if low is None else (0.0 if low < slope < upp else 1.0)
+        return test, n, slope, slope, slope, (1.0 if slope == 0 else 0.0), p_eq, se, dof
+    res = stats.ttest_1samp(slopes, 0.0)
+    ci = res.confidence_interval(1 - alpha)
+    p_eq = None if low is None else _tost(slopes, low, upp)
+    return test, n, slope, float(ci.low), float(ci.high), float(res.pvalue), p_eq, se, dof
+
+
 def unpaired(
     id: str,
     a,
@@ -471,8 +483,6 @@ def unpaired(
     alpha: float = ALPHA,
 ) -> Comparison:
     """Welch's t-test of mean(b) − mean(a), for designs whose arms share no seed (or no pairing); TOST too."""
-    from statsmodels.stats.weightstats import ttost_ind
-
     va = [v for v in (a.values() if isinstance(a, Mapping) else a) if _finite(v)]
     vb = [v for v in (b.values() if isinstance(b, Mapping) else b) if _finite(v)]
     xa, xb = np.array(va, float), np.array(vb, float)
@@ -506,24 +516,7 @@ def unpaired(
     if xa.size < 2 or xb.size < 2:
         return _untested(base, diff, "fewer than 2 values in an arm")
     sa, sb = float(xa.std(ddof=1)), float(xb.std(ddof=1))
-    se = dof = None
-    if sa == 0 and sb == 0:
-        p = 1.0 if diff == 0 else 0.0
-        lo_ci = hi_ci = diff
-        p_eq = None if low is None else (0.0 if low < diff < upp else 1.0)
-    else:
-        res = stats.ttest_ind(xb, xa, equal_var=False)
-        p = float(res.pvalue)
-        ci = res.confidence_interval(1 - alpha)
-        lo_ci, hi_ci = float(ci.low), float(ci.high)
-        se, dof = math.sqrt(sa**2 / xa.size + sb**2 / xb.size), float(res.df)
-        if low is None:
-            p_eq = None
-        elif math.isinf(low) or math.isinf(upp):  # one side: a shifted one-sided Welch test
-            shift, alt = (upp, "less") if math.isinf(low) else (low, "greater")
-            p_eq = float(stats.ttest_ind(xb - shift, xa, equal_var=False, alternative=alt).pvalue)
-        else:
-            p_eq = float(ttost_ind(xb, xa, low, upp, usevar="unequal")[0])
+    p, lo_ci, hi_ci, p_eq, se, dof = _welch_test(xa, xb, diff, low, upp, alpha)
     pooled = math.sqrt((sa**2 + sb**2) / 2)
     return _finish(
         Comparison(
@@ -540,6 +533,28 @@ def unpaired(
             dof=dof,
         )
     )
+
+
+def _welch_test(xa: np.ndarray, xb: np.ndarray, diff: float, low, upp, alpha: float) -> tuple:
+    """(p, CI low, CI high, TOST p or None, se, dof) of Welch's test of mean(b) − mean(a) = `diff` (two or
+    more values an arm); a one-sided bound is a shifted one-sided Welch test."""
+    from statsmodels.stats.weightstats import ttost_ind
+
+    sa, sb = float(xa.std(ddof=1)), float(xb.std(ddof=1))
+    if sa == 0 and sb == 0:
+        p_eq = None if low is None else (0.0 if low < diff < upp else 1.0)
+        return (1.0 if diff == 0 else 0.0), diff, diff, p_eq, None, None
+    res = stats.ttest_ind(xb, xa, equal_var=False)
+    ci = res.confidence_interval(1 - alpha)
+    se, dof = math.sqrt(sa**2 / xa.size + sb**2 / xb.size), float(res.df)
+    if low is None:
+        p_eq = None
+    elif math.isinf(low) or math.isinf(upp):
+        shift, alt = (upp, "less") if math.isinf(low) else (low, "greater")
+        p_eq = float(stats.ttest_ind(xb - shift, xa, equal_var=False, alternative=alt).pvalue)
+    else:
+        p_eq = float(ttost_ind(xb, xa, low, upp, usevar="unequal")[0])
+    return float(res.pvalue), float(ci.low), float(ci.high), p_eq, se, dof
 
 
 def _newcombe(kb: int, nb: int, ka: int, na: int, alpha: float) -> tuple[float, float]:

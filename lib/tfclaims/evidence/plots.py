@@ -131,7 +131,7 @@ def lr_sweep(
     ax.set(xlabel="peak learning rate", ylabel="final validation loss (nats/char)")
 
 
-def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, arm_column: str, *, per: str, each: str,
+def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_column: str, per: str, each: str,
                        reads: str) -> None:  # fmt: skip
     """The `lr-sweep` figure of a claim whose sweep scales are models ([d_model, n_layers] each, `sc`, with
     their table labels `labels`): one `lr_sweep` panel per scale from the runs table (`t["runs"]`, arms in the

@@ -242,3 +242,34 @@ def model_sweep_runs(
     )  # fmt: skip
     scales = {v: {"d_model": k[0], "n_layers": k[1]} for k, v in labels.items()}
     return (t, *read_sweep(t[t.role.isin(["selection", "test"])] if len(t) else t, arms, scales))
+
+
+@dataclass(frozen=True)
+class SweepWords:
+    """How a claim's sweep tables name their parts: `arm` what was swept ('arm', 'norm', 'ε'), `per` the cells
+    chosen apart ('width', 'scale'), `reads` the selection readout with its unit."""
+
+    arm: str = "arm"
+    per: str = "scale"
+    reads: str = "final validation loss (nats/char)"
+
+
+def write_sweep_tables(out, choices: pd.DataFrame, curves: pd.DataFrame | None, words: SweepWords) -> None:
+    """A tuned claim's standard tables: `lr_choices` (each arm's chosen rate per cell, whether it sits at an end
+    of the sweep, its learning-rate sensitivity) and, where given, `lr_sweep` (the selection seeds' loss per
+    cell, arm and rate; in result.json, not in the report)."""
+    out.table(
+        "lr_choices",
+        choices,
+        f"Each {words.arm}'s chosen peak learning rate per {words.per} (lowest mean {words.reads} on the "
+        "selection seeds), whether it sits at an end of the sweep, and its learning-rate sensitivity (Wortsman "
+        "et al.: mean excess over the best rate across the sweep) with a 95% bootstrap interval over seeds",
+    )
+    if curves is not None and len(curves):
+        out.table(
+            "lr_sweep",
+            curves,
+            f"The learning-rate sweep on the selection seeds: {words.reads} per {words.per}, {words.arm} and "
+            "peak rate (seeds, mean, min, max; a run that failed counts at its loss at initialisation)",
+            in_report=False,
+        )

@@ -68,7 +68,7 @@ def grid_probe(p):
     ]
 
 
-def _run(p, placement, warm, depth, lr, seed, d_model=None):
+def _run(p, placement, warm, depth, lr, seed, *, d_model=None):
     return {
         "placement": placement, "depth": depth, "lr": lr, "warmup": p["warmup"] if warm else 0,
         **_train_fields(p), **({} if d_model is None else {"d_model": d_model}), "seed": seed,
@@ -103,7 +103,7 @@ def grid_sweep(p, done):
 
     def make(arm, scale, lr, seed):
         pl, warm = SWEPT[arm["arm"]]
-        return {"part": "train", **_run(p, pl, warm, p["sweep_depth"], lr, seed, scale["d_model"])}
+        return {"part": "train", **_run(p, pl, warm, p["sweep_depth"], lr, seed, d_model=scale["d_model"])}
 
     arms = {k: {"arm": k} for k in SWEPT}
     return sweep_grid(sweep, arms, [{"d_model": d} for d in p["scales"]], make, done)

@@ -71,7 +71,7 @@ def footprint(exp: Experiment, p: dict, records: Records, device) -> tuple[str, 
     return json.dumps(configs, sort_keys=True), exp.rule_text(p), complete
 
 
-def acts(exp: Experiment, p: dict, key: str, value, records: Records, device, base=None) -> bool | None:
+def acts(exp: Experiment, p: dict, key: str, value, records: Records, device, *, base=None) -> bool | None:
     """Whether setting `key` to `value` in `p` changes its grid or rule: True, False, or None where it cannot
     be told (a staged grid not yet grown to its end, on either side, and nothing else changed). A value the
     claim refuses (a configuration error) acts: the claim read it."""
@@ -118,7 +118,7 @@ def refusal(exp: Experiment, profile: str, p: dict, overrides: dict, records: Re
     with user_values(exp, overrides):
         base = footprint(exp, p, records, device)
     for k in overrides:
-        if acts(exp, p, k, exp.profiles[profile][k], records, device, base) is False:
+        if acts(exp, p, k, exp.profiles[profile][k], records, device, base=base) is False:
             return (
                 f"--set {k}: {exp.claim_id} reads {k!r} nowhere that the {profile} profile's runs or rule "
                 "depend on, so it would change nothing; see `plan` for the parameters that act"

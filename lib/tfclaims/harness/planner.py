@@ -58,7 +58,7 @@ class Plan:
 
 
 def make_plan(
-    exp: Experiment, profile: str, device, runs_dir: Path, seeds=None, overrides=None, published=()
+    exp: Experiment, profile: str, device, runs_dir: Path, *, seeds=None, overrides=None, published=()
 ) -> Plan:
     """The grid `run` would make, with its cached records and the durations on record of the missing runs; a
     staged grid grown, as the runner grows it, for as long as every run of a stage is cached. `published`: the

@@ -19,6 +19,7 @@ import tempfile
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -202,7 +203,8 @@ def run_experiment(
                     f"{exp.claim_id}: SLURM job(s) {ids} of an interrupted sweep still hold its runs; wait "
                     f"until they end (squeue -j {ids}) or stop them (scancel {ids}), then rerun"
                 )
-            return _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher)
+            sweep = _Sweep(exp, profile, device, claim_dir, force, progress, log, launcher or Launcher())
+            return _sweep(sweep, p, configs)
     except (BadInput, LauncherError):  # refused before any run (a corpus, a cluster): leave nothing behind
         if claim_dir in new_dirs and not any(runs_dir.iterdir()):
             shutil.rmtree(claim_dir, ignore_errors=True)
@@ -283,17 +285,33 @@ def claim_lock(claim_dir: Path, claim_id: str):
         lock.release()
 
 
-def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, launcher):
-    runs_dir = claim_dir / "runs"
+@dataclass(frozen=True)
+class _Sweep:
+    """What every round of one sweep shares: the claim, where its records go, and how its runs are launched."""
+
+    exp: Experiment
+    profile: str
+    device: torch.device
+    claim_dir: Path
+    force: bool
+    progress: bool
+    log: Callable[[str], None]
+    launcher: Launcher
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.claim_dir / "runs"
+
+
+def _sweep(s: _Sweep, p: dict, configs: list[dict]):
+    exp, profile, device, claim_dir, log = s.exp, s.profile, s.device, s.claim_dir, s.log
+    runs_dir = s.runs_dir
     started = now()
     chash = code_hash(exp)
-    launcher = launcher or Launcher()
     handled: set[Path] = set()  # runs made (or found) in an earlier round of a staged grid
     n_run = failed = 0
     while True:
-        paths, ran, lost = _round(
-            exp, configs, profile, device, runs_dir, force, progress, log, launcher, handled
-        )
+        paths, ran, lost = _round(s, configs, handled)
         n_run, failed = n_run + ran, failed + lost
         records = [load_record(path, True) or {"status": "failed", "error": "no record"} for path in paths]
         if failed or not exp.staged or any(r.get("status") != "ok" for r in records):
@@ -342,9 +360,10 @@ def _sweep(exp, p, configs, profile, device, claim_dir, force, progress, log, la
     return 0, result
 
 
-def _round(exp, configs, profile, device, runs_dir, force, progress, log, launcher, handled: set):
+def _round(s: _Sweep, configs: list[dict], handled: set):
     """Run the configs whose records are missing (all of them, forced, once per sweep). Returns the record
     paths in grid order, how many runs were started and how many failed beside an earlier good record."""
+    exp, device, runs_dir, force, log = s.exp, s.device, s.runs_dir, s.force, s.log
     src = inspect.getsourcefile(type(exp))
     tasks, paths = [], []
     for cfg, key in zip(configs, run_keys(exp, configs, device)):
@@ -366,7 +385,7 @@ def _round(exp, configs, profile, device, runs_dir, force, progress, log, launch
     done: list = []
     for timed, group in zip((True, False), groups):
         if group:
-            done += _launch(exp, group, timed, profile, device, runs_dir, progress, launcher, sweep_id)
+            done += _launch(s, group, timed, sweep_id)
     tasks = done
     _remove_partial_writes(tasks)
     lost = 0
@@ -385,11 +404,12 @@ def _round(exp, configs, profile, device, runs_dir, force, progress, log, launch
     return paths, len(tasks), lost
 
 
-def _launch(exp, tasks, timed: bool, profile, device, runs_dir, progress, launcher, sweep_id) -> list:
+def _launch(s: _Sweep, tasks: list, timed: bool, sweep_id: str) -> list:
     """Run one group of tasks through the launcher resolved for it; a lost job's unfinished runs are recorded
     as failed. Returns the tasks as launched."""
-    launcher = launcher.resolve(times_code=timed, device=device, n_tasks=len(tasks))
-    estimates = durations(runs_dir, device) if launcher.name == "slurm" and tasks else {}
+    exp, progress = s.exp, s.progress
+    launcher = s.launcher.resolve(times_code=timed, device=s.device, n_tasks=len(tasks))
+    estimates = durations(s.runs_dir, s.device) if launcher.name == "slurm" and tasks else {}
     tasks = [
         replace(
             t,
@@ -402,7 +422,7 @@ def _launch(exp, tasks, timed: bool, profile, device, runs_dir, progress, launch
     ]
     fn = partial(execute_run, exp=exp) if launcher.in_process else execute_run
     for task, lost in launcher.map(
-        fn, tasks, desc=f"{exp.claim_id} [{profile}]", claim_id=exp.claim_id, progress=progress
+        fn, tasks, desc=f"{exp.claim_id} [{s.profile}]", claim_id=exp.claim_id, progress=progress
     ):
         if lost is None or task.recorded():  # a job lost after this run finished: the run stands
             continue
@@ -509,7 +529,17 @@ def _publish(staging: Path, claim_dir: Path, result: dict) -> bool:
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)
     atomic_write_json(claim_dir / "result.json", result)
+    _remove_unnamed(claim_dir, {src.relative_to(staging) for src in staged})
     return True
+
+
+def _remove_unnamed(claim_dir: Path, written: set[Path]) -> None:
+    """A table or figure that an earlier analysis wrote and this one did not (a renamed table) would sit
+    beside the result as if it were part of it: removed, once the new result.json is in place."""
+    old = [*claim_dir.glob("*.csv"), *(claim_dir / "figures").glob("*")]
+    for path in old:
+        if path.is_file() and path.relative_to(claim_dir) not in written:
+            path.unlink()
 
 
 def _newly_citable(committed: dict, fresh: dict) -> bool:

@@ -188,12 +188,18 @@ def _blocks(
     answers_fig: str | None = None,
 ) -> list[tuple]:
     """The report as a list of (kind, payload) blocks rendered to both Markdown and HTML."""
-    rel = lambda cid, path: _rel(results_root, report_root, cid, path)  # noqa: E731
+    B = _front_blocks(results, results_root, report_root, answers_fig) + _glance_blocks(results, results_root)
+    fig_no = 0
+    for i, r in enumerate(results, 1):
+        section, fig_no = _claim_blocks(r, i, fig_no, results_root, report_root)
+        B += section
+    return B + _closing_blocks(report_root, summary_fig)
 
-    def figure(cid: str, number: int, fig_id: str, f: dict) -> tuple:
-        svg = results_root / cid / f["svg"]
-        return _fig_block(number, fig_id, f["caption"], rel(cid, f["png"]), rel(cid, f["svg"]), svg)
 
+def _front_blocks(
+    results: list[dict], results_root: Path, report_root: Path, answers_fig: str | None
+) -> list:
+    """The title, the answers (first screen, table, figure) and the notes' coverage."""
     B: list[tuple] = [("h1", "Transformer claims, tested")]
     if (note := banner(results, results_root)) is not None:
         B.append(("quote", note))
@@ -232,6 +238,12 @@ def _blocks(
             )
         )
     B += coverage_blocks(results, lambda cid: f"#{cid}")
+    return B
+
+
+def _glance_blocks(results: list[dict], results_root: Path) -> list:
+    """The one-row-per-claim overview and how to read a verdict."""
+    B: list[tuple] = []
     B.append(("h2", "At a glance", "at-a-glance"))
     rows = [
         [
@@ -297,94 +309,125 @@ def _blocks(
             ],
         )
     )
-    fig_no = 0
-    for i, r in enumerate(results, 1):
-        cid = r["claim_id"]
-        B.append(("h2", f"{i}. `{cid}` — {r.get('title', '')}", cid))
-        a = answer_row(r)
+    return B
+
+
+def _claim_blocks(r: dict, i: int, fig_no: int, results_root: Path, report_root: Path) -> tuple[list, int]:
+    """Claim `i`'s section and the number of the last figure numbered so far."""
+    cid = r["claim_id"]
+    rel = lambda path: _rel(results_root, report_root, cid, path)  # noqa: E731
+
+    def figure(number: int, fig_id: str, f: dict) -> tuple:
+        svg = results_root / cid / f["svg"]
+        return _fig_block(number, fig_id, f["caption"], rel(f["png"]), rel(f["svg"]), svg)
+
+    B: list[tuple] = []
+    B.append(("h2", f"{i}. `{cid}` — {r.get('title', '')}", cid))
+    a = answer_row(r)
+    B.append(
+        (
+            "p",
+            f"**Answer: {a['answer']}** Key number: {a['number']}. Anchor: {a['anchor'] or '—'}. Regime "
+            f"reached here: {a['regime'] or '—'} At the second scale: {a['second_scale']}.",
+        )
+    )
+    B.append(("verdict", r["verdict"], r.get("summary", "")))
+    if r.get("stale"):
         B.append(
             (
                 "p",
-                f"**Answer: {a['answer']}** Key number: {a['number']}. Anchor: {a['anchor'] or '—'}. Regime "
-                f"reached here: {a['regime'] or '—'} At the second scale: {a['second_scale']}.",
+                "**Out of date.** This result no longer matches the code: " + "; ".join(r["stale"]) + ".",
             )
         )
-        B.append(("verdict", r["verdict"], r.get("summary", "")))
-        if r.get("stale"):
-            B.append(
-                (
-                    "p",
-                    "**Out of date.** This result no longer matches the code: " + "; ".join(r["stale"]) + ".",
-                )
-            )
+    B.append(
+        (
+            "p",
+            f"**Claim.** {r['statement']}"
+            + (f" **The notes say:** {r['notes_say']}" if r.get("notes_say") else "")
+            + f" **Scale:** {claim_scale(results_root, r)}; seeds {_seeds(r)}; {_device(r)}.",
+        )
+    )
+    figs = list(r.get("figures", {}).items())
+    for fig_id, f in figs[:1]:  # the key figure leads
+        fig_no += 1
+        B.append(figure(fig_no, fig_id, f))
+    B += _evidence_blocks(r, results_root, rel)
+    B.append(("h3", "Pre-registered rule"))
+    B.append(("quote", r["rule"]))
+    if r.get("anchors"):
+        B.append(("h3", "Anchors (what the papers measured)"))
+        B.append(("ul", r["anchors"]))
+    B.append(("h3", "Method"))
+    B.append(("p", r.get("method", "")))
+    for fig_id, f in figs[1:]:
+        fig_no += 1
+        B.append(figure(fig_no, fig_id, f))
+    return B + _data_blocks(r, rel), fig_no
+
+
+def _evidence_blocks(r: dict, results_root: Path, rel) -> list:
+    """A claim's sub-claims, checks, comparisons and noise floor."""
+    cid = r["claim_id"]
+    B: list[tuple] = []
+    effects = [s for s in r.get("sub_verdicts", []) if s.get("kind", "effect") == "effect"]
+    checks = [s for s in r.get("sub_verdicts", []) if s.get("kind") == "check"]
+    if effects:
+        B.append(("h3", "Sub-claims (the evidence)"))
         B.append(
             (
-                "p",
-                f"**Claim.** {r['statement']}"
-                + (f" **The notes say:** {r['notes_say']}" if r.get("notes_say") else "")
-                + f" **Scale:** {claim_scale(results_root, r)}; seeds {_seeds(r)}; {_device(r)}.",
+                "table",
+                [["Sub-claim", "Verdict", "In the verdict", "Holds in", "Detail"]]
+                + [[_sub_name(s), _badge_md(s["verdict"]), "yes" if s.get("counts", True) else "reported",
+                    ", ".join(s.get("holds", [])) or "—", s["detail"]] for s in effects],
             )
-        )
-        figs = list(r.get("figures", {}).items())
-        for fig_id, f in figs[:1]:  # the key figure leads
-            fig_no += 1
-            B.append(figure(cid, fig_no, fig_id, f))
-        effects = [s for s in r.get("sub_verdicts", []) if s.get("kind", "effect") == "effect"]
-        checks = [s for s in r.get("sub_verdicts", []) if s.get("kind") == "check"]
-        if effects:
-            B.append(("h3", "Sub-claims (the evidence)"))
-            B.append(
-                (
-                    "table",
-                    [["Sub-claim", "Verdict", "In the verdict", "Holds in", "Detail"]]
-                    + [[_sub_name(s), _badge_md(s["verdict"]), "yes" if s.get("counts", True) else "reported",
-                        ", ".join(s.get("holds", [])) or "—", s["detail"]] for s in effects],
-                )
-            )  # fmt: skip
-        if checks:
-            B.append(("h3", "Checks (identities the harness relies on; a failing check stops the claim)"))
-            B.append(
-                (
-                    "table",
-                    [["Check", "Result", "Detail"]]
-                    + [[_sub_name(s), CHECKED.get(s["verdict"], "fails"), s["detail"]] for s in checks],
-                )
-            )
-        if r.get("comparisons"):
-            B += _table_block("Comparisons", comparison_rows(r["comparisons"]), (f"results/{cid}/comparisons.csv", rel(cid, "comparisons.csv")) if (results_root / cid / "comparisons.csv").exists() else None)  # fmt: skip
-        if r.get("noise_floor"):
-            B += _table_block("Noise floor (null pairs)", comparison_rows(r["noise_floor"]), (f"results/{cid}/noise_floor.csv", rel(cid, "noise_floor.csv")) if (results_root / cid / "noise_floor.csv").exists() else None)  # fmt: skip
-        B.append(("h3", "Pre-registered rule"))
-        B.append(("quote", r["rule"]))
-        if r.get("anchors"):
-            B.append(("h3", "Anchors (what the papers measured)"))
-            B.append(("ul", r["anchors"]))
-        B.append(("h3", "Method"))
-        B.append(("p", r.get("method", "")))
-        for fig_id, f in figs[1:]:
-            fig_no += 1
-            B.append(figure(cid, fig_no, fig_id, f))
-        for t in r.get("tables", []):
-            if t.get("markdown"):
-                n_rows = len(_parse_md_table(t["markdown"])) - 1
-                link = ("p", f"Data: [`results/{cid}/{t['csv']}`]({rel(cid, t['csv'])})")
-                if n_rows > LONG_TABLE:
-                    B += [("details", f"{t['title']} ({n_rows} rows)", [("mdtable", t["markdown"])]), link]
-                else:
-                    B += [("h3", t["title"]), ("mdtable", t["markdown"]), link]
-        if r.get("caveats"):
-            B.append(("h3", "Caveats"))
-            B.append(("ul", r["caveats"]))
-        v = r.get("versions", {})
+        )  # fmt: skip
+    if checks:
+        B.append(("h3", "Checks (identities the harness relies on; a failing check stops the claim)"))
         B.append(
             (
-                "p",
-                f"*Provenance.* Profile `{r['profile']}` on {_device(r)}, seeds {r.get('seeds') or '—'}, "
-                f"{r['n_runs']} runs ({r.get('n_diverged', 0)} diverged); torch {v.get('torch', '?')}, "
-                f"python {v.get('python', '?')}; commit {_commit(r)}, code hash `{r['code_hash']}`, config "
-                f"hash `{r['config_hash']}`.",
+                "table",
+                [["Check", "Result", "Detail"]]
+                + [[_sub_name(s), CHECKED.get(s["verdict"], "fails"), s["detail"]] for s in checks],
             )
         )
+    if r.get("comparisons"):
+        B += _table_block("Comparisons", comparison_rows(r["comparisons"]), (f"results/{cid}/comparisons.csv", rel("comparisons.csv")) if (results_root / cid / "comparisons.csv").exists() else None)  # fmt: skip
+    if r.get("noise_floor"):
+        B += _table_block("Noise floor (null pairs)", comparison_rows(r["noise_floor"]), (f"results/{cid}/noise_floor.csv", rel("noise_floor.csv")) if (results_root / cid / "noise_floor.csv").exists() else None)  # fmt: skip
+    return B
+
+
+def _data_blocks(r: dict, rel) -> list:
+    """A claim's tables (long ones folded), caveats and provenance."""
+    cid = r["claim_id"]
+    B: list[tuple] = []
+    for t in r.get("tables", []):
+        if t.get("markdown"):
+            n_rows = len(_parse_md_table(t["markdown"])) - 1
+            link = ("p", f"Data: [`results/{cid}/{t['csv']}`]({rel(t['csv'])})")
+            if n_rows > LONG_TABLE:
+                B += [("details", f"{t['title']} ({n_rows} rows)", [("mdtable", t["markdown"])]), link]
+            else:
+                B += [("h3", t["title"]), ("mdtable", t["markdown"]), link]
+    if r.get("caveats"):
+        B.append(("h3", "Caveats"))
+        B.append(("ul", r["caveats"]))
+    v = r.get("versions", {})
+    B.append(
+        (
+            "p",
+            f"*Provenance.* Profile `{r['profile']}` on {_device(r)}, seeds {r.get('seeds') or '—'}, "
+            f"{r['n_runs']} runs ({r.get('n_diverged', 0)} diverged); torch {v.get('torch', '?')}, "
+            f"python {v.get('python', '?')}; commit {_commit(r)}, code hash `{r['code_hash']}`, config "
+            f"hash `{r['config_hash']}`.",
+        )
+    )
+    return B
+
+
+def _closing_blocks(report_root: Path, summary_fig: str | None) -> list:
+    """How to cite a figure, and the appendix's figure of every sub-claim."""
+    B: list[tuple] = []
     B.append(("h2", "Citing a figure", "citing"))
     B.append(
         (
