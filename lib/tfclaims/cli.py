@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import functools
 import json
 import os
@@ -439,6 +440,10 @@ def _guard(fn) -> int:
         # would (else its resource tracker warns of "leaked semaphore objects").
         mp_util._run_finalizers(0)
         os._exit(130)
+    except BrokenPipeError:  # the reader stopped (`tfclaims show x | head`): no message, the shell's status
+        with contextlib.suppress(OSError, ValueError):  # and no second error when exit flushes stdout
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except OSError as e:  # disk full, a folder that vanished or turned read-only mid-sweep
         where = f" ({e.filename})" if e.filename else ""
         print(f"error: {e.strerror or e}{where}; finished runs are kept", file=sys.stderr)
