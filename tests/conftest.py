@@ -3,6 +3,10 @@ import os
 import pytest
 import torch
 
+from tfclaims.harness.registry import install_package
+
+install_package()  # tests import a claim's modules as experiments.<claim>.<module>
+
 
 def pytest_configure(config):
     # Under pytest-xdist the workers share the cores: one intra-op thread pool each, sized to its share.

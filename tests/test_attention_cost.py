@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from tfclaims.measure import attention_cost as fm
 from tfclaims.measure import attention_units as au
 from tfclaims.measure.counters import count_flops, saved_bytes
 from tfclaims.measure.counting import (
@@ -24,6 +23,8 @@ from tfclaims.nn.attention import Attention, KVCache
 from tfclaims.nn.blocks import Block
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import LM
+
+from experiments.flash_memory import attention_cost as fm
 
 
 @pytest.mark.parametrize(
@@ -131,7 +132,8 @@ def test_kv_cache_bytes_equal_closed_form(kv):
 
 def test_time_sweep_times_every_unit_and_an_a_a_pair_of_one_callable():
     from tfclaims.harness.experiment import RunContext
-    from tfclaims.measure.attention_cost import run_time_sweep
+
+    from experiments.flash_memory.attention_cost import run_time_sweep
 
     cfg = {"points": [[16, 2, 8], [16, 2, 16]], "units": ["attention_sdpa", "dense"], "aa": ["dense", 16, 2, 16],
            "warmup": 0, "repeats": 2, "threads": 1}  # fmt: skip
@@ -151,7 +153,8 @@ def test_time_sweep_fills_a_gpu_with_sequences_and_reports_seconds_per_sequence(
     (one head at short n would leave a GPU idle); its times are a call's seconds over its batch, so the
     exponents in n are read per sequence as on the CPU."""
     from tfclaims.harness.experiment import RunContext
-    from tfclaims.measure import attention_cost as ac
+
+    from experiments.flash_memory import attention_cost as ac
 
     assert (
         au.fill_batch(1, 64, 2**17) == 2048

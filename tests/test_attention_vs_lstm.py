@@ -3,9 +3,10 @@ and a sanity check that the task is learnable by attention and not by a model th
 
 import torch
 
-from tfclaims.claims.attention_vs_lstm import layer_pair, recall_batch, recall_model
 from tfclaims.nn.models import n_params
-from tfclaims.nn.recurrent import lstm_params, matched_hidden
+
+from experiments.attention_vs_lstm.recipes import layer_pair, recall_batch, recall_model
+from experiments.attention_vs_lstm.recurrent import lstm_params, matched_hidden
 
 
 def test_recall_targets_are_the_token_k_back_and_earlier_positions_are_not_scored():

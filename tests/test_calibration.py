@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.measure.calibration import (
+from experiments.label_smoothing.calibration import (
     T_BOUNDS,
     ece,
     fit_temperature,

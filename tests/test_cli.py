@@ -51,7 +51,7 @@ def test_unwritable_results_folder(capsys, tmp_path):
 
 def test_experiment_script_help():
     out = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "experiments" / "dk_scaling.py"), "--help"],
+        [sys.executable, str(REPO_ROOT / "experiments" / "dk_scaling" / "claim.py"), "--help"],
         capture_output=True,
         text=True,
         timeout=60,

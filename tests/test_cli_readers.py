@@ -92,7 +92,7 @@ def test_list_gives_the_registry_order_and_titles(capsys):
     assert main(["list"]) == 0
     got = capsys.readouterr().out.splitlines()
     assert got == [f"{cid:22s} {e.title}" for cid, e in load_all().items()]
-    assert len(got) == len(list((REPO_ROOT / "experiments").glob("[!_]*.py")))
+    assert len(got) == len(list((REPO_ROOT / "experiments").glob("[!_]*/claim.py")))
 
 
 def test_list_reports_an_unparsable_file_as_loading_it_would(tmp_path, monkeypatch, capsys):

@@ -6,13 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from tfclaims.claims.dk_scaling import QKNorm, add_qk_norm, dk_train_qknorm, init_qk
-from tfclaims.grids import dk_scaling as G
-from tfclaims.grids.dk_scaling import dk_overrides
 from tfclaims.harness.experiment import RunContext
 from tfclaims.harness.registry import load
 from tfclaims.nn.models import LM
 from tfclaims.train.profiles import model_config
+
+from experiments.dk_scaling import grid as G
+from experiments.dk_scaling.grid import dk_overrides
+from experiments.dk_scaling.recipes import QKNorm, add_qk_norm, dk_train_qknorm, init_qk
 
 EXP = load("dk_scaling")
 

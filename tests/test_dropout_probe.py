@@ -4,10 +4,11 @@ it, the first site's masks average to eval mode's output and the unscaled varian
 import pytest
 import torch
 
-from tfclaims.claims.dropout_scaling import dropout_probe
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.dropout import add_dropout
 from tfclaims.nn.models import LM
+
+from experiments.dropout_scaling.recipes import dropout_probe
 
 
 def model_and_batches(p, seed=0):

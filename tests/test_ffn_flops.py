@@ -1,4 +1,4 @@
-"""The modern configurations' closed forms (tfclaims.claims.ffn_share, tfclaims.claims.ffn_share) against instantiated
+"""The modern configurations' closed forms (experiments.ffn_share.recipes, experiments.ffn_share.recipes) against instantiated
 modules: the library's own (scaled down, and full size on the meta device), Hugging Face `transformers` models
 built from configs, and torch's FLOP counter."""
 
@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from tfclaims.claims import ffn_share as fs
 from tfclaims.measure import counting
 from tfclaims.nn.models import n_params
+
+from experiments.ffn_share import recipes as fs
 
 NEW = ("llama3-8b", "mistral-7b", "gemma-7b", "falcon-7b", "t5-v1.1-base", "parallel-generic")
 

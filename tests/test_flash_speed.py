@@ -12,11 +12,12 @@ import warnings
 import pytest
 import torch
 
-from tfclaims.claims import flash_speed as fs
-from tfclaims.grids.flash_speed import AA, BOTH, EXPLICIT, FORWARD, TWICE, key, peak_bytes, time_grid
 from tfclaims.harness.registry import load
 from tfclaims.measure.counters import GPU_SAMPLE
 from tfclaims.measure.timing import kernels
+
+from experiments.flash_speed import recipes as fs
+from experiments.flash_speed.grid import AA, BOTH, EXPLICIT, FORWARD, TWICE, key, peak_bytes, time_grid
 
 H, DK, N = 2, 8, 24
 TICK = 2.0**-10  # seconds a fake call lasts: a power of two, so the fake clock adds up exactly

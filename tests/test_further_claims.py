@@ -7,9 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.claims.additive_vs_dot import AdditiveAttention, DotAttention, make_attention
-from tfclaims.claims.sinusoidal_relative import offset_dot, shift_fit_residual, shift_matrix, toeplitz_r2
-from tfclaims.measure.calibration import ece, reliability, top1
 from tfclaims.measure.timing import grad_call, kernels, time_interleaved
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import LM
@@ -24,6 +21,10 @@ from tfclaims.nn.norm_variants import (
 )
 from tfclaims.nn.norms import LayerNorm, RMSNorm
 from tfclaims.nn.positions import sinusoidal_table
+
+from experiments.additive_vs_dot.recipes import AdditiveAttention, DotAttention, make_attention
+from experiments.label_smoothing.calibration import ece, reliability, top1
+from experiments.sinusoidal_relative.recipes import offset_dot, shift_fit_residual, shift_matrix, toeplitz_r2
 
 
 # ---------------------------------------------------------------- sinusoidal shift identity
@@ -229,7 +230,7 @@ def test_top1_drops_padding_targets():
 def test_additive_scores_chunked_over_queries_equal_the_whole_tensor(monkeypatch):
     """The additive score is built one query chunk at a time (cache-sized); the result is the (B, T, S, d_h)
     formula's (up to float rounding: the head's matmul sees differently shaped blocks), whatever the chunk size."""
-    import tfclaims.claims.additive_vs_dot as additive
+    from experiments.additive_vs_dot import recipes as additive
 
     torch.manual_seed(0)
     m = additive.make_attention("additive", 16, 24, 32)
@@ -246,9 +247,10 @@ def test_retrieval_recipe_records_held_out_loss_beside_accuracy_and_learns():
     every generator with the config's seed before a run)."""
     import math
 
-    from tfclaims.claims.additive_vs_dot import retrieval_task
     from tfclaims.device import seed_all
     from tfclaims.harness.experiment import RunContext
+
+    from experiments.additive_vs_dot.recipes import retrieval_task
 
     cfg = {"attn": "dot_scaled", "d": 16, "pairs": 4, "n_keys": 16, "n_values": 4, "steps": 300, "batch": 32,
            "lr": 1e-2, "eval_every": 100, "eval_size": 256, "seed": 3}  # fmt: skip

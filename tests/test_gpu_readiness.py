@@ -48,7 +48,7 @@ def test_environment_records_cuda_and_the_fp32_precision_as_set(monkeypatch):
 
 
 def test_cuda_peak_memory_is_peak_minus_resident(monkeypatch):
-    from tfclaims.measure.attention_cost import cuda_peak
+    from experiments.flash_memory.attention_cost import cuda_peak
 
     calls = []
     for name in ("synchronize", "reset_peak_memory_stats"):
@@ -124,7 +124,7 @@ def _memory_claims(claim, exp, p) -> dict:
     if claim == "subword_oov":  # tokenizers trained and counted on the CPU: no tensor on the device
         return {"tokenizer counts (CPU only)": 0}
     if claim == "flash_speed":  # explicit and MATH n×n tensors at the largest n, the float64 check's
-        from tfclaims.grids.flash_speed import peak_bytes
+        from experiments.flash_speed.grid import peak_bytes
 
         return peak_bytes(p)
     if claim in ("prenorm_effective_depth", "albert_sharing"):  # scales are [d_model, n_layers]: each trains
@@ -211,8 +211,8 @@ def _estimates(claim, exp, p) -> dict:
         if need is not None and "training" not in found:
             found["training"] = need
         return found
-    from tfclaims.claims.gqa_throughput import BACKENDS
-    from tfclaims.train.decode import RESIDENT_SHARE, decoder_set
+    from experiments.gqa_throughput.decode import RESIDENT_SHARE, decoder_set
+    from experiments.gqa_throughput.recipes import BACKENDS
 
     lm = {"d_model": p["lm_d_model"], "n_layers": p["lm_layers"], "n_heads": p["lm_heads"]}
     kvs = exp.grid(dict(p))[0]["kvs"]

@@ -4,13 +4,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.claims.gqa_throughput import convert_kv_heads, pool_heads
 from tfclaims.measure.counting import kv_cache_bytes
 from tfclaims.nn.attention import KVCache
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import LM, n_params
-from tfclaims.train.decode import filled_decoder, weight_read_bytes
 from tfclaims.train.decode_configs import kv_list
+
+from experiments.gqa_throughput.decode import filled_decoder, weight_read_bytes
+from experiments.gqa_throughput.recipes import convert_kv_heads, pool_heads
 
 
 def mha(pos="learned", backend="sdpa", **kw):
@@ -198,7 +199,7 @@ def test_decoders_of_one_kv_head_count_share_weights_and_cache_and_the_meta_coun
     """Both backends of a K/V head count read one copy of the weights and one cache (a backend changes how
     attention is computed, not what is stored); the bytes a meta-device build counts are exactly what the
     real build holds, so the memory check on a GPU needs no allocation."""
-    from tfclaims.train.decode import decoder_set
+    from experiments.gqa_throughput.decode import decoder_set
 
     cfg = {"d_model": 32, "n_layers": 2, "n_heads": 4, "batch": 2, "context": 12, "decode_steps": 2}
     built, held = decoder_set([4, 1], ["sdpa", "explicit"], cfg, torch.device("cpu"), torch.float32)
@@ -220,7 +221,7 @@ def test_decoding_builds_one_kv_head_count_at_a_time_where_the_gpu_cannot_hold_t
     beside the variant it copies."""
     from types import SimpleNamespace
 
-    from tfclaims.train import decode
+    from experiments.gqa_throughput import decode
 
     cfg = {"d_model": 32, "n_layers": 1, "n_heads": 4, "batch": 1, "context": 8, "decode_steps": 1,
            "dtype": "float32", "threads": 1, "bw_bytes": 1 << 16, "warmup": 0, "repeats": 2}  # fmt: skip

@@ -8,16 +8,17 @@ import pytest
 import torch
 from torch import nn
 
-from tfclaims.claims.int8_inference import run_quality, run_timing, score
 from tfclaims.data.corpus import eval_windows, load_corpus
 from tfclaims.device import seed_all
-from tfclaims.grids.int8_inference import AA, CHANNEL, FP32, INT8, grid_quality, grid_timing, variants
 from tfclaims.harness.experiment import RunContext
 from tfclaims.harness.registry import load
-from tfclaims.nn import quantize as Q
 from tfclaims.nn.config import ConfigError, ModelConfig
 from tfclaims.nn.models import LM
 from tfclaims.train.loop import evaluate
+
+from experiments.int8_inference import quantize as Q
+from experiments.int8_inference.grid import AA, CHANNEL, FP32, INT8, grid_quality, grid_timing, variants
+from experiments.int8_inference.recipes import run_quality, run_timing, score
 
 CPU = RunContext(torch.device("cpu"), progress=False)
 

@@ -4,9 +4,9 @@ whole set's logits (`measure.calibration.scores`, an independent path)."""
 import pytest
 import torch
 
-from tfclaims.claims.label_smoothing import _stream_scores, tiled_windows
-from tfclaims.grids.label_smoothing import ECE_BINS
-from tfclaims.measure.calibration import reliability, scores, top1
+from experiments.label_smoothing.calibration import reliability, scores, top1
+from experiments.label_smoothing.grid import ECE_BINS
+from experiments.label_smoothing.recipes import _stream_scores, tiled_windows
 
 
 class Bigram(torch.nn.Module):

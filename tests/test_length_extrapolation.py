@@ -12,18 +12,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.claims.length_extrapolation import (
+from tfclaims.harness.experiment import RunContext
+from tfclaims.harness.registry import load
+from tfclaims.measure.lengths import match_norms
+from tfclaims.nn.config import ModelConfig
+from tfclaims.nn.models import LM
+
+from experiments.length_extrapolation.alibi import ALiBiAttention, alibi_bias, alibi_slopes, use_alibi
+from experiments.length_extrapolation.recipes import (
     extended_lm,
     extrapolation_run,
     longest_window,
     stored_table,
 )
-from tfclaims.claims.sinusoidal_relative import match_norms
-from tfclaims.harness.experiment import RunContext
-from tfclaims.harness.registry import load
-from tfclaims.nn.alibi import ALiBiAttention, alibi_bias, alibi_slopes, use_alibi
-from tfclaims.nn.config import ModelConfig
-from tfclaims.nn.models import LM
 
 CPU = RunContext(torch.device("cpu"), progress=False)
 

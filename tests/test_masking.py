@@ -9,10 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.claims.masking import run_conventions, run_fill, run_padding
 from tfclaims.nn.attention import build_mask
 from tfclaims.nn.config import ModelConfig
-from tfclaims.nn.masking import (
+from tfclaims.nn.models import LM, Encoder
+
+from experiments.masking.masking import (
     additive_bias,
     additive_weights,
     fill_attention,
@@ -23,7 +24,7 @@ from tfclaims.nn.masking import (
     sdpa_weights,
     with_fill,
 )
-from tfclaims.nn.models import LM, Encoder
+from experiments.masking.recipes import run_conventions, run_fill, run_padding
 
 
 class Ctx:

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.claims.no_position import PERM_ARMS, perm_model, permutation_run, train_probe
 from tfclaims.harness.experiment import RunContext
-from tfclaims.measure.position_probe import fit_gain, permutation_error, position_probe, prefix_change
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import Encoder
 from tfclaims.train.profiles import run_fields, train_profile
+
+from experiments.no_position.position_probe import fit_gain, permutation_error, position_probe, prefix_change
+from experiments.no_position.recipes import PERM_ARMS, perm_model, permutation_run, train_probe
 
 CPU = RunContext(torch.device("cpu"), progress=False)
 TOL, SEES = 1e-12, 1e-8

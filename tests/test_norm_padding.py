@@ -9,16 +9,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.analysis import norm_padding as view
-from tfclaims.claims import norm_padding as NP
 from tfclaims.data.corpus import PAD, pad_batch
-from tfclaims.grids import norm_padding as G
-from tfclaims.grids.norm_padding import NORMS
 from tfclaims.harness.registry import load
 from tfclaims.nn.config import ConfigError
 from tfclaims.nn.models import n_params
 from tfclaims.nn.norms import TokenBatchNorm
-from tfclaims.nn.powernorm import PowerNorm, group_scaling
+
+from experiments.norm_padding import analysis as view
+from experiments.norm_padding import grid as G
+from experiments.norm_padding import recipes as NP
+from experiments.norm_padding.grid import NORMS
+from experiments.norm_padding.powernorm import PowerNorm, group_scaling
 
 EXP = load("norm_padding")
 V = 20

@@ -82,7 +82,7 @@ def test_fused_norms_match_the_builtins():
     compute, forward and backward."""
     import torch.nn.functional as F
 
-    from tfclaims.claims.rmsnorm import build_norm
+    from experiments.rmsnorm.recipes import build_norm
 
     torch.manual_seed(0)
     x = torch.randn(64, 48, requires_grad=True)

@@ -10,12 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfclaims.claims.notes_code import apply_arm, created_parameters, run_snippets
 from tfclaims.harness.experiment import RunContext
-from tfclaims.nn import notes_code as nc
 from tfclaims.nn.blocks import FFN
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import LM, n_params
+
+from experiments.notes_code import notes_code as nc
+from experiments.notes_code.recipes import apply_arm, created_parameters, run_snippets
 
 B, H, T, DK = 2, 4, 7, 8
 D = H * DK

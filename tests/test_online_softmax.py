@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.nn.online_softmax import blockwise_attention, overflow_logit, reference_attention
+from experiments.online_softmax.online_softmax import blockwise_attention, overflow_logit, reference_attention
 
 
 def qkv(n=48, m=None, d=16, h=2, dtype=torch.float64, seed=0, scale=1.0):

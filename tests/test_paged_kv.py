@@ -4,11 +4,12 @@ update), and the serving simulator's allocators against hand-worked traces."""
 import pytest
 import torch
 
-from tfclaims.measure.kv_paging import Request, reservation, simulate, trace
 from tfclaims.nn.attention import KVCache
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import LM
-from tfclaims.nn.paged_cache import PagedKVCache
+
+from experiments.paged_kv.kv_paging import Request, reservation, simulate, trace
+from experiments.paged_kv.paged_cache import PagedKVCache
 
 
 @pytest.mark.parametrize("block", [1, 3, 16])

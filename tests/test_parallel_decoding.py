@@ -7,11 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tfclaims.claims import parallel_decoding as pd
-from tfclaims.grids.parallel_decoding import model_config, timing_config
 from tfclaims.harness.experiment import RunContext
 from tfclaims.nn.attention import KVCache
 from tfclaims.nn.models import LM
+
+from experiments.parallel_decoding import recipes as pd
+from experiments.parallel_decoding.grid import model_config, timing_config
 
 CTX = RunContext(torch.device("cpu"))
 

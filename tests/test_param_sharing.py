@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from tfclaims.measure.counting import model_params
-from tfclaims.measure.param_sharing import SIZES, albert_params, bert_params, shared_stack_params
 from tfclaims.nn.config import ModelConfig
 from tfclaims.nn.models import LM, n_params
-from tfclaims.nn.sharing import share_blocks
+
+from experiments.albert_sharing.param_sharing import SIZES, albert_params, bert_params, shared_stack_params
+from experiments.albert_sharing.sharing import share_blocks
 
 transformers = pytest.importorskip("transformers")
 

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from tfclaims.data.files import CorpusError
-from tfclaims.data.subset import block_windows, epochs, fixed_subset
-from tfclaims.grids.postln_quality import NULL_OFFSET, grid_sweep, subsets
 from tfclaims.harness.registry import load
 from tfclaims.nn.config import ConfigError
+
+from experiments.postln_quality.grid import NULL_OFFSET, grid_sweep, subsets
+from experiments.postln_quality.subset import block_windows, epochs, fixed_subset
 
 DATA = torch.arange(10_000) % 251  # (N,) distinct neighbours: a window's position can be read back
 
@@ -90,11 +91,12 @@ def test_grid_refuses_malformed_subsets(bad):
 
 
 def test_recipe_reads_the_subset_loss_at_each_evaluation_and_repeats_itself():
-    from tfclaims.claims.postln_quality import train_repeated
     from tfclaims.device import seed_all
     from tfclaims.harness.experiment import RunContext
     from tfclaims.nn.models import LM
     from tfclaims.train.profiles import model_config, model_kw
+
+    from experiments.postln_quality.recipes import train_repeated
 
     cfg = {"placement": "post", "d_model": 16, "n_layers": 1, "n_heads": 2, "seq_len": 16, "batch": 4,
            "steps": 6, "lr": 3e-3, "eval_every": 3, "eval_batches": 1, "subset": 1024, "block": 256,

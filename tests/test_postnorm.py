@@ -10,15 +10,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfclaims.analysis import postnorm_warmup as view
-from tfclaims.claims import postnorm_warmup as M
 from tfclaims.data.corpus import load_corpus, unigram_xent
-from tfclaims.grids.postnorm_warmup import model_config, train_config
 from tfclaims.harness.registry import load
 from tfclaims.nn.blocks import Block, deepnorm_constants
 from tfclaims.nn.config import ConfigError, ModelConfig
 from tfclaims.nn.models import LM
 from tfclaims.train.loop import lr_at, train_lm
+
+from experiments.postnorm_warmup import analysis as view
+from experiments.postnorm_warmup import recipes as M
+from experiments.postnorm_warmup.grid import model_config, train_config
 
 EXP = load("postnorm_warmup")
 M_run_train = sys.modules[type(EXP).__module__].run_train

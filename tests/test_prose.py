@@ -5,7 +5,7 @@ import pytest
 
 from tfclaims.harness import prose
 from tfclaims.harness.experiment import Experiment
-from tfclaims.harness.registry import load_all
+from tfclaims.harness.registry import REPO_ROOT, load_all
 
 EXPS = load_all()
 TEXT = (
@@ -58,7 +58,9 @@ def test_every_claim_has_all_its_prose_in_markdown_beside_its_experiment():
 
     for cid, exp in EXPS.items():
         md = Path(inspect.getsourcefile(type(exp))).with_suffix(".md")
-        assert md.name == f"{cid}.md" and md.read_text().startswith(f"# {cid}: {exp.title}\n")
+        assert md == REPO_ROOT / "experiments" / cid / "claim.md" and md.read_text().startswith(
+            f"# {cid}: {exp.title}\n"
+        )
         got = prose.read(md, vars(sys.modules[type(exp).__module__]))
         assert set(got) == set(prose.SECTIONS.values()), cid  # every field, each from the file
         for key, value in got.items():

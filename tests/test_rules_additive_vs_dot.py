@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from tfclaims.claims.additive_vs_dot import INITS
 from tfclaims.evidence.evaluate import CheckFailed
-from tfclaims.grids.additive_vs_dot import AA, KINDS
 from tfclaims.harness.registry import load
 
+from experiments.additive_vs_dot.grid import AA, KINDS
+from experiments.additive_vs_dot.recipes import INITS
 from rules import analyse, comparison, decisions, grown, sub, timed, verdicts
 
 EXP = load("additive_vs_dot")

@@ -4,10 +4,10 @@ rounds with a shared load (rules.times), and a quality sweep grown as the runner
 import numpy as np
 import pytest
 
-from tfclaims.claims.albert_sharing import run_counts
-from tfclaims.grids.albert_sharing import AA
 from tfclaims.harness.registry import load
 
+from experiments.albert_sharing.grid import AA
+from experiments.albert_sharing.recipes import run_counts
 from rules import analyse, grown, sub, times, verdicts
 
 EXP = load("albert_sharing")

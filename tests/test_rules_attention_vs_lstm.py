@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from tfclaims.grids.attention_vs_lstm import AA
 from tfclaims.harness.registry import load
 
+from experiments.attention_vs_lstm.grid import AA
 from rules import analyse, grown, sub, times, verdicts
 
 EXP = load("attention_vs_lstm")

@@ -28,7 +28,6 @@ import pandas as pd
 import pytest
 import torch
 
-from tfclaims.claims import embedding_scale as recipe
 from tfclaims.evidence import decisions as ev
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness import runner
@@ -37,6 +36,7 @@ from tfclaims.harness.registry import load
 from tfclaims.io import jsonable
 from tfclaims.nn.config import ConfigError
 
+from experiments.embedding_scale import recipes as recipe
 from rules import analyse, comparison, decisions, grown, record, sub, verdicts
 
 EXP = load("embedding_scale")

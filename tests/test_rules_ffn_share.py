@@ -9,11 +9,11 @@ its figures and crossovers run too."""
 
 import pytest
 
-from tfclaims.claims.ffn_share import CATALOGUE
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.experiment import RunContext
 from tfclaims.harness.registry import load
 
+from experiments.ffn_share.recipes import CATALOGUE
 from rules import analyse, comparison, decisions, record, sub, verdicts
 
 EXP = load("ffn_share")

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from tfclaims.claims.flash_speed import WHAT
 from tfclaims.evidence.evaluate import CheckFailed
-from tfclaims.grids.flash_speed import AA, BOTH, FORWARD, TWICE
 from tfclaims.harness.registry import load
 
+from experiments.flash_speed.grid import AA, BOTH, FORWARD, TWICE
+from experiments.flash_speed.recipes import WHAT
 from rules import analyse, comparison, quartiles, record, sub, times, verdicts
 
 CLAIM = "flash_speed"

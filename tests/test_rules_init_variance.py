@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from tfclaims.harness.registry import load
-from tfclaims.measure.mean_field import GAIN2, backward_factor, forward_map
 
+from experiments.init_variance.mean_field import GAIN2, backward_factor, forward_map
 from rules import analyse, record, sub, verdicts
 
 CLAIM = "init_variance"

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from tfclaims.evidence.evaluate import CheckFailed
-from tfclaims.grids.int8_inference import AA, FP32, INT8, variants
 from tfclaims.harness.registry import load
 
+from experiments.int8_inference.grid import AA, FP32, INT8, variants
 from rules import analyse, record, sub, times, verdicts
 
 EXP = load("int8_inference")

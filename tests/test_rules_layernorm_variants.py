@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.analysis import layernorm_variants as view
-from tfclaims.claims.layernorm_variants import CLASSES, NORM_TYPES, swap_formula, swap_losses
 from tfclaims.evidence.evaluate import CheckFailed
 from tfclaims.harness.registry import load
 from tfclaims.nn.models import LM
 from tfclaims.train.loop import evaluate
 from tfclaims.train.profiles import model_config
 
+from experiments.layernorm_variants import analysis as view
+from experiments.layernorm_variants.recipes import CLASSES, NORM_TYPES, swap_formula, swap_losses
 from rules import analyse, comparison, decisions, record, sub, verdicts
 
 EXP = load("layernorm_variants")

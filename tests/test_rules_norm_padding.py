@@ -18,12 +18,12 @@ import math
 import numpy as np
 import pytest
 
-from tfclaims.analysis.norm_padding import setting_of
 from tfclaims.evidence.decisions import combine
 from tfclaims.evidence.evaluate import CheckFailed
-from tfclaims.grids.norm_padding import NORMS, swept_name
 from tfclaims.harness.registry import load
 
+from experiments.norm_padding.analysis import setting_of
+from experiments.norm_padding.grid import NORMS, swept_name
 from rules import analyse, comparison, decisions, grown, sub, verdicts
 
 EXP = load("norm_padding")

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.claims.notes_code import run_snippets
 from tfclaims.evidence.evaluate import CheckFailed
-from tfclaims.grids.notes_code import SNIPPET_KEYS
 from tfclaims.harness.experiment import RunContext
 from tfclaims.harness.registry import load
 
+from experiments.notes_code.grid import SNIPPET_KEYS
+from experiments.notes_code.recipes import run_snippets
 from rules import analyse, comparison, grown, sub, verdicts
 
 EXP = load("notes_code")

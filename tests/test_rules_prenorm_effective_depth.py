@@ -98,7 +98,7 @@ def test_prenorm_rule_text_names_the_deeper_half_and_the_sweep(tmp_path):
 
 @pytest.mark.parametrize("L", [2, 3, 4, 8])
 def test_prenorm_deeper_half_readouts_read_the_last_blocks(L):
-    from tfclaims.analysis import prenorm_effective_depth as view
+    from experiments.prenorm_effective_depth import analysis as view
 
     m = {"diverged_at": None, **blocks(L, 0.1, 0.5, 0.02, 0.95, s=0)}
     m["relative_update"] = [float(i) for i in range(1, L + 1)]
@@ -126,10 +126,11 @@ def test_prenorm_recipe_trains_an_untied_head_for_both_placements(monkeypatch, p
     import torch
 
     import tfclaims.train.small_lm as small_lm
-    from tfclaims.claims.prenorm_effective_depth import train_probe
     from tfclaims.harness.experiment import RunContext
     from tfclaims.nn.models import LM
     from tfclaims.train.profiles import model_config
+
+    from experiments.prenorm_effective_depth.recipes import train_probe
 
     seen = {}
 

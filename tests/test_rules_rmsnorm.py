@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tfclaims.claims.rmsnorm import AA, FUSED, IMPLS
 from tfclaims.evidence.rules import render_sub
 from tfclaims.harness.registry import load
 
+from experiments.rmsnorm.recipes import AA, FUSED, IMPLS
 from rules import analyse, comparison, decisions, grown, timed, verdicts
 
 EXP = load("rmsnorm")

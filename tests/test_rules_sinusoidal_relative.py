@@ -19,16 +19,17 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.claims.sinusoidal_relative import offset_share, position_logits, position_losses
 from tfclaims.evidence.evaluate import CheckFailed
-from tfclaims.grids.sinusoidal_relative import ARMS, NULL_OFFSET, scales
 from tfclaims.grids.sweep import scale_label
 from tfclaims.harness.registry import load
+from tfclaims.measure.lengths import position_losses
 from tfclaims.nn.attention import KVCache
 from tfclaims.nn.config import ConfigError
 from tfclaims.nn.models import LM
 from tfclaims.train.profiles import model_config
 
+from experiments.sinusoidal_relative.grid import ARMS, NULL_OFFSET, scales
+from experiments.sinusoidal_relative.recipes import offset_share, position_logits
 from rules import analyse, comparison, decisions, grown, sub, verdicts
 
 EXP = load("sinusoidal_relative")

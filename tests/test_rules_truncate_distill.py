@@ -6,10 +6,10 @@ advance."""
 import numpy as np
 import pytest
 
-from tfclaims.claims.truncate_distill import run_counts
-from tfclaims.grids.truncate_distill import AA
 from tfclaims.harness.registry import load
 
+from experiments.truncate_distill.grid import AA
+from experiments.truncate_distill.recipes import run_counts
 from rules import analyse, grown, sub, times, verdicts
 
 EXP = load("truncate_distill")

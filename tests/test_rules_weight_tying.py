@@ -14,14 +14,14 @@ import sys
 import numpy as np
 import pytest
 
-from tfclaims.analysis.weight_tying import steps_to_target
-from tfclaims.claims.weight_tying import TYING_ARMS
 from tfclaims.evidence.evaluate import CheckFailed
-from tfclaims.grids.weight_tying import matched_d_ff
 from tfclaims.harness.registry import load
 from tfclaims.measure.counting import model_params
 from tfclaims.train.profiles import model_config
 
+from experiments.weight_tying.analysis import steps_to_target
+from experiments.weight_tying.grid import matched_d_ff
+from experiments.weight_tying.recipes import TYING_ARMS
 from rules import analyse, comparison, decisions, grown, sub, verdicts
 
 EXP = load("weight_tying")

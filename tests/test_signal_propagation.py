@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from tfclaims.measure.mean_field import ACTIVATIONS, GAIN2, backward_factor, forward_map
-from tfclaims.measure.signal_propagation import activation, mlp_moments
+from experiments.init_variance.mean_field import ACTIVATIONS, GAIN2, backward_factor, forward_map
+from experiments.init_variance.signal_propagation import activation, mlp_moments
 
 
 @pytest.mark.parametrize("init", ["xavier", "kaiming"])

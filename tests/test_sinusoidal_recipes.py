@@ -8,10 +8,17 @@ import pytest
 import torch
 from torch import nn
 
-from tfclaims.claims.sinusoidal_relative import copy_accuracy, copy_batch, copy_run, match_norms, norm_ratio
 from tfclaims.harness.experiment import RunContext
 from tfclaims.nn.models import LM, lm_loss
 from tfclaims.train.profiles import model_config
+
+from experiments.sinusoidal_relative.recipes import (
+    copy_accuracy,
+    copy_batch,
+    copy_run,
+    match_norms,
+    norm_ratio,
+)
 
 V, T = 85, 32  # the character corpus's vocabulary, a training length
 

@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from tfclaims.claims.subword_oov import count_heldout
-from tfclaims.data import vocabularies as V
+from experiments.subword_oov import vocabularies as V
+from experiments.subword_oov.recipes import count_heldout
 
 # the words of Hugging Face's course example, with their counts
 COURSE = {"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}
@@ -170,7 +170,8 @@ def test_serial_switches_the_thread_pool_off_and_restores_the_setting(monkeypatc
 
 DUMP = """
 import hashlib, json, sys
-from tfclaims.data import vocabularies as V
+import tfclaims.harness.folders  # makes experiments.<claim> importable
+from experiments.subword_oov import vocabularies as V
 sys.path.insert(0, {tests!r})
 from test_subword_oov import toy_texts
 texts = toy_texts(6000, seed=3)

@@ -10,17 +10,18 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-from tfclaims.claims.truncate_distill import run_counts, train_students
 from tfclaims.data.corpus import load_corpus
-from tfclaims.grids.truncate_distill import NULL_OFFSET, grid_students, student_records
 from tfclaims.harness.registry import load
 from tfclaims.measure.counting import lm_forward_flops, model_params
 from tfclaims.measure.residual_stream import layer_order
 from tfclaims.nn.config import ConfigError, ModelConfig, TrainConfig
 from tfclaims.nn.models import LM, n_params
-from tfclaims.train.distill import distill_loss, train_student, truncate
 from tfclaims.train.loop import train_lm
 from tfclaims.train.profiles import model_config
+
+from experiments.truncate_distill.distill import distill_loss, train_student, truncate
+from experiments.truncate_distill.grid import NULL_OFFSET, grid_students, student_records
+from experiments.truncate_distill.recipes import run_counts, train_students
 
 P = load("truncate_distill").profiles["quick"]
 

@@ -35,7 +35,7 @@ import torch
 
 from tfclaims.harness.plan import record_seconds, resolve_profile
 from tfclaims.harness.provenance import config_hash, grid_run_ids, run_code_hash, run_id
-from tfclaims.harness.registry import REPO_ROOT, load_all
+from tfclaims.harness.registry import REPO_ROOT, claim_file, load_all
 from tfclaims.harness.runner import RunTask, execute_run
 from tfclaims.io import atomic_write_json
 
@@ -73,7 +73,7 @@ def rerun_equal(exp, rec: dict, scratch: Path) -> tuple[bool, str]:
     rid = run_id(config_hash(exp.claim_id, cfg, device), chash)
     path = scratch / f"{rid}.json"
     task = RunTask(
-        experiment_file=str(REPO_ROOT / "experiments" / f"{exp.claim_id}.py"), claim_id=exp.claim_id, config=cfg, config_hash=rec["config_hash"],
+        experiment_file=str(claim_file(exp.claim_id)), claim_id=exp.claim_id, config=cfg, config_hash=rec["config_hash"],
         code_hash=chash, run_id=rid, device=device, path=str(path),
     )  # fmt: skip
     torch.set_num_threads(rec.get("threads") or torch.get_num_threads())  # as filed: reductions follow it

@@ -25,7 +25,7 @@ from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .harness.registry import REPO_ROOT, experiments_dir, read_each
+from .harness.registry import REPO_ROOT, claim_file, claim_id_of, experiments_dir, read_each
 from .nn.config import ConfigError
 from .report.answers import answer_row
 
@@ -111,14 +111,15 @@ def read_claim(path: Path) -> Claim:
     source = path.read_bytes()
     compile(source, str(path), "exec", dont_inherit=True)  # every error its import meets before running it
     classes = [_literals(n.body) for n in ast.parse(source, str(path)).body if isinstance(n, ast.ClassDef)]
-    found = [c for c in classes if c.get("claim_id") == path.stem]
+    cid = claim_id_of(path)
+    found = [c for c in classes if c.get("claim_id") == cid]
     attrs = {**_source_literals("harness.experiment", "Experiment"), **(found[0] if found else {})}
     if len(found) != 1 or not isinstance(attrs["title"], str) or not isinstance(attrs["order"], int):
         from .harness.registry import load_file
 
         exp = load_file(path)
         return Claim(exp.claim_id, exp.title, exp.order)
-    return Claim(path.stem, attrs["title"], attrs["order"])
+    return Claim(cid, attrs["title"], attrs["order"])
 
 
 def read_claims(broken: list) -> list[Claim]:
@@ -451,14 +452,14 @@ def _guard(fn) -> int:
 
 
 def experiment_main(exp: Experiment, argv=None) -> int:
-    ap = Parser(prog=f"experiments/{exp.claim_id}.py", description=f"{exp.title}. {exp.statement}")
+    ap = Parser(prog=f"experiments/{exp.claim_id}/claim.py", description=f"{exp.title}. {exp.statement}")
     add_run_options(ap)
     args = ap.parse_args(argv)
     return _guard(lambda: _run([exp], args))
 
 
 def script_main(cls: type[Experiment], argv=None) -> None:
-    """Entry point of `python experiments/<claim_id>.py`."""
+    """Entry point of `python experiments/<claim_id>/claim.py`."""
     sys.exit(experiment_main(cls(), argv))
 
 
@@ -493,10 +494,15 @@ def _plain(name: str) -> bool:
     return name not in ("", ".", "..") and Path(name).name == name
 
 
+def _claim_shown(claim_id: str) -> str:
+    """A claim's file as the reader knows it: experiments/<id>/claim.py (or a one-file claim's)."""
+    path = claim_file(claim_id)
+    return f"experiments/{path.relative_to(experiments_dir()).as_posix()}" if path else f"experiments/{claim_id}"
+
+
 def _claim_file(name: str) -> Path | None:
     """A registered claim's experiment file, None for a name that is not one."""
-    path = experiments_dir() / f"{name}.py"
-    return path if _plain(name) and not name.startswith("_") and path.is_file() else None
+    return claim_file(name) if _plain(name) and not name.startswith("_") else None
 
 
 def read_result(root: Path, claim: str) -> dict:
@@ -640,7 +646,7 @@ def _list(args) -> int:
     broken: list[tuple[str, str]] = []
     claims = read_claims(broken)
     for cid, why in broken:
-        print(f"error: experiments/{cid}.py cannot be loaded ({why}); skipped", file=sys.stderr)
+        print(f"error: {_claim_shown(cid)} cannot be loaded ({why}); skipped", file=sys.stderr)
     for c in claims:
         print(f"{c.claim_id:22s} {c.title}")
     return 1 if broken else 0
@@ -777,7 +783,7 @@ def _dispatch(args) -> int:
     exps = load_all(broken)
     if args.cmd != "run":  # `run x` speaks only of x
         for cid, why in broken:
-            print(f"error: experiments/{cid}.py cannot be loaded ({why}); skipped", file=sys.stderr)
+            print(f"error: {_claim_shown(cid)} cannot be loaded ({why}); skipped", file=sys.stderr)
     if args.cmd == "run":
         if args.name in dict(broken):
             raise UsageError(f"claim {args.name!r} cannot be loaded: {dict(broken)[args.name]}")

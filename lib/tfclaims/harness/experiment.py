@@ -28,6 +28,7 @@ from ..evidence.declare import Declaration
 from ..evidence.evaluate import Evaluation
 from ..evidence.rules import render
 from . import prose
+from .folders import PACKAGE, experiments_dir, install_package
 from .reach import PKG, module_file, top_level_functions
 
 if TYPE_CHECKING:
@@ -47,29 +48,39 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A library recipe named without importing its module: the module (and torch) loads on the first run.
-    So an experiment file, its grids and its declarations load without torch (`tfclaims plan`), and the
-    code hash reads the recipe's source file as it reads any other (`reach`)."""
+    """A recipe named without importing its module: the module (and torch) loads on the first run. So a
+    claim file, its grid and its declarations load without torch (`tfclaims plan`), and the code hash reads
+    the recipe's source file as it reads any other (`reach`)."""
 
-    module: str  # dotted, inside the package: "tfclaims.claims.kv_cache"
+    module: str  # dotted: a claim's module ("experiments.kv_cache.recipes") or the library's ("tfclaims.…")
     name: str
 
     @property
     def path(self) -> Path:
-        return module_file(self.module.split(".", 1)[1])
+        return _source_file(self.module)
 
     def load(self) -> Callable[[dict, RunContext], dict]:
         """The function itself (imports its module)."""
+        if self.module.startswith(PACKAGE + "."):
+            install_package()
         return getattr(importlib.import_module(self.module), self.name)
 
     def __call__(self, cfg: dict, ctx: RunContext) -> dict:
         return self.load()(cfg, ctx)
 
 
+def _source_file(module: str) -> Path:
+    """The source file of a dotted module of a claim's folder or of the library."""
+    top, _, rest = module.partition(".")
+    if top == PACKAGE:
+        return experiments_dir().joinpath(*rest.split(".")).with_suffix(".py")
+    return module_file(rest)
+
+
 def recipes(module: str) -> Recipes:
-    """The recipes of one library module, by attribute: `recipes("tfclaims.claims.kv_cache").run_steps` is a
-    `Recipe`. A name that is not one of the module's top-level functions fails when the experiment file
-    loads, as a mistyped import would."""
+    """The recipes of one module, by attribute: `recipes("experiments.kv_cache.recipes").run_steps` is a
+    `Recipe`. A name that is not one of the module's top-level functions fails when the claim file loads, as
+    a mistyped import would."""
     return Recipes(module)
 
 
@@ -77,10 +88,10 @@ class Recipes:
     """See `recipes`."""
 
     def __init__(self, module: str):
-        if not module.startswith(PKG + "."):
-            raise ValueError(f"recipes: {module!r} is not a module of {PKG}")
+        if module.partition(".")[0] not in (PKG, PACKAGE) or not _source_file(module).is_file():
+            raise ValueError(f"recipes: {module!r} is not a module of {PACKAGE}/ or of {PKG}")
         self._module = module
-        self._names = top_level_functions(module_file(module.split(".", 1)[1]))
+        self._names = top_level_functions(_source_file(module))
 
     def __getattr__(self, name: str) -> Recipe:
         if name.startswith("_") or name not in self._names:

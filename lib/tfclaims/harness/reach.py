@@ -21,20 +21,26 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .folders import PACKAGE as CLAIMS  # the claims' folders, imported as experiments.<id>.<module>
+from .folders import experiments_dir
+
 PKG_DIR = Path(__file__).resolve().parents[1]  # the tfclaims package
 PKG = PKG_DIR.name
 
 
 @dataclass(frozen=True)
 class Definition:
-    module: str  # a library module ("attention"), or the path of an experiment file
+    module: str  # a library module ("nn.attention"), or the path of a file outside it (a claim's module)
     name: str
     text: str  # normalised source
 
     @property
     def qualname(self) -> str:
-        """For messages: "positions.apply_rope", "nn.positions.apply_rope", "postnorm_warmup.run_train"."""
-        where = Path(self.module).stem if self.module.endswith(".py") else self.module
+        """For messages: "nn.positions.apply_rope", or a claim folder's "kv_cache.recipes.run_steps"."""
+        if not self.module.endswith(".py"):
+            return f"{self.module}.{self.name}"
+        path = Path(self.module)
+        where = f"{path.parent.name}.{path.stem}" if (path.parent / "claim.py").is_file() else path.stem
         return f"{where}.{self.name}"
 
     @property
@@ -66,7 +72,11 @@ class _Module:
         # local name -> ("def", module, name) for `from M import name`, ("mod", module) for a module
         self.imports: dict[str, tuple] = {}
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
+            if isinstance(node, ast.ImportFrom) and node.level and key.endswith(".py"):
+                self._folder_import(node, _relative_dir(Path(key), node))
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == CLAIMS:
+                self._folder_import(node, experiments_dir().joinpath(*node.module.split(".")[1:]))
+            elif isinstance(node, ast.ImportFrom):
                 base = self._library_module(node)
                 if base is None:
                     continue
@@ -87,6 +97,17 @@ class _Module:
             self._texts[id(node)] = normalise(node)
         return self._texts[id(node)]
 
+    def _folder_import(self, node: ast.ImportFrom, base: Path) -> None:
+        """An import from a claim's folder (`from experiments.<id>.grid import x`, or relative in a file
+        there): its modules are files keyed by path, like the file itself."""
+        for a in node.names:
+            local = a.asname or a.name
+            sub = _file_module(base / a.name)
+            if sub is not None:
+                self.imports[local] = ("mod", sub)
+            elif _file_module(base) is not None:
+                self.imports[local] = ("def", _file_module(base), a.name)
+
     def _library_module(self, node: ast.ImportFrom) -> str | None:
         """The library module (dotted, relative to the package; "" for the package) an import names."""
         if node.level:
@@ -102,6 +123,22 @@ class _Module:
 
 def _join(a: str, b: str) -> str:
     return ".".join(p for p in (a, b) if p)
+
+
+def _relative_dir(path: Path, node: ast.ImportFrom) -> Path:
+    """The folder (or module, less its suffix) a relative import in the file at `path` names."""
+    base = path.parent
+    for _ in range(node.level - 1):
+        base = base.parent
+    return base.joinpath(*node.module.split(".")) if node.module else base
+
+
+def _file_module(path: Path) -> str | None:
+    """The key of the module at `path` (less its suffix): `path.py`, or a package's `__init__.py`."""
+    for f in (path.with_suffix(".py"), path / "__init__.py"):
+        if f.is_file():
+            return str(f.resolve())
+    return None
 
 
 def _exists(package_dir: Path, dotted: str) -> bool:

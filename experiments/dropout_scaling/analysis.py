@@ -1,0 +1,104 @@
+"""`dropout_scaling`'s observation tables (masks, losses by variant, per-site projections) and figure."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tfclaims.analysis import part
+from tfclaims.plotting import log_ticks, subplots
+
+VARIANTS = {"eval": "eval mode", "unscaled": "no 1/(1−p) scaling", "single": "one mask", "mc": "MC average"}
+
+
+def masks(runs: list[dict]) -> pd.DataFrame:
+    rows = [row for r in part(runs, "masks") for row in r["metrics"]["rows"]]
+    df = pd.DataFrame(rows, columns=["p", "draw", "kept", "max_rel_error"])
+    return df.assign(unit=df.draw, keep_dev=df.kept - (1.0 - df.p))
+
+
+def losses(runs: list[dict], learned) -> pd.DataFrame:
+    """One row per (training run, variant): eval, unscaled, single (the mean loss of one mask) and mc<K>. A run
+    that diverged has no probe: its rows carry no loss and count as not learned (excluded, not dropped)."""
+    rows = []
+    for r in part(runs, "train"):
+        c, m = r["config"], r["metrics"]
+        k = c["mc_samples"]
+        pr = m.get("probe") or {"eval_loss": None, "unscaled_loss": None, "single_mask_loss": None,
+                                "mc_loss": {str(k): None}}  # fmt: skip
+        base = {"dropout": c["dropout"], "unit": c["seed"], "learned": bool(m.get("probe")) and learned.fn(m)}
+        rows += [{**base, "variant": "eval", "loss": pr["eval_loss"]},
+                 {**base, "variant": "unscaled", "loss": pr["unscaled_loss"]},
+                 {**base, "variant": "single", "loss": pr["single_mask_loss"]}]  # fmt: skip
+        rows += [{**base, "variant": f"mc{n}", "loss": v, "k": int(n)} for n, v in pr["mc_loss"].items()]
+    return pd.DataFrame(rows, columns=["dropout", "unit", "learned", "variant", "loss", "k"])
+
+
+def projections(runs: list[dict]) -> pd.DataFrame:
+    """One row per (training run, dropout site): site 0 is the embedding, then attention and FFN per block."""
+    rows = [
+        {
+            "dropout": r["config"]["dropout"],
+            "unit": r["config"]["seed"],
+            "site": i,
+            "first": i == 0,
+            "projection": v,
+        }  # fmt: skip
+        for r in part(runs, "train")
+        if "probe" in r["metrics"]
+        for i, v in enumerate(r["metrics"]["probe"]["projection"])
+    ]
+    return pd.DataFrame(rows, columns=["dropout", "unit", "site", "first", "projection"])
+
+
+def summary(loss: pd.DataFrame) -> pd.DataFrame:
+    """Mean loss per inference mode and dropout rate, over the runs that learned."""
+    if loss.empty or not loss.learned.any():
+        return pd.DataFrame(columns=["dropout", "eval", "unscaled", "single_mask", "seeds"])
+    loss = loss[loss.learned]
+    wide = loss.pivot_table(index=["dropout", "unit"], columns="variant", values="loss").reset_index()
+    mc = max((c for c in wide.columns if isinstance(c, str) and c.startswith("mc")), key=lambda c: int(c[2:]))
+    out = wide.groupby("dropout").agg(
+        eval=("eval", "mean"), unscaled=("unscaled", "mean"), single_mask=("single", "mean"), mc=(mc, "mean"),
+        seeds=("unit", "size"),
+    ).reset_index()  # fmt: skip
+    return out.rename(columns={"mc": f"MC ({mc[2:]} masks)"})
+
+
+def plot(loss: pd.DataFrame, proj: pd.DataFrame, out) -> None:
+    """MC-dropout loss against the number of masks beside eval mode; the projection per site (every run with a
+    probe: the rule's guard, not the figure, leaves out runs that did not learn)."""
+    loss = loss.dropna(subset=["loss"])
+    if loss.empty:
+        return
+    fig, axes = subplots(2, 1, width=5.0, height=3.4)
+    ax = axes[0]
+    for i, (p, g) in enumerate(loss.groupby("dropout")):
+        color = f"C{i}"
+        mc = g[g.variant.str.startswith("mc")].groupby("k").loss.agg(["mean", "min", "max"])
+        ax.plot(mc.index, mc["mean"], "o-", ms=3, color=color, label=f"MC average, p = {p:g}")
+        ax.fill_between(mc.index, mc["min"], mc["max"], color=color, alpha=0.18, lw=0)
+        for v, ls in (("eval", "--"), ("unscaled", ":")):
+            ax.axhline(g[g.variant == v].loss.mean(), color=color, ls=ls, lw=1,
+                       label=f"{VARIANTS[v]}, p = {p:g}")  # fmt: skip
+        log_ticks(ax, sorted(mc.index))
+    ax.set(xlabel="dropout masks averaged, K", ylabel="held-out loss (nats/char)",
+           title="Eval mode against the average of K sub-networks")  # fmt: skip
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    for i, (p, g) in enumerate(proj.groupby("dropout")):
+        s = g.groupby("site").projection.agg(["mean", "min", "max"])
+        ax.errorbar(s.index + 0.08 * i, s["mean"], yerr=[s["mean"] - s["min"], s["max"] - s["mean"]], fmt="o",
+                    ms=4, capsize=2, label=f"p = {p:g}")  # fmt: skip
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set(xlabel="dropout site (0: embedding; then attention, FFN per block)",
+           ylabel="⟨mean train-mode output, eval output⟩ ÷ ‖eval output‖²",
+           title="Is eval mode the expectation of train mode?")  # fmt: skip
+    ax.legend(fontsize=7)
+    out.figure(
+        "dropout",
+        fig,
+        "Left: held-out loss of the MC-averaged probabilities against the number of masks, "
+        "beside eval mode (dashed) and eval mode without the 1/(1−p) scaling (dotted); bands: range over "
+        "seeds. Right: per dropout site, the train-mode output averaged over masks projected on the "
+        "eval-mode output (1: eval mode is its expectation); bars: range over seeds.",
+    )
