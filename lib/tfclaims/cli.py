@@ -104,10 +104,10 @@ class Claim:
 
 
 def read_claim(path: Path) -> Claim:
-    """The claim an experiment file declares, read from its source: the class whose literal `claim_id` is the
-    file's name, with its `title` and `order` (or Experiment's). A file that does not compile fails with the
-    error its import would raise; a file whose id, title or order is not a literal is imported (with torch),
-    which also raises the registry's error for a file without exactly one such class."""
+    """The claim a claim file declares, read from its source: the class whose literal `claim_id` is the
+    claim's id (its folder's name), with its `title` and `order` (or Experiment's). A file that does not
+    compile fails with the error its import would raise; a file whose id, title or order is not a literal is
+    imported (with torch), which also raises the registry's error for a file without exactly one such class."""
     source = path.read_bytes()
     compile(source, str(path), "exec", dont_inherit=True)  # every error its import meets before running it
     classes = [_literals(n.body) for n in ast.parse(source, str(path)).body if isinstance(n, ast.ClassDef)]
@@ -123,7 +123,7 @@ def read_claim(path: Path) -> Claim:
 
 
 def read_claims(broken: list) -> list[Claim]:
-    """Every registered claim in report order (harness.registry.load_all's), read from the experiment files'
+    """Every registered claim in report order (harness.registry.load_all's), read from the claim files'
     source; a file that cannot be read is appended to `broken` as (claim id, one-line reason) and skipped."""
     return sorted(read_each(read_claim, broken), key=lambda c: (c.order, c.claim_id))
 
@@ -497,11 +497,13 @@ def _plain(name: str) -> bool:
 def _claim_shown(claim_id: str) -> str:
     """A claim's file as the reader knows it: experiments/<id>/claim.py (or a one-file claim's)."""
     path = claim_file(claim_id)
-    return f"experiments/{path.relative_to(experiments_dir()).as_posix()}" if path else f"experiments/{claim_id}"
+    return (
+        f"experiments/{path.relative_to(experiments_dir()).as_posix()}" if path else f"experiments/{claim_id}"
+    )
 
 
 def _claim_file(name: str) -> Path | None:
-    """A registered claim's experiment file, None for a name that is not one."""
+    """A registered claim's file, None for a name that is not one."""
     return claim_file(name) if _plain(name) and not name.startswith("_") else None
 
 
@@ -776,7 +778,7 @@ def build_parser() -> Parser:
 
 
 def _dispatch(args) -> int:
-    """The commands that load the experiment files: run, reproduce, report, check-results, bench."""
+    """The commands that load the claim files: run, reproduce, report, check-results, bench."""
     from .harness.registry import load_all
 
     broken: list[tuple[str, str]] = []

@@ -1,5 +1,5 @@
-"""What only one claim's analysis needs, one module per claim id: its observation tables (records → tidy rows
-the declarations are evaluated on), its own tables and its particular figures.
+"""What several claims' analyses share (a claim's own analysis is `experiments/<id>/analysis.py`): the records
+of one part, and (`lengths`) loss against context length.
 
 Nothing here is reached by a run (tests/test_package.py): editing it re-analyses, never reruns."""
 

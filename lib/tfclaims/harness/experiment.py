@@ -1,10 +1,10 @@
 """What a claim's experiment declares, and what its analysis returns.
 
-An experiment file subclasses `Experiment` and declares:
+A claim file (`experiments/<id>/claim.py`) subclasses `Experiment` and declares:
   claim_id, title, statement (the claim in our words), notes_say, anchors, method, profiles {quick, default,
   full}; parts: the kinds of run it makes, each a `Part(name, grid, run)`: grid(p) -> run configs (plain JSON
   dicts, each with its own 'seed' where seeds matter) and run(cfg, ctx) -> metrics, a recipe that lives in the
-  library or as a module-level function of the experiment file; declare(p) -> `evidence.declare.Declaration`,
+  claim's folder (`recipes.py`, or a module-level function of the claim file) or in the library; declare(p) -> `evidence.declare.Declaration`,
   its sub-claims as data, fixed before running (the rule text is rendered from it); and analyse(runs, p, out)
   -> Verdict: observation tables from the records, `evidence.evaluate` over them, the claim's own tables and
   figures, `verdict_from` the evaluation.
@@ -103,7 +103,7 @@ class Recipes:
 class Part:
     """One kind of run: `grid(p)` gives its configs, `run(cfg, ctx)` turns one config into metrics.
 
-    `run` is a library `Recipe` or a module-level function of the experiment file: the run cache is keyed by
+    `run` is a `Recipe` or a module-level function of the claim file: the run cache is keyed by
     the code it reaches, so editing an analysis or another part's recipe reruns nothing here."""
 
     name: str
@@ -215,7 +215,7 @@ def _markdown(df: pd.DataFrame, floatfmt: str) -> str:
 
 class Experiment:
     """A claim's experiment. Its prose (statement, notes_say, anchors, anchor_number, method) lives in
-    `<experiment file>.md` beside it (`harness.prose`), read when the subclass is defined."""
+    `claim.md` beside its file (`harness.prose`), read when the subclass is defined."""
 
     claim_id: str = ""
     title: str = ""

@@ -1,5 +1,5 @@
-"""A claim's prose, kept beside its experiment file as markdown (`experiments/<claim>.md`), so that the
-experiment file reads as what it declares and runs.
+"""A claim's prose, kept beside its claim file as markdown (`experiments/<claim>/claim.md`), so that the
+claim file reads as what it declares and runs.
 
 The file is a title line and one `## ` section per field, in any order:
 

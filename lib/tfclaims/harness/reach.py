@@ -1,9 +1,10 @@
 """The code a run executes: the definitions its recipe reaches, wherever they live.
 
-From a root definition (a part's recipe, a module-level function of a library module or of an experiment
-file) every name it uses is followed to the definition it denotes: a function, a class (whole, methods
-included) or a module-level constant of the same module, or of a library module through `from .x import y`,
-`from tfclaims.x import y` or `x.y` (re-exports followed), lazy imports inside functions included. What is
+From a root definition (a part's recipe: a module-level function of a claim's folder or of the library) every
+name it uses is followed to the definition it denotes: a function, a class (whole, methods included) or a
+module-level constant of the same module, of a library module through `from .x import y`, `from tfclaims.x
+import y` or `x.y`, or of a module of a claim's folder through `from .x import y` or `from experiments.<id>.x
+import y` (re-exports followed), lazy imports inside functions included. What is
 reached is hashed definition by definition, normalised (no comments, docstrings, import statements or
 layout) and keyed by its own name, not by its module: moving a definition to another module changes no hash,
 and editing a definition that no run reaches (analysis, plotting, the command line) reruns nothing. The

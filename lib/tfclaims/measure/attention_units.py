@@ -1,4 +1,4 @@
-"""The sizes, configs and closed forms behind `attention_cost` (torch-free: the grids and analyses of
+"""The sizes, configs and closed forms behind `attention_cost` (flash_memory's) (torch-free: the grids and analyses of
 `attention_complexity` and `flash_memory` read them before anything runs)."""
 
 from __future__ import annotations
