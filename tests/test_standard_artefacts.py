@@ -3,6 +3,7 @@ names and wording everywhere (written by `evidence.tuning.write_sweep_tables`), 
 is one that its analysis no longer writes."""
 
 import json
+import re
 
 import pytest
 
@@ -40,3 +41,38 @@ def test_every_table_and_figure_beside_a_result_is_named_by_it(path):
 
 def test_there_are_results_to_check():
     assert len(RESULTS) >= 30
+
+
+# evidence.plots.sweep_caption's fixed words, around the parts a claim fills in
+SWEEP_CAPTION = re.compile(
+    r"^.+ against peak learning rate.*, per .+\. Lines: mean over the \d+ selection seeds \(band: their "
+    r"range(; a failed run counts at the loss at init)?\)\. Stars: each .+ at its chosen rate on the \d+ fresh "
+    r"seeds, mean ± 95% CI.*\.( .+)?$"
+)
+
+
+# Tuned claims whose sweep panels share one figure with their other readouts (a figure per claim), for now.
+COMBINED = {"albert_sharing", "attention_vs_lstm", "truncate_distill"}
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.parent.name)
+def test_a_tuned_claims_sweep_figure_has_the_one_caption(path):
+    """Every `lr-sweep` figure is captioned by `evidence.plots.sweep_caption`: one wording for the lines and
+    the stars in every claim."""
+    res = _result(path)
+    sweeps = [f for key, f in res.get("figures", {}).items() if key.endswith("-lr-sweep")]
+    if "lr_choices" in {t["name"] for t in res.get("tables", [])} and path.parent.name not in COMBINED:
+        assert len(sweeps) == 1
+    for fig in sweeps:
+        assert SWEEP_CAPTION.match(fig["caption"]), fig["caption"]
+
+
+def test_the_sweep_caption_pattern_refuses_another_wording():
+    from tfclaims.evidence.plots import sweep_caption
+
+    p = {"selection_seeds": [0, 1, 2], "seeds": [3, 4]}
+    assert SWEEP_CAPTION.match(
+        sweep_caption(p, "Loss against peak learning rate, 9 steps", per="width", each="arm")
+    )
+    assert not SWEEP_CAPTION.match("Loss against peak learning rate, per width. Lines: mean over the 3 selection "
+                                   "seeds (band: their range; a diverged run counts at the loss at init). Stars: …")  # fmt: skip

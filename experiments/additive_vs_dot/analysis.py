@@ -9,7 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
-from tfclaims.evidence.plots import loglog
+from tfclaims.evidence.plots import loglog, sweep_caption
 from tfclaims.evidence.stats import loglog_fit, mean_ci
 from tfclaims.evidence.tables import runs_table, timing_rows
 from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
@@ -280,9 +280,8 @@ def plot_task(t: dict, p: dict, out) -> None:
                title=f"Key-value retrieval, {w.replace('d', 'd = ')}")  # fmt: skip
     axes[-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     out.figure(
-        "task",
+        "lr-sweep",
         fig,
-        f"Final held-out cross-entropy against the learning rate for each kind at each width: lines, the mean "
-        f"over {len(p['selection_seeds'])} selection seeds with their range; stars, the {len(p['seeds'])} "
-        "fresh seeds at the chosen rate (mean, 95% CI); dotted: chance (ln n_values).",
+        sweep_caption(p, "Final held-out cross-entropy against peak learning rate", per="width", each="kind")
+        + " Dotted: chance (ln n_values).",
     )

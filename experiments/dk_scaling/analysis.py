@@ -7,7 +7,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import curve, plot_curves
-from tfclaims.evidence.plots import arm_bands, lr_sweep
+from tfclaims.evidence.plots import arm_bands, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import COMPARISON_COLUMNS, comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
@@ -158,10 +158,13 @@ def plot_sweep(t: dict, p: dict, labels: dict, out) -> None:
     out.figure(
         "lr-sweep",
         fig,
-        f"Final validation loss against peak learning rate at d_k = {p['sweep_dk']} with unit-variance q, k, "
-        f"per width. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their range; a "
-        f"diverged run counts at the loss at init). Stars: each arm at its chosen rate on the "
-        f"{len(p['seeds'])} fresh seeds, mean ± 95% CI (the tuned comparison).",
+        sweep_caption(
+            p,
+            f"Final validation loss against peak learning rate at d_k = {p['sweep_dk']} with unit-variance q, k",
+            per="width",
+            each="arm",
+            note=": the tuned comparison",
+        ),
     )
 
 

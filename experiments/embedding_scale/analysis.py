@@ -7,7 +7,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
 from tfclaims.evidence.declare import Readout
-from tfclaims.evidence.plots import arm_bands, lr_sweep
+from tfclaims.evidence.plots import arm_bands, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
@@ -164,10 +164,14 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     out.figure(
         "lr-sweep",
         fig,
-        f"Final validation loss against peak learning rate, N(0, 1/d) embeddings, sinusoidal positions, tied "
-        f"head, {p['steps']} steps, per width. Lines: mean over the {len(p['selection_seeds'])} selection "
-        f"seeds (band: their range; a diverged run counts at the loss at init). Stars: each arm at its chosen "
-        f"rate on the {len(p['seeds'])} fresh seeds, mean ± 95% CI: the tuned comparison.",
+        sweep_caption(
+            p,
+            "Final validation loss against peak learning rate, N(0, 1/d) embeddings, sinusoidal positions, tied "
+            f"head, {p['steps']} steps",
+            per="width",
+            each="arm",
+            note=": the tuned comparison",
+        ),
     )
 
 

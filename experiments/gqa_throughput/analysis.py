@@ -14,7 +14,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.decisions import role
 from tfclaims.evidence.declare import CellRule, Readout
-from tfclaims.evidence.plots import effect_heatmap
+from tfclaims.evidence.plots import effect_heatmap, sweep_caption
 from tfclaims.evidence.readouts import of_limit
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import runs_table, timing_rows
@@ -604,8 +604,11 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     out.figure(
         "lr-sweep",
         fig,
-        f"Quality from scratch: final validation loss against peak learning rate, {p['sweep_steps']} steps, per "
-        f"scale. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their range; a failed "
-        f"run counts at the loss at init). Stars: each model at its chosen rate on the {len(p['tuned_seeds'])} "
-        "fresh seeds, mean ± 95% CI.",
+        sweep_caption(
+            p,
+            f"Quality from scratch: final validation loss against peak learning rate, {p['sweep_steps']} steps",
+            per="scale",
+            each="model",
+            fresh="tuned_seeds",
+        ),
     )

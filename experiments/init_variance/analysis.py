@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
-from .mean_field import GAIN2, backward_factor, forward_map
 from tfclaims.plotting import subplots
+
+from .mean_field import GAIN2, backward_factor, forward_map
 
 LABEL = {"xavier": "Xavier", "kaiming": "Kaiming"}
 

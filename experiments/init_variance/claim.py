@@ -6,9 +6,9 @@ from __future__ import annotations
 from tfclaims.evidence.declare import Declaration, Readout, SubClaim, Within, arm, cell
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
-from experiments.init_variance.mean_field import ACTIVATIONS, GAIN2
 
 from experiments.init_variance import analysis as view
+from experiments.init_variance.mean_field import ACTIVATIONS, GAIN2
 
 IV = recipes("experiments.init_variance.recipes")  # loaded (with torch) when a run starts
 

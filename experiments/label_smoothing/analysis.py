@@ -12,6 +12,7 @@ from tfclaims.evidence.curves import plot_curves
 from tfclaims.evidence.decisions import beyond_margin
 from tfclaims.evidence.declare import Better, Declaration, Readout
 from tfclaims.evidence.evaluate import evaluate
+from tfclaims.evidence.plots import sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
@@ -168,10 +169,16 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     out.figure(
         "lr-sweep",
         fig,
-        f"The tuned design ({p['tuned_subset_tokens']:,}-token subset, dropout {p['tuned_dropout']:g}, "
-        f"{p['tuned_steps']} steps): early-stopped, temperature-scaled calibration-split loss against peak "
-        f"learning rate per scale. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their "
-        f"range). Stars: each ε at its chosen rate on the {len(p['tuned_seeds'])} fresh seeds, mean ± 95% CI.",
+        sweep_caption(
+            p,
+            f"The tuned design ({p['tuned_subset_tokens']:,}-token subset, dropout {p['tuned_dropout']:g}, "
+            f"{p['tuned_steps']} steps): early-stopped, temperature-scaled calibration-split loss against peak "
+            "learning rate",
+            per="scale",
+            each="ε",
+            fresh="tuned_seeds",
+            capped=False,
+        ),
     )
 
 

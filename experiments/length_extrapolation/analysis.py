@@ -337,4 +337,4 @@ def plot_all(runs, t: dict, p: dict, out) -> None:
     plot_length(runs, t, p, out)
     plot_extension(runs, t, p, out)
     model_sweep_figure(out, t, p, scales(p), [scale_label(s) for s in scales(p)], LABEL, arm_column="pos", per="scale",
-                       each="arm", reads="fresh seeds, mean ± 95% CI")  # fmt: skip
+                       each="arm")  # fmt: skip

@@ -233,8 +233,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
 
     sc = [*scales(p), control_scale(p)]
     model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], ARMS, arm_column="pos", per="model (the last: the "
-                       "one-layer control)", each="arm", reads="fresh seeds, mean ± 95% CI: the runs every "
-                       "comparison reads.")  # fmt: skip
+                       "one-layer control)", each="arm", note=": the runs every comparison reads")  # fmt: skip
 
 
 def headline(result, layers: pd.DataFrame, t: dict) -> tuple[str, str]:

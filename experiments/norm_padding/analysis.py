@@ -9,7 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Cell, Readout, cell
-from tfclaims.evidence.plots import lr_sweep
+from tfclaims.evidence.plots import lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
@@ -416,10 +416,13 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     out.figure(
         "lr-sweep",
         fig,
-        f"Eval-mode validation loss against peak learning rate ({p['steps']} steps), per setting and width. "
-        f"Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their range; a diverged "
-        f"run counts at the loss at init). Stars: each norm at its chosen rate on the {len(p['seeds'])} "
-        "fresh seeds, mean ± 95% CI: the tuned comparisons (a: left, b: the masked LM's panels).",
+        sweep_caption(
+            p,
+            f"Eval-mode validation loss against peak learning rate ({p['steps']} steps)",
+            per="setting and width",
+            each="norm",
+            note=": the tuned comparisons (a: left, b: the masked LM's panels)",
+        ),
     )
 
 

@@ -242,7 +242,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     sc = scales(p)
     model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], SHORT, arm_column="arm", per="model size",
                        each="arm",
-                       reads="fresh seeds, mean ± 95% CI: the runs every comparison reads.")  # fmt: skip
+                       note=": the runs every comparison reads")  # fmt: skip
 
 
 def gap(tuned: pd.DataFrame, arm: str) -> str:

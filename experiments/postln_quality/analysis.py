@@ -12,6 +12,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import sweep_caption
 from tfclaims.evidence.tables import runs_table
 from tfclaims.evidence.tuning import curve_table, null_at_choice, read_sweep
 
@@ -99,10 +100,13 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     out.figure(
         "lr-sweep",
         fig,
-        f"Final held-out loss against peak learning rate, {p['steps']} steps, per model scale (columns) and "
-        f"training subset (rows). Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: "
-        f"their range; a failed run counts at the loss at init). Stars: each placement at its chosen rate on "
-        f"the {len(p['seeds'])} fresh seeds, mean ± 95% CI: the runs every comparison reads.",
+        sweep_caption(
+            p,
+            f"Final held-out loss against peak learning rate, {p['steps']} steps",
+            per="model scale (columns) and training subset (rows)",
+            each="placement",
+            note=": the runs every comparison reads",
+        ),
     )
 
 

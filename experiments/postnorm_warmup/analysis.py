@@ -13,7 +13,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Better, CellRule, Declaration, Readout, SubClaim
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.plots import lr_sweep
+from tfclaims.evidence.plots import lr_sweep, sweep_caption
 from tfclaims.evidence.stats import loglog_fit, mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
@@ -791,11 +791,14 @@ def plot_sweep(t: dict, curves: pd.DataFrame, p: dict, params: dict, labels: dic
     out.figure(
         "lr-sweep",
         fig,
-        f"Final validation loss against peak learning rate, L = {p['sweep_depth']}, {p['steps']} steps, per "
-        f"width (left: d = {p['scales'][0]}). Lines: mean over the {len(p['selection_seeds'])} selection "
-        "seeds (band: their range; a diverged run counts at the loss at init). Stars: each arm at its "
-        f"chosen rate on the {len(p['seeds'])} fresh seeds, mean ± 95% CI: the tuned comparison (A, B). "
-        f"Right: C at depth, {p['deep_steps']} steps (warmup the same share): Post-LN with warmup swept the "
+        sweep_caption(
+            p,
+            f"Final validation loss against peak learning rate, L = {p['sweep_depth']}, {p['steps']} steps",
+            per=f"width (left: d = {p['scales'][0]})",
+            each="arm",
+            note=": the tuned comparison (A, B)",
+        )
+        + f" Right: C at depth, {p['deep_steps']} steps (warmup the same share): Post-LN with warmup swept the "
         "same way; the diamond is Pre-LN at its one fixed rate on the fresh seeds.",
     )
 

@@ -171,7 +171,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
 
     sc = scales(p)
     model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], PLACEMENTS, arm_column="placement", per="depth",
-                       each="placement", reads="fresh seeds, mean ± 95% CI: the runs every comparison reads.")  # fmt: skip
+                       each="placement", note=": the runs every comparison reads")  # fmt: skip
 
 
 def not_learned(tuned: pd.DataFrame) -> str:

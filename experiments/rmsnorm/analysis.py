@@ -372,4 +372,4 @@ def plot_sweep(t: dict, p: dict, out) -> None:
 
     sc = scales(p)
     model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], NORMS, arm_column="norm", per="scale", each="norm",
-                       reads="seeds, mean ± 95% CI: the tuned quality comparison.")  # fmt: skip
+                       note=": the tuned quality comparison")  # fmt: skip

@@ -10,6 +10,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.analysis.lengths import MISSING, increase, loss_at
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
@@ -739,11 +740,14 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     out.figure(
         "lr-sweep",
         fig,
-        f"Final validation loss against peak learning rate, {p['len_steps']} steps at T = {p['seq_len']}, per "
-        f"scale. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their range; a failed run "
-        f"counts at the loss at init). Stars: each arm at its chosen rate on the {len(p['tuned_seeds'])} fresh "
-        "seeds, mean ± 95% CI.",
-    )  # fmt: skip
+        sweep_caption(
+            p,
+            f"Final validation loss against peak learning rate, {p['len_steps']} steps at T = {p['seq_len']}",
+            per="scale",
+            each="arm",
+            fresh="tuned_seeds",
+        ),
+    )
 
 
 def plot_copy(runs, copy: pd.DataFrame, p: dict, out) -> None:

@@ -8,6 +8,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
+from tfclaims.evidence.plots import sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
@@ -270,12 +271,16 @@ def plot_sweeps(t: dict, p: dict, out) -> None:
     out.figure(
         "lr-sweep",
         fig,
-        f"Loss against peak learning rate, {p['steps']} steps, per regime (top: one pass over the text, final "
-        f"validation loss; bottom: {p['subset_tokens']:,} tokens for many epochs with dropout {p['dropout']:g}, "
-        "early-stopped loss on the selection half) and scale (columns). Lines: mean over the "
-        f"{len(p['selection_seeds'])} selection seeds (band: their range; a failed run counts at the loss at "
-        f"init). Stars: each arm at its chosen rate on the {len(p['tuned_seeds'])} fresh seeds (top: final "
-        "loss; bottom: the selection-half loss), mean ± 95% CI.",
+        sweep_caption(
+            p,
+            f"Loss against peak learning rate, {p['steps']} steps",
+            per=f"regime (top: one pass over the text, final validation loss; bottom: {p['subset_tokens']:,} "
+            f"tokens for many epochs with dropout {p['dropout']:g}, early-stopped loss on the selection half) and "
+            "scale (columns)",
+            each="arm",
+            fresh="tuned_seeds",
+            note=" (top: final loss; bottom: the selection-half loss)",
+        ),
     )
 
 

@@ -131,11 +131,26 @@ def lr_sweep(
     ax.set(xlabel="peak learning rate", ylabel="final validation loss (nats/char)")
 
 
+def sweep_caption(p: dict, measured: str, *, per: str, each: str, fresh: str = "seeds", note: str = "",
+                  capped: bool = True) -> str:  # fmt: skip
+    """The caption of every claim's `lr-sweep` figure, in one wording: `measured` (the loss plotted against the
+    peak learning rate, with the design's setting), `per` (what a panel is), `each` (what an arm is), the
+    profile key of the fresh seeds, and `note` (what the stars are read by, after "mean ± 95% CI"). `capped`:
+    the lines cap a failed run at the loss at init (`tuning.curve_table`)."""
+    cap = "; a failed run counts at the loss at init" if capped else ""
+    return (
+        f"{measured}, per {per}. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their "
+        f"range{cap}). Stars: each {each} at its chosen rate on the {len(p[fresh])} fresh seeds, mean ± 95% "
+        f"CI{note}."
+    )
+
+
 def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_column: str, per: str, each: str,
-                       reads: str) -> None:  # fmt: skip
+                       note: str = "") -> None:  # fmt: skip
     """The `lr-sweep` figure of a claim whose sweep scales are models ([d_model, n_layers] each, `sc`, with
     their table labels `labels`): one `lr_sweep` panel per scale from the runs table (`t["runs"]`, arms in the
-    column `arm_column`) and the fresh seeds (`t["tuned"]`); `per`, `each` and `reads` word the caption."""
+    column `arm_column`) and the fresh seeds (`t["tuned"]`); `per`, `each` and `note` word the caption
+    (`sweep_caption`)."""
     from ..plotting import subplots
     from .tuning import curve_table
 
@@ -148,10 +163,5 @@ def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_col
     for ax, s in zip(axes, sc):
         ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
     axes[0].legend(fontsize=6)
-    out.figure(
-        "lr-sweep",
-        fig,
-        f"Final validation loss against peak learning rate, {p['steps']} steps, per {per}. Lines: mean over the "
-        f"{len(p['selection_seeds'])} selection seeds (band: their range; a failed run counts at the loss at "
-        f"init). Stars: each {each} at its chosen rate on the {len(p['seeds'])} {reads}",
-    )
+    measured = f"Final validation loss against peak learning rate, {p['steps']} steps"
+    out.figure("lr-sweep", fig, sweep_caption(p, measured, per=per, each=each, note=note))
