@@ -52,7 +52,7 @@ SWEEP_CAPTION = re.compile(
 
 
 # Tuned claims whose sweep panels share one figure with their other readouts (a figure per claim), for now.
-COMBINED = {"albert_sharing", "attention_vs_lstm", "truncate_distill"}
+COMBINED = {"attention_vs_lstm"}
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.parent.name)

@@ -64,16 +64,37 @@ def timing_summary(timing: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def plot(t: dict, p: dict, out) -> None:
-    """Left: parameters of BERT and ALBERT per published size (log scale); middle: seconds per token of the
-    timed stacks; right: the quality sweep per depth."""
+def plot_sweep(t: dict, p: dict, out) -> None:
+    """The quality sweep per depth: each arm's learning-rate sweep and its chosen rate on the fresh seeds."""
     import numpy as np
 
-    from tfclaims.evidence.plots import lr_sweeps
+    from tfclaims.evidence.plots import lr_sweeps, sweep_caption
     from tfclaims.plotting import subplots
 
-    sc = scales(p)
-    fig, axes = subplots(2 + len(sc), width=4.2, height=3.4)
+    sc, runs = scales(p), t["runs"]
+    if not len(runs):
+        return
+    fig, axes = subplots(len(sc), width=4.2, height=3.4)
+    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "shared"]).assign(
+        arm=lambda d: np.where(d.shared, "shared", "unshared")
+    )
+    lr_sweeps(axes, curves, t["tuned"], [scale_label(s) for s in sc], {k: k for k in ARMS},
+              unigram=runs.unigram.iloc[0])  # fmt: skip
+    for ax, s in zip(axes, sc):
+        ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
+    axes[0].legend(fontsize=6)
+    caption = sweep_caption(p, "Final validation loss against peak learning rate", per="depth", each="arm")
+    out.figure("lr-sweep", fig, caption)
+
+
+def plot(t: dict, p: dict, out) -> None:
+    """Left: parameters of BERT and ALBERT per published size (log scale); right: seconds per token of the
+    timed stacks."""
+    import numpy as np
+
+    from tfclaims.plotting import subplots
+
+    fig, axes = subplots(2, width=4.2, height=3.4)
     sizes = t["sizes"]
     if len(sizes):
         names = list(dict.fromkeys(sizes["size"]))
@@ -102,24 +123,13 @@ def plot(t: dict, p: dict, out) -> None:
         axes[1].set_ylabel("seconds per token (µs), median of rounds")
         axes[1].set_title("Encoder forward, inference")
         axes[1].legend(fontsize=6)
-    runs = t["runs"]
-    if len(runs):
-        curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "shared"]).assign(
-            arm=lambda d: np.where(d.shared, "shared", "unshared")
-        )
-        lr_sweeps(axes[2:], curves, t["tuned"], [scale_label(s) for s in sc], {k: k for k in ARMS},
-                  unigram=runs.unigram.iloc[0])  # fmt: skip
-        for ax, s in zip(axes[2:], sc):
-            ax.set_title(f"Quality sweep, d = {s['d_model']}, L = {s['n_layers']}")
-        axes[2].legend(fontsize=6)
     out.figure(
         "sharing",
         fig,
-        "Left: parameters in closed form at BERT's and ALBERT's published sizes. Middle: seconds per token of an "
+        "Left: parameters in closed form at BERT's and ALBERT's published sizes. Right: seconds per token of an "
         f"encoder forward ({p['batch_timing']} × {p['seq_timing']} tokens, median and quartiles of "
         f"{p['repeats']} interleaved rounds), blocks unshared, shared, and unshared at half the depth (the "
-        "positive control). Right: final validation loss against peak learning rate per depth (lines: selection "
-        "seeds' mean and range; stars: each arm at its chosen rate on the fresh seeds, mean ± 95% CI).",
+        "positive control).",
     )
 
 

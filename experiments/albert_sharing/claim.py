@@ -112,6 +112,7 @@ class AlbertSharing(Experiment):
                   "over rounds) and ratios to the unshared stack")  # fmt: skip
         write_sweep_tables(out, t["choices"], None, SweepWords(per="depth"))
         out.table("runs", t["runs"], "Every training run", in_report=False)
+        view.plot_sweep(t, p, out)
         view.plot(t, p, out)
         summary = view.summary(t)
         return verdict_from(

@@ -137,25 +137,39 @@ def students_summary(tuned: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def plot_sweep(t: dict, p: dict, out) -> None:
+    """Per depth, each student arm's learning-rate sweep and its chosen rate on the fresh seeds."""
+    from tfclaims.evidence.plots import lr_sweeps, sweep_caption
+    from tfclaims.plotting import subplots
+
+    L, ks, runs = p["n_layers"], depths(p), t["runs"]
+    if not len(runs):
+        return
+    fig, axes = subplots(len(ks), width=4.2, height=3.4)
+    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "student"]).rename(
+        columns={"student": "arm"}
+    )
+    lr_sweeps(
+        axes, curves, t["tuned"], [scale_label(k, L) for k in ks], ARM_LABELS, unigram=runs.unigram.iloc[0]
+    )
+    for ax, k in zip(axes, ks):
+        ax.set_title(f"Students of {k} of {L} layers")
+    axes[0].legend(fontsize=6)
+    caption = sweep_caption(
+        p, "Final validation loss against peak learning rate", per="depth", each="student arm"
+    )
+    out.figure("lr-sweep", fig, caption)
+
+
 def plot(t: dict, p: dict, out) -> None:
-    """Per depth: each arm's learning-rate sweep; then every model's final loss on the fresh seeds per depth;
-    then the forward time of teacher and students per size."""
-    from tfclaims.evidence.plots import lr_sweeps
+    """Every model's final loss on the fresh seeds per depth, then the forward time of teacher and students
+    per size."""
     from tfclaims.plotting import subplots
 
     L, ks = p["n_layers"], depths(p)
-    fig, axes = subplots(len(ks) + 2, width=4.2, height=3.4)
-    runs, tuned = t["runs"], t["tuned"]
-    if len(runs):
-        curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "student"]).rename(
-            columns={"student": "arm"}
-        )
-        lr_sweeps(axes[: len(ks)], curves, tuned, [scale_label(k, L) for k in ks], ARM_LABELS,
-                  unigram=runs.unigram.iloc[0])  # fmt: skip
-        for ax, k in zip(axes, ks):
-            ax.set_title(f"Students of {k} of {L} layers: sweeps")
-        axes[0].legend(fontsize=6)
-    ax = axes[len(ks)]
+    fig, axes = subplots(2, width=4.2, height=3.4)
+    tuned = t["tuned"]
+    ax = axes[0]
     if len(tuned):
         teacher = tuned[tuned.arm == "teacher"].set_index(["scale", "unit"]).final_val
         for j, (arm, label) in enumerate(ARM_LABELS.items()):
@@ -191,9 +205,7 @@ def plot(t: dict, p: dict, out) -> None:
     out.figure(
         "students",
         fig,
-        "Left: final validation loss against peak learning rate for each student arm per depth (lines: "
-        "selection seeds' mean and range; stars: the chosen rate on the fresh seeds, mean ± 95% CI). "
-        "Middle: each arm's final loss at its chosen rate less the teacher's of the same seed (dots: fresh "
+        "Left: each arm's final loss at its chosen rate less the teacher's of the same seed (dots: fresh "
         "seeds; circles: means); the cut model before fine-tuning is in the students table. Right: seconds "
         f"per token of a forward in inference (median and quartiles of {p['repeats']} interleaved rounds), "
         "teacher and students at each timed size.",

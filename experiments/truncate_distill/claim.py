@@ -137,6 +137,7 @@ class TruncateDistill(Experiment):
                   "rounds) and the teacher's time over each model's")  # fmt: skip
         write_sweep_tables(out, t["choices"], None, SweepWords(per="depth", reads="final validation loss"))
         out.table("runs", t["runs"], "Every student", in_report=False)
+        view.plot_sweep(t, p, out)
         view.plot(t, p, out)
         summary = view.summary(t)
         return verdict_from(
