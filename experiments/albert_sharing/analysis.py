@@ -68,23 +68,18 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     """The quality sweep per depth: each arm's learning-rate sweep and its chosen rate on the fresh seeds."""
     import numpy as np
 
-    from tfclaims.evidence.plots import lr_sweeps, sweep_caption
-    from tfclaims.plotting import subplots
+    from tfclaims.evidence.plots import sweep_figure
 
     sc, runs = scales(p), t["runs"]
     if not len(runs):
         return
-    fig, axes = subplots(len(sc), width=4.2, height=3.4)
     curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "shared"]).assign(
         arm=lambda d: np.where(d.shared, "shared", "unshared")
     )
-    lr_sweeps(axes, curves, t["tuned"], [scale_label(s) for s in sc], {k: k for k in ARMS},
-              unigram=runs.unigram.iloc[0])  # fmt: skip
-    for ax, s in zip(axes, sc):
-        ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
-    axes[0].legend(fontsize=6)
-    caption = sweep_caption(p, "Final validation loss against peak learning rate", per="depth", each="arm")
-    out.figure("lr-sweep", fig, caption)
+    sweep_figure(out, p, curves, t["tuned"], [scale_label(s) for s in sc], {k: k for k in ARMS},
+                 titles=[f"d = {s['d_model']}, L = {s['n_layers']}" for s in sc],
+                 measured="Final validation loss against peak learning rate", per="depth", each="arm",
+                 unigram=runs.unigram.iloc[0], size=(4.2, 3.4))  # fmt: skip
 
 
 def plot(t: dict, p: dict, out) -> None:

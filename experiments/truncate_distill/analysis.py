@@ -139,26 +139,18 @@ def students_summary(tuned: pd.DataFrame) -> pd.DataFrame:
 
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Per depth, each student arm's learning-rate sweep and its chosen rate on the fresh seeds."""
-    from tfclaims.evidence.plots import lr_sweeps, sweep_caption
-    from tfclaims.plotting import subplots
+    from tfclaims.evidence.plots import sweep_figure
 
     L, ks, runs = p["n_layers"], depths(p), t["runs"]
     if not len(runs):
         return
-    fig, axes = subplots(len(ks), width=4.2, height=3.4)
     curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "student"]).rename(
         columns={"student": "arm"}
     )
-    lr_sweeps(
-        axes, curves, t["tuned"], [scale_label(k, L) for k in ks], ARM_LABELS, unigram=runs.unigram.iloc[0]
-    )
-    for ax, k in zip(axes, ks):
-        ax.set_title(f"Students of {k} of {L} layers")
-    axes[0].legend(fontsize=6)
-    caption = sweep_caption(
-        p, "Final validation loss against peak learning rate", per="depth", each="student arm"
-    )
-    out.figure("lr-sweep", fig, caption)
+    sweep_figure(out, p, curves, t["tuned"], [scale_label(k, L) for k in ks], ARM_LABELS,
+                 titles=[f"Students of {k} of {L} layers" for k in ks],
+                 measured="Final validation loss against peak learning rate", per="depth", each="student arm",
+                 unigram=runs.unigram.iloc[0], size=(4.2, 3.4))  # fmt: skip
 
 
 def plot(t: dict, p: dict, out) -> None:

@@ -502,16 +502,11 @@ def _claim_shown(claim_id: str) -> str:
     )
 
 
-def _claim_file(name: str) -> Path | None:
-    """A registered claim's file, None for a name that is not one."""
-    return claim_file(name) if _plain(name) and not name.startswith("_") else None
-
-
 def read_result(root: Path, claim: str) -> dict:
     """A claim's result.json, read as JSON alone; an unknown claim, a missing or a corrupt file is bad input."""
     path = root / claim / "result.json"
     if not _plain(claim) or not path.is_file():
-        if _claim_file(claim) is None:
+        if claim_file(claim) is None:
             raise _unknown_claim(claim)
         raise UsageError(f"no result for {claim} under {root}; run it first: python -m tfclaims run {claim}")
     try:
@@ -665,7 +660,7 @@ def _plan(args) -> int:
     from .harness.planner import make_plan
     from .harness.registry import load_file
 
-    path = _claim_file(args.name)
+    path = claim_file(args.name)
     if path is None:
         raise _unknown_claim(args.name)
     try:

@@ -145,23 +145,33 @@ def sweep_caption(p: dict, measured: str, *, per: str, each: str, fresh: str = "
     )
 
 
+def sweep_figure(out, p: dict, curves, tuned, labels, arms: dict, *, titles, measured: str, per: str, each: str,
+                 note: str = "", unigram: float | None = None, size=(4.6, 3.6)) -> None:  # fmt: skip
+    """A claim's `lr-sweep` figure: one `lr_sweep` panel per scale (its table label in `labels`, its title in
+    `titles`) of the selection seeds' `curves` (`tuning.curve_table`, arms in the column `arm`) and the fresh
+    seeds in `tuned`, captioned by `sweep_caption` (`measured`, `per`, `each`, `note`)."""
+    from ..plotting import subplots
+
+    fig, axes = subplots(len(labels), width=size[0], height=size[1])
+    lr_sweeps(axes, curves, tuned, labels, arms, unigram=unigram)
+    for ax, title in zip(axes, titles):
+        ax.set_title(title)
+    axes[0].legend(fontsize=6)
+    out.figure("lr-sweep", fig, sweep_caption(p, measured, per=per, each=each, note=note))
+
+
 def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_column: str, per: str, each: str,
                        note: str = "") -> None:  # fmt: skip
-    """The `lr-sweep` figure of a claim whose sweep scales are models ([d_model, n_layers] each, `sc`, with
-    their table labels `labels`): one `lr_sweep` panel per scale from the runs table (`t["runs"]`, arms in the
-    column `arm_column`) and the fresh seeds (`t["tuned"]`); `per`, `each` and `note` word the caption
-    (`sweep_caption`)."""
-    from ..plotting import subplots
+    """The `lr-sweep` figure (`sweep_figure`) of a claim whose sweep scales are models ([d_model, n_layers]
+    each, `sc`, with their table labels `labels`), from the runs table (`t["runs"]`, arms in the column
+    `arm_column`) and the fresh seeds (`t["tuned"]`)."""
     from .tuning import curve_table
 
-    fig, axes = subplots(len(sc), width=4.6, height=3.6)
     runs = t["runs"]
     curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", arm_column]).rename(
         columns={arm_column: "arm"}
     )
-    lr_sweeps(axes, curves, t["tuned"], labels, arms, unigram=runs.unigram.iloc[0])
-    for ax, s in zip(axes, sc):
-        ax.set_title(f"d = {s['d_model']}, L = {s['n_layers']}")
-    axes[0].legend(fontsize=6)
+    titles = [f"d = {s['d_model']}, L = {s['n_layers']}" for s in sc]
     measured = f"Final validation loss against peak learning rate, {p['steps']} steps"
-    out.figure("lr-sweep", fig, sweep_caption(p, measured, per=per, each=each, note=note))
+    sweep_figure(out, p, curves, t["tuned"], labels, arms, titles=titles, measured=measured, per=per, each=each,
+                 note=note, unigram=runs.unigram.iloc[0])  # fmt: skip

@@ -88,10 +88,11 @@ class Recipes:
     """See `recipes`."""
 
     def __init__(self, module: str):
-        if module.partition(".")[0] not in (PKG, PACKAGE) or not _source_file(module).is_file():
+        path = _source_file(module) if module.partition(".")[0] in (PKG, PACKAGE) else None
+        if path is None or not path.is_file():
             raise ValueError(f"recipes: {module!r} is not a module of {PACKAGE}/ or of {PKG}")
         self._module = module
-        self._names = top_level_functions(_source_file(module))
+        self._names = top_level_functions(path)
 
     def __getattr__(self, name: str) -> Recipe:
         if name.startswith("_") or name not in self._names:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = "experiments"  # the import name of the claims' folders: experiments.<id>.recipes
+CLAIM_FILE = "claim.py"  # a claim's declaration, in its folder
 
 
 def experiments_dir() -> Path:

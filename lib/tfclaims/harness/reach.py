@@ -22,8 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .folders import CLAIM_FILE, experiments_dir
 from .folders import PACKAGE as CLAIMS  # the claims' folders, imported as experiments.<id>.<module>
-from .folders import experiments_dir
 
 PKG_DIR = Path(__file__).resolve().parents[1]  # the tfclaims package
 PKG = PKG_DIR.name
@@ -41,7 +41,7 @@ class Definition:
         if not self.module.endswith(".py"):
             return f"{self.module}.{self.name}"
         path = Path(self.module)
-        where = f"{path.parent.name}.{path.stem}" if (path.parent / "claim.py").is_file() else path.stem
+        where = f"{path.parent.name}.{path.stem}" if (path.parent / CLAIM_FILE).is_file() else path.stem
         return f"{where}.{self.name}"
 
     @property
@@ -103,11 +103,11 @@ class _Module:
         there): its modules are files keyed by path, like the file itself."""
         for a in node.names:
             local = a.asname or a.name
-            sub = _file_module(base / a.name)
+            sub, module = _file_module(base / a.name), _file_module(base)
             if sub is not None:
                 self.imports[local] = ("mod", sub)
-            elif _file_module(base) is not None:
-                self.imports[local] = ("def", _file_module(base), a.name)
+            elif module is not None:
+                self.imports[local] = ("def", module, a.name)
 
     def _library_module(self, node: ast.ImportFrom) -> str | None:
         """The library module (dotted, relative to the package; "" for the package) an import names."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from .folders import PACKAGE, REPO_ROOT, experiments_dir, install_package
+from .folders import CLAIM_FILE, PACKAGE, REPO_ROOT, experiments_dir, install_package
 
 if TYPE_CHECKING:
     from .experiment import Experiment
@@ -27,8 +27,6 @@ __all__ = ["PACKAGE", "REPO_ROOT", "experiments_dir", "install_package"]  # re-e
 
 T = TypeVar("T")
 
-CLAIM_FILE = "claim.py"
-
 
 def claim_id_of(path: Path) -> str:
     """The claim id a claim file declares by its place: its folder's name, or a one-file claim's name."""
@@ -36,7 +34,10 @@ def claim_id_of(path: Path) -> str:
 
 
 def claim_file(claim_id: str) -> Path | None:
-    """A claim's file: experiments/<id>/claim.py, or experiments/<id>.py; None if it has neither."""
+    """A claim's file: experiments/<id>/claim.py, or experiments/<id>.py; None if it has neither, or if
+    `claim_id` cannot be one (a path, or a name starting with '_')."""
+    if claim_id in ("", ".", "..") or Path(claim_id).name != claim_id or claim_id.startswith("_"):
+        return None
     for path in (experiments_dir() / claim_id / CLAIM_FILE, experiments_dir() / f"{claim_id}.py"):
         if path.is_file():
             return path
@@ -101,7 +102,7 @@ def load_all(broken: list | None = None) -> dict[str, Experiment]:
 
 def load(claim_id: str) -> Experiment:
     """One registered claim by id (what tests use; they never import claim files by path)."""
-    path = claim_file(claim_id) if not claim_id.startswith("_") and Path(claim_id).name == claim_id else None
+    path = claim_file(claim_id)
     if path is None:
         raise KeyError(f"unknown claim {claim_id!r}")
     return load_file(path)
