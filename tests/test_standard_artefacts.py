@@ -5,6 +5,7 @@ is one that its analysis no longer writes."""
 import json
 import re
 
+import pandas as pd
 import pytest
 
 from tfclaims.harness.registry import REPO_ROOT
@@ -26,8 +27,12 @@ def test_a_tuned_claim_writes_the_standard_sweep_tables(path):
         assert "lr_choices" in tables
         assert tables["lr_choices"]["title"].startswith("Each ")
         assert "chosen peak learning rate per" in tables["lr_choices"]["title"]
-    if "lr_sweep" in tables:
-        assert "lr_choices" in tables and tables["lr_sweep"]["markdown"] is None  # data, not in the report
+    if "lr_choices" in tables:  # both tables, the sweep as data (its figure is in the report)
+        assert "lr_sweep" in tables and tables["lr_sweep"]["markdown"] is None
+        sweep = pd.read_csv(path.parent / "lr_sweep.csv")
+        assert {"arm", "lr", "seeds", "mean", "min", "max"} <= set(sweep.columns) and len(sweep)
+        chosen = pd.read_csv(path.parent / "lr_choices.csv")
+        assert set(chosen.arm.astype(str)) <= set(sweep.arm.astype(str))  # the same arm names in both
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.parent.name)
@@ -51,9 +56,6 @@ SWEEP_CAPTION = re.compile(
 )
 
 
-# Tuned claims whose sweep panels share one figure with their other readouts (a figure per claim), for now.
-COMBINED = {"attention_vs_lstm"}
-
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.parent.name)
 def test_a_tuned_claims_sweep_figure_has_the_one_caption(path):
@@ -61,7 +63,7 @@ def test_a_tuned_claims_sweep_figure_has_the_one_caption(path):
     the stars in every claim."""
     res = _result(path)
     sweeps = [f for key, f in res.get("figures", {}).items() if key.endswith("-lr-sweep")]
-    if "lr_choices" in {t["name"] for t in res.get("tables", [])} and path.parent.name not in COMBINED:
+    if "lr_choices" in {t["name"] for t in res.get("tables", [])}:
         assert len(sweeps) == 1
     for fig in sweeps:
         assert SWEEP_CAPTION.match(fig["caption"]), fig["caption"]

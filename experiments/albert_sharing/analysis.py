@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.tables import timing_rows
-from tfclaims.evidence.tuning import curve_table, model_sweep_runs, null_at_choice
+from tfclaims.evidence.tuning import model_sweep_runs, null_at_choice, sweep_curves
 from tfclaims.grids.sweep import scale_label
 
 from .grid import ARMS, scales
@@ -64,19 +65,20 @@ def timing_summary(timing: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def curves(runs: pd.DataFrame) -> pd.DataFrame:
+    """The `lr_sweep` table: the selection seeds' loss per depth, arm and rate."""
+    arm = runs.assign(arm=np.where(runs.shared, "shared", "unshared")) if len(runs) else runs
+    return sweep_curves(arm, "arm")
+
+
 def plot_sweep(t: dict, p: dict, out) -> None:
     """The quality sweep per depth: each arm's learning-rate sweep and its chosen rate on the fresh seeds."""
-    import numpy as np
-
     from tfclaims.evidence.plots import sweep_figure
 
     sc, runs = scales(p), t["runs"]
     if not len(runs):
         return
-    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "shared"]).assign(
-        arm=lambda d: np.where(d.shared, "shared", "unshared")
-    )
-    sweep_figure(out, p, curves, t["tuned"], [scale_label(s) for s in sc], {k: k for k in ARMS},
+    sweep_figure(out, p, curves(runs), t["tuned"], [scale_label(s) for s in sc], {k: k for k in ARMS},
                  titles=[f"d = {s['d_model']}, L = {s['n_layers']}" for s in sc],
                  measured="Final validation loss against peak learning rate", per="depth", each="arm",
                  unigram=runs.unigram.iloc[0], size=(4.2, 3.4))  # fmt: skip

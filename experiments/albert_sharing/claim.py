@@ -110,7 +110,7 @@ class AlbertSharing(Experiment):
                   in_report=False)  # fmt: skip
         out.table("timing", view.timing_summary(t["timing"]), "Seconds per token of an encoder forward (median "
                   "over rounds) and ratios to the unshared stack")  # fmt: skip
-        write_sweep_tables(out, t["choices"], None, SweepWords(per="depth"))
+        write_sweep_tables(out, t["choices"], view.curves(t["runs"]), SweepWords(per="depth"))
         out.table("runs", t["runs"], "Every training run", in_report=False)
         view.plot_sweep(t, p, out)
         view.plot(t, p, out)

@@ -10,7 +10,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.tables import runs_table, timing_rows
-from tfclaims.evidence.tuning import null_at_choice, read_sweep
+from tfclaims.evidence.tuning import null_at_choice, read_sweep, sweep_curves
 
 from .grid import ARMS
 
@@ -42,6 +42,7 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
     choices, tuned, _ = read_sweep(swept, ARMS, {f"k{k}": {"k": k} for k in p["ks"]})
     return {
         "throughput": pd.DataFrame(thr), "runs": t, "tuned": tuned, "choices": choices,
+        "curves": sweep_curves(t, "arch"),
         "first": null_at_choice(t, tuned, choices, "attention", f"k{p['ks'][0]}"),
     }  # fmt: skip
 
@@ -109,6 +110,19 @@ def plot(t: dict, p: dict, out) -> None:
         f"n²·d and n·d² meet. Right: held-out accuracy of recalling the token k positions back, each model at its "
         f"chosen learning rate, {len(p['seeds'])} fresh seeds (mean and range).",
     )
+
+
+def plot_sweep(t: dict, p: dict, out) -> None:
+    """Per distance, each model's learning-rate sweep and its chosen rate on the fresh seeds."""
+    from tfclaims.evidence.plots import sweep_figure
+
+    runs = t["runs"]
+    if not len(runs):
+        return
+    sweep_figure(out, p, t["curves"], t["tuned"], [f"k{k}" for k in p["ks"]], NAMES,
+                 titles=[f"Recall the token {k} back" for k in p["ks"]],
+                 measured=f"Final held-out loss against peak learning rate, {p['steps']} steps", per="distance",
+                 each="model", unigram=runs.unigram.iloc[0], ylabel="final held-out loss (nats/token)")  # fmt: skip
 
 
 def summary(t: dict, p: dict) -> str:

@@ -105,10 +105,10 @@ class AttentionVsLSTM(Experiment):
         result = evaluate(decl, t)
         out.table("throughput", view.throughput_table(t["throughput"]), "Training tokens per second per layer "
                   "(median of rounds) and attention's over the LSTM's")  # fmt: skip
-        write_sweep_tables(
-            out, t["choices"], None, SweepWords(arm="model", per="distance", reads="final held-out loss")
-        )
+        words = SweepWords(arm="model", per="distance", reads="final held-out loss (nats/token)")
+        write_sweep_tables(out, t["choices"], t["curves"], words)
         out.table("runs", t["runs"], "Every recall run", in_report=False)
+        view.plot_sweep(t, p, out)
         view.plot(t, p, out)
         summary = view.summary(t, p)
         x = view.crossover(t["throughput"])

@@ -18,7 +18,7 @@ from tfclaims.evidence.plots import effect_heatmap, sweep_caption
 from tfclaims.evidence.readouts import of_limit
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import runs_table, timing_rows
-from tfclaims.evidence.tuning import SweepWords, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, read_sweep, sweep_curves, write_sweep_tables
 from tfclaims.measure.counting import kv_cache_bytes, lm_forward_flops, model_params
 from tfclaims.train.decode_configs import decode_config, kv_list
 
@@ -308,7 +308,7 @@ def _tuned_tables(t: dict, result, out) -> None:
         "Validation loss, MQA (b) − MHA (a): each model at its own best rate per stage and scale (counted), "
         "and both at the profile's rate (reported); the null pairs last",
     )
-    write_sweep_tables(out, t["choices"], None, SweepWords(arm="model"))
+    write_sweep_tables(out, t["choices"], scratch_curves(t["quality"]), SweepWords(arm="model"))
 
 
 def _quality(runs, t: dict, p: dict, out) -> pd.DataFrame:
@@ -585,16 +585,18 @@ def plot_conversion(cdf: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
     )
 
 
+def scratch_curves(q: pd.DataFrame) -> pd.DataFrame:
+    """The `lr_sweep` table: the selection seeds' loss per scale, model and rate, trained from scratch."""
+    return sweep_curves(q[q.stage == "scratch"] if len(q) else q, "model")
+
+
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final loss against peak learning rate per scale (from scratch), MHA and MQA, each model's chosen rate on
     the fresh seeds marked."""
     from tfclaims.evidence.plots import lr_sweeps
-    from tfclaims.evidence.tuning import curve_table
     from tfclaims.plotting import subplots
 
-    sc, q = scales(p), t["quality"]
-    swept = q[(q.stage == "scratch") & q.role.isin(["selection", "test"])].rename(columns={"model": "arm"})
-    curves = curve_table(swept, ["scale", "arm"])
+    sc, curves = scales(p), scratch_curves(t["quality"])
     fig, axes = subplots(len(sc), width=4.6, height=3.6)
     scratch = t["tuned"][t["tuned"].stage == "scratch"]
     lr_sweeps(axes, curves, scratch, [scale_label(s) for s in sc], {m: m for m in SWEPT})

@@ -12,7 +12,13 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.stats import mean_ci
-from tfclaims.evidence.tuning import SweepWords, model_sweep_runs, null_at_choice, write_sweep_tables
+from tfclaims.evidence.tuning import (
+    SweepWords,
+    model_sweep_runs,
+    null_at_choice,
+    sweep_curves,
+    write_sweep_tables,
+)
 from tfclaims.grids.sweep import scale_label
 
 from .grid import ARMS, control_scale, scales
@@ -114,7 +120,7 @@ def layer_summary(layers: pd.DataFrame) -> pd.DataFrame:
 def write_tables(t: dict, out) -> pd.DataFrame:
     out.table("permutation", perm_summary(t["perm"]), "Permutation test, float64: the smallest and largest "
               "relative change per model, position encoding and measure")  # fmt: skip
-    write_sweep_tables(out, t["choices"], None, SweepWords())
+    write_sweep_tables(out, t["choices"], sweep_curves(t["runs"], "pos"), SweepWords())
     layers = layer_summary(t["layers"])
     out.table("probe", layers, "Position probe per layer (0: input embeddings), each arm at its chosen rate: "
               "mean gain over the fresh seeds with its 95% CI, mean absolute error in positions")  # fmt: skip

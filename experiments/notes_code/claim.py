@@ -6,7 +6,7 @@ from __future__ import annotations
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Declaration, NullPair, SubClaim, Within, arm, bound, cell, cells, check
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.tuning import SweepWords, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, sweep_curves, write_sweep_tables
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
 from tfclaims.train.profiles import SCALED, train_profile
@@ -120,7 +120,7 @@ class NotesCode(Experiment):
         out.table("snippets", view.snippet_table(t["snippets"]), "Every snippet: where it is in the notes, "
                   "whether it ran as written and what it raised, and the worst of each reading over the "
                   "seeds (blank: does not apply)")  # fmt: skip
-        write_sweep_tables(out, t["choices"], None, SweepWords(per="model size"))
+        write_sweep_tables(out, t["choices"], sweep_curves(t["runs"], "arm"), SweepWords(per="model size"))
         out.table("runs", t["runs"], "Every training run", in_report=False)
         view.plot_snippets(t["snippets"], out)
         view.plot_positions(runs, p, PE_TOL, PE_TOL64, out)

@@ -14,7 +14,7 @@ from tfclaims.evidence.curves import plot_curves
 from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.plots import sweep_caption
 from tfclaims.evidence.tables import runs_table
-from tfclaims.evidence.tuning import curve_table, null_at_choice, read_sweep
+from tfclaims.evidence.tuning import null_at_choice, read_sweep, sweep_curves
 
 from .grid import PLACEMENTS, cell_label, scales, subsets
 
@@ -91,8 +91,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
 
     cf, runs = cell_fields(p), t["runs"]
     fig, flat = subplots(len(scales(p)), len(subsets(p)), width=4.2, height=3.3)  # rows: subsets
-    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "placement"])
-    curves = curves.rename(columns={"placement": "arm"})
+    curves = sweep_curves(runs, "placement")
     lr_sweeps(flat, curves, t["tuned"], list(cf), PLACEMENTS, unigram=runs.unigram.iloc[0])
     for ax, f in zip(flat, cf.values()):
         ax.set_title(_title(f), fontsize=8)

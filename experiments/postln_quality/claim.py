@@ -7,7 +7,7 @@ from __future__ import annotations
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, Trend, arm, cell, cells
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.tuning import SweepWords, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, sweep_curves, write_sweep_tables
 from tfclaims.grids.sweep import profile_sweep
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
 from tfclaims.train.profiles import SCALED, train_profile
@@ -81,7 +81,8 @@ class PostlnQuality(Experiment):
         decl = self.declare(p)
         t = view.observe(runs, p, (FINAL, LEARNED, GAP), NULL_OFFSET)
         result = evaluate(decl, t)
-        write_sweep_tables(out, t["choices"], None, SweepWords(arm="placement", per="cell"))
+        curves = sweep_curves(t["runs"], "placement")
+        write_sweep_tables(out, t["choices"], curves, SweepWords(arm="placement", per="cell"))
         out.table("cells", view.cell_table(t["tuned"], t["choices"]), "Per cell, each placement at its "
                   "chosen rate: epochs over the subset, fresh seeds that learned, mean held-out and "
                   "training-subset losses and their gap (nats/char)")  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, Within, arm, cells, equivalent
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.tuning import SweepWords, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, sweep_curves, write_sweep_tables
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
 from tfclaims.train.profiles import SCALED, train_profile
@@ -75,7 +75,8 @@ class PrenormEffectiveDepth(Experiment):
         decl = self.declare(p)
         t = view.observe(runs, p, (*view.READOUTS, FINAL, LEARNED), NULL_OFFSET)
         result = evaluate(decl, t)
-        write_sweep_tables(out, t["choices"], None, SweepWords(arm="placement", per="depth"))
+        curves = sweep_curves(t["runs"], "placement")
+        write_sweep_tables(out, t["choices"], curves, SweepWords(arm="placement", per="depth"))
         out.table("blocks", view.per_block(t["layers"]), "Per block, each placement at its chosen rate: mean and "
                   "range over the fresh seeds", in_report=False)  # fmt: skip
         out.table("runs", t["runs"], "Every training run with its readouts", in_report=False)

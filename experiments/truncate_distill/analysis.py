@@ -15,7 +15,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.tables import runs_table, timing_rows
-from tfclaims.evidence.tuning import curve_table, null_at_choice, read_sweep
+from tfclaims.evidence.tuning import null_at_choice, read_sweep, sweep_curves
 
 from .grid import AA, ARM_LABELS, ARMS, depths, scale_label, student_records
 
@@ -144,9 +144,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     L, ks, runs = p["n_layers"], depths(p), t["runs"]
     if not len(runs):
         return
-    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", "student"]).rename(
-        columns={"student": "arm"}
-    )
+    curves = sweep_curves(runs, "student")
     sweep_figure(out, p, curves, t["tuned"], [scale_label(k, L) for k in ks], ARM_LABELS,
                  titles=[f"Students of {k} of {L} layers" for k in ks],
                  measured="Final validation loss against peak learning rate", per="depth", each="student arm",

@@ -8,7 +8,7 @@ import math
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, Within, arm, bound, cell, cells
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.tuning import SweepWords, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, sweep_curves, write_sweep_tables
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
 from tfclaims.train.profiles import train_profile
 
@@ -135,7 +135,8 @@ class TruncateDistill(Experiment):
                   "teacher and students, and their ratios to the teacher")  # fmt: skip
         out.table("timing", view.timing_summary(t["timing"]), "Seconds per token of a forward (median over "
                   "rounds) and the teacher's time over each model's")  # fmt: skip
-        write_sweep_tables(out, t["choices"], None, SweepWords(per="depth", reads="final validation loss"))
+        curves = sweep_curves(t["runs"], "student")
+        write_sweep_tables(out, t["choices"], curves, SweepWords(per="depth", reads="final validation loss"))
         out.table("runs", t["runs"], "Every student", in_report=False)
         view.plot_sweep(t, p, out)
         view.plot(t, p, out)

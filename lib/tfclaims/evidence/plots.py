@@ -94,7 +94,14 @@ def lr_sweeps(axes, curves, tuned, scales, labels: dict, **kw) -> None:
 
 
 def lr_sweep(
-    ax, curves, tuned, labels: dict, *, unigram: float | None = None, loss: str = "final_val"
+    ax,
+    curves,
+    tuned,
+    labels: dict,
+    *,
+    unigram: float | None = None,
+    loss: str = "final_val",
+    ylabel: str = "final validation loss (nats/char)",
 ) -> None:
     """Final loss against peak learning rate for each swept arm at one scale: `curves` (arm, lr, mean, min,
     max over the selection seeds; `tuning.curve_table`) as lines with their range, and each arm's fresh seeds
@@ -128,7 +135,7 @@ def lr_sweep(
     ax.minorticks_off()
     if unigram is not None:
         ax.axhline(unigram, color="k", lw=0.6, ls=":", label="unigram level")
-    ax.set(xlabel="peak learning rate", ylabel="final validation loss (nats/char)")
+    ax.set(xlabel="peak learning rate", ylabel=ylabel)
 
 
 def sweep_caption(p: dict, measured: str, *, per: str, each: str, fresh: str = "seeds", note: str = "",
@@ -146,14 +153,15 @@ def sweep_caption(p: dict, measured: str, *, per: str, each: str, fresh: str = "
 
 
 def sweep_figure(out, p: dict, curves, tuned, labels, arms: dict, *, titles, measured: str, per: str, each: str,
-                 note: str = "", unigram: float | None = None, size=(4.6, 3.6)) -> None:  # fmt: skip
+                 note: str = "", unigram: float | None = None, size=(4.6, 3.6), **kw) -> None:  # fmt: skip
     """A claim's `lr-sweep` figure: one `lr_sweep` panel per scale (its table label in `labels`, its title in
     `titles`) of the selection seeds' `curves` (`tuning.curve_table`, arms in the column `arm`) and the fresh
-    seeds in `tuned`, captioned by `sweep_caption` (`measured`, `per`, `each`, `note`)."""
+    seeds in `tuned`, captioned by `sweep_caption` (`measured`, `per`, `each`, `note`); `kw` goes to `lr_sweep`
+    (the loss column and the axis label)."""
     from ..plotting import subplots
 
     fig, axes = subplots(len(labels), width=size[0], height=size[1])
-    lr_sweeps(axes, curves, tuned, labels, arms, unigram=unigram)
+    lr_sweeps(axes, curves, tuned, labels, arms, unigram=unigram, **kw)
     for ax, title in zip(axes, titles):
         ax.set_title(title)
     axes[0].legend(fontsize=6)
@@ -165,12 +173,10 @@ def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_col
     """The `lr-sweep` figure (`sweep_figure`) of a claim whose sweep scales are models ([d_model, n_layers]
     each, `sc`, with their table labels `labels`), from the runs table (`t["runs"]`, arms in the column
     `arm_column`) and the fresh seeds (`t["tuned"]`)."""
-    from .tuning import curve_table
+    from .tuning import sweep_curves
 
     runs = t["runs"]
-    curves = curve_table(runs[runs.role.isin(["selection", "test"])], ["scale", arm_column]).rename(
-        columns={arm_column: "arm"}
-    )
+    curves = sweep_curves(runs, arm_column)
     titles = [f"d = {s['d_model']}, L = {s['n_layers']}" for s in sc]
     measured = f"Final validation loss against peak learning rate, {p['steps']} steps"
     sweep_figure(out, p, curves, t["tuned"], labels, arms, titles=titles, measured=measured, per=per, each=each,

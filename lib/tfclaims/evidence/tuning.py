@@ -207,6 +207,15 @@ def curve_table(
     return out.reset_index()
 
 
+def sweep_curves(runs: pd.DataFrame, arm_column: str, by: str = "scale") -> pd.DataFrame:
+    """The `lr_sweep` table of a runs table (roles 'selection' and 'test'): `curve_table` per cell (`by`), arm
+    and rate, with the arm in a column named `arm` whatever the claim calls it."""
+    if not len(runs):
+        return pd.DataFrame(columns=[by, "arm", "lr", "seeds", "mean", "min", "max"])
+    swept = runs[runs.role.isin(["selection", "test"])]
+    return curve_table(swept, [by, arm_column]).rename(columns={arm_column: "arm"})
+
+
 def null_at_choice(runs: pd.DataFrame, tuned: pd.DataFrame, choices: pd.DataFrame, arm: str, scale: str,
                    *, rate: str = "lr", role: str = "role") -> pd.DataFrame:  # fmt: skip
     """A tuned comparison's null pair: `arm`'s fresh runs at its chosen rate on `scale` (from `tuned`) and its
@@ -254,10 +263,10 @@ class SweepWords:
     reads: str = "final validation loss (nats/char)"
 
 
-def write_sweep_tables(out, choices: pd.DataFrame, curves: pd.DataFrame | None, words: SweepWords) -> None:
+def write_sweep_tables(out, choices: pd.DataFrame, curves: pd.DataFrame, words: SweepWords) -> None:
     """A tuned claim's standard tables: `lr_choices` (each arm's chosen rate per cell, whether it sits at an end
-    of the sweep, its learning-rate sensitivity) and, where given, `lr_sweep` (the selection seeds' loss per
-    cell, arm and rate; in result.json, not in the report)."""
+    of the sweep, its learning-rate sensitivity) and `lr_sweep` (the selection seeds' loss per cell, arm and
+    rate: the lines of the `lr-sweep` figure; in result.json, not in the report)."""
     out.table(
         "lr_choices",
         choices,
@@ -265,7 +274,7 @@ def write_sweep_tables(out, choices: pd.DataFrame, curves: pd.DataFrame | None, 
         "selection seeds), whether it sits at an end of the sweep, and its learning-rate sensitivity (Wortsman "
         "et al.: mean excess over the best rate across the sweep) with a 95% bootstrap interval over seeds",
     )
-    if curves is not None and len(curves):
+    if len(curves):
         out.table(
             "lr_sweep",
             curves,
