@@ -56,7 +56,6 @@ SWEEP_CAPTION = re.compile(
 )
 
 
-
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.parent.name)
 def test_a_tuned_claims_sweep_figure_has_the_one_caption(path):
     """Every `lr-sweep` figure is captioned by `evidence.plots.sweep_caption`: one wording for the lines and

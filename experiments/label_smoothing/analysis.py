@@ -15,7 +15,7 @@ from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.plots import sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, read_sweep, sweep_table, write_sweep_tables
 from tfclaims.grids.sweep import scale_label
 
 from .grid import early_and_init, scales, tuned_eps
@@ -74,7 +74,7 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     swept = t[t.role.isin(["selection", "test"])]
     choices, tuned, seeds = read_sweep(swept, arms, {scale_label(s): s for s in sc}, loss="select_loss")
     first = pd.concat([tuned[tuned.scale == scale_label(sc[0])], t[t.role == "null"]], ignore_index=True)
-    curves = curve_table(swept, ["scale", "eps"], loss="select_loss")
+    curves = sweep_table(swept, arms, {scale_label(s): s for s in sc}, loss="select_loss")
     return {
         "runs": t,
         "tuned": tuned,
@@ -160,7 +160,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
 
     sc = scales(p)
     fig, axes = subplots(len(sc), width=4.6, height=3.6)
-    curves = t["curves"].assign(arm=[f"eps{e:g}" for e in t["curves"].eps])
+    curves = t["curves"]
     labels = {f"eps{e:g}": f"ε = {e:g}" for e in tuned_eps(p)}
     lr_sweeps(axes, curves, t["tuned"], [scale_label(s) for s in sc], labels, loss="select_loss")
     for ax, s in zip(axes, sc):

@@ -14,7 +14,7 @@ from tfclaims.analysis.lengths import MISSING, increase, increase_readout, loss_
 from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, read_sweep, sweep_curves, write_sweep_tables
 from tfclaims.grids.sweep import final_and_init, scale_label
 
 from .grid import ARMS, NULL_OFFSET, scales
@@ -185,11 +185,8 @@ def extension_table(ext: pd.DataFrame, tuned: pd.DataFrame, p: dict) -> pd.DataF
 def write_tables(t: dict, result, p: dict, out) -> None:
     n, T = max(p["mults"]), p["seq_len"]
     runs = t["runs"]
-    sel = runs[runs.role.isin(["selection", "test"])] if len(runs) else runs
-    write_sweep_tables(
-        out, t["choices"], curve_table(sel, ["scale", "pos"]) if len(sel) else None, SweepWords()
-    )
-    if len(sel):
+    write_sweep_tables(out, t["choices"], sweep_curves(runs, "pos"), SweepWords())
+    if len(runs) and runs.role.isin(["selection", "test"]).any():
         out.table("runs", runs, "Every training run with its losses at each length", in_report=False)
     out.table("length", length_table(t["tuned"], p), f"Trained at T = {T} characters, each arm at its own "
               f"best rate, evaluated on {n}T-character windows: window-mean validation loss at each length "

@@ -11,7 +11,7 @@ from tfclaims.analysis import part
 from tfclaims.evidence.plots import arm_bands
 from tfclaims.evidence.readouts import achieved, of_limit
 from tfclaims.evidence.tables import comparison_table, runs_table, timing_rows, uncontended
-from tfclaims.evidence.tuning import SweepWords, curve_table, null_at_choice, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, null_at_choice, read_sweep, sweep_curves, write_sweep_tables
 from tfclaims.grids.sweep import scale_label
 
 from .grid import NORMS, scales
@@ -165,8 +165,7 @@ def _training_tables(t: dict, result, out) -> None:
         "Validation loss, RMSNorm (b) − LayerNorm (a): each at its own best rate per scale (counted), both at "
         "the profile's rate (reported), and the learning-rate sensitivity; the null pairs last",
     )  # fmt: skip
-    curves = curve_table(t["runs"][t["runs"].role.isin(["selection", "test"])], ["scale", "norm"])
-    write_sweep_tables(out, t["choices"], curves, SweepWords(arm="norm"))
+    write_sweep_tables(out, t["choices"], sweep_curves(t["runs"], "norm"), SweepWords(arm="norm"))
 
 
 def _step_table(runs, result, families: dict, step: pd.DataFrame, aa: str, out) -> pd.DataFrame:

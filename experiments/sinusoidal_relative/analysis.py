@@ -13,7 +13,7 @@ from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.plots import sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, sweep_curves, write_sweep_tables
 from tfclaims.grids.sweep import final_and_init, scale_label
 
 from .grid import ARMS, NULL_OFFSET, scales
@@ -248,11 +248,10 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
         floatfmt=".3g",
     )
     _learned_table(learned_runs(runs), p, out)
-    sel = t["length"][t["length"].role.isin(["selection", "test"])] if len(t["length"]) else t["length"]
     write_sweep_tables(
         out,
         pd.concat([t["choices"].assign(task="language model"), t["copy_choices"].assign(task="copy")]),
-        curve_table(sel, ["scale", "pos"]) if len(sel) else None,
+        sweep_curves(t["length"], "pos"),
         SweepWords(per="task and scale (the copy task: per k; its sweep is not in lr_sweep)"),
     )
     tab = _length_table(t["tuned"], p, out)

@@ -207,6 +207,23 @@ def curve_table(
     return out.reset_index()
 
 
+def sweep_table(
+    df: pd.DataFrame, arms: Mapping[str, Mapping], scales: Mapping[str, Mapping], **kw
+) -> pd.DataFrame:
+    """The `lr_sweep` table of a sweep that `read_sweep` reads (the same `arms` and `scales`: name -> the fields
+    that select them): `curve_table` per scale, arm and rate, named as in `lr_choices`; `kw` to `curve_table`."""
+    parts = [
+        curve_table(here, [], **kw).assign(scale=label, arm=name)
+        for label, scale in scales.items()
+        for name, fields in arms.items()
+        if len(here := _select(df, {**fields, **scale}))
+    ]
+    if not parts:
+        return pd.DataFrame(columns=["scale", "arm", "lr", "seeds", "mean", "min", "max"])
+    out = pd.concat(parts, ignore_index=True)
+    return out[["scale", "arm", *[c for c in out.columns if c not in ("scale", "arm")]]]
+
+
 def sweep_curves(runs: pd.DataFrame, arm_column: str, by: str = "scale") -> pd.DataFrame:
     """The `lr_sweep` table of a runs table (roles 'selection' and 'test'): `curve_table` per cell (`by`), arm
     and rate, with the arm in a column named `arm` whatever the claim calls it."""
