@@ -13,7 +13,14 @@ from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.plots import sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, sweep_curves, write_sweep_tables
+from tfclaims.evidence.tuning import (
+    SweepWords,
+    curve_table,
+    read_sweep,
+    sweep_curves,
+    sweep_table,
+    write_sweep_tables,
+)
 from tfclaims.grids.sweep import final_and_init, scale_label
 
 from .grid import ARMS, NULL_OFFSET, scales
@@ -165,7 +172,7 @@ def observe(
         for r in tuned_recs
         if r["config"]["pos"] in ("sinusoidal", "learned") and r["metrics"].get("norm_ratio")
     ]  # fmt: skip
-    copy, copy_choices, copy_windows = _copy(runs, p, copy_guard)
+    copy, copy_choices, copy_windows, copy_curves = _copy(runs, p, copy_guard)
     return {
         "identity": ident,
         "length": length,
@@ -179,18 +186,19 @@ def observe(
         "learned": _learned(runs, guard, thresholds),
         "copy": copy,
         "copy_choices": copy_choices,
+        "copy_curves": copy_curves,
         "copy_windows": copy_windows,
     }
 
 
-def _copy(runs, p: dict, guard) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def _copy(runs, p: dict, guard) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     recs, cols = part(runs, "copy"), copy_measures(p)
     t = runs_table(recs, (guard,), **cols, role=_roles(set(p["copy_selection_seeds"]), set(p["tuned_seeds"])),
                    final_val=lambda c, m: final_and_init(m)[0], init_loss=lambda c, m: m["val_loss"][0])  # fmt: skip
     if not len(t):
         empty = pd.DataFrame(columns=["pos", "k", "unit", "learned", *cols])
         windows = pd.DataFrame(columns=["pos", "k", "shift", "unit", "learned", "copy_window_acc"])
-        return empty, pd.DataFrame(), windows
+        return empty, pd.DataFrame(), windows, pd.DataFrame()
     arms = {f"{pos}-k{k}": {"pos": pos, "k": k} for pos in ARMS for k in p["copy_ks"]}
     choices, tuned, _ = read_sweep(t[t.role.isin(["selection", "test"])], arms, {"": {}})
     ids = set(tuned.run_id) if len(tuned) else set()
@@ -206,7 +214,8 @@ def _copy(runs, p: dict, guard) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
             for s, a in m["acc_moved"].items()
         ]
     windows = pd.DataFrame(rows, columns=["pos", "k", "shift", "unit", "learned", "copy_window_acc"])
-    return _guarded(tuned, list(cols)), choices, _guarded(windows, ["copy_window_acc"])
+    curves = sweep_table(t[t.role.isin(["selection", "test"])], arms, {"": {}})
+    return _guarded(tuned, list(cols)), choices, _guarded(windows, ["copy_window_acc"]), curves
 
 
 def _learned(runs, guard, thresholds) -> pd.DataFrame:
@@ -251,8 +260,14 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
     write_sweep_tables(
         out,
         pd.concat([t["choices"].assign(task="language model"), t["copy_choices"].assign(task="copy")]),
-        sweep_curves(t["length"], "pos"),
-        SweepWords(per="task and scale (the copy task: per k; its sweep is not in lr_sweep)"),
+        pd.concat(
+            [
+                sweep_curves(t["length"], "pos").assign(task="language model"),
+                t["copy_curves"].assign(task="copy"),
+            ],
+            ignore_index=True,
+        ),  # fmt: skip
+        SweepWords(per="task and scale (the copy task: per distance k, in the arm's name)"),
     )
     tab = _length_table(t["tuned"], p, out)
     _copy_table(t["copy"], p, out)
