@@ -210,3 +210,37 @@ def test_holds_names_the_cells_that_support_the_claim():
     assert r.sub("x").holds == ["c1", "c3"] and r.sub("x").verdict == "supported"
     one = evaluate(Declaration((sub(effects=(1,)),)), {"runs": runs({1: -0.3})})
     assert one.sub("x").holds == ["c1"]
+
+
+# ------------------------------------------------------------------ the per-arm per-cell summary (arms.csv)
+def test_the_arm_summary_agrees_with_scipy_and_counts_missing_and_learned_units():
+    from scipy import stats
+
+    df = runs({1: -0.3, 2: -0.2}, learned={2: False})
+    df.loc[(df.arm == "b") & (df.c == 1) & (df.unit == 5), "final_val"] = np.nan  # a diverged run
+    ok = Readout("learned", "learned at all", better="higher", test="fisher")
+    decl = Declaration(
+        (sub(guard=LEARNED), sub("y", readouts=(ok,))),
+        nulls=(NullPair("null", arm("a", arm="a"), arm("a again", arm="a"), (LOSS,), cells=cells("c{c}", c=[1])),),
+    )  # fmt: skip
+    s = evaluate(decl, {"runs": df}).arms
+    row = s[(s.cell == "c1") & (s.arm == "b") & (s.readout == "final_val")].iloc[0]
+    vals = df[(df.arm == "b") & (df.c == 1)].final_val.dropna()
+    lo, hi = stats.t.interval(0.95, len(vals) - 1, loc=vals.mean(), scale=stats.sem(vals))
+    assert (row.units, row.missing, row.learned) == (6, 1, 6)
+    assert row["mean"] == pytest.approx(vals.mean()) and (row.ci_lo, row.ci_hi) == pytest.approx((lo, hi))
+    assert s[(s.cell == "c2") & (s.readout == "final_val")].learned.tolist() == [0, 0]
+    prop = s[(s.cell == "c2") & (s.readout == "learned")].iloc[0]  # a yes/no readout: Clopper-Pearson
+    assert (prop["mean"], prop.ci_lo) == (0.0, 0.0) and prop.ci_hi == pytest.approx(
+        stats.binomtest(0, 6).proportion_ci(method="exact").high
+    )
+    # one row per (table, cell, fields, readout): the null pair's "a again" selects what "a" does in c1
+    assert len(s[(s.cell == "c1") & (s.readout == "final_val")]) == 2 and "a again" not in set(s.arm)
+
+
+def test_the_arm_summary_leaves_out_constant_arms_and_tables_not_built():
+    from tfclaims.evidence.summary import arm_summary
+
+    decl = Declaration((sub(a=const("zero", 0.0)), sub("z", table="absent")))
+    s = arm_summary(decl, {"runs": runs({1: -0.3, 2: -0.2})})
+    assert set(s.arm) == {"b"} and set(s.table) == {"runs"}

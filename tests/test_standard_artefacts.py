@@ -11,7 +11,7 @@ import pytest
 from tfclaims.harness.registry import REPO_ROOT
 
 RESULTS = sorted((REPO_ROOT / "results").glob("*/result.json"))
-RUNNER_TABLES = {"comparisons.csv", "noise_floor.csv"}  # written by the runner from the verdict
+RUNNER_TABLES = {"comparisons.csv", "noise_floor.csv", "arms.csv"}  # written by the runner from the verdict
 
 
 def _result(path):

@@ -15,6 +15,7 @@ import pandas as pd
 
 from . import decisions as ev
 from .declare import Arm, Bound, Cell, Declaration, NullPair, Readout, SubClaim, Trend, Within
+from .summary import arm_summary
 
 
 class CheckFailed(RuntimeError):
@@ -42,6 +43,7 @@ class Evaluation:
     floors: list[ev.Comparison]
     subs: list[SubResult]
     verdict: str
+    arms: pd.DataFrame | None = None  # `summary.arm_summary`: each compared arm per cell and readout
 
     def sub(self, id: str) -> SubResult:
         return next(s for s in self.subs if s.id == id)
@@ -427,4 +429,5 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
         raise CheckFailed("check failed (a bug in the harness, not evidence): " + " | ".join(failed))
     effects = [s.verdict for s in subs if s.kind == "effect" and s.counts]
     verdict = ev.combine(effects) if effects else "inconclusive"
-    return Evaluation(decl, comps, [c for fs in floors.values() for _, _, c in fs], subs, verdict)
+    floor_rows = [c for fs in floors.values() for _, _, c in fs]
+    return Evaluation(decl, comps, floor_rows, subs, verdict, arm_summary(decl, tables))

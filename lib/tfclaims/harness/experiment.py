@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -154,6 +154,7 @@ class Verdict:
     caveats: list[str] = field(default_factory=list)
     comparisons: list = field(default_factory=list)  # evidence.Comparison: every decision the rule used
     noise_floor: list = field(default_factory=list)  # evidence.Comparison: null pairs (training claims)
+    arms: Any = None  # DataFrame (`evidence.summary.arm_summary`): each compared arm per cell and readout
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -331,4 +332,5 @@ def verdict_from(
         caveats=list(caveats or []),
         comparisons=list(result.comparisons),
         noise_floor=list(result.floors),
+        arms=result.arms,
     )

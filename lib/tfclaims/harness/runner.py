@@ -448,6 +448,13 @@ def _sha_join(hashes) -> str:
     return sha("".join(sorted(hashes)))
 
 
+ARMS_TITLE = (
+    "Each arm the rule compares, per cell and readout: units, units without a value (diverged or unfinished), "
+    "units that learned (where the comparison guards on it), and the mean with its 95% interval (Student's t; "
+    "Clopper-Pearson for a yes/no readout)"
+)
+
+
 def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path, meta: dict, device) -> dict:
     """Run the experiment's analysis over run records, writing tables and figures under `out_dir`;
     returns the result dict (what result.json holds)."""
@@ -459,6 +466,8 @@ def analyse_records(exp: Experiment, records: list[dict], p: dict, out_dir: Path
     ):
         if cmps:
             out.table(name, pd.DataFrame([c.as_dict() for c in cmps]), title, in_report=False)
+    if verdict.arms is not None and len(verdict.arms):
+        out.table("arms", verdict.arms, ARMS_TITLE, in_report=False)
     env = environment(device)
     return {
         "claim_id": exp.claim_id,
