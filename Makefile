@@ -7,7 +7,8 @@ TEST_STAMP := $(VENV)/.installed-test
 PROFILE ?= default
 NAME ?=
 ARGS ?=
-# test processes (pytest-xdist): one per core; a test file stays on one worker (test_slurm shares one cluster)
+# test processes (pytest-xdist): one per core, tests spread one by one but for the SLURM tests, which share one
+# cluster and so one worker (their xdist_group)
 TEST_WORKERS ?= auto
 # where runs execute: local (default), local-parallel or slurm (see README: Running on a cluster)
 LAUNCHER ?=
@@ -32,7 +33,7 @@ $(TEST_STAMP): $(STAMP)
 setup: $(STAMP)
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 # the developer's loop: every test but those marked slow (end-to-end claims, sweeps, the cluster), spread by
 # test rather than by file

@@ -181,3 +181,32 @@ def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_col
     measured = f"Final validation loss against peak learning rate, {p['steps']} steps"
     sweep_figure(out, p, curves, t["tuned"], labels, arms, titles=titles, measured=measured, per=per, each=each,
                  note=note, unigram=runs.unigram.iloc[0])  # fmt: skip
+
+
+def tuned_curves_figure(out, records: list[dict], tuned, labels, arms: dict, *, titles, per: str, each: str,
+                        unigram: float | None = None, ylabel: str = "validation loss (nats/char)") -> None:  # fmt: skip
+    """A claim's `curves` figure: one panel per scale (its table label in `labels`, its title in `titles`)
+    with each arm's held-out loss during training at its chosen rate, mean over the fresh seeds in `tuned`
+    (arm, scale, run_id) and a 95% band (`evidence.curves`), arms in `arms`' order (name -> label)."""
+    from ..plotting import subplots
+    from .curves import plot_curves
+
+    by_id = {r.get("run_id"): r for r in records}
+    fig, axes = subplots(len(labels), width=4.6, height=3.6)
+    for ax, scale, title in zip(axes, labels, titles):
+        here = tuned[tuned.scale == scale] if len(tuned) else tuned
+        groups = {
+            label: [by_id[i] for i in here[here.arm == arm].run_id if i in by_id]
+            for arm, label in arms.items()
+        }
+        plot_curves(ax, {k: v for k, v in groups.items() if v})
+        if unigram is not None:
+            ax.axhline(unigram, color="k", lw=0.6, ls=":", label="unigram level")
+        ax.set(title=title, xlabel="training step", ylabel=ylabel)
+    axes[0].legend(fontsize=6)
+    out.figure(
+        "curves",
+        fig,
+        f"Held-out loss during training, per {per}: each {each} at its chosen learning rate, mean over its fresh "
+        "seeds with a 95% band (Student's t; the legend gives the seeds); runs that diverged are left out.",
+    )
