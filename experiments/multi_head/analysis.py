@@ -38,6 +38,21 @@ def plot(runs: list[dict], t: dict, p: dict, out) -> None:
                         each="head count", unigram=t["runs"].unigram.iloc[0])  # fmt: skip
 
 
+def last_drop(runs: list[dict], tuned: pd.DataFrame) -> dict[str, float]:
+    """Per arm, the mean fall of the held-out loss over the last evaluation interval on its fresh seeds at its
+    chosen rate (nats/char; positive: still falling when training stopped)."""
+    by_id = {r.get("run_id"): r["metrics"] for r in part(runs, "sweep")}
+    out = {}
+    for arm in ARMS:
+        curves = (
+            [by_id[i]["val_loss"] for i in tuned[tuned.arm == arm].run_id if i in by_id] if len(tuned) else []
+        )
+        drops = [v[-2] - v[-1] for v in curves if len(v) > 1 and None not in v[-2:]]
+        if drops:
+            out[LABELS[arm]] = sum(drops) / len(drops)
+    return out
+
+
 def summary(result) -> str:
     """Four heads − one head, per scale, with the comparison's decision."""
     return f"four heads − one head, final held-out loss, each at its best rate: {result.per_cell('quality')} nats/char"
