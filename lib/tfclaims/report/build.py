@@ -680,7 +680,7 @@ def render_html(blocks, cites: dict[str, str] | None = None) -> str:
         "th[title=sort]{cursor:pointer}th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}"
         ".cite pre{white-space:pre-wrap;font-size:.8em;background:#f6f6f6;padding:.5em}"
         "#answers-table td{min-width:7em}.filter input{width:16em}tr[hidden]{display:none}"
-        "#first-screen{margin:.4em 0;font-size:.8em}#first-screen td,#first-screen th{white-space:nowrap;padding:1px 6px}"
+        "#first-screen{margin:.4em 0;font-size:.8em}#first-screen td,#first-screen th{white-space:nowrap;padding:0 6px}"
         "h1{margin:.3em 0 .2em}"
     )
     return (
