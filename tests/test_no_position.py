@@ -141,7 +141,7 @@ def test_permutation_run_measures_every_arm_and_reproduces():
 
 
 def test_perm_models_are_float64_with_matched_norms_and_no_position_parameters_without_positions():
-    m = perm_model("encoder", "none", [16, 1, 2], 8, "normal", "sdpa", 0)
+    m = perm_model("encoder", "none", [16, 1, 2], 8, "normal", "sdpa", seed=0)
     assert all(p.dtype == torch.float64 for p in m.parameters()) and not m.training
     assert m.stack.pos is None and m.cfg.emb_scale
     # N(0, 1/d) token rows, scaled by √d as they are added

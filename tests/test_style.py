@@ -20,10 +20,8 @@ REACHED = "reached by committed runs; its change waits for a verified re-key"
 EXCEPTIONS = {
     "lib/tfclaims/train/loop.py::train_lm": REACHED + " (every trained claim)",
     "experiments/flash_speed/recipes.py::reference": REACHED,
-    "experiments/no_position/recipes.py::perm_model": REACHED,
     "experiments/notes_code/recipes.py::_attention_rows": REACHED,
     "lib/tfclaims/measure/attention_units.py::hand_bytes": REACHED,
-    "experiments/init_variance/signal_propagation.py::mlp_moments": REACHED,
     # torch.autograd.Function.apply passes the inputs positionally
     "experiments/norm_padding/powernorm.py::forward": "an autograd Function's forward takes its inputs positionally",
 }

@@ -35,7 +35,7 @@ def _permutation(n: int, g: torch.Generator) -> torch.Tensor:
     return perm.roll(1) if torch.equal(perm, torch.arange(n)) else perm
 
 
-def perm_model(kind: str, pos: str, size: list[int], T: int, init: str, backend: str, seed: int):
+def perm_model(kind: str, pos: str, size: list[int], T: int, init: str, backend: str, *, seed: int):
     """An untrained encoder or causal decoder in float64, eval mode, its norms matched as in training."""
     d, L, h = size
     cfg = ModelConfig(vocab_size=VOCAB, d_model=d, n_layers=L, n_heads=h, max_seq_len=T, pos=pos,
@@ -59,7 +59,9 @@ def permutation_run(cfg: dict, ctx) -> dict:
         for init in cfg["inits"]:
             for backend in cfg["backends"]:
                 for kind, pos in PERM_ARMS:
-                    m = perm_model(kind, pos, size, T, init, backend, cfg["seed"] * 1009 + i).to(ctx.device)
+                    m = perm_model(kind, pos, size, T, init, backend, seed=cfg["seed"] * 1009 + i).to(
+                        ctx.device
+                    )
                     base = {"model": kind, "pos": pos, "d_model": size[0], "n_layers": size[1], "init": init,
                             "backend": backend}  # fmt: skip
                     rows.append({**base, "measure": "perm", "error": permutation_error(m.stack, idx, perm)})
