@@ -186,8 +186,8 @@ def test_saved_bytes_in_bfloat16_follow_the_hand_formulas_and_the_kernel_is_reco
     cfg = {"n": 64, "heads": 2, "head_dim": 8, "inventory": False, "grad_check": False, "dtype": "bfloat16"}
     m = fm.run_saved_bytes(cfg, RunContext(device=torch.device("cpu")))["variants"]
     for name in ("explicit", "explicit_causal", "fused", "fused_causal", "module_sdpa"):
-        assert m[name]["bytes"] == m[name]["hand"] == au.hand_bytes(name, 1, 2, 64, 8, 2), name
-    assert au.hand_bytes("fused", 1, 2, 64, 8, 2) == 2 * (4 * 64 * 8 * 2 + 4 * 64)
+        assert m[name]["bytes"] == m[name]["hand"] == au.hand_bytes(name, 1, 2, 64, 8, itemsize=2), name
+    assert au.hand_bytes("fused", 1, 2, 64, 8, itemsize=2) == 2 * (4 * 64 * 8 * 2 + 4 * 64)
     assert "ScaledDotProduct" in m["fused"]["kernel"] and m["explicit"]["kernel"] == ""
 
 
@@ -205,7 +205,7 @@ H100_INVENTORY = {
 def test_hand_formula_of_each_cuda_kernel_equals_what_it_saved_on_an_h100(kernel, itemsize):
     qkv = 3 * 2 * 100 * 64 * itemsize
     for name in ("fused", "fused_causal"):
-        assert au.hand_bytes(name, 1, 2, 100, 64, itemsize, kernel) == qkv + sum(
+        assert au.hand_bytes(name, 1, 2, 100, 64, itemsize=itemsize, kernel=kernel) == qkv + sum(
             H100_INVENTORY[kernel, itemsize]
         )
     assert au.lse_rows(100, kernel) == (128 if "Efficient" in kernel else 100)
@@ -214,8 +214,12 @@ def test_hand_formula_of_each_cuda_kernel_equals_what_it_saved_on_an_h100(kernel
 
 def test_math_kernel_saves_in_float32_whatever_the_input_type():
     """SDPA's MATH kernel upcasts half types: it keeps float32 q, k, v and P (what an H100 saved in bfloat16)."""
-    assert au.hand_bytes("math", 1, 2, 64, 64, 2) == au.hand_bytes("math", 1, 2, 64, 64, 4) == 131072
+    assert (
+        au.hand_bytes("math", 1, 2, 64, 64, itemsize=2)
+        == au.hand_bytes("math", 1, 2, 64, 64, itemsize=4)
+        == 131072
+    )
     with sdpa_kernel(SDPBackend.MATH):
         q, k, v = (torch.randn(1, 2, 64, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         got = saved_bytes(lambda: F.scaled_dot_product_attention(q, k, v))
-    assert got == au.hand_bytes("math", 1, 2, 64, 64, 2)
+    assert got == au.hand_bytes("math", 1, 2, 64, 64, itemsize=2)

@@ -20,8 +20,6 @@ REACHED = "reached by committed runs; its change waits for a verified re-key"
 EXCEPTIONS = {
     "lib/tfclaims/train/loop.py::train_lm": REACHED + " (every trained claim)",
     "experiments/flash_speed/recipes.py::reference": REACHED,
-    "experiments/notes_code/recipes.py::_attention_rows": REACHED,
-    "lib/tfclaims/measure/attention_units.py::hand_bytes": REACHED,
     # torch.autograd.Function.apply passes the inputs positionally
     "experiments/norm_padding/powernorm.py::forward": "an autograd Function's forward takes its inputs positionally",
 }

@@ -127,7 +127,9 @@ def _ratio(df: pd.DataFrame, h: int, dk: int, at, it: int = 4) -> pd.DataFrame:
     for n in ns:
         ratio = by.loc[("explicit", n), "saved bytes"] / by.loc[("fused", n), "saved bytes"]
         kernel = by.loc[("fused", n), "kernel"]
-        closed = hand_bytes("explicit", 1, h, n, dk, it) / hand_bytes("fused", 1, h, n, dk, it, kernel)
+        closed = hand_bytes("explicit", 1, h, n, dk, itemsize=it) / hand_bytes(
+            "fused", 1, h, n, dk, itemsize=it, kernel=kernel
+        )
         rows.append({"n": n, "unit": n, "ratio": float(ratio), "closed form": closed,
                      "ratio_error": float(ratio) / closed - 1})  # fmt: skip
     return pd.DataFrame(rows)

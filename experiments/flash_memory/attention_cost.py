@@ -225,7 +225,7 @@ def run_saved_bytes(cfg: dict, ctx) -> dict:
         rows = B * h * lse_rows(n, kernel)
         row = {
             "bytes": saved_bytes(fn, exclude=params), "inventory_bytes": sum(t["bytes"] for t in inv),
-            "hand": hand_bytes(name, B, h, n, dk, q.element_size(), kernel), "kernel": kernel,
+            "hand": hand_bytes(name, B, h, n, dk, itemsize=q.element_size(), kernel=kernel), "kernel": kernel,
             "n2_storages": sum(e >= B * h * n * n for e in elems), "row_storages": sum(e == rows for e in elems),
         }  # fmt: skip
         if cfg["inventory"]:

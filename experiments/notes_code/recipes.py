@@ -139,7 +139,7 @@ def _mha_row(snippet, build, call, weights, x, device, *, written: str, mode: st
                 registered=sum(p.numel() for p in m.parameters()))  # fmt: skip
 
 
-def _attention_rows(cfg: dict, ids, q, k, v, x, device) -> list[dict]:
+def _attention_rows(cfg: dict, ids, q, k, v, x, *, device) -> list[dict]:
     """The scaled dot-product functions (000, 002 with and without a mask, 004) and the multi-head modules
     (000, 001, 004 §attention, 004 Bert question 2) against the library."""
     B, h, T, dk = q.shape
@@ -253,7 +253,7 @@ def run_snippets(cfg: dict, ctx) -> dict:
     x = torch.randn(B, T, h * dk, generator=g, dtype=torch.float64)
     dev = ctx.device
     ids, q, k, v, x = (t.to(dev) for t in (ids, q, k, v, x))
-    rows = _attention_rows(cfg, ids, q, k, v, x, dev)
+    rows = _attention_rows(cfg, ids, q, k, v, x, device=dev)
     more, profile = _other_rows(cfg, ids, q, x, dev)
     shared = AnnotatedMHA(h, h * dk, "runs").linears
     same_init = all(torch.equal(shared[0].weight, lin.weight) for lin in shared[1:])

@@ -101,7 +101,7 @@ def lse_rows(n: int, kernel: str = "") -> int:
     return -(-n // pad) * pad
 
 
-def hand_bytes(variant: str, B: int, h: int, n: int, dk: int, itemsize: int = 4, kernel: str = "") -> int:
+def hand_bytes(variant: str, B: int, h: int, n: int, dk: int, *, itemsize: int = 4, kernel: str = "") -> int:
     """Bytes autograd keeps, derived by hand from what each operation saves (tensors of `itemsize` bytes, the
     log-sum-exp in float32, bool = 1); `kernel`: the autograd node of the fused kernel that ran.
 
