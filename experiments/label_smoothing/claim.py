@@ -57,7 +57,7 @@ class LabelSmoothing(Experiment):
     headline = "accuracy"  # the answers table's number
     order = 16
     profiles = {
-        "quick": subword_profile("quick", epsilons=[0.0, 0.1], subset_tokens=2048, tuned_eps=0.1,
+        "quick": subword_profile("quick", vocab=512, epsilons=[0.0, 0.1], subset_tokens=2048, tuned_eps=0.1,
                                  scales=[[16, 1], [32, 1]], rates=[2e-3, 4e-3], selection_seeds=[10],
                                  tuned_seeds=[0, 1], rate_factors=[0.5, 1.0], rate_extend=1,
                                  tuned_subset_tokens=4096, tuned_dropout=0.1, tuned_steps=12),
