@@ -16,6 +16,7 @@ import pandas as pd
 from . import decisions as ev
 from .declare import Arm, Bound, Cell, Declaration, NullPair, Readout, SubClaim, Trend, Within
 from .summary import arm_summary
+from .tables import select
 
 
 class CheckFailed(RuntimeError):
@@ -84,18 +85,6 @@ def _table(tables: dict, name: str) -> pd.DataFrame:
     if name not in tables:
         raise ev.EvidenceError(f"no observation table {name!r} (have {sorted(tables)})")
     return tables[name]
-
-
-def select(df: pd.DataFrame, fields: dict) -> pd.DataFrame:
-    """Rows whose fields equal `fields` (None matches a missing value); an empty table has none."""
-    if df.empty:
-        return df
-    mask = np.ones(len(df), bool)
-    for k, v in fields.items():
-        if k not in df.columns:
-            raise ev.EvidenceError(f"an observation table has no column {k!r} (columns: {list(df.columns)})")
-        mask &= df[k].isna().to_numpy() if v is None else (df[k] == v).to_numpy()
-    return df[mask]
 
 
 def _rows(df: pd.DataFrame, cell: Cell, arm: Arm | None) -> pd.DataFrame:

@@ -7,24 +7,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 from scipy import stats
 
 from .declare import Arm, Cell, Declaration, Readout
 from .stats import mean_ci
+from .tables import select
 
 COLUMNS = ["table", "cell", "arm", "readout", "unit", "units", "missing", "learned", "mean", "ci_lo", "ci_hi"]
-
-
-def _rows(df: pd.DataFrame, cell: Cell, arm: Arm) -> pd.DataFrame:
-    fields = {**cell.fields, **arm.fields}
-    if df.empty or not set(fields) <= set(df.columns):
-        return df.iloc[:0]
-    mask = np.ones(len(df), bool)
-    for k, v in fields.items():
-        mask &= df[k].isna().to_numpy() if v is None else (df[k] == v).to_numpy()
-    return df[mask]
 
 
 def _interval(values: list, r: Readout) -> tuple[float, float, float]:
@@ -40,7 +30,7 @@ def _interval(values: list, r: Readout) -> tuple[float, float, float]:
 
 
 def _row(table: str, df: pd.DataFrame, cell: Cell, arm: Arm, r: Readout, guard: Readout | None) -> dict:
-    rows = _rows(df, cell, arm)
+    rows = select(df, {**cell.fields, **arm.fields})
     raw = rows[r.column].tolist() if r.column in rows.columns else []
     values = [v for v in raw if v is not None and not (isinstance(v, float) and not math.isfinite(v))]
     learned = None

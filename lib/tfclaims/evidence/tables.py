@@ -7,8 +7,10 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
+from . import decisions as ev
 from .declare import Readout
 
 # The columns of a comparisons table, in order: what was compared, the effect and its interval, the
@@ -79,3 +81,15 @@ def uncontended(probe: Sequence[float] | None, floor: float) -> set[int] | None:
         return None
     med = statistics.median(probe)
     return {i for i, b in enumerate(probe) if b >= floor * med}
+
+
+def select(df: pd.DataFrame, fields: dict) -> pd.DataFrame:
+    """Rows whose fields equal `fields` (None matches a missing value); an empty table has none."""
+    if df.empty:
+        return df
+    mask = np.ones(len(df), bool)
+    for k, v in fields.items():
+        if k not in df.columns:
+            raise ev.EvidenceError(f"an observation table has no column {k!r} (columns: {list(df.columns)})")
+        mask &= df[k].isna().to_numpy() if v is None else (df[k] == v).to_numpy()
+    return df[mask]
