@@ -244,3 +244,37 @@ def test_the_arm_summary_leaves_out_constant_arms_and_tables_not_built():
     decl = Declaration((sub(a=const("zero", 0.0)), sub("z", table="absent")))
     s = arm_summary(decl, {"runs": runs({1: -0.3, 2: -0.2})})
     assert set(s.arm) == {"b"} and set(s.table) == {"runs"}
+
+
+def test_indexed_selection_gives_the_rows_of_the_plain_one():
+    """Inside `indexed()` rows are looked up in a grouping built once; it must give what the masks give,
+    missing values (None, NaN, NA), ints against floats and an asked NaN (which matches nothing) included."""
+    from tfclaims.evidence.tables import indexed, select
+
+    rng = np.random.default_rng(0)
+    n = 300
+    df = pd.DataFrame(
+        {
+            "arm": rng.choice(["a", "b", None], n),
+            "d": rng.choice([64.0, 128.0, np.nan], n),
+            "k": pd.array(rng.choice([1, 2, 3], n), dtype="Int64"),
+            "unit": np.arange(n),
+        }
+    )
+    df.loc[rng.choice(n, 20, replace=False), "k"] = pd.NA
+    asks = [
+        {"arm": a, "d": d, "k": k}
+        for a in ("a", "b", None, "c")
+        for d in (64, 128.0, None, float("nan"))
+        for k in (1, 2.0, None)
+    ] + [{"d": 64}, {"arm": "a"}, {}]
+    plain = [select(df, f) for f in asks]
+    with indexed():
+        fast = [select(df, f) for f in asks]
+        fast_again = [select(df, f) for f in asks]  # from the grouping already built
+    assert sum(len(p) for p in plain) > n
+    for p, f, g in zip(plain, fast, fast_again):
+        pd.testing.assert_frame_equal(p, f)
+        pd.testing.assert_frame_equal(p, g)
+    with indexed(), pytest.raises(EvidenceError, match="no column 'lr'"):
+        select(df, {"lr": 0.1})

@@ -47,6 +47,21 @@ def test_sensitivity_is_the_mean_excess_over_the_best_of_the_seed_mean_curve():
     assert sensitivity(np.full((5, 3), 2.7)) == 0.0
 
 
+@pytest.mark.parametrize("rates,seeds", [(2, 3), (5, 8), (9, 2), (17, 9)])
+def test_sensitivity_interval_is_scipys_bootstrap_of_the_one_curve_statistic(rates, seeds):
+    """The resamples are scored at once; the interval must be, to the bit, the bootstrap that scores each
+    resample with `sensitivity` (9 and 17 rates: numpy sums 8 or more terms pairwise)."""
+    from scipy import stats
+
+    curve = np.random.default_rng(rates * seeds).normal(3.0, 0.3, (rates, seeds))
+    one = lambda idx, axis=-1: np.apply_along_axis(lambda i: sensitivity(curve[:, i]), axis, idx)  # noqa: E731
+    res = stats.bootstrap(
+        (np.arange(seeds),), one, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0)
+    )
+    ci = res.confidence_interval
+    assert sensitivity_interval(curve) == (sensitivity(curve), float(ci.low), float(ci.high))
+
+
 def test_sensitivity_interval_resamples_seeds_and_is_deterministic():
     rng = np.random.default_rng(0)
     curve = np.array([1.0, 1.2, 2.0, 3.5])[:, None] + rng.normal(0, 0.1, (4, 5))

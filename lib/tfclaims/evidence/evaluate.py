@@ -16,7 +16,7 @@ import pandas as pd
 from . import decisions as ev
 from .declare import Arm, Bound, Cell, Declaration, NullPair, Readout, SubClaim, Trend, Within
 from .summary import arm_summary
-from .tables import select
+from .tables import indexed, select
 
 
 class CheckFailed(RuntimeError):
@@ -354,6 +354,7 @@ def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped, secondary=
     return ". ".join(parts)
 
 
+@indexed()
 def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
     """Every declared sub-claim's comparisons and sub-verdict, and the overall verdict."""
     floors: dict[str, list] = {n.id: _floors(n, tables) for n in decl.nulls}

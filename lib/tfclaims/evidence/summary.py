@@ -12,7 +12,7 @@ from scipy import stats
 
 from .declare import Arm, Cell, Declaration, Readout
 from .stats import mean_ci
-from .tables import select
+from .tables import indexed, select
 
 COLUMNS = ["table", "cell", "arm", "readout", "unit", "units", "missing", "learned", "mean", "ci_lo", "ci_hi"]
 
@@ -42,6 +42,7 @@ def _row(table: str, df: pd.DataFrame, cell: Cell, arm: Arm, r: Readout, guard: 
             "mean": mean, "ci_lo": lo, "ci_hi": hi}  # fmt: skip
 
 
+@indexed()
 def arm_summary(decl: Declaration, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per (table, cell, arm, readout) that a sub-claim or a null pair compares, first seen first; a
     constant arm (a closed form) and a table the analysis did not build are left out."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 import pandas as pd
@@ -83,13 +85,56 @@ def uncontended(probe: Sequence[float] | None, floor: float) -> set[int] | None:
     return {i for i, b in enumerate(probe) if b >= floor * med}
 
 
+# Within `indexed()`: id(table) -> (the table, {columns -> {their values -> row positions}}, {the asked
+# columns and values -> the rows selected}).
+_INDEXES: ContextVar[dict | None] = ContextVar("tfclaims_indexes", default=None)
+_MISSING = object()  # the key of a missing value (None, NaN, NA) in a row index
+
+
+@contextmanager
+def indexed() -> Iterator[None]:
+    """Inside, `select` groups each table once per set of columns it is asked about and then looks rows up
+    (an evaluation selects thousands of times, often the same rows, from a few tables). The tables must not
+    change inside, and the rows it returns are shared: read them, never write into them."""
+    token = _INDEXES.set({})
+    try:
+        yield
+    finally:
+        _INDEXES.reset(token)
+
+
+def _key(v):
+    return _MISSING if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def _positions(df: pd.DataFrame, keys: tuple, indexes: dict) -> dict:
+    """{the values of `keys` -> the positions of the rows that hold them}, built once per table and keys."""
+    _held, by, _ = indexes.setdefault(id(df), (df, {}, {}))  # the table is held: its id is not reused
+    if keys not in by:
+        groups: dict[tuple, list[int]] = {}
+        for i, values in enumerate(zip(*(df[k].tolist() for k in keys)) if keys else [()] * len(df)):
+            groups.setdefault(tuple(map(_key, values)), []).append(i)
+        by[keys] = groups
+    return by[keys]
+
+
 def select(df: pd.DataFrame, fields: dict) -> pd.DataFrame:
     """Rows whose fields equal `fields` (None matches a missing value); an empty table has none."""
     if df.empty:
         return df
-    mask = np.ones(len(df), bool)
-    for k, v in fields.items():
+    for k in fields:
         if k not in df.columns:
             raise ev.EvidenceError(f"an observation table has no column {k!r} (columns: {list(df.columns)})")
-        mask &= df[k].isna().to_numpy() if v is None else (df[k] == v).to_numpy()
+    if (indexes := _INDEXES.get()) is not None:
+        keys = tuple(fields)
+        # an asked NaN finds nothing, as in pandas: every stored NaN is keyed as missing
+        want = tuple(_MISSING if v is None else v for v in fields.values())
+        rows = _positions(df, keys, indexes)
+        chosen = indexes[id(df)][2]
+        if (keys, want) not in chosen:
+            chosen[keys, want] = df.iloc[rows.get(want, [])]
+        return chosen[keys, want]
+    mask = np.ones(len(df), bool)
+    for k, v in fields.items():
+        mask &= df[k].isna().to_numpy() if v is None else (df[k] == v).to_numpy(bool, na_value=False)
     return df[mask]

@@ -107,9 +107,16 @@ def sensitivity_interval(curve: np.ndarray, level: float = 0.95, seed: int = 0) 
     est = sensitivity(curve)
     if curve.shape[1] < 2:
         return est, est, est
+
+    def resampled(idx: np.ndarray, axis: int = -1) -> np.ndarray:
+        # idx: (resamples, seeds) -> (resamples,), reduced as `sensitivity` reduces one resample (same sums)
+        m = curve[:, idx.astype(int)].mean(axis=-1)  # (rates, resamples)
+        m = np.ascontiguousarray(m.T)  # (resamples, rates): each row summed as one curve's rates are
+        return m.mean(axis=-1) - m.min(axis=-1)
+
     res = stats.bootstrap(
         (np.arange(curve.shape[1]),),
-        lambda idx, axis=-1: np.apply_along_axis(lambda i: sensitivity(curve[:, i.astype(int)]), axis, idx),
+        resampled,
         n_resamples=2000,
         confidence_level=level,
         method="percentile",
