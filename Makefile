@@ -36,9 +36,9 @@ test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 # the developer's loop: every test but those marked slow (end-to-end claims, sweeps, the cluster), spread by
-# test rather than by file
+# test rather than by file; the rule tests check verdicts without building their figures (make test does)
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load -m "not slow" $(ARGS)
+	TFCLAIMS_TEST_FIGURES=skip $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load -m "not slow" $(ARGS)
 
 reproduce: $(STAMP)
 	$(BIN)/python -m tfclaims reproduce --profile $(PROFILE) $(LAUNCH) $(ARGS)

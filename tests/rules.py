@@ -4,12 +4,17 @@ hold), run a claim's analysis on them, and read the verdict it returns."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import numpy as np
 
 from tfclaims.harness.experiment import Experiment, Output
 from tfclaims.harness.registry import load
+
+# `make test-fast` sets TFCLAIMS_TEST_FIGURES=skip: its rule tests build no figure (a third of their time);
+# the full suite builds every figure of every rule test, on the synthetic edge cases too.
+DRAW = os.environ.get("TFCLAIMS_TEST_FIGURES", "draw") != "skip"
 
 # Synthetic timing rounds: a load shared by every callable of a round, and each callable's own jitter.
 ROUNDS = 8
@@ -34,10 +39,11 @@ def grown(exp: Experiment, params: dict, metrics: Callable[[dict], dict]) -> lis
 def analyse(claim: str | Experiment, records, params: dict | str, tmp_path, render: bool = False):
     """The claim's verdict on `records`; `params` is the profile's settings, or the name of one of its profiles.
     Figures are built but written only with `render` (png + svg take seconds; every claim's figures are
-    written in its end-to-end quick test)."""
+    written in its end-to-end quick test), and not even built in the fast tier (DRAW)."""
     exp = load(claim) if isinstance(claim, str) else claim
     params = exp.profiles[params] if isinstance(params, str) else params
-    return exp.analyse(records, params, Output(claim_dir=tmp_path, claim_id=exp.claim_id, render=render))
+    out = Output(claim_dir=tmp_path, claim_id=exp.claim_id, render=render, draw=render or DRAW)
+    return exp.analyse(records, params, out)
 
 
 def decisions(verdict, prefix: str = "") -> dict:

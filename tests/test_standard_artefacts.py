@@ -77,3 +77,58 @@ def test_the_sweep_caption_pattern_refuses_another_wording():
     )
     assert not SWEEP_CAPTION.match("Loss against peak learning rate, per width. Lines: mean over the 3 selection "
                                    "seeds (band: their range; a diverged run counts at the loss at init). Stars: …")  # fmt: skip
+
+
+def _own(node):
+    """The nodes of a function's body, not those of the functions defined in it."""
+    import ast
+
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, (ast.FunctionDef, ast.Lambda)):
+            yield child
+            yield from _own(child)
+
+
+def _figure_functions(path):
+    """(name, decorators, whether it also writes a table or returns a value) of each top-level function of a
+    module that draws into `out`."""
+    import ast
+
+    for node in ast.parse(path.read_text()).body:
+        calls = [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+        if isinstance(node, ast.FunctionDef) and any(
+            c.func.attr == "figure" and ast.unparse(c.func.value) == "out" for c in calls
+        ):
+            more = any(c.func.attr == "table" for c in calls) or any(
+                isinstance(n, ast.Return) and n.value is not None for n in _own(node)
+            )
+            yield node.name, [ast.unparse(d) for d in node.decorator_list], more
+
+
+def test_every_function_that_draws_a_figure_is_marked_drawing():
+    """The fast tier leaves out what `drawing` marks; a function left unmarked would draw there, one that also
+    wrote a table would lose it: each draws and nothing else (a table or a value returned)."""
+    modules = sorted((REPO_ROOT / "experiments").glob("*/*.py"))
+    modules.append(REPO_ROOT / "lib" / "tfclaims" / "evidence" / "plots.py")
+    found = {
+        (p.parent.name, name): (decos, more) for p in modules for name, decos, more in _figure_functions(p)
+    }
+    assert len(found) > 80
+    assert [k for k, (decos, _) in found.items() if "drawing" not in decos] == []
+    assert [k for k, (_, more) in found.items() if more] == []
+
+
+def test_a_drawing_function_draws_only_where_its_output_draws(tmp_path):
+    from tfclaims.evidence.plots import drawing
+    from tfclaims.harness.experiment import Output
+
+    calls = []
+
+    @drawing
+    def plot(rows, out, *, title="t"):
+        calls.append((rows, title))
+
+    plot([1], Output(claim_dir=tmp_path, claim_id="x", draw=False))
+    assert calls == []
+    plot([2], out=Output(claim_dir=tmp_path, claim_id="x"), title="u")
+    assert calls == [([2], "u")] and plot.__name__ == "plot"

@@ -9,7 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
-from tfclaims.evidence.plots import loglog, sweep_caption
+from tfclaims.evidence.plots import drawing, loglog, sweep_caption
 from tfclaims.evidence.stats import loglog_fit, mean_ci
 from tfclaims.evidence.tables import runs_table, timing_rows
 from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
@@ -218,6 +218,7 @@ def write_tables(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, pd.
 
 
 # ------------------------------------------------------------------ figures
+@drawing
 def plot_variance(runs, out) -> None:
     from tfclaims.plotting import log_ticks, subplots
 
@@ -240,6 +241,7 @@ def plot_variance(runs, out) -> None:
     )
 
 
+@drawing
 def plot_timing(tdf: pd.DataFrame, out) -> None:
     from tfclaims.plotting import log_ticks, subplots
 
@@ -266,6 +268,7 @@ def plot_timing(tdf: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_task(t: dict, p: dict, out) -> None:
     from tfclaims.evidence.plots import lr_sweeps
     from tfclaims.plotting import subplots

@@ -7,6 +7,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tables import timing_rows
 from tfclaims.evidence.tuning import model_sweep_runs, null_at_choice, sweep_curves
 from tfclaims.grids.sweep import scale_label
@@ -84,6 +85,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
                  unigram=runs.unigram.iloc[0], size=(4.2, 3.4))  # fmt: skip
 
 
+@drawing
 def plot(t: dict, p: dict, out) -> None:
     """Left: parameters of BERT and ALBERT per published size (log scale); right: seconds per token of the
     timed stacks."""

@@ -11,7 +11,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.decisions import outside
 from tfclaims.evidence.declare import Readout
-from tfclaims.evidence.plots import loglog
+from tfclaims.evidence.plots import drawing, loglog
 from tfclaims.evidence.stats import loglog_fit
 from tfclaims.evidence.tables import timing_rows
 from tfclaims.measure.attention_units import UNITS, score_share, unit_config, unit_flops, working_set_bytes
@@ -397,6 +397,7 @@ def _repeats(tm: pd.DataFrame, var: str, module: str, **where):
     return g[var].to_numpy(float), g["seconds"].to_numpy(float)
 
 
+@drawing
 def plot_flops_time(t: dict, fits: pd.DataFrame, p: dict, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -461,6 +462,7 @@ def plot_flops_time(t: dict, fits: pd.DataFrame, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_d(t: dict, fits: pd.DataFrame, p: dict, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -488,6 +490,7 @@ def plot_d(t: dict, fits: pd.DataFrame, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_heads(med: pd.DataFrame, hdf: pd.DataFrame, p: dict, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -548,6 +551,7 @@ def plot_heads(med: pd.DataFrame, hdf: pd.DataFrame, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_crossover(t: dict, med: pd.DataFrame, xdf: pd.DataFrame, out) -> None:
     from tfclaims.plotting import subplots
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tables import runs_table, timing_rows
 from tfclaims.evidence.tuning import null_at_choice, read_sweep, sweep_curves
 
@@ -71,6 +72,7 @@ def crossover(thr: pd.DataFrame) -> float | None:
     return None
 
 
+@drawing
 def plot(t: dict, p: dict, out) -> None:
     """Left: tokens per second against n, both layers; right: recall accuracy against k, each arm at its chosen
     rate."""

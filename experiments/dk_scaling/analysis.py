@@ -7,7 +7,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import curve, plot_curves
-from tfclaims.evidence.plots import arm_bands, lr_sweep, sweep_caption
+from tfclaims.evidence.plots import arm_bands, drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import COMPARISON_COLUMNS, comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
@@ -140,6 +140,7 @@ def write_sweep(t: dict, p: dict, out) -> None:
     write_sweep_tables(out, t["choices"], curve_table(t["sweep"], ["arm", "d_model"]), words)
 
 
+@drawing
 def plot_sweep(t: dict, p: dict, labels: dict, out) -> None:
     """The loss-against-learning-rate curves: one panel per width, scaled, unscaled and unscaled with
     qk-layernorm, each arm's chosen rate on the fresh seeds marked."""
@@ -241,6 +242,7 @@ def write_tables(runs, t: dict, result, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_mc(mdf: pd.DataFrame, out) -> None:
     from tfclaims.plotting import log_ticks, subplots
 
@@ -284,6 +286,7 @@ def _first_layer(key):
     return value
 
 
+@drawing
 def plot_training(runs, t: dict, logit_trend, p: dict, out) -> None:
     """Validation loss and first-layer probes over training for every d_k, scaled and unscaled; right, the
     initial logit scale varied alone (the cells of the declared logit-trend sub-claim)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tfclaims.analysis import part
+from tfclaims.evidence.plots import drawing
 from tfclaims.plotting import log_ticks, subplots
 
 VARIANTS = {"eval": "eval mode", "unscaled": "no 1/(1−p) scaling", "single": "one mask", "mc": "MC average"}
@@ -64,6 +65,7 @@ def summary(loss: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"mc": f"MC ({mc[2:]} masks)"})
 
 
+@drawing
 def plot(loss: pd.DataFrame, proj: pd.DataFrame, out) -> None:
     """MC-dropout loss against the number of masks beside eval mode; the projection per site (every run with a
     probe: the rule's guard, not the figure, leaves out runs that did not learn)."""

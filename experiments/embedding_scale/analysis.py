@@ -7,7 +7,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
 from tfclaims.evidence.declare import Readout
-from tfclaims.evidence.plots import arm_bands, lr_sweep, sweep_caption
+from tfclaims.evidence.plots import arm_bands, drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
@@ -144,6 +144,7 @@ def write_sweep(t: dict, out) -> None:
     )
 
 
+@drawing
 def plot_sweep(t: dict, p: dict, out) -> None:
     """The claim's main figure: final loss against peak learning rate per width, with and without the factor,
     each arm's chosen rate on the fresh seeds marked."""
@@ -223,6 +224,7 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
     return gap
 
 
+@drawing
 def plot_init(idf: pd.DataFrame, out) -> None:
     from tfclaims.plotting import log_ticks, subplots
 
@@ -253,6 +255,7 @@ def plot_init(idf: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_training(runs, t: dict, decl, gap: pd.DataFrame, p: dict, out) -> None:
     """Per init, the declared training arms (seed bands); the paired gap over training; the untied
     controls."""

@@ -9,6 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 
 SHARE = Readout(
     "share",
@@ -145,6 +146,7 @@ def crossover_text(xo: dict) -> str:
     return s
 
 
+@drawing
 def plot_shares(blocks: list[dict], df: pd.DataFrame, tol: float, at_least: float, out) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -212,6 +214,7 @@ def plot_shares(blocks: list[dict], df: pd.DataFrame, tol: float, at_least: floa
     )
 
 
+@drawing
 def plot_curve(df: pd.DataFrame, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -266,6 +269,7 @@ def plot_curve(df: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_flops(flops: dict, out) -> None:
     from tfclaims.plotting import subplots
 

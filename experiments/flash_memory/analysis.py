@@ -9,7 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
-from tfclaims.evidence.plots import loglog
+from tfclaims.evidence.plots import drawing, loglog
 from tfclaims.evidence.stats import loglog_fit
 from tfclaims.measure.attention_units import ITEMSIZE, VARIANTS, classify, hand_bytes
 
@@ -288,6 +288,7 @@ STYLES = {
 }
 
 
+@drawing
 def plot_bytes(wide: pd.DataFrame, p: dict, fit_from: int, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -331,6 +332,7 @@ def plot_bytes(wide: pd.DataFrame, p: dict, fit_from: int, out) -> None:
     )
 
 
+@drawing
 def plot_cuda(df: pd.DataFrame, out) -> None:
     cuda = df.dropna(subset=["cuda peak bytes"])
     if not len(cuda):

@@ -9,6 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tables import timing_rows
 from tfclaims.measure.attention_units import ITEMSIZE, working_set_bytes
 
@@ -169,6 +170,7 @@ def _panel(ax, ns, causal: bool, ylabel: str, what: str) -> None:
     ax.legend(fontsize=6)
 
 
+@drawing
 def plot_times(tm: pd.DataFrame, p: dict, out) -> None:
     from tfclaims.plotting import band, subplots
 
@@ -191,6 +193,7 @@ def plot_times(tm: pd.DataFrame, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_speedup(tm: pd.DataFrame, p: dict, bound: float, out) -> None:
     from tfclaims.plotting import band, subplots
 

@@ -14,7 +14,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.decisions import role
 from tfclaims.evidence.declare import CellRule, Readout
-from tfclaims.evidence.plots import effect_heatmap, sweep_caption
+from tfclaims.evidence.plots import drawing, effect_heatmap, sweep_caption
 from tfclaims.evidence.readouts import of_limit
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import runs_table, timing_rows
@@ -363,6 +363,7 @@ def _conversion(conv: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
 
 
 # ------------------------------------------------------------------ figures
+@drawing
 def plot_heatmaps(result, decl, p: dict, out) -> None:
     """The declared effects over batch × context: every variant against MHA at sdpa (sub-claim 'faster'), and
     MQA against the band at sdpa (counted) and at explicit (reported)."""
@@ -391,6 +392,7 @@ def plot_heatmaps(result, decl, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_tokens(ddf: pd.DataFrame, p: dict, out) -> None:
     from matplotlib.ticker import NullFormatter
 
@@ -428,6 +430,7 @@ def plot_tokens(ddf: pd.DataFrame, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_bandwidth(ddf: pd.DataFrame, p: dict, out) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
@@ -478,6 +481,7 @@ def plot_bandwidth(ddf: pd.DataFrame, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_quality(qdf: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -534,6 +538,7 @@ def plot_quality(qdf: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_conversion(cdf: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -590,6 +595,7 @@ def scratch_curves(q: pd.DataFrame) -> pd.DataFrame:
     return sweep_curves(q[q.stage == "scratch"] if len(q) else q, "model")
 
 
+@drawing
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final loss against peak learning rate per scale (from scratch), MHA and MQA, each model's chosen rate on
     the fresh seeds marked."""

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
+from tfclaims.evidence.plots import drawing
 from tfclaims.plotting import subplots
 
 from .mean_field import GAIN2, backward_factor, forward_map
@@ -56,6 +57,7 @@ def _predicted(act: str, g2: float, q1: float, depth: int) -> tuple[np.ndarray, 
     return np.asarray(q), np.asarray(r[::-1])
 
 
+@drawing
 def plot(runs: list[dict], out) -> None:
     """log2 of the second moments against the layer, per init and activation (median and range over seeds),
     with the mean-field prediction dashed."""

@@ -10,6 +10,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tables import runs_table, timing_rows
 from tfclaims.grids.sweep import scale_label
 
@@ -145,6 +146,7 @@ def timing_summary(timing: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+@drawing
 def plot_quality(q: pd.DataFrame, margin: float, out) -> None:
     """Per scale, the held-out loss's change from float32 against the weights' bit width (fake-quantised,
     one scale per tensor), with the dynamic INT8 copies at 8 bits; mean and range over seeds, the margin
@@ -188,6 +190,7 @@ def plot_quality(q: pd.DataFrame, margin: float, out) -> None:
     )
 
 
+@drawing
 def plot_timing(timing: pd.DataFrame, anchor: float, out) -> None:
     """INT8's speed-up over float32 per timed size and batch (median and quartiles of the paired per-round
     ratios), beside the A/A pair's, with the tutorial's speed-up marked."""

@@ -7,7 +7,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.decisions import noise_bound
-from tfclaims.evidence.plots import loglog
+from tfclaims.evidence.plots import drawing, loglog
 from tfclaims.evidence.readouts import achieved
 from tfclaims.evidence.stats import loglog_fit
 from tfclaims.evidence.tables import timing_rows
@@ -273,6 +273,7 @@ def _presets_table(out) -> list[dict]:
 
 
 # ------------------------------------------------------------------ figures
+@drawing
 def plot_step(t: dict, p: dict, fit_from: int, out) -> None:
     """Left: every round's step time against n on log-log axes with the fit over n ≥ fit_from (its exponent
     in the legend); right: counted FLOPs per step against the closed forms."""
@@ -310,6 +311,7 @@ def plot_step(t: dict, p: dict, fit_from: int, out) -> None:
     )
 
 
+@drawing
 def plot_generation(gdf: pd.DataFrame, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -334,6 +336,7 @@ def plot_generation(gdf: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_memory(cdf: pd.DataFrame, pres: list[dict], p: dict, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -363,6 +366,7 @@ def plot_memory(cdf: pd.DataFrame, pres: list[dict], p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_linear(ldf: pd.DataFrame, p: dict, bw: float, out) -> None:
     from tfclaims.plotting import subplots
 

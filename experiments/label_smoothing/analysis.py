@@ -12,7 +12,7 @@ from tfclaims.evidence.curves import plot_curves
 from tfclaims.evidence.decisions import beyond_margin
 from tfclaims.evidence.declare import Better, Declaration, Readout
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.plots import sweep_caption
+from tfclaims.evidence.plots import drawing, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, read_sweep, sweep_table, write_sweep_tables
@@ -152,6 +152,7 @@ def write_tables(runs, t: dict, result, every, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_sweep(t: dict, p: dict, out) -> None:
     """The tuned sweep: selection loss against peak rate per scale for both ε, each ε's fresh seeds at its
     chosen rate."""
@@ -190,6 +191,7 @@ TUNED_PANELS = (
 )
 
 
+@drawing
 def plot_tuned(t: dict, p: dict, out) -> None:
     """The tuned comparison: per readout, ε > 0 − ε = 0 on each fresh seed, per scale, with the mean and its
     95% CI (the seeds are paired: same init and data order)."""
@@ -315,6 +317,7 @@ def power_note(family) -> str:
     )
 
 
+@drawing
 def plot_curves_(runs, p, out):
     from tfclaims.plotting import subplots
 
@@ -358,6 +361,7 @@ def plot_curves_(runs, p, out):
     )
 
 
+@drawing
 def plot_calibration(runs, p, out, n_bins: int):
     from tfclaims.plotting import subplots
 

@@ -10,6 +10,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 
 NAME = {"layer": "LayerNorm", "rms": "RMSNorm"}
 NOTES = {"layer": "notes_layer", "rms": "notes_rms"}  # the notes' variant of each family (nn.norm_variants)
@@ -282,6 +283,7 @@ def _swap_runs(runs, eps, notes_eps, out) -> None:
 
 
 # ---------------------------------------------------------------------------- figures
+@drawing
 def plot_formulas(t: dict, p: dict, threshold: float, stars: dict, out) -> None:
     from tfclaims.nn.norm_variants import relative_difference
     from tfclaims.plotting import log_ticks, subplots
@@ -351,6 +353,7 @@ def plot_formulas(t: dict, p: dict, threshold: float, stars: dict, out) -> None:
     )
 
 
+@drawing
 def plot_swap(t: dict, result, swap_subs: dict, p: dict, *, margin: float, notes_eps: dict, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -443,6 +446,7 @@ def _swap_column(ax, c, sw, std: str, dt: str, x: float, *, first: bool, color: 
     return ys
 
 
+@drawing
 def plot_training(runs, out) -> None:
     from tfclaims.plotting import subplots
 

@@ -12,6 +12,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.analysis.lengths import MISSING, increase, increase_readout, loss_at
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, read_sweep, sweep_curves, write_sweep_tables
@@ -258,6 +259,7 @@ def _smoothed_band(ax, ys: np.ndarray, w: int, **kw) -> None:
     band(ax, x, [c.mean for c in cis], [c.lo for c in cis], [c.hi for c in cis], marker=None, **kw)
 
 
+@drawing
 def plot_length(runs, t: dict, p: dict, out) -> None:
     """Per scale: the window-mean loss against the evaluation length, and the loss per position, each arm at
     its chosen rate (fresh seeds that learned)."""
@@ -293,6 +295,7 @@ def plot_length(runs, t: dict, p: dict, out) -> None:
                f"over {max(1, T // 8)} positions), the dotted line at T.")  # fmt: skip
 
 
+@drawing
 def plot_extension(runs, t: dict, p: dict, out) -> None:
     """The learned table's extensions, first scale: loss per position as extended and after training at 2T."""
     from tfclaims.plotting import subplots

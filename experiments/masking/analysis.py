@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
+from tfclaims.evidence.plots import drawing
 from tfclaims.plotting import log_ticks, subplots
 
 EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}  # torch.finfo(dtype).eps
@@ -175,6 +176,7 @@ def write_tables(t: dict, out) -> dict:
     return nums
 
 
+@drawing
 def plot_padding(pad: pd.DataFrame, tol: float, change_min: float, out) -> None:
     """Drift against the number of pads added, per kind of model: the largest over paths and seeds per level
     and mask variant (the explicit path's NaN rows left out)."""
@@ -213,6 +215,7 @@ def plot_padding(pad: pd.DataFrame, tol: float, change_min: float, out) -> None:
     )
 
 
+@drawing
 def plot_outcomes(fill: pd.DataFrame, out) -> None:
     """A fully masked row per path, fill and dtype: its category at the smallest and the largest logit
     scale."""
@@ -246,6 +249,7 @@ def plot_outcomes(fill: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_conventions(runs: list[dict], out) -> None:
     """One sequence's weights (head 0, fill −1e9) under the right convention and the swapped one."""
     recs = {r["config"]["kind"]: r["metrics"] for r in part(runs, "conventions") if r["config"]["seed"] == 0}

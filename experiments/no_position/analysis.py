@@ -11,6 +11,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tuning import (
     SweepWords,
@@ -130,6 +131,7 @@ def write_tables(t: dict, out) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ figures
+@drawing
 def plot_permutation(perm: pd.DataFrame, tol: float, sees: float, out) -> None:
     """Every permutation measurement on a log axis, one row per (model, position encoding, measure, depth),
     with the tolerance below which a model counts as blind to order and the level above which it sees it."""
@@ -166,6 +168,7 @@ def plot_permutation(perm: pd.DataFrame, tol: float, sees: float, out) -> None:
     )
 
 
+@drawing
 def plot_probe(layers: pd.DataFrame, p: dict, margin: float, out) -> None:
     """Probe gain against layer per scale (columns), one line per arm at its chosen rate: mean over the fresh
     seeds with the 95% CI band; chance at 0 and the declared margin dashed."""
@@ -199,6 +202,7 @@ def plot_probe(layers: pd.DataFrame, p: dict, margin: float, out) -> None:
     )
 
 
+@drawing
 def plot_positions(positions: pd.DataFrame, p: dict, out) -> None:
     """The probe's error at its chosen layer against the position it predicts, per scale (columns), one line
     per arm: mean over the fresh seeds with the 95% CI band; chance's error |t − mean| dotted."""

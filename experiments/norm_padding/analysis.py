@@ -9,7 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Cell, Readout, cell
-from tfclaims.evidence.plots import lr_sweep, sweep_caption
+from tfclaims.evidence.plots import drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
@@ -392,6 +392,7 @@ def write_sweep(t: dict, out) -> None:
     write_sweep_tables(out, t["choices"], curves, words)
 
 
+@drawing
 def plot_sweep(t: dict, p: dict, out) -> None:
     """The claim's main figure: eval-mode loss against peak learning rate, one panel per swept setting and
     width, one line per norm, each arm's chosen rate on the fresh seeds marked."""
@@ -590,6 +591,7 @@ def stat_frame(runs) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@drawing
 def plot_invariance(runs, p, out):
     from tfclaims.plotting import subplots
 
@@ -660,6 +662,7 @@ def plot_invariance(runs, p, out):
     )
 
 
+@drawing
 def plot_fluctuation(runs, p, out):
     from tfclaims.plotting import band, subplots
 
@@ -702,6 +705,7 @@ def plot_fluctuation(runs, p, out):
     )
 
 
+@drawing
 def plot_quality(runs, t: dict, p, out):
     from tfclaims.plotting import subplots
 
@@ -750,6 +754,7 @@ def plot_quality(runs, t: dict, p, out):
     _plot_training(runs, p, out)
 
 
+@drawing
 def _plot_training(runs, p: dict, out) -> None:
     """Training loss curves on padded lines, per norm and batch size (the first placement)."""
     from tfclaims.plotting import band, subplots

@@ -8,6 +8,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import curve
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tables import runs_table
 from tfclaims.evidence.tuning import null_at_choice, read_sweep
 from tfclaims.grids.sweep import scale_label
@@ -128,6 +129,7 @@ def snippet_table(snippets: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={x.column: x.label for x in SNIPPET_READOUTS})
 
 
+@drawing
 def plot_snippets(snippets: pd.DataFrame, out) -> None:
     """One row per snippet, one column per reading: pass (green), fail (red) or not applicable (grey), each
     cell labelled with its worst value over the seeds. 001's bare view is expected to fail (the note's
@@ -179,6 +181,7 @@ def plot_snippets(snippets: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_positions(runs: list[dict], p: dict, tol: float, tol64: float, out) -> None:
     """The positional table's largest absolute error per block of positions, the note's float32 computation
     and its formula in float64, against the library's table, with the declared bounds."""
@@ -208,6 +211,7 @@ def plot_positions(runs: list[dict], p: dict, tol: float, tol64: float, out) -> 
     )
 
 
+@drawing
 def plot_training(runs: list[dict], tuned: pd.DataFrame, p: dict, out) -> None:
     """Validation loss against step for each arm at its chosen rate: mean and 95% band over fresh seeds."""
     from tfclaims.plotting import band, subplots

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
-from tfclaims.evidence.plots import loglog
+from tfclaims.evidence.plots import drawing, loglog
 from tfclaims.evidence.stats import loglog_fit
 from tfclaims.plotting import log_ticks, subplots
 
@@ -110,6 +110,7 @@ def write_tables(t: dict, out) -> dict:
     }
 
 
+@drawing
 def plot_errors(df: pd.DataFrame, out) -> None:
     """Error against n (at the smallest logit scale) and against the logit scale (at the largest n), per
     reduced-precision dtype: one line per path, the band spanning the seeds."""
@@ -142,6 +143,7 @@ def plot_errors(df: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_overflow(ov: pd.DataFrame, out) -> None:
     """Finite or not against the largest logit, reduced-precision inputs (float32 accumulators)."""
     ov = ov[ov.dtype != "float64"]
@@ -166,6 +168,7 @@ def plot_overflow(ov: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_memory(mem: pd.DataFrame, out) -> None:
     if mem.n.nunique() < 2:
         return

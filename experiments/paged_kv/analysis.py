@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tables import timing_rows
 from tfclaims.plotting import log_ticks, subplots
 
@@ -63,6 +64,7 @@ def summary(alloc: pd.DataFrame) -> pd.DataFrame:
     return s.reset_index()
 
 
+@drawing
 def plot_allocators(alloc: pd.DataFrame, block: int, out) -> None:
     """Waste and requests running at once: contiguous policies beside paging, and paging against block size."""
     if alloc.empty:
@@ -102,6 +104,7 @@ def plot_allocators(alloc: pd.DataFrame, block: int, out) -> None:
     )
 
 
+@drawing
 def plot_decode(rows: pd.DataFrame, out) -> None:
     if rows.empty:
         return

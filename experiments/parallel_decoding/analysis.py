@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tables import timing_rows
 from tfclaims.plotting import band, log_ticks, subplots
 from tfclaims.train.decode_configs import AA
@@ -166,6 +167,7 @@ def write_tables(t: dict, runs: list[dict], out) -> dict:
     }  # fmt: skip
 
 
+@drawing
 def plot_positions(runs: list[dict], tol: dict, exact_tol: float, leak_min: float, out) -> None:
     """Error against position at the largest exact length, one panel per dtype: each path's median over runs
     (seeds, position encodings) with its min–max band, the bidirectional control, and the declared bounds."""
@@ -193,6 +195,7 @@ def plot_positions(runs: list[dict], tol: dict, exact_tol: float, leak_min: floa
                "model without the causal mask against step-by-step decoding.")  # fmt: skip
 
 
+@drawing
 def plot_timing(tm: pd.DataFrame, ratio_min: float, out) -> None:
     """Left: time per call against n for every path (median, interquartile band over rounds); right: each time
     ratio against n (median, min–max band over rounds)."""

@@ -12,7 +12,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
 from tfclaims.evidence.declare import Readout
-from tfclaims.evidence.plots import sweep_caption
+from tfclaims.evidence.plots import drawing, sweep_caption
 from tfclaims.evidence.tables import runs_table
 from tfclaims.evidence.tuning import null_at_choice, read_sweep, sweep_curves
 
@@ -84,6 +84,7 @@ def _title(f: dict) -> str:
     return f"d = {f['d_model']}, L = {f['n_layers']}, {f['subset']:,} chars"
 
 
+@drawing
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final held-out loss against peak learning rate, one panel per cell, both placements."""
     from tfclaims.evidence.plots import lr_sweeps
@@ -109,6 +110,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_curves_by_cell(runs: list[dict], t: dict, p: dict, out) -> None:
     """Per cell, held-out (solid) and training-subset (dashed) loss against the step for each placement at its
     chosen rate: mean and 95% band over the fresh seeds."""

@@ -13,7 +13,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Better, CellRule, Declaration, Readout, SubClaim
 from tfclaims.evidence.evaluate import evaluate
-from tfclaims.evidence.plots import lr_sweep, sweep_caption
+from tfclaims.evidence.plots import drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import loglog_fit, mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
@@ -430,6 +430,7 @@ def _cell_row(cells, pl, w, d, lr):
     return g.iloc[0] if len(g) else None
 
 
+@drawing
 def plot_grid(cells, arms, p, threshold, margin, out):
     from tfclaims.plotting import subplots
 
@@ -480,6 +481,7 @@ def _band(ax, x, rows, ls, color, label, *, marker=None):
         ax.fill_between(x, np.nanmin(rows, 0), np.nanmax(rows, 0), color=color, alpha=0.15, linewidth=0)
 
 
+@drawing
 def plot_curves(train, result, sc, final, arms, p, *, threshold, margin, out):
     """Training and validation loss for the Post-LN cell where warmup lowers the final loss most (among the
     cells sub-claim A counts) and for the deepest cell."""
@@ -549,6 +551,7 @@ def plot_curves(train, result, sc, final, arms, p, *, threshold, margin, out):
     )
 
 
+@drawing
 def plot_signature(train, arms, deep, p, out):
     from tfclaims.plotting import subplots
 
@@ -581,6 +584,7 @@ def plot_signature(train, arms, deep, p, out):
     )
 
 
+@drawing
 def plot_grads(probes, grad_fits, out):
     from matplotlib import colormaps
 
@@ -650,6 +654,7 @@ def plot_grads(probes, grad_fits, out):
     )
 
 
+@drawing
 def plot_amplification(amp, amp_fits, out):
     from tfclaims.plotting import subplots
 
@@ -691,6 +696,7 @@ def plot_amplification(amp, amp_fits, out):
     )
 
 
+@drawing
 def plot_identity(probes, out):
     from tfclaims.plotting import subplots
 
@@ -762,6 +768,7 @@ def write_sweep(t: dict, curves: pd.DataFrame, p: dict, out) -> None:
     write_sweep_tables(out, t["choices"], curves, SweepWords(per="width"))
 
 
+@drawing
 def plot_sweep(t: dict, curves: pd.DataFrame, p: dict, params: dict, labels: dict, out) -> None:
     """The claim's main figure: final loss against peak learning rate, one panel per width, one line per swept
     arm, each arm's chosen rate on the fresh seeds marked."""

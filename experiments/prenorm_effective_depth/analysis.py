@@ -14,6 +14,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tuning import model_sweep_runs, null_at_choice
 from tfclaims.grids.sweep import scale_label
 
@@ -126,6 +127,7 @@ def decay_beyond_first(layers: pd.DataFrame) -> dict:
     return out
 
 
+@drawing
 def plot_blocks(layers: pd.DataFrame, p: dict, out) -> None:
     """Per depth (rows), the relative update, the cosine before/after and the loss from deleting each block
     (columns), Pre-LN against Post-LN, mean over the fresh seeds with their range."""

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
-from tfclaims.evidence.plots import arm_bands
+from tfclaims.evidence.plots import arm_bands, drawing
 from tfclaims.evidence.readouts import achieved, of_limit
 from tfclaims.evidence.tables import comparison_table, runs_table, timing_rows, uncontended
 from tfclaims.evidence.tuning import SweepWords, null_at_choice, read_sweep, sweep_curves, write_sweep_tables
@@ -282,6 +282,7 @@ STYLES = {
 }
 
 
+@drawing
 def plot_micro(mdf: pd.DataFrame, out) -> None:
     from tfclaims.plotting import log_ticks, subplots
 
@@ -334,6 +335,7 @@ def plot_micro(mdf: pd.DataFrame, out) -> None:
     )
 
 
+@drawing
 def plot_step_and_training(runs, sdf: pd.DataFrame, table: pd.DataFrame, quality, out) -> None:
     """Left: the step-time saving per model size and family; right: validation loss over training for the two
     arms of the declared quality sub-claim (mean and 95% band over seeds)."""

@@ -10,7 +10,7 @@ import pandas as pd
 from tfclaims.analysis import part
 from tfclaims.analysis.lengths import MISSING, increase, loss_at
 from tfclaims.evidence.declare import Readout
-from tfclaims.evidence.plots import sweep_caption
+from tfclaims.evidence.plots import drawing, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import (
@@ -400,6 +400,7 @@ def _length_table(tuned: pd.DataFrame, p, out) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------- figures
+@drawing
 def plot_identity(ident: pd.DataFrame, metrics: dict, tol: float, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -435,6 +436,7 @@ def plot_identity(ident: pd.DataFrame, metrics: dict, tol: float, out) -> None:
     )
 
 
+@drawing
 def plot_learned(learned_runs, p, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -486,6 +488,7 @@ def plot_learned(learned_runs, p, out) -> None:
     )
 
 
+@drawing
 def plot_length(runs, length: pd.DataFrame, p, out) -> None:
     from tfclaims.plotting import band, log_ticks, subplots
 
@@ -604,6 +607,7 @@ def _plot_shares(c, mine: pd.DataFrame) -> None:
         c.legend(fontsize=7, loc="center right")
 
 
+@drawing
 def plot_logits(runs, p, out) -> None:
     from tfclaims.plotting import subplots
 
@@ -737,6 +741,7 @@ def plot_all(runs, t: dict, p: dict, tol: float, out) -> None:
         plot_copy(runs, t["copy"], p, out)
 
 
+@drawing
 def plot_sweep(t: dict, p: dict, out) -> None:
     """Final loss against peak rate per scale for the four arms, each at its chosen rate on the fresh seeds."""
     from tfclaims.evidence.plots import lr_sweeps
@@ -764,6 +769,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     )
 
 
+@drawing
 def plot_copy(runs, copy: pd.DataFrame, p: dict, out) -> None:
     """Copy accuracy by position per k, each arm at its chosen rate (fresh seeds that learned)."""
     from tfclaims.plotting import band, subplots

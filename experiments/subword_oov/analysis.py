@@ -11,6 +11,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.plotting import log_ticks, subplots
 
 HELDOUT = ("modern", "folio")
@@ -201,6 +202,7 @@ def _by_kind(ax, df: pd.DataFrame, y: str) -> None:
         ax.plot(g["size"], g[y], marker=marker, ls=ls, ms=4, label=LABELS[kind])
 
 
+@drawing
 def plot_rates(rates: pd.DataFrame, out) -> None:
     """[UNK] share and tokens per character against vocabulary size, per held-out text."""
     sets = [h for h in HELDOUT if h in set(rates.heldout)]
@@ -220,6 +222,7 @@ def plot_rates(rates: pd.DataFrame, out) -> None:
                "fitted on the training works.")  # fmt: skip
 
 
+@drawing
 def plot_merges(runs: list[dict], out) -> None:
     """The pair count behind each merge, by rank, for the two rules (log scale)."""
     mr = part(runs, "merges")

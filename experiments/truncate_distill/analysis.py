@@ -14,6 +14,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.declare import Readout
+from tfclaims.evidence.plots import drawing
 from tfclaims.evidence.tables import runs_table, timing_rows
 from tfclaims.evidence.tuning import null_at_choice, read_sweep, sweep_curves
 
@@ -151,6 +152,7 @@ def plot_sweep(t: dict, p: dict, out) -> None:
                  unigram=runs.unigram.iloc[0], size=(4.2, 3.4))  # fmt: skip
 
 
+@drawing
 def plot(t: dict, p: dict, out) -> None:
     """Every model's final loss on the fresh seeds per depth, then the forward time of teacher and students
     per size."""

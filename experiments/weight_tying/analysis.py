@@ -8,7 +8,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
-from tfclaims.evidence.plots import sweep_caption
+from tfclaims.evidence.plots import drawing, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
 from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
@@ -188,6 +188,7 @@ def fixed_records(runs: list[dict], p: dict) -> list[dict]:
     ]
 
 
+@drawing
 def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below: float, out) -> None:
     """The fixed-rate design's figure: curves per arm, per-seed differences, the parameters saved."""
     from tfclaims.plotting import subplots
@@ -243,6 +244,7 @@ def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below:
     )
 
 
+@drawing
 def plot_sweeps(t: dict, p: dict, out) -> None:
     """Loss against peak learning rate per regime (rows) and scale (columns), both arms, each arm's chosen
     rate on the fresh seeds marked."""

@@ -4,12 +4,29 @@ what is particular to it."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+
 import numpy as np
 
 from .curves import curve
 from .declare import SubClaim
 from .evaluate import Evaluation, select
 from .stats import LogLogFit, loglog_fit
+
+
+def drawing(fn: Callable) -> Callable:
+    """Marks a function that only draws figures into its `out` (an `Output`): it does nothing where
+    `out.draw` is off (the fast test tier's rule tests, which check verdicts; the full suite draws)."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def draw(*args, **kw) -> None:
+        if signature.bind(*args, **kw).arguments["out"].draw:
+            fn(*args, **kw)
+
+    return draw
 
 
 def arm_bands(ax, records: list[dict], table, sc: SubClaim, *, key: str = "val_loss", cells=None) -> None:
@@ -152,6 +169,7 @@ def sweep_caption(p: dict, measured: str, *, per: str, each: str, fresh: str = "
     )
 
 
+@drawing
 def sweep_figure(out, p: dict, curves, tuned, labels, arms: dict, *, titles, measured: str, per: str, each: str,
                  note: str = "", unigram: float | None = None, size=(4.6, 3.6), **kw) -> None:  # fmt: skip
     """A claim's `lr-sweep` figure: one `lr_sweep` panel per scale (its table label in `labels`, its title in
@@ -183,6 +201,7 @@ def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_col
                  note=note, unigram=runs.unigram.iloc[0])  # fmt: skip
 
 
+@drawing
 def tuned_curves_figure(out, records: list[dict], tuned, labels, arms: dict, *, titles, per: str, each: str,
                         unigram: float | None = None, ylabel: str = "validation loss (nats/char)") -> None:  # fmt: skip
     """A claim's `curves` figure: one panel per scale (its table label in `labels`, its title in `titles`)

@@ -170,6 +170,7 @@ class Output:
     figures: dict = field(default_factory=dict)
     tables: list = field(default_factory=list)
     render: bool = True  # False: figures are built but not written (rule tests on synthetic records)
+    draw: bool = True  # False: the functions marked `evidence.plots.drawing` build no figure at all
 
     def table(
         self, name: str, df: pd.DataFrame, title: str, *, in_report: bool = True, floatfmt: str = ".4g"
