@@ -37,9 +37,9 @@ def grown(exp: Experiment, params: dict, metrics: Callable[[dict], dict]) -> lis
 
 
 def analyse(claim: str | Experiment, records, params: dict | str, tmp_path, render: bool = False):
-    """The claim's verdict on `records`; `params` is the profile's settings, or the name of one of its profiles.
-    Figures are built but written only with `render` (png + svg take seconds; every claim's figures are
-    written in its end-to-end quick test), and not even built in the fast tier (DRAW)."""
+    """The claim's verdict on `records`; `params` is the profile's settings, or the name of one of its
+    profiles. Figures are built but written only with `render` (png + svg take seconds; every claim's figures
+    are written in its end-to-end quick test), and not even built in the fast tier (DRAW)."""
     exp = load(claim) if isinstance(claim, str) else claim
     params = exp.profiles[params] if isinstance(params, str) else params
     out = Output(claim_dir=tmp_path, claim_id=exp.claim_id, render=render, draw=render or DRAW)

@@ -20,21 +20,46 @@ from tfclaims.report.answers import (
 
 
 def cmp(id, diff, cl=None, ch=None, decision="undecided", **kw):
-    return {"id": id, "sub_claim": id.split("/")[0], "metric": kw.pop("metric", "final validation loss"),
-            "arm_a": kw.pop("arm_a", "untied, at its best rate"), "arm_b": kw.pop("arm_b", "tied, at its best rate"),
-            "better": kw.pop("better", "lower"), "diff": diff, "ci_low": cl, "ci_high": ch, "decision": decision,
-            "p": kw.pop("p", 0.01), **kw}  # fmt: skip
+    return {
+        "id": id,
+        "sub_claim": id.split("/")[0],
+        "metric": kw.pop("metric", "final validation loss"),
+        "arm_a": kw.pop("arm_a", "untied, at its best rate"),
+        "arm_b": kw.pop("arm_b", "tied, at its best rate"),
+        "better": kw.pop("better", "lower"),
+        "diff": diff,
+        "ci_low": cl,
+        "ci_high": ch,
+        "decision": decision,
+        "p": kw.pop("p", 0.01),
+        **kw,
+    }
 
 
 def sub(id, verdict, comparisons, claimed="b_better", counts=True, name=None):
-    return {"id": id, "name": name or f"Statement of {id} (its conditions)", "verdict": verdict, "kind": "effect",
-            "counts": counts, "comparisons": comparisons, "claimed": claimed}  # fmt: skip
+    return {
+        "id": id,
+        "name": name or f"Statement of {id} (its conditions)",
+        "verdict": verdict,
+        "kind": "effect",
+        "counts": counts,
+        "comparisons": comparisons,
+        "claimed": claimed,
+    }
 
 
 def result(verdict, subs, cmps, **kw):
-    return {"claim_id": "toy", "title": "A toy claim", "verdict": verdict, "notes_say": "the notes' words",
-            "anchor_number": "7% (Someone 2019)", "sub_verdicts": subs, "comparisons": cmps,
-            "params": {"scales": [[64, 2], [128, 2]], "steps": 100}, **kw}  # fmt: skip
+    return {
+        "claim_id": "toy",
+        "title": "A toy claim",
+        "verdict": verdict,
+        "notes_say": "the notes' words",
+        "anchor_number": "7% (Someone 2019)",
+        "sub_verdicts": subs,
+        "comparisons": cmps,
+        "params": {"scales": [[64, 2], [128, 2]], "steps": 100},
+        **kw,
+    }
 
 
 def test_each_verdict_has_its_phrase_naming_the_parts():
@@ -63,14 +88,15 @@ def test_cannot_tell_says_what_this_run_could_detect_and_what_would_decide():
     r = result("inconclusive", [sub("c", "inconclusive", ["c/d64-L2"])], [c])
     # (0.4 / 0.1)^2 = 16 times the samples at the same spread
     assert answer(r) == (
-        "Cannot tell at this scale. Undecided: Statement of c; detectable here ≥ 0.4 against an effect of 0.1: "
-        "≈16× the samples"
+        "Cannot tell at this scale. Undecided: Statement of c; detectable here ≥ 0.4 against an effect of "
+        "0.1: ≈16× the samples"
     )
     # inside the noise floor: more samples do not help, a quieter setup does
     quiet = cmp("c/d64", -0.05, -0.2, 0.1, mde=0.3, noise=0.14, metric="log time per call")
     r = result("inconclusive", [sub("c", "inconclusive", ["c/d64"])], [quiet])
     assert answer(r).endswith(
-        "the effect (-0.05) is inside the noise floor (±0.14): more samples or a quieter setup would narrow the floor"
+        "the effect (-0.05) is inside the noise floor (±0.14): more samples or a quieter setup would narrow "
+        "the floor"
     )
     # an interval straddling the claimed bound: (half-width / distance to the bound)^2
     edge = cmp("c/n", -0.03, -0.21, 0.15, lo=-0.1, hi=0.1, mde=0.3)
@@ -81,18 +107,39 @@ def test_cannot_tell_says_what_this_run_could_detect_and_what_would_decide():
 
 
 def test_plain_numbers_give_time_ratios_and_differences_with_arms_said_once():
-    t = [cmp(f"s/d{d}", math.log(0.5), math.log(0.4), math.log(0.6), metric="log time per call",
-             arm_a="LayerNorm", arm_b="RMSNorm") for d in (64, 128)]  # fmt: skip
+    t = [
+        cmp(
+            f"s/d{d}",
+            math.log(0.5),
+            math.log(0.4),
+            math.log(0.6),
+            metric="log time per call",
+            arm_a="LayerNorm",
+            arm_b="RMSNorm",
+        )
+        for d in (64, 128)
+    ]
     assert plain_number(t) == "RMSNorm / LayerNorm time: 0.50× [0.40, 0.60] (d64); 0.50× [0.40, 0.60] (d128)"
     d = [cmp("q/d64-L2/final_val", 0.012, -0.01, 0.034, lo=-0.02, hi=0.02)]
     assert plain_number(d) == (
-        "tied − untied (each at its best rate): +0.012 [-0.01, +0.034] (d64-L2) (final validation loss; claimed in "
-        "[-0.02, +0.02])"
+        "tied − untied (each at its best rate): +0.012 [-0.01, +0.034] (d64-L2) (final validation loss; "
+        "claimed in [-0.02, +0.02])"
     )
     many = [cmp(f"s/n{n}", 0.1 * n, metric="m", arm_a="a", arm_b="b") for n in range(1, 6)]
     assert plain_number(many) == "b − a: 5 cells, first and last: +0.1 (n1); +0.5 (n5) (m)"
-    exact = [cmp("e/x", -1e-4, test="exact", mean_b=0.6666, lo=0.65, hi=0.69, arm_a="declared bounds",
-                 arm_b="observed", metric="share")]  # fmt: skip
+    exact = [
+        cmp(
+            "e/x",
+            -1e-4,
+            test="exact",
+            mean_b=0.6666,
+            lo=0.65,
+            hi=0.69,
+            arm_a="declared bounds",
+            arm_b="observed",
+            metric="share",
+        )
+    ]
     assert plain_number(exact) == "observed: 0.6666 in [+0.65, +0.69] (x) (share)"
 
 
@@ -107,9 +154,13 @@ def test_role_reads_decisions_against_what_was_claimed():
 
 @pytest.mark.parametrize(
     "better,claimed,diff,expect",
-    [("lower", "b_better", -0.2, 2.0), ("lower", "a_better", -0.2, -2.0), ("higher", "b_better", -0.2, -2.0),
-     ("higher", "a_better", 0.3, -3.0)],
-)  # fmt: skip
+    [
+        ("lower", "b_better", -0.2, 2.0),
+        ("lower", "a_better", -0.2, -2.0),
+        ("higher", "b_better", -0.2, -2.0),
+        ("higher", "a_better", 0.3, -3.0),
+    ],
+)
 def test_orientation_puts_the_claimed_arms_advantage_on_the_right_in_noise_floors(
     better, claimed, diff, expect
 ):
@@ -157,15 +208,19 @@ def test_second_scale_reads_the_headline_per_scale_else_the_first_counted_effect
         second_scale(result("mixed", subs_roles, cmps, headline="q")) == "fails at d128-L2 (fails at d64-L2)"
     )
     # a sub-claim whose cells are widths of something else (d64, d128 norms) does not pass for the scales
-    widths = [cmp("w/d64", -0.1, -0.2, -0.05, decision="b_better"), cmp("w/d128", -0.1, -0.2, -0.05,
-              decision="b_better")]  # fmt: skip
+    widths = [
+        cmp("w/d64", -0.1, -0.2, -0.05, decision="b_better"),
+        cmp("w/d128", -0.1, -0.2, -0.05, decision="b_better"),
+    ]
     r = result("mixed", [sub("w", "supported", ["w/d64", "w/d128"]), *subs], cmps + widths, headline="t")
     assert second_scale(r) == "Statement of q: fails at d128-L2 (holds at d64-L2)"
 
 
 def test_answer_row_and_verdicts_json_carry_the_headline_and_its_orientation():
-    cmps = [cmp("a/d64-L2", -0.2, -0.3, -0.1, decision="b_better", noise=0.05, p=0.001),
-            cmp("a/d128-L2", -0.1, -0.3, 0.1, decision="undecided", noise=0.05, p=0.3)]  # fmt: skip
+    cmps = [
+        cmp("a/d64-L2", -0.2, -0.3, -0.1, decision="b_better", noise=0.05, p=0.001),
+        cmp("a/d128-L2", -0.1, -0.3, 0.1, decision="undecided", noise=0.05, p=0.3),
+    ]
     r = result("supported", [sub("a", "supported", [c["id"] for c in cmps])], cmps, regime="Partly: tiny.")
     row = answer_row(r)
     assert (
@@ -216,8 +271,10 @@ def test_edge_cases_open_upper_end_exact_value_missing_metric_and_equivalence_ro
 def test_headline_figure_shows_the_comparison_that_carries_the_sub_verdict():
     # refuted at d64 (equivalent beside a positive control: the evaluation's reading) though d128 has the
     # smaller p: the figure shows d64, on the side the verdict says
-    cmps = [cmp("a/d64-L2", 0.001, -0.01, 0.012, decision="equivalent", noise=0.02, p=0.7),
-            cmp("a/d128-L2", 0.01, -0.005, 0.025, decision="undecided", noise=0.02, p=0.2)]  # fmt: skip
+    cmps = [
+        cmp("a/d64-L2", 0.001, -0.01, 0.012, decision="equivalent", noise=0.02, p=0.7),
+        cmp("a/d128-L2", 0.01, -0.005, 0.025, decision="undecided", noise=0.02, p=0.2),
+    ]
     s = {
         **sub("a", "refuted", [c["id"] for c in cmps]),
         "roles": {"a/d64-L2": "refute", "a/d128-L2": "undecided"},

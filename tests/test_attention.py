@@ -1,4 +1,5 @@
-"""Attention against torch's scaled_dot_product_attention, across backends, masks, K/V head counts and the cache."""
+"""Attention against torch's scaled_dot_product_attention, across backends, masks, K/V head counts and the
+cache."""
 
 import math
 

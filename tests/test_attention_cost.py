@@ -1,4 +1,5 @@
-"""What attention costs: counted FLOPs = closed forms, saved-for-backward bytes = hand-derived counts, KV-cache size."""
+"""What attention costs: counted FLOPs = closed forms, saved-for-backward bytes = hand-derived counts,
+KV-cache size."""
 
 import itertools
 
@@ -98,7 +99,8 @@ def test_head_count_leaves_flops_unchanged_and_crossover_is_6d():
 def test_saved_bytes_of_attention_on_a_case_computed_by_hand():
     B, h, n, dk = 1, 2, 8, 4
     q, k, v = (torch.randn(B, h, n, dk, requires_grad=True) for _ in range(3))
-    # explicit: QK^T keeps q and k (2 * 64 floats), softmax keeps P (2*8*8 = 128 floats), PV keeps P and v (64)
+    # explicit: QK^T keeps q and k (2 * 64 floats), softmax keeps P (2*8*8 = 128 floats), PV keeps P and v
+    # (64)
     explicit = saved_bytes(lambda: ((q @ k.transpose(-2, -1)) * dk**-0.5).softmax(-1) @ v)
     assert explicit == 4 * (64 + 64 + 128 + 64) == 1280
     # fused CPU kernel: q, k, v, the output (4 * 64 floats) and one log-sum-exp per row (2 * 8 floats)
@@ -135,7 +137,8 @@ def test_time_sweep_times_every_unit_and_an_a_a_pair_of_one_callable():
 
     from experiments.flash_memory.attention_cost import run_time_sweep
 
-    cfg = {"points": [[16, 2, 8], [16, 2, 16]], "units": ["attention_sdpa", "dense"], "aa": ["dense", 16, 2, 16],
+    cfg = {"points": [[16, 2, 8], [16, 2, 16]], "units": ["attention_sdpa", "dense"],
+           "aa": ["dense", 16, 2, 16],
            "warmup": 0, "repeats": 2, "threads": 1}  # fmt: skip
     m = run_time_sweep(cfg, RunContext(device=torch.device("cpu")))
     assert [(pt["n"], sorted(pt["times"])) for pt in m["points"]] == [(8, ["attention_sdpa", "dense"])] + [
@@ -166,9 +169,24 @@ def test_time_sweep_fills_a_gpu_with_sequences_and_reports_seconds_per_sequence(
     monkeypatch.setattr(
         ac, "unit_fns", lambda d, h, n, dev, batch=1: shapes.append(batch) or real(d, h, n, dev, batch)
     )
-    monkeypatch.setattr(ac, "time_interleaved", lambda fns, **kw: {k: {"median": 6.0, "q25": 6.0, "q75": 6.0,
-                        "times": [6.0, 6.0], "positions": [0, 1], "inner": 1, "load": [None, None]} for k in fns})  # fmt: skip
-    cfg = {"points": [[16, 2, 8], [16, 2, 16]], "units": ["attention_sdpa"], "aa": ["attention_sdpa", 16, 2, 16],
+    monkeypatch.setattr(
+        ac,
+        "time_interleaved",
+        lambda fns, **kw: {
+            k: {
+                "median": 6.0,
+                "q25": 6.0,
+                "q75": 6.0,
+                "times": [6.0, 6.0],
+                "positions": [0, 1],
+                "inner": 1,
+                "load": [None, None],
+            }
+            for k in fns
+        },
+    )
+    cfg = {"points": [[16, 2, 8], [16, 2, 16]], "units": ["attention_sdpa"],
+           "aa": ["attention_sdpa", 16, 2, 16],
            "warmup": 0, "repeats": 2, "threads": 1, "fill_rows": 48}  # fmt: skip
     m = ac.run_time_sweep(cfg, RunContext(device=torch.device("cpu")))
     assert shapes == [3, 1]  # 48 rows ÷ (2 heads × 8) = 3 sequences; 48 ÷ (2 × 16) rounds down to 1
@@ -213,7 +231,8 @@ def test_hand_formula_of_each_cuda_kernel_equals_what_it_saved_on_an_h100(kernel
 
 
 def test_math_kernel_saves_in_float32_whatever_the_input_type():
-    """SDPA's MATH kernel upcasts half types: it keeps float32 q, k, v and P (what an H100 saved in bfloat16)."""
+    """SDPA's MATH kernel upcasts half types: it keeps float32 q, k, v and P (what an H100 saved in
+    bfloat16)."""
     assert (
         au.hand_bytes("math", 1, 2, 64, 64, itemsize=2)
         == au.hand_bytes("math", 1, 2, 64, 64, itemsize=4)

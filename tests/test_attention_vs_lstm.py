@@ -1,5 +1,5 @@
-"""attention_vs_lstm's pieces: the recall-k targets, the matched parameter counts (against PyTorch's own LSTM),
-and a sanity check that the task is learnable by attention and not by a model that cannot look back."""
+"""attention_vs_lstm's pieces: the recall-k targets, the matched parameter counts (against PyTorch's own
+LSTM), and a sanity check that the task is learnable by attention and not by a model that cannot look back."""
 
 import torch
 

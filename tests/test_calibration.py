@@ -19,7 +19,8 @@ from experiments.label_smoothing.calibration import (
 
 
 def sampled(n: int, c: int, t0: float, seed: int = 0, scale: float = 3.0):
-    """Random logits z (n, c) and labels drawn from softmax(z / t0): t0 is the temperature that calibrates z."""
+    """Random logits z (n, c) and labels drawn from softmax(z / t0): t0 is the temperature that calibrates
+    z."""
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(n, c, generator=g) * scale
     y = torch.multinomial((z / t0).softmax(-1), 1, generator=g).squeeze(1)

@@ -201,7 +201,8 @@ def test_slurm_launcher_without_slurm(capsys, tmp_path, monkeypatch):
 
 
 def test_a_reader_that_stops_early_gets_no_error_text():
-    """`tfclaims show x | head`: the broken pipe ends the command with the shell's SIGPIPE status, silently."""
+    """`tfclaims show x | head`: the broken pipe ends the command with the shell's SIGPIPE status,
+    silently."""
     code = "import sys; from tfclaims.cli import _guard\n"
     code += "def f():\n    raise BrokenPipeError\nsys.exit(_guard(f))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,5 +1,6 @@
-"""The reader commands: `--help`, `list`, `show` and `plan` import no torch; `show` prints a result.json's answer,
-sub-claims, caveats and provenance; `plan` counts a grid's cached runs and estimates the others from the records."""
+"""The reader commands: `--help`, `list`, `show` and `plan` import no torch; `show` prints a result.json's
+answer, sub-claims, caveats and provenance; `plan` counts a grid's cached runs and estimates the others from
+the records."""
 
 import json
 import re

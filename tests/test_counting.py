@@ -1,4 +1,5 @@
-"""Parameter counts: closed forms (tfclaims.measure.counting) = instantiated modules = independent implementations."""
+"""Parameter counts: closed forms (tfclaims.measure.counting) = instantiated modules = independent
+implementations."""
 
 import itertools
 

@@ -10,7 +10,8 @@ from tfclaims.harness.registry import REPO_ROOT, load_all
 from tfclaims.report import build
 from tfclaims.report.coverage import COLUMNS, CoverageError, load, status, summary, table_rows
 
-# Claim ids of the third round: a row may name one before it is built (it reads "planned" until a result exists).
+# Claim ids of the third round: a row may name one before it is built (it reads "planned" until a result
+# exists).
 PLANNED = {
     "notes_code", "masking", "parallel_decoding", "no_position", "length_extrapolation", "subword_oov",
     "truncate_distill", "int8_inference", "postln_quality", "flash_speed",
@@ -84,8 +85,10 @@ def _toy_result(root, cid, verdict):
     d = root / cid
     d.mkdir(parents=True)
     res = {
-        "claim_id": cid, "title": cid, "statement": "s", "verdict": verdict, "summary": "s", "key_number": "k", "rule": "r",
-        "profile": "default", "device": "cpu", "seeds": [0], "run_ids": [], "n_runs": 0, "sub_verdicts": [], "comparisons": [],
+        "claim_id": cid, "title": cid, "statement": "s", "verdict": verdict, "summary": "s",
+           "key_number": "k", "rule": "r",
+        "profile": "default", "device": "cpu", "seeds": [0], "run_ids": [], "n_runs": 0, "sub_verdicts": [],
+           "comparisons": [],
         "noise_floor": [], "figures": {}, "tables": [], "finished_at": "2026-11-23T00:00", "code_hash": "c",
         "config_hash": "h", "git_commit": "0123456789ab", "versions": {"torch": "2.13.0"},
     }  # fmt: skip
@@ -96,8 +99,10 @@ def _toy_result(root, cid, verdict):
 def test_the_readme_and_the_report_carry_the_table_between_their_markers(tmp_path):
     results = [_toy_result(tmp_path / "results", "dk_scaling", "supported")]
     readme = tmp_path / "README.md"
-    readme.write_text(f"top\n{build.README_START}\nOLD-TABLE\n{build.README_END}\n{build.COVERAGE_START}\nOLD-TABLE\n"
-                      f"{build.COVERAGE_END}\ntail\n")  # fmt: skip
+    readme.write_text(
+        f"top\n{build.README_START}\nOLD-TABLE\n{build.README_END}\n{build.COVERAGE_START}\nOLD-TABLE\n"
+        f"{build.COVERAGE_END}\ntail\n"
+    )
     build.build_report(tmp_path / "results", tmp_path / "report", readme)
     text = readme.read_text()
     cov = text[text.index(build.COVERAGE_START) : text.index(build.COVERAGE_END)]

@@ -4,8 +4,8 @@ For each effect sub-claim of each claim (default profile), rows are built for it
 outcome chosen in advance: the claim holds in every cell, the opposite holds, nothing is shown, an effect that
 is significant but inside the noise floor, or no arm learned. The verdict each outcome must give is a table
 (`EXPECTED`), the same for every claim; the rule text rendered from the same declaration must name what the
-code decides on. Cell rules (count_if, keep_if) and positive controls depend on outcomes of other cells and are
-tested in each claim's own rule tests."""
+code decides on. Cell rules (count_if, keep_if) and positive controls depend on outcomes of other cells and
+are tested in each claim's own rule tests."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ RNG = np.random.default_rng(11)
 JITTER = RNG.normal(0, 1, (64, 16))  # fixed noise, indexed by (row, unit)
 
 # outcome -> the verdict every sub-claim must give
-EXPECTED = {"holds": "supported", "opposite": "refuted", "nothing": "inconclusive", "in_noise": "inconclusive",
+EXPECTED = {"holds": "supported", "opposite": "refuted", "nothing": "inconclusive",
+            "in_noise": "inconclusive",
             "no_arm_learned": "inconclusive"}  # fmt: skip
 
 
@@ -62,8 +63,13 @@ def _diff(sc: SubClaim, r, outcome: str) -> tuple[float, float]:
         w = _width(c.lo, c.hi)
         return _target(c.lo, c.hi, outcome), (w if outcome == "nothing" else 0.01 * w)
     sign = 1.0 if (c.arm == "b") == (r.better == "higher") else -1.0  # b − a of the claimed arm being better
-    return {"holds": (sign, 0.02), "opposite": (-sign, 0.02), "nothing": (0.0, 0.5), "in_noise": (0.05 * sign, 0.001),
-            "no_arm_learned": (sign, 0.02)}[outcome]  # fmt: skip
+    return {
+        "holds": (sign, 0.02),
+        "opposite": (-sign, 0.02),
+        "nothing": (0.0, 0.5),
+        "in_noise": (0.05 * sign, 0.001),
+        "no_arm_learned": (sign, 0.02),
+    }[outcome]
 
 
 def _values(sc: SubClaim, r, outcome: str, i: int, n_cells: int):
@@ -140,7 +146,8 @@ def _bound_rows(sc: SubClaim, outcome: str) -> list[dict]:
 
 
 def _again(v, u: int, scale: float):
-    """A null pair's rerun of value v at unit u: the same up to seed noise (a censored event stays censored)."""
+    """A null pair's rerun of value v at unit u: the same up to seed noise (a censored event stays
+    censored)."""
     return None if v is None else v + scale * JITTER[40, u]
 
 
@@ -150,7 +157,8 @@ def synthesise(sc: SubClaim, decl: Declaration, outcome: str) -> dict[str, pd.Da
     elif isinstance(sc.claim, Bound):
         rows = _bound_rows(sc, outcome)
     else:
-        by_key: dict = {}  # an arm shared by several cells (arm a overriding the cell's field) is one set of rows
+        # an arm shared by several cells (arm a overriding the cell's field) is one set of rows
+        by_key: dict = {}
         for i, cell in enumerate(sc.cells):
             per = {r.column: _values(sc, r, outcome, i, len(sc.cells)) for r in sc.readouts}
             for u in UNITS:
@@ -211,7 +219,11 @@ def outcomes(sc: SubClaim) -> list[str]:
     return out
 
 
-CASES = [(cid, sid, o) for cid, sid in _subclaims() for o in outcomes(EXPS[cid].declare(EXPS[cid].profiles["default"]).sub(sid))]  # fmt: skip
+CASES = [
+    (cid, sid, o)
+    for cid, sid in _subclaims()
+    for o in outcomes(EXPS[cid].declare(EXPS[cid].profiles["default"]).sub(sid))
+]
 
 
 @pytest.mark.parametrize("cid, sid, outcome", CASES)
@@ -266,13 +278,25 @@ def test_an_effect_inside_its_noise_floor_is_never_supported():
     from tfclaims.evidence.declare import NullPair, arm, cells
 
     loss = rd.final_loss()
-    sc = SubClaim("x", "b is better", Better("b"), (loss,), a=arm("a", arm="a"), b=arm("b", arm="b"),
-                  cells=cells("c{c}", c=[1, 2]), noise="null")  # fmt: skip
+    sc = SubClaim(
+        "x",
+        "b is better",
+        Better("b"),
+        (loss,),
+        a=arm("a", arm="a"),
+        b=arm("b", arm="b"),
+        cells=cells("c{c}", c=[1, 2]),
+        noise="null",
+    )
     null = NullPair(
         "null", arm("a again", arm="a", c=1), arm("rerun", arm="null", c=1), (loss,), seed_offset=100
     )
-    rows = [{"arm": a, "c": c, "unit": u, "final_val": 3.0 + 0.01 * u - (0.05 + 1e-4 * u if a == "b" else 0)}
-            for a in ("a", "b") for c in (1, 2) for u in UNITS]  # fmt: skip
+    rows = [
+        {"arm": a, "c": c, "unit": u, "final_val": 3.0 + 0.01 * u - (0.05 + 1e-4 * u if a == "b" else 0)}
+        for a in ("a", "b")
+        for c in (1, 2)
+        for u in UNITS
+    ]
     rows += [
         {"arm": "null", "c": 1, "unit": u + 100, "final_val": 3.0 + 0.01 * u + 0.2 * JITTER[5, u]}
         for u in UNITS

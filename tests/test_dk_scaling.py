@@ -1,5 +1,5 @@
-"""dk_scaling's recipes beyond the rule: qk-layernorm against a per-head torch LayerNorm, the sweep's grid, and
-the second width's size."""
+"""dk_scaling's recipes beyond the rule: qk-layernorm against a per-head torch LayerNorm, the sweep's grid,
+and the second width's size."""
 
 import numpy as np
 import pytest

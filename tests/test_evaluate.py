@@ -24,7 +24,7 @@ from tfclaims.evidence.declare import (
     check,
     const,
     equivalent,
-)  # fmt: skip
+)
 from tfclaims.evidence.evaluate import CheckFailed, evaluate
 
 LOSS, LEARNED = rd.final_loss(), Readout("learned", "learned at all", better="higher", test="fisher")
@@ -111,11 +111,25 @@ def test_a_positive_control_lets_equivalence_refute():
 
 def test_null_pairs_floor_the_cells_they_name():
     t = runs({1: -0.05, 2: -0.05})
-    rows = [{"arm": "null", "c": c, "unit": s + 100, "final_val": 3.0 + 0.1 * s + (0.2 if c == 1 else 0.001) * (-1) ** s}
-            for c in (1, 2) for s in range(6)]  # fmt: skip
+    rows = [
+        {
+            "arm": "null",
+            "c": c,
+            "unit": s + 100,
+            "final_val": 3.0 + 0.1 * s + (0.2 if c == 1 else 0.001) * (-1) ** s,
+        }
+        for c in (1, 2)
+        for s in range(6)
+    ]
     t = pd.concat([t, pd.DataFrame(rows)], ignore_index=True)
-    null = NullPair("null", arm("a", arm="a"), arm("rerun", arm="null"), (LOSS,), cells=cells("c{c}", c=[1, 2]),
-                    seed_offset=100)  # fmt: skip
+    null = NullPair(
+        "null",
+        arm("a", arm="a"),
+        arm("rerun", arm="null"),
+        (LOSS,),
+        cells=cells("c{c}", c=[1, 2]),
+        seed_offset=100,
+    )
     r = evaluate(Declaration((sub(noise="null"),), (null,)), {"runs": t})
     assert [f.id for f in r.floors] == ["null/c1", "null/c2"]
     assert r.get("x/c1").in_noise and r.get("x/c1").decision == "undecided"  # floor ±~0.2
@@ -166,14 +180,26 @@ def test_the_verdict_combines_the_counted_effects_only():
 
 def test_bounds_per_cell():
     t = pd.DataFrame([{"unit": 0, "block": b, "share": s} for b, s in (("dense", 0.667), ("moe", 0.97))])
-    sc = SubClaim("share", "≈ 2/3", bound(0.64, 0.69, moe=(0.9, 1.0)), (Readout("share", "FFN share"),),
-                  table="t", cells=(cell("dense", block="dense"), cell("moe", block="moe")))  # fmt: skip
+    sc = SubClaim(
+        "share",
+        "≈ 2/3",
+        bound(0.64, 0.69, moe=(0.9, 1.0)),
+        (Readout("share", "FFN share"),),
+        table="t",
+        cells=(cell("dense", block="dense"), cell("moe", block="moe")),
+    )
     r = evaluate(Declaration((sc,)), {"t": t})
     assert r.sub("share").verdict == "supported" and r.get("share/moe").mean_b == 0.97
     each = [f"{c} {r.get(f'share/{c}').short('.2f')} (equivalent)" for c in ("dense", "moe")]
     assert r.per_cell("share", ".2f") == "; ".join(each)
-    one = SubClaim("one", "≈ 2/3", bound(0.64, 0.69), (Readout("share", "FFN share"),), table="t",
-                   cells=(cell("dense", block="dense"),))  # fmt: skip
+    one = SubClaim(
+        "one",
+        "≈ 2/3",
+        bound(0.64, 0.69),
+        (Readout("share", "FFN share"),),
+        table="t",
+        cells=(cell("dense", block="dense"),),
+    )
     r = evaluate(Declaration((one,)), {"t": t})
     assert [c.id for c in r.of("one")] == ["one"]
     assert r.per_cell("one", ".2f") == f"dense {r.get('one').short('.2f')} (equivalent)"
@@ -221,8 +247,10 @@ def test_the_arm_summary_agrees_with_scipy_and_counts_missing_and_learned_units(
     ok = Readout("learned", "learned at all", better="higher", test="fisher")
     decl = Declaration(
         (sub(guard=LEARNED), sub("y", readouts=(ok,))),
-        nulls=(NullPair("null", arm("a", arm="a"), arm("a again", arm="a"), (LOSS,), cells=cells("c{c}", c=[1])),),
-    )  # fmt: skip
+        nulls=(
+            NullPair("null", arm("a", arm="a"), arm("a again", arm="a"), (LOSS,), cells=cells("c{c}", c=[1])),
+        ),
+    )
     s = evaluate(decl, {"runs": df}).arms
     row = s[(s.cell == "c1") & (s.arm == "b") & (s.readout == "final_val")].iloc[0]
     vals = df[(df.arm == "b") & (df.c == 1)].final_val.dropna()

@@ -1,4 +1,5 @@
-"""The evidence layer against independent computations (scipy by hand, closed forms) and the verdict ladder."""
+"""The evidence layer against independent computations (scipy by hand, closed forms) and the verdict
+ladder."""
 
 import math
 from dataclasses import replace
@@ -95,10 +96,26 @@ def test_escape_step_and_time_to_event():
 def test_holm_matches_the_step_down_formula_and_redecides():
     ps = [0.01, 0.04, 0.03]
     cs = [
-        ev.Comparison(id=str(i), sub_claim="", metric="m", arm_a="a", arm_b="b", better="lower", test="t", n=5,
-                      paired=True, mean_a=1.0, mean_b=0.9, diff=-0.1, ci_low=None, ci_high=None, p=p, p_raw=p)
+        ev.Comparison(
+            id=str(i),
+            sub_claim="",
+            metric="m",
+            arm_a="a",
+            arm_b="b",
+            better="lower",
+            test="t",
+            n=5,
+            paired=True,
+            mean_a=1.0,
+            mean_b=0.9,
+            diff=-0.1,
+            ci_low=None,
+            ci_high=None,
+            p=p,
+            p_raw=p,
+        )
         for i, p in enumerate(ps)
-    ]  # fmt: skip
+    ]
     out = ev.holm([ev._finish(c) for c in cs])
     assert [c.p for c in out] == pytest.approx([0.03, 0.06, 0.06])
     assert [c.decision for c in out] == ["b_better", "undecided", "undecided"]
@@ -131,9 +148,26 @@ def test_noise_floor_pairs_seed_s_with_s_plus_offset():
 
 
 def _cmp(id, decision):
-    return ev.Comparison(id=id, sub_claim="", metric="m", arm_a="a", arm_b="b", better="lower", test="t", n=5,
-                         paired=True, mean_a=None, mean_b=None, diff=None, ci_low=None, ci_high=None, p=None,
-                         p_raw=None, mde=0.1, decision=decision)  # fmt: skip
+    return ev.Comparison(
+        id=id,
+        sub_claim="",
+        metric="m",
+        arm_a="a",
+        arm_b="b",
+        better="lower",
+        test="t",
+        n=5,
+        paired=True,
+        mean_a=None,
+        mean_b=None,
+        diff=None,
+        ci_low=None,
+        ci_high=None,
+        p=None,
+        p_raw=None,
+        mde=0.1,
+        decision=decision,
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The modern configurations' closed forms (experiments.ffn_share.recipes, experiments.ffn_share.recipes) against instantiated
+"""The modern configurations' closed forms (experiments.ffn_share.recipes, experiments.ffn_share.recipes)
+against instantiated
 modules: the library's own (scaled down, and full size on the meta device), Hugging Face `transformers` models
 built from configs, and torch's FLOP counter."""
 
@@ -105,7 +106,8 @@ def _meta(cls, config):
 
 
 def _hf(name: str, a: fs.Published):
-    """The transformers model for `a` (meta device) and its first-but-one block: (model, attention, FFN, block)."""
+    """The transformers model for `a` (meta device) and its first-but-one block: (model, attention, FFN,
+    block)."""
     c, t = a.config, transformers
     common = dict(vocab_size=c.vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layers)
     heads = dict(num_attention_heads=c.n_heads, num_key_value_heads=c.kv_heads)
@@ -123,9 +125,15 @@ def _hf(name: str, a: fs.Published):
         return m, layer.self_attn, layer.mlp, layer
     if name in ("falcon-7b", "parallel-generic"):
         cfg = t.FalconConfig(
-            **common, num_attention_heads=c.n_heads, multi_query=c.kv_heads == 1, parallel_attn=True,
-            new_decoder_architecture=False, bias=False, ffn_hidden_size=c.ff, tie_word_embeddings=c.tie_weights,
-        )  # fmt: skip
+            **common,
+            num_attention_heads=c.n_heads,
+            multi_query=c.kv_heads == 1,
+            parallel_attn=True,
+            new_decoder_architecture=False,
+            bias=False,
+            ffn_hidden_size=c.ff,
+            tie_word_embeddings=c.tie_weights,
+        )
         m = _meta(t.FalconForCausalLM, cfg)
         layer = m.transformer.h[1]
         return m, layer.self_attention, layer.mlp, layer
@@ -170,10 +178,17 @@ def test_t5_matches_transformers(size):
     a = tiny("t5-v1.1-base") if size == "tiny" else fs.MODERN["t5-v1.1-base"]
     c = a.config
     cfg = transformers.T5Config(
-        vocab_size=c.vocab_size, d_model=c.d_model, d_kv=c.dk, d_ff=c.ff, num_layers=c.n_layers,
-        num_decoder_layers=a.decoder_layers, num_heads=c.n_heads, relative_attention_num_buckets=a.rel_pos_buckets,
-        feed_forward_proj="gated-gelu", tie_word_embeddings=False,
-    )  # fmt: skip
+        vocab_size=c.vocab_size,
+        d_model=c.d_model,
+        d_kv=c.dk,
+        d_ff=c.ff,
+        num_layers=c.n_layers,
+        num_decoder_layers=a.decoder_layers,
+        num_heads=c.n_heads,
+        relative_attention_num_buckets=a.rel_pos_buckets,
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False,
+    )
     m = _meta(transformers.T5ForConditionalGeneration, cfg)
     enc, dec = m.encoder.block[1], m.decoder.block[1]  # block 0 of each stack also holds the bucket table
     assert n_params(enc.layer[0].SelfAttention) == counting.attention_params(c)
@@ -191,9 +206,14 @@ def test_gptj_is_the_generic_parallel_block_plus_its_biases():
     a = tiny("parallel-generic")
     c = a.config
     cfg = transformers.GPTJConfig(
-        vocab_size=c.vocab_size, n_embd=c.d_model, n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.ff,
-        rotary_dim=c.dk // 2, n_positions=c.max_seq_len,
-    )  # fmt: skip
+        vocab_size=c.vocab_size,
+        n_embd=c.d_model,
+        n_layer=c.n_layers,
+        n_head=c.n_heads,
+        n_inner=c.ff,
+        rotary_dim=c.dk // 2,
+        n_positions=c.max_seq_len,
+    )
     m = _meta(transformers.GPTJForCausalLM, cfg)
     ffn_biases = c.n_layers * (c.ff + c.d_model)  # GPT-J's FFN keeps its biases, its attention has none
     assert n_params(m.transformer.h[0]) == fs.block_params(a) + c.ff + c.d_model

@@ -56,8 +56,10 @@ def test_every_cpu_path_computes_attention_and_its_gradients(path, causal):
 
 def test_the_flash_backend_runs_the_fused_cpu_kernel_and_math_does_not():
     q, k, v, go = inputs(dtype=torch.float32)
-    kernel = {p: fs.probe(fs.attention_fn(p, False, H, DK, N, "cpu"), q, k, v, go)[0]["kernel"]
-              for p in ("flash", "math")}  # fmt: skip
+    kernel = {
+        p: fs.probe(fs.attention_fn(p, False, H, DK, N, "cpu"), q, k, v, go)[0]["kernel"]
+        for p in ("flash", "math")
+    }
     assert kernel["flash"] == "ScaledDotProductFlashAttentionForCpuBackward0"
     assert "ScaledDotProduct" not in kernel["math"]  # the decomposed path: matmuls and a softmax
 

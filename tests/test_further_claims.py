@@ -229,7 +229,8 @@ def test_top1_drops_padding_targets():
 
 def test_additive_scores_chunked_over_queries_equal_the_whole_tensor(monkeypatch):
     """The additive score is built one query chunk at a time (cache-sized); the result is the (B, T, S, d_h)
-    formula's (up to float rounding: the head's matmul sees differently shaped blocks), whatever the chunk size."""
+    formula's (up to float rounding: the head's matmul sees differently shaped blocks), whatever the chunk
+    size."""
     from experiments.additive_vs_dot import recipes as additive
 
     torch.manual_seed(0)

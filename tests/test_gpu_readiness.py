@@ -116,8 +116,10 @@ def _memory_claims(claim, exp, p) -> dict:
         return {"training": max(_training_bytes({**p, "d_model": d, "n_layers": L}) for d, L in p["scales"])}
     if claim == "parallel_decoding":  # the cached gradient path: at worst a copy of the whole cache per step
         (d, _, layers), n, m = p["timing_model"], max(p["ns"]), max(p["exact_ns"])
-        return {"timed cached gradient, float32": n * 2 * layers * n * d * F32,
-                "exact cached gradient, float64": m * 2 * p["n_layers"] * m * p["d_model"] * 8}  # fmt: skip
+        return {
+            "timed cached gradient, float32": n * 2 * layers * n * d * F32,
+            "exact cached gradient, float64": m * 2 * p["n_layers"] * m * p["d_model"] * 8,
+        }
     if claim == "masking":  # (4, h, n, n): float64 reference, weights, identity values, scores at once
         n = max(p["fill_n"], max(p["lens"]) + max(p["pads"]))
         return {"attention weights at the largest n": 6 * 4 * max(p["heads"], p["n_heads"]) * n * n * 8}
@@ -165,12 +167,15 @@ def _memory_claims(claim, exp, p) -> dict:
         lin = ModelConfig(
             vocab_size=96, d_model=d, n_layers=layers, n_heads=p["linear_model"][2], max_seq_len=1
         )
-        small = ModelConfig(vocab_size=96, d_model=p["d_model"], n_layers=p["n_layers"], n_heads=p["n_heads"], max_seq_len=1)  # fmt: skip
+        small = ModelConfig(
+            vocab_size=96, d_model=p["d_model"], n_layers=p["n_layers"], n_heads=p["n_heads"], max_seq_len=1
+        )
         return {  # every length's cache is held at once while they are timed interleaved
-            "linear part caches + weights": sum(kv_cache_bytes(lin, n) for n in p["linear_ns"]) + 12 * layers * d * d * F32,
+            "linear part caches + weights": sum(kv_cache_bytes(lin, n) for n in p["linear_ns"])
+            + 12 * layers * d * d * F32,
             "steps part caches": sum(kv_cache_bytes(small, n) for n in p["ns"]),
             "uncached forward at max n (fused attention)": 40 * max(p["ns"]) * p["d_model"] * F32,
-        }  # fmt: skip
+        }
     if claim == "online_softmax":  # the float64 reference materialises scores and probabilities at the max n
         h, n = p["heads"], max(max(p["ns"]), max(p["mem_ns"]))
         return {
@@ -189,9 +194,17 @@ def _memory_claims(claim, exp, p) -> dict:
     if claim == "rmsnorm":
         x = p["tokens"] * max(p["widths"]) * F32  # x, y, output grad, input grad per implementation
         step = max(
-            _training_bytes({"d_model": d, "n_layers": L, "n_heads": h, "batch": p["step_batch"], "seq_len": p["step_seq"]})
+            _training_bytes(
+                {
+                    "d_model": d,
+                    "n_layers": L,
+                    "n_heads": h,
+                    "batch": p["step_batch"],
+                    "seq_len": p["step_seq"],
+                }
+            )
             for d, L, h in p["step_models"]
-        )  # fmt: skip
+        )
         return {"norm alone": 4 * x * 7, "training": _training_bytes(p), "timed training step": step}
     if claim == "sinusoidal_relative":
         return {"training": _training_bytes(p), "PE tables": max(p["d_models"]) * p["max_len"] * F32 * 4}
@@ -294,7 +307,8 @@ def test_a_graphed_callable_is_the_callable_itself_on_the_cpu():
 def test_a_cuda_replay_keeps_the_captured_callable_and_its_tensors_alive(monkeypatch):
     """A CUDA graph reads its tensors at the addresses they had at capture without holding them: the replay
     must keep the callable (and what its closure holds) alive, else the next allocation reuses that memory
-    while the graph still reads it. CUDA's stream and graph calls are faked; the lifetime is what is tested."""
+    while the graph still reads it. CUDA's stream and graph calls are faked; the lifetime is what is
+    tested."""
     import gc
     import weakref
     from contextlib import nullcontext
@@ -339,8 +353,9 @@ def test_a_cuda_replay_keeps_the_captured_callable_and_its_tensors_alive(monkeyp
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_decoding_step_replayed_from_a_cuda_graph_writes_what_the_eager_step_writes():
-    """The replay runs the captured kernels on the same tensors: the K/V written at the step's position and the
-    logits equal an eager step's (the step resets its cache position, so every call does the same work)."""
+    """The replay runs the captured kernels on the same tensors: the K/V written at the step's position and
+    the logits equal an eager step's (the step resets its cache position, so every call does the same
+    work)."""
     cfg = {"d_model": 64, "n_layers": 2, "n_heads": 4, "batch": 2, "context": 16, "decode_steps": 1}
     dev = torch.device("cuda")
     model = LM(decode_config(cfg, 2, 17)).to(dev).eval()

@@ -1,4 +1,5 @@
-"""MHA -> GQA/MQA conversion, cached decoding of converted models, and the KV-byte counts of the decoding recipes."""
+"""MHA -> GQA/MQA conversion, cached decoding of converted models, and the KV-byte counts of the decoding
+recipes."""
 
 import pytest
 import torch
@@ -125,7 +126,8 @@ def test_kv_cache_bytes_closed_form_matches_allocated_tensors(kv, dtype):
 def test_weight_bytes_read_per_step_count_every_matrix_once():
     cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=64)
     model = LM(cfg)
-    # all parameters (the tied embedding/head matrix once) except the positional table, of which only B rows are read
+    # all parameters (the tied embedding/head matrix once) except the positional table, of which only B rows
+    # are read
     expect = 4 * (n_params(model) - 64 * 32 + 3 * 32)
     assert weight_read_bytes(model, batch=3) == expect
 

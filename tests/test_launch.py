@@ -124,9 +124,16 @@ def test_a_lost_group_fails_only_its_unfinished_runs_and_force_keeps_good_record
     monkeypatch.setenv("TOY_DIE_ONCE", str(tmp_path / "died"))
     logs = []
     rc, res = run_experiment(
-        toy, profile="quick", device=torch.device("cpu"), results_root=tmp_path, progress=False,
-        log=logs.append, launcher=launcher, seeds=[0], force=True,
-    )  # fmt: skip
+        toy,
+        profile="quick",
+        device=torch.device("cpu"),
+        results_root=tmp_path,
+        progress=False,
+        log=logs.append,
+        launcher=launcher,
+        seeds=[0],
+        force=True,
+    )
     assert rc == 1 and res is None and (tmp_path / "toy" / "result.json").read_bytes() == result
     assert "toy: 3 runs (0 reused, 1 run, 2 failed)" in logs
     assert sum("its earlier good record is kept" in m for m in logs) == 2
@@ -259,7 +266,8 @@ def _hammer(path: str, tag: int, n: int) -> None:
 
 @pytest.mark.slow
 def test_concurrent_writers_of_one_record_never_expose_a_partial_file(tmp_path):
-    """Workers that finish the same run at once (a sweep split across machines): readers see whole files only."""
+    """Workers that finish the same run at once (a sweep split across machines): readers see whole files
+    only."""
     import multiprocessing as mp
 
     path = tmp_path / "run.json"
@@ -377,7 +385,14 @@ def test_a_timed_part_runs_alone_in_process_before_the_claims_other_runs_share_t
     monkeypatch.setattr(Launcher, "map", fake_map)
     monkeypatch.setattr("os.cpu_count", lambda: 4)
     exp = load("albert_sharing")
-    run_experiment(exp, profile="quick", device=torch.device("cpu"), results_root=tmp_path, progress=False,
-                   log=lambda *a: None, launcher=Launcher("auto"))  # fmt: skip
+    run_experiment(
+        exp,
+        profile="quick",
+        device=torch.device("cpu"),
+        results_root=tmp_path,
+        progress=False,
+        log=lambda *a: None,
+        launcher=Launcher("auto"),
+    )
     assert calls == [("local", ["timing"]), ("local-parallel", ["counts", "sweep"])]
     assert exp.timed({"part": "timing"}) and not exp.timed({"part": "sweep"})

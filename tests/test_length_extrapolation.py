@@ -260,8 +260,11 @@ def test_alibi_arm_starts_from_the_same_weights_as_a_model_without_positions():
 
     def build(alibi: bool):
         torch.manual_seed(5)
-        model = LM(model_config({"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 8}, 17, pos="none",
-                                emb_scale=True))  # fmt: skip
+        model = LM(
+            model_config(
+                {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 8}, 17, pos="none", emb_scale=True
+            )
+        )
         match_norms(model)
         return use_alibi(model) if alibi else model
 

@@ -83,8 +83,13 @@ def test_probed_rounds_take_the_probe_before_each_round_and_refill_what_it_evict
 
 def test_probed_rounds_recalibrate_with_an_untimed_call_after_the_probe():
     calls = []
-    t = time_probed({"a": lambda: calls.append("a")}, lambda: calls.append("P") or 1.0, repeats=3, warmup=0,
-                    min_sample=1e-3)  # fmt: skip
+    t = time_probed(
+        {"a": lambda: calls.append("a")},
+        lambda: calls.append("P") or 1.0,
+        repeats=3,
+        warmup=0,
+        min_sample=1e-3,
+    )
     # after each probe: one untimed calibration call, then the timed sample of `inner` calls
     chunks = "".join(calls).split("P")[1:]
     assert [len(c) for c in chunks] == [1 + n for n in t["a"]["inner"]] and min(t["a"]["inner"]) > 1

@@ -83,8 +83,14 @@ def test_hugging_face_bert_without_positions_is_equivariant_and_gpt2_without_pos
     position tables zeroed, float64."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    common = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=64, attn_implementation="eager")  # fmt: skip
+    common = dict(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        attn_implementation="eager",
+    )
     bert = transformers.BertModel(transformers.BertConfig(**common)).double().eval()
     cfg = transformers.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, attn_implementation="eager")
     gpt2 = transformers.GPT2Model(cfg).double().eval()
@@ -118,8 +124,15 @@ def test_none_means_no_position_term_a_zeroed_learned_table_gives_the_same_encod
 
 
 def _perm_cfg(**kw):
-    return {"perm_sizes": [[16, 1, 2], [16, 2, 2]], "perm_len": 8, "perm_batch": 2,
-            "inits": ["normal", "torch"], "backends": ["sdpa", "explicit"], "seed": 0, **kw}  # fmt: skip
+    return {
+        "perm_sizes": [[16, 1, 2], [16, 2, 2]],
+        "perm_len": 8,
+        "perm_batch": 2,
+        "inits": ["normal", "torch"],
+        "backends": ["sdpa", "explicit"],
+        "seed": 0,
+        **kw,
+    }
 
 
 def test_permutation_run_measures_every_arm_and_reproduces():

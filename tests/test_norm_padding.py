@@ -1,5 +1,5 @@
-"""norm_padding: whole-model padding invariance of LayerNorm, masked BatchNorm ignoring pads, the future leak of
-BatchNorm in train mode, BatchNorm with causal statistics against a loop over positions, the masked LM (its
+"""norm_padding: whole-model padding invariance of LayerNorm, masked BatchNorm ignoring pads, the future leak
+of BatchNorm in train mode, BatchNorm with causal statistics against a loop over positions, the masked LM (its
 input corruption, bidirectional attention, tied head), PowerNorm against its formulas, the experiment's probes
 and its grid, staged learning-rate sweep included."""
 
@@ -138,7 +138,8 @@ def test_future_leak_only_through_whole_batch_statistics(norm):
             assert others_last == 0.0, others_last
 
 
-# ---------------------------------------------------------------------------- BatchNorm with causal statistics
+# ---------------------------------------------------------------------------- BatchNorm with causal
+# statistics
 def causal_reference(x, mask, w, b, eps):
     """An independent CausalBatchNorm (train mode), one position at a time: position t of every line is
     F.batch_norm's output over the real tokens at positions <= t of all lines (pads: zeros, never read)."""
@@ -486,8 +487,14 @@ def setting(c) -> str:
 
 def fixed(g, p):
     """The fixed-rate configs of a grid: the profile's rate and width on the fresh seeds."""
-    return [c for c in g if c["part"] != "mlp" and c["seed"] not in p["selection_seeds"]
-            and c["lr"] == p["lr"] and c["d_model"] == p["d_model"]]  # fmt: skip
+    return [
+        c
+        for c in g
+        if c["part"] != "mlp"
+        and c["seed"] not in p["selection_seeds"]
+        and c["lr"] == p["lr"]
+        and c["d_model"] == p["d_model"]
+    ]
 
 
 def arms(g, p, part):
@@ -521,8 +528,11 @@ def test_quick_profile_grid_is_the_declared_arms_in_their_settings_with_their_nu
     assert {(setting(c), c["placement"], c["batch"]) for c in null} == {tuple(x) for x in p["null_cells"]}
     assert {c["seed"] for c in null} == {s + 1000 for s in seeds}
     # each null run is its LN arm's config at seed + 1000, nothing else changed
-    by_key = {(c["data"], c["attn"], c["placement"], c["batch"], c["norm"], c["seed"]): c
-              for c in fixed(g, p) if c["part"] != "null"}  # fmt: skip
+    by_key = {
+        (c["data"], c["attn"], c["placement"], c["batch"], c["norm"], c["seed"]): c
+        for c in fixed(g, p)
+        if c["part"] != "null"
+    }
     for c in null:
         twin = by_key[(c["data"], c["attn"], c["placement"], c["batch"], "layer", c["seed"] - 1000)]
         assert {**twin, "part": "null", "seed": c["seed"]} == c
@@ -572,9 +582,16 @@ def grow(p, loss):
     stops changing: the rounds' grids."""
     rounds = [EXP.grid(p)]
     while len(rounds) < 10:
-        done = [{"config": c, "status": "ok", "run_id": f"r{i}",
-                 "metrics": {"eval_mixed": loss(c), "init_loss": 4.2, "diverged_at": None}}
-                for i, c in enumerate(rounds[-1]) if c["part"] != "mlp"]  # fmt: skip
+        done = [
+            {
+                "config": c,
+                "status": "ok",
+                "run_id": f"r{i}",
+                "metrics": {"eval_mixed": loss(c), "init_loss": 4.2, "diverged_at": None},
+            }
+            for i, c in enumerate(rounds[-1])
+            if c["part"] != "mlp"
+        ]
         g = EXP.grid(p, done)
         if g == rounds[-1]:
             return rounds
@@ -583,8 +600,13 @@ def grow(p, loss):
 
 
 def test_staged_sweep_runs_the_choice_on_fresh_seeds_and_sweeps_the_scaled_settings_at_the_next_width():
-    p = {**EXP.profiles["quick"], "rates": [2.5e-4, 5e-4, 1e-3, 2e-3], "selection_seeds": [10, 11],
-         "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 1}  # fmt: skip
+    p = {
+        **EXP.profiles["quick"],
+        "rates": [2.5e-4, 5e-4, 1e-3, 2e-3],
+        "selection_seeds": [10, 11],
+        "rate_factors": [0.25, 0.5, 1.0],
+        "rate_extend": 1,
+    }
     rounds = grow(p, bowl)
     final, sweep = rounds[-1], sweep_of(rounds[-1], p)
 
@@ -600,7 +622,8 @@ def test_staged_sweep_runs_the_choice_on_fresh_seeds_and_sweeps_the_scaled_setti
 
     sel, fresh = [10, 11], [0, 1]
     # the first width: the sweep (widened by one ×2 step where the choice sat at an end), then the choice on
-    # the fresh seeds beside the fixed-rate cell (a choice at the profile's rate is that cell's runs, made once)
+    # the fresh seeds beside the fixed-rate cell (a choice at the profile's rate is that cell's runs, made
+    # once)
     assert runs("lines", "layer", 32, sel) == {lr: sel for lr in p["rates"]}
     assert runs("lines", "layer", 32, fresh) == {1e-3: fresh}
     assert runs("lines", "batch", 32, sel) == {lr: sel for lr in p["rates"]}
@@ -652,8 +675,10 @@ def test_default_profile_has_small_batch_post_norm_window_and_masked_lm_arms_and
     # the second width has at least 4× the parameters of the first, in the causal and the masked LM
     c = {k: p[k] for k in ("n_layers", "n_heads", "max_len", "seq_len", "warmup")}
     for attn in ("causal", "bidirectional"):
-        small, large = (n_params(NP.build_lm({**c, "d_model": d, "norm": "layer", "placement": "pre",
-                                              "attn": attn}, 96)) for d in p["scales"])  # fmt: skip
+        small, large = (
+            n_params(NP.build_lm({**c, "d_model": d, "norm": "layer", "placement": "pre", "attn": attn}, 96))
+            for d in p["scales"]
+        )
         assert large >= 4 * small
 
 

@@ -87,7 +87,10 @@ def test_fused_norms_match_the_builtins():
     torch.manual_seed(0)
     x = torch.randn(64, 48, requires_grad=True)
     gy = torch.randn(64, 48)
-    for impl, ref in (("fused_layer", lambda t: F.layer_norm(t, (48,))), ("fused_rms", lambda t: F.rms_norm(t, (48,), eps=1e-5))):  # fmt: skip
+    for impl, ref in (
+        ("fused_layer", lambda t: F.layer_norm(t, (48,))),
+        ("fused_rms", lambda t: F.rms_norm(t, (48,), eps=1e-5)),
+    ):
         m = build_norm(impl, 48, "cpu")
         (g,) = torch.autograd.grad(m(x), [x], gy)
         (g_ref,) = torch.autograd.grad(ref(x), [x], gy)

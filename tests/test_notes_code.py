@@ -62,8 +62,11 @@ def test_the_notes_attention_fails_as_written_and_equals_sdpa_once_it_runs():
         nc.attention_002(q, k, v, keep)
     # without a mask it runs
     torch.testing.assert_close(nc.attention_002(q, k, v), F.scaled_dot_product_attention(q, k, v))
-    for out in (nc.attention_000(q, k, v, keep, mode="runs")[0], nc.attention_002(q, k, v, keep, mode="runs"),
-                nc.attention_004(q, k, v, ~keep.expand(B, H, T, T).clone(), DK)[0]):  # fmt: skip
+    for out in (
+        nc.attention_000(q, k, v, keep, mode="runs")[0],
+        nc.attention_002(q, k, v, keep, mode="runs"),
+        nc.attention_004(q, k, v, ~keep.expand(B, H, T, T).clone(), DK)[0],
+    ):
         torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
 
 
@@ -131,8 +134,11 @@ def test_bert_mha_redraws_its_projection_and_registers_neither_it_nor_its_layern
     with created_parameters() as made:
         y1 = m(x, x, x, masked)
     assert [(c, n, tuple(p.shape)) for c, n, p in made] == [
-        ("Linear", "weight", (D, D)), ("Linear", "bias", (D,)), ("LayerNorm", "weight", (D,)),
-        ("LayerNorm", "bias", (D,))]  # fmt: skip
+        ("Linear", "weight", (D, D)),
+        ("Linear", "bias", (D,)),
+        ("LayerNorm", "weight", (D,)),
+        ("LayerNorm", "bias", (D,)),
+    ]
     assert not torch.allclose(y1, m(x, x, x, masked))
     # the projection is a default nn.Linear drawn from the global RNG at each call
     torch.manual_seed(5)

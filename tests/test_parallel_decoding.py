@@ -131,8 +131,9 @@ def test_run_exact_records_every_dtype_and_is_deterministic():
 def test_run_timing_times_every_path_and_its_gradients_agree():
     cfg = {"timing_model": [16, 2, 1], "ns": [4, 8], "warmup": 0, "repeats": 2, "threads": 1, "seed": 0}
     m = pd.run_timing(cfg, CTX)
-    assert set(m["times"]) == {f"{p}|{n}" for p in ("onepass", "prefix", "cached", "forward", "generate")
-                               for n in (4, 8)} | {"A/A"}  # fmt: skip
+    assert set(m["times"]) == {
+        f"{p}|{n}" for p in ("onepass", "prefix", "cached", "forward", "generate") for n in (4, 8)
+    } | {"A/A"}
     assert all(len(t) == 2 for t in m["times"].values())
     assert max(m["grad_errors"].values()) < 1e-5 and m["aa_n"] == 8
     assert timing_config(cfg).max_seq_len == 9  # n inputs and the n-th target

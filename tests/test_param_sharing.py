@@ -1,6 +1,6 @@
-"""ALBERT's counts and sharing: the closed forms equal Hugging Face's BertModel and AlbertModel built from their
-configs (on the meta device, at Lan et al.'s sizes), and a shared stack is the unshared one with every block
-holding the first block's weights, trained through one set of weights."""
+"""ALBERT's counts and sharing: the closed forms equal Hugging Face's BertModel and AlbertModel built from
+their configs (on the meta device, at Lan et al.'s sizes), and a shared stack is the unshared one with every
+block holding the first block's weights, trained through one set of weights."""
 
 import copy
 
@@ -23,9 +23,15 @@ def _hf_count(model) -> int:
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: s.name)
 def test_closed_forms_equal_hugging_faces_models_at_the_published_sizes(size):
-    common = dict(vocab_size=size.V, hidden_size=size.H, num_hidden_layers=size.L,
-                  num_attention_heads=size.H // 64, intermediate_size=size.I, max_position_embeddings=512,
-                  type_vocab_size=2)  # fmt: skip
+    common = dict(
+        vocab_size=size.V,
+        hidden_size=size.H,
+        num_hidden_layers=size.L,
+        num_attention_heads=size.H // 64,
+        intermediate_size=size.I,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
     with torch.device("meta"):
         bert = transformers.BertModel(transformers.BertConfig(**common))
         albert = transformers.AlbertModel(transformers.AlbertConfig(embedding_size=size.E, **common))

@@ -67,7 +67,8 @@ def test_sublayers_reproduce_the_block(placement):
 
 
 def test_deepnorm_init_scales_value_output_and_ffn_by_beta():
-    """Xavier-normal std is gain*sqrt(2/(fan_in+fan_out)); DeepNorm uses gain beta for v, o, FFN and 1 for q, k."""
+    """Xavier-normal std is gain*sqrt(2/(fan_in+fan_out)); DeepNorm uses gain beta for v, o, FFN and 1 for q,
+    k."""
     torch.manual_seed(0)
     d, N = 128, 8
     beta = (8 * N) ** -0.25
@@ -112,7 +113,8 @@ def test_deepnorm_stack_has_no_final_norm_and_pre_has_one():
 
 # ---------------------------------------------------------------- warmup as trained
 def _first_step_size(corpus, warmup, lr=0.01):
-    """Largest |change| of a weight matrix after the first optimiser step. Adam's first step is lr_t * g/|g|."""
+    """Largest |change| of a weight matrix after the first optimiser step. Adam's first step is lr_t *
+    g/|g|."""
     torch.manual_seed(0)
     p = {**EXP.profiles["quick"], "weight_decay": 0.0}
     cfg = {

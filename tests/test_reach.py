@@ -1,6 +1,7 @@
-"""The run cache is keyed by the definitions a run reaches, not by modules: moving code reruns nothing, editing a
-definition reruns exactly the claims whose runs reach it (and check-results names it), editing analysis
-reruns nothing; and a trace of every part of every claim finds no executed definition outside its closure."""
+"""The run cache is keyed by the definitions a run reaches, not by modules: moving code reruns nothing,
+editing a definition reruns exactly the claims whose runs reach it (and check-results names it), editing
+analysis reruns nothing; and a trace of every part of every claim finds no executed definition outside its
+closure."""
 
 import ast
 import functools
@@ -217,7 +218,8 @@ def _executed(fn) -> set[tuple[str, str]]:
 
 
 def _function(run):
-    """A part's recipe as the function that runs (a `Recipe` loaded), so that the trace sees no harness code."""
+    """A part's recipe as the function that runs (a `Recipe` loaded), so that the trace sees no harness
+    code."""
     return run.load() if isinstance(run, Recipe) else run
 
 
@@ -263,7 +265,8 @@ F_STRINGS = {
     "def f(x):\n    return f\"a {', '.join(x)} b\"": "def f(x):\n    return f\"a {', '.join(x)} b\"",
     "def g(d):\n    return f'{d[\"k\"]}!'": "def g(d):\n    return f\"{d['k']}!\"",
     "def h(x, w):\n    return f'{x:>{w}} and {x!r}'": "def h(x, w):\n    return f'{x:>{w}} and {x!r}'",
-    "def j(x):\n    return f'line\\n{x}\\t' + f\"{'{'}\"": "def j(x):\n    return f'line\\n{x}\\t' + f\"{'{'}\"",
+    "def j(x):\n    return f'line\\n{x}\\t' + f\"{'{'}\"": "def j(x):\n    return f'line\\n{x}\\t' + "
+    "f\"{'{'}\"",
     "def k(x):\n    return f'''{x}\n''' + f\"{f'{x}'}\"": "def k(x):\n    return f'{x}\\n' + f\"{f'{x}'}\"",
 }
 
@@ -294,19 +297,19 @@ def _other_pythons() -> list[str]:
 @pytest.mark.skipif(not _other_pythons(), reason="no CPython 3.12 or later installed beside this one")
 def test_every_definitions_text_is_the_same_on_every_installed_python(tmp_path):
     """Run ids hash each definition's normalised text: on 3.12+ it must equal this interpreter's, for every
-    definition of the library and the experiments (else a fresh machine with another Python reruns every run)."""
+    definition of the library and the experiments (else a fresh machine with another Python reruns every
+    run)."""
     import subprocess
 
     script = tmp_path / "texts.py"
     script.write_text(
-        "import ast, hashlib, json, sys, importlib.util, pathlib\n"
-        f"sys.path.insert(0, {str(PKG_DIR.parent)!r})  # the library's stdlib-only modules, without its deps\n"
-        "from tfclaims.harness import reach\n"
-        "out = {}\n"
-        f"for f in sorted([*pathlib.Path({str(PKG_DIR)!r}).rglob('*.py'), *pathlib.Path({str(REPO_ROOT / 'experiments')!r}).glob('*/*.py')]):\n"
-        "    for i, node in enumerate(ast.parse(f.read_text()).body):\n"
-        "        out[f'{f}:{i}'] = hashlib.sha256(reach.normalise(node).encode()).hexdigest()\n"
-        "json.dump(out, sys.stdout)\n"
+        "import ast, hashlib, json, sys, importlib.util, pathlib\nsys.path.insert(0, "
+        f"{str(PKG_DIR.parent)!r})  # the library's stdlib-only modules, without its deps\nfrom "
+        "tfclaims.harness import reach\nout = {}\nfor f in "
+        f"sorted([*pathlib.Path({str(PKG_DIR)!r}).rglob('*.py'), "
+        f"*pathlib.Path({str(REPO_ROOT / 'experiments')!r}).glob('*/*.py')]):\n    for i, node in "
+        "enumerate(ast.parse(f.read_text()).body):\n        out[f'{f}:{i}'] = "
+        "hashlib.sha256(reach.normalise(node).encode()).hexdigest()\njson.dump(out, sys.stdout)\n"
     )
     ours = json.loads(
         subprocess.run([sys.executable, script], capture_output=True, text=True, check=True).stdout

@@ -1,5 +1,5 @@
-"""The standard readouts (named once in evidence/readouts.py), the observation-table builders, and the standard
-figures drawn from declarations, against closed forms and hand-counted cases."""
+"""The standard readouts (named once in evidence/readouts.py), the observation-table builders, and the
+standard figures drawn from declarations, against closed forms and hand-counted cases."""
 
 from __future__ import annotations
 
@@ -16,8 +16,14 @@ from tfclaims.evidence.tables import runs_table, timing_rows
 
 
 def metrics(final=2.5, diverged=None, train=(3.4, 3.3, 3.1, 3.0, 2.9), val=(3.3, 2.9, 2.5), unigram=3.3):
-    return {"final_val": final, "diverged_at": diverged, "train_loss": list(train), "val_loss": list(val),
-            "eval_steps": [0, 50, 100], "unigram_xent": unigram}  # fmt: skip
+    return {
+        "final_val": final,
+        "diverged_at": diverged,
+        "train_loss": list(train),
+        "val_loss": list(val),
+        "eval_steps": [0, 50, 100],
+        "unigram_xent": unigram,
+    }
 
 
 def test_final_loss_and_the_learned_guard():
@@ -96,8 +102,15 @@ def test_standard_figures_draw_the_declared_arms_and_cells():
                     }
                 )
     t = pd.DataFrame(rows)
-    sc = SubClaim("x", "pre is better", Better("a"), (rd.final_loss(),), a=arm("pre", arm="pre"), b=arm("post", arm="post"),
-                  cells=cells("L{depth}", depth=[2, 4], lr=[1e-3]))  # fmt: skip
+    sc = SubClaim(
+        "x",
+        "pre is better",
+        Better("a"),
+        (rd.final_loss(),),
+        a=arm("pre", arm="pre"),
+        b=arm("post", arm="post"),
+        cells=cells("L{depth}", depth=[2, 4], lr=[1e-3]),
+    )
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3)
     arm_bands(ax1, recs, t, sc)
     assert len(ax1.get_lines()) == 4  # two cells × two arms

@@ -1,4 +1,5 @@
-"""tools/rekey.py: a changed part is re-keyed only when reruns reproduce its records, wall-clock fields aside."""
+"""tools/rekey.py: a changed part is re-keyed only when reruns reproduce its records, wall-clock fields
+aside."""
 
 import copy
 import importlib.util
@@ -45,8 +46,13 @@ def seeded(tmp_path, monkeypatch, profile: str):
     monkeypatch.setenv("TFCLAIMS_EXPERIMENTS", str(d))
     exp = load_file(d / "seeded.py")
     rc, _ = run_experiment(
-        exp, profile=profile, device=torch.device("cpu"), results_root=tmp_path, progress=False, log=lambda m: None
-    )  # fmt: skip
+        exp,
+        profile=profile,
+        device=torch.device("cpu"),
+        results_root=tmp_path,
+        progress=False,
+        log=lambda m: None,
+    )
     assert rc == 0
     return exp
 

@@ -1,4 +1,5 @@
-"""Nothing committed is lost or rewritten by a failed or mistaken command: bad input, faults, signals, races."""
+"""Nothing committed is lost or rewritten by a failed or mistaken command: bad input, faults, signals,
+races."""
 
 import json
 import os
@@ -47,14 +48,15 @@ TOY = textwrap.dedent(
         title = "toy"
         statement = "toy"
         rule = "toy"
-        profiles = {name: {"d_model": 32, "n_heads": 4, "steps": 10, "lr": 1e-3, "sleep": 0.0, "widths": [1, 2],
-                           "seeds": [0, 1, 2]} for name in ("quick", "default", "full")}
+        profiles = {name: {"d_model": 32, "n_heads": 4, "steps": 10, "lr": 1e-3, "sleep": 0.0,
+                           "widths": [1, 2], "seeds": [0, 1, 2]} for name in ("quick", "default", "full")}
         parts = (Part("only", grid, run),)
 
         def analyse(self, runs, p, out):
             vals = {r["config"]["seed"]: r["metrics"]["value"] for r in runs}
             c = ev.paired("self", vals, vals, metric="value")
-            return Verdict("inconclusive", "toy", "toy", {}, [SubVerdict("x", "inconclusive", "y")], comparisons=[c])
+            subs = [SubVerdict("x", "inconclusive", "y")]
+            return Verdict("inconclusive", "toy", "toy", {}, subs, comparisons=[c])
     """
 )
 
@@ -228,7 +230,8 @@ def test_reliability_second_sweep_of_a_claim_says_who_holds_it(toy, capsys):
 
 # 6: signals, workers, --force
 def _default_signals():
-    """A signal ignored by the test process (some test helpers ignore SIGINT) would be ignored by the child too."""
+    """A signal ignored by the test process (some test helpers ignore SIGINT) would be ignored by the child
+    too."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 

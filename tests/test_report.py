@@ -33,9 +33,21 @@ COMMITTED_HTML = REPO_ROOT / "report" / "index.html"
 
 def _cmp(i, diff, lo=None, hi=None, p=None, margin=None, noise=None, decision="b_better", metric="val loss"):
     return {
-        "id": i, "metric": metric, "arm_a": "a", "arm_b": "b", "diff": diff, "ci_low": lo, "ci_high": hi, "p": p,
-        "margin": margin, "noise": noise, "decision": decision, "test": "paired t", "n": 5, "better": "lower",
-    }  # fmt: skip
+        "id": i,
+        "metric": metric,
+        "arm_a": "a",
+        "arm_b": "b",
+        "diff": diff,
+        "ci_low": lo,
+        "ci_high": hi,
+        "p": p,
+        "margin": margin,
+        "noise": noise,
+        "decision": decision,
+        "test": "paired t",
+        "n": 5,
+        "better": "lower",
+    }
 
 
 def _result(
@@ -62,18 +74,45 @@ def _result(
         for i in range(n_cmp)
     ]
     return {
-        "claim_id": cid, "title": "A toy claim", "statement": "Toys are fun.", "notes_say": "toys", "verdict": "mixed",
-        "summary": "Part holds.", "key_number": "−0.1 nats", "rule": "b < a", "profile": "default", "device": "cpu",
-        "device_name": "x86_64", "seeds": [0, 1, 2, 1000], "n_runs": 4, "versions": {"torch": "2.13.0"},
-        "git_commit": commit, "code_hash": "abc", "config_hash": "def", "run_ids": runs, "finished_at": "2026-11-23T00:00",
+        "claim_id": cid,
+        "title": "A toy claim",
+        "statement": "Toys are fun.",
+        "notes_say": "toys",
+        "verdict": "mixed",
+        "summary": "Part holds.",
+        "key_number": "−0.1 nats",
+        "rule": "b < a",
+        "profile": "default",
+        "device": "cpu",
+        "device_name": "x86_64",
+        "seeds": [0, 1, 2, 1000],
+        "n_runs": 4,
+        "versions": {"torch": "2.13.0"},
+        "git_commit": commit,
+        "code_hash": "abc",
+        "config_hash": "def",
+        "run_ids": runs,
+        "finished_at": "2026-11-23T00:00",
         "sub_verdicts": [
-            {"name": "A. first", "verdict": "supported", "detail": "d", "comparisons": [c["id"] for c in cmps]},
+            {
+                "name": "A. first",
+                "verdict": "supported",
+                "detail": "d",
+                "comparisons": [c["id"] for c in cmps],
+            },
             {"name": "B. second", "verdict": "refuted", "detail": "d", "comparisons": []},
         ],
-        "comparisons": cmps, "noise_floor": [],
-        "figures": {f"fig-{cid}-curves": {"png": "figures/curves.png", "svg": "figures/curves.svg", "caption": caption}},
+        "comparisons": cmps,
+        "noise_floor": [],
+        "figures": {
+            f"fig-{cid}-curves": {
+                "png": "figures/curves.png",
+                "svg": "figures/curves.svg",
+                "caption": caption,
+            }
+        },
         "tables": [],
-    }  # fmt: skip
+    }
 
 
 # --- forest plot -------------------------------------------------------------------------------------
@@ -134,7 +173,16 @@ def test_report_leads_with_verdict_figure_and_comparisons(tmp_path):
         _blocks([res], tmp_path / "results", tmp_path / "report", summary_fig="figures/summary.png")
     )
     sec = md[md.index('<a id="toy_claim">') :]
-    order = [sec.index(s) for s in ("**Verdict: mixed.**", "![Figure 1", "### Sub-claims (the evidence)", "Comparisons (", "### Pre-registered rule")]  # fmt: skip
+    order = [
+        sec.index(s)
+        for s in (
+            "**Verdict: mixed.**",
+            "![Figure 1",
+            "### Sub-claims (the evidence)",
+            "Comparisons (",
+            "### Pre-registered rule",
+        )
+    ]
     assert order == sorted(order)
     assert "<details><summary>Comparisons (10 rows)</summary>" in sec  # long: collapsed, its CSV linked
     assert "[`results/toy_claim/comparisons.csv`](../results/toy_claim/comparisons.csv)" in sec
@@ -376,7 +424,8 @@ window.addEventListener('load', () => {
   const out = {
     n_images: imgs.length,
     broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src')),
-    bad_anchors: [...document.querySelectorAll('a[href^="#"]')].map(a => decodeURIComponent(a.getAttribute('href').slice(1))).filter(h => !ids.has(h)),
+    bad_anchors: [...document.querySelectorAll('a[href^="#"]')]
+      .map(a => decodeURIComponent(a.getAttribute('href').slice(1))).filter(h => !ids.has(h)),
     overflow: document.documentElement.scrollWidth - window.innerWidth,
     width: window.innerWidth,
     errors: window.__errors,
@@ -404,9 +453,20 @@ def test_committed_report_renders_in_chromium(tmp_path):
     (tmp_path / "report" / "index.html").write_text(
         page.replace("<head>", "<head>" + EARLY, 1).replace("</body>", CHECK + "</body>")
     )
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,900", "--virtual-time-budget=20000"]  # fmt: skip
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1280,900",
+        "--virtual-time-budget=20000",
+    ]
     out = subprocess.run(
         [shutil.which("chromium"), *flags, "--dump-dom", (tmp_path / "report" / "index.html").as_uri()],
         capture_output=True,
@@ -424,8 +484,10 @@ def test_committed_report_renders_in_chromium(tmp_path):
     assert check["first_bottom"] < 900 and check["first_wider"] <= 0
     # it sorts both ways and filters by verdict
     assert check["asc"] == sorted(check["before"]) and check["desc"] == sorted(check["before"], reverse=True)
-    n_supported = sum(json.loads((REPO_ROOT / "results" / c / "result.json").read_text())["verdict"] == "supported"
-                      for c in results)  # fmt: skip
+    n_supported = sum(
+        json.loads((REPO_ROOT / "results" / c / "result.json").read_text())["verdict"] == "supported"
+        for c in results
+    )
     assert len(check["shown"]) == n_supported > 0 and all("supported" in t for t in check["shown"])
     # every figure of the bibliography has its anchor on the page, and every figure on the page is cited
     keys = set(_bib_entries(COMMITTED_BIB.read_text()))

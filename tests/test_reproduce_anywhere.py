@@ -82,9 +82,13 @@ def files(folder):
 
 def reproduce(cid: str, root) -> int:
     rc, _ = run_experiment(
-        EXPS[cid], profile="default", device=torch.device("cpu"), results_root=root, progress=False,
+        EXPS[cid],
+        profile="default",
+        device=torch.device("cpu"),
+        results_root=root,
+        progress=False,
         log=lambda m: None,
-    )  # fmt: skip
+    )
     return rc
 
 

@@ -1,5 +1,5 @@
-"""measure.residual_stream: the stream read between blocks is the forward pass's own, its readings follow their
-closed forms, and a deleted or reordered block runs as the same blocks composed by hand."""
+"""measure.residual_stream: the stream read between blocks is the forward pass's own, its readings follow
+their closed forms, and a deleted or reordered block runs as the same blocks composed by hand."""
 
 import pytest
 import torch
@@ -69,7 +69,8 @@ def test_a_deleted_or_swapped_block_is_the_blocks_composed_by_hand_and_the_order
 
 def test_deleting_a_pre_ln_block_whose_branches_add_nothing_costs_nothing():
     """A Pre-LN block with zeroed output projections is the identity: deleting it, or swapping it with a
-    neighbour that is also the identity, leaves the loss exactly as it was; a live block's deletion does not."""
+    neighbour that is also the identity, leaves the loss exactly as it was; a live block's deletion does
+    not."""
     model = _model("pre")
     for b in (1, 2):
         for lin in (model.stack.blocks[b].attn.wo, model.stack.blocks[b].ffn.w2):

@@ -3,9 +3,9 @@
 The quick profile's grid at two task widths (16 and 64) and four fresh seeds, the learning-rate sweep grown as
 the runner grows it. Score variances are power laws in d with a given slope (and a tiny wobble, so the slope's
 CI is finite); timings are per-round times sharing a round-to-round load factor; each kind's final held-out
-loss is set per (kind, width) at its best rate (3e-3 unless a test moves it), with a seed-to-seed spread shared
-by the kinds. Quality comparisons are dot product (b) − additive (a) in held-out loss, the speed comparison
-additive (b) − dot product (a): the arm each sub-claim names as better is a."""
+loss is set per (kind, width) at its best rate (3e-3 unless a test moves it), with a seed-to-seed spread
+shared by the kinds. Quality comparisons are dot product (b) − additive (a) in held-out loss, the speed
+comparison additive (b) − dot product (a): the arm each sub-claim names as better is a."""
 
 import math
 
@@ -33,8 +33,10 @@ def variance_rows(dims, slopes):
     cols["dot_unscaled (torch)"] = cols["dot_unscaled (xavier)"] = 1.0
     cols["additive, keys of size 2d (torch)"] = 0.0
     cols.update(slopes)
-    return [{"d": d, **{c: float(0.3 * d**s * math.exp(WOBBLE[j % 6])) for c, s in cols.items()}}
-            for j, d in enumerate(dims)]  # fmt: skip
+    return [
+        {"d": d, **{c: float(0.3 * d**s * math.exp(WOBBLE[j % 6])) for c, s in cols.items()}}
+        for j, d in enumerate(dims)
+    ]
 
 
 LN = math.log(P["n_values"])  # the loss of guessing: what an arm that learned nothing ends at
@@ -50,9 +52,17 @@ def task_metrics(loss, seed, kind):
     learned = loss < LN - 0.3
     final = loss + (JITTER[seed % 4] + KIND_JITTER[kind][seed % 4] if learned else 0.0)
     acc = 0.9 if learned else CHANCE
-    return {"eval_steps": [0, 10, 20], "accuracy": [CHANCE, acc, acc], "val_loss": [LN, final, final],
-            "final_val": final, "final_acc": acc, "auc": acc, "chance": CHANCE, "train_loss": [2.0] * 20,
-            "diverged_at": None}  # fmt: skip
+    return {
+        "eval_steps": [0, 10, 20],
+        "accuracy": [CHANCE, acc, acc],
+        "val_loss": [LN, final, final],
+        "final_val": final,
+        "final_acc": acc,
+        "auc": acc,
+        "chance": CHANCE,
+        "train_loss": [2.0] * 20,
+        "diverged_at": None,
+    }
 
 
 def records(*, slopes=None, speed=-1.5, loss, null=lambda s: 0.0, best=lambda kind, d: 3e-3):
@@ -65,10 +75,20 @@ def records(*, slopes=None, speed=-1.5, loss, null=lambda s: 0.0, best=lambda ki
         if c["part"] == "variance":
             m = {"rows": variance_rows(c["dims"], slopes or {})}
         elif c["part"] == "timing":
-            m = {"rows": [{"n": n, "d": d, "additive": timed(1e-3 * n * d / 512),
-                           "dot_scaled": timed(1e-3 * n * d / 512, gap(n, d), 1),
-                           AA: timed(1e-3 * n * d / 512, gap(n, d), 2)} for d in c["ds"] for n in c["ns"]],
-                 "threads": 1}  # fmt: skip
+            m = {
+                "rows": [
+                    {
+                        "n": n,
+                        "d": d,
+                        "additive": timed(1e-3 * n * d / 512),
+                        "dot_scaled": timed(1e-3 * n * d / 512, gap(n, d), 1),
+                        AA: timed(1e-3 * n * d / 512, gap(n, d), 2),
+                    }
+                    for d in c["ds"]
+                    for n in c["ns"]
+                ],
+                "threads": 1,
+            }
         else:
             s, off = c["seed"] % 1000, 0.0 if c["lr"] == best(c["attn"], c["d"]) else 0.2
             extra = off + (null(s) if c["seed"] >= 1000 else 0.0)
@@ -114,10 +134,15 @@ def test_additive_vs_dot_rule_supported_and_chance_width_excluded(tmp_path):
 
 def test_additive_vs_dot_rule_refuted_when_every_part_goes_the_other_way(tmp_path):
     v = analyse(
-        EXP, records(slopes={"additive (torch)": 0.5, "additive (xavier)": 0.5}, speed=+1.0,
-                     loss=kinds({"additive": 2.0, "dot_scaled": 1.0, "dot_unscaled": 1.2})),
-        P, tmp_path,
-    )  # fmt: skip
+        EXP,
+        records(
+            slopes={"additive (torch)": 0.5, "additive (xavier)": 0.5},
+            speed=+1.0,
+            loss=kinds({"additive": 2.0, "dot_scaled": 1.0, "dot_unscaled": 1.2}),
+        ),
+        P,
+        tmp_path,
+    )
     d = decisions(v)
     assert {d[k] for k in d if k.startswith("speed/")} == {"b_better"}  # additive faster
     assert (
@@ -160,7 +185,8 @@ def test_additive_vs_dot_rule_underpowered_quality_is_inconclusive(tmp_path):
 
 
 def test_additive_vs_dot_rule_a_gain_inside_the_null_pairs_spread_is_not_supported(tmp_path):
-    # additive 0.1 nats ahead in every seed (p tiny), but its own rerun differs by up to ±0.4: inside the floor
+    # additive 0.1 nats ahead in every seed (p tiny), but its own rerun differs by up to ±0.4: inside the
+    # floor
     loss = kinds({"additive": 1.4, "dot_scaled": 1.5, "dot_unscaled": 1.5})
     v = analyse(EXP, records(loss=loss, null=lambda s: [0.4, -0.3, 0.2, -0.4][s]), P, tmp_path)
     c = comparison(v, "acc-scaled/d64/final_val")

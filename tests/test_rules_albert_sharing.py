@@ -1,5 +1,5 @@
-"""The declared rule of `albert_sharing` on synthetic records: counts from the recipe itself (exact, cheap), timing
-rounds with a shared load (rules.times), and a quality sweep grown as the runner grows it."""
+"""The declared rule of `albert_sharing` on synthetic records: counts from the recipe itself (exact, cheap),
+timing rounds with a shared load (rules.times), and a quality sweep grown as the runner grows it."""
 
 import numpy as np
 import pytest
@@ -17,8 +17,8 @@ JITTER = (0.011, -0.007, 0.004, -0.009)
 
 
 def records(shared_time=0.0, half_time=-0.69, quality_gap=0.05, learned=True, counts_off=0, p=P):
-    """shared_time / half_time: log time ratios to the unshared stack; quality_gap: shared − unshared final loss
-    at each arm's best rate."""
+    """shared_time / half_time: log time ratios to the unshared stack; quality_gap: shared − unshared final
+    loss at each arm's best rate."""
 
     def metrics(c: dict) -> dict:
         if c["part"] == "counts":
@@ -26,9 +26,18 @@ def records(shared_time=0.0, half_time=-0.69, quality_gap=0.05, learned=True, co
             m["library"][0]["shared"] += counts_off
         elif c["part"] == "timing":
             ratios = {"unshared": 0.0, "shared": shared_time, "half depth": half_time, AA: 0.0}
-            m = {"rows": [{"d_model": d, "n_layers": L, "tokens": c["batch"] * c["seq_len"],
-                           "times": {k: times(1e-3, r, k=j) for j, (k, r) in enumerate(ratios.items())}}
-                          for d, L in c["sizes"]], "threads": 1}  # fmt: skip
+            m = {
+                "rows": [
+                    {
+                        "d_model": d,
+                        "n_layers": L,
+                        "tokens": c["batch"] * c["seq_len"],
+                        "times": {k: times(1e-3, r, k=j) for j, (k, r) in enumerate(ratios.items())},
+                    }
+                    for d, L in c["sizes"]
+                ],
+                "threads": 1,
+            }
         else:
             s = c["seed"] % 1000 % 4
             best = p["rates"][-1] if c["n_layers"] == p["scales"][0][1] else p["rates"][-1] / 2
@@ -44,8 +53,13 @@ def records(shared_time=0.0, half_time=-0.69, quality_gap=0.05, learned=True, co
 
 def test_albert_rule_supported_when_counts_fall_time_stays_and_quality_drops(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
-    assert verdicts(v) == {"counts": "supported", "params": "supported", "half": "supported",
-                           "time": "supported", "quality": "supported"}  # fmt: skip
+    assert verdicts(v) == {
+        "counts": "supported",
+        "params": "supported",
+        "half": "supported",
+        "time": "supported",
+        "quality": "supported",
+    }
     assert v.verdict == "supported" and sub(v, "counts").kind == "check" and not sub(v, "half").counts
 
 

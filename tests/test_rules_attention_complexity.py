@@ -74,10 +74,15 @@ def test_attention_complexity_rule_supported_when_time_follows_flops(exp, count_
     v = analyse(exp, records(exp, count_record, flops_time), "quick", tmp_path)
     assert v.verdict == "supported"
     assert verdicts(v) == {
-        "counts": "supported", "heads-flops": "supported", "crossover": "supported",
-        "n-exponent": "supported", "d-exponent": "supported", "heads": "supported",
-        "small-heads": "supported", "beyond-cache": "inconclusive",  # no size beyond an unknown cache
-    }  # fmt: skip
+        "counts": "supported",
+        "heads-flops": "supported",
+        "crossover": "supported",
+        "n-exponent": "supported",
+        "d-exponent": "supported",
+        "heads": "supported",
+        "small-heads": "supported",
+        "beyond-cache": "inconclusive",  # no size beyond an unknown cache
+    }
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert all(kinds[k] == ("check", False) for k in ("counts", "heads-flops", "crossover"))
     assert all(kinds[k] == ("effect", True) for k in EFFECTS) and kinds["small-heads"] == ("effect", False)
@@ -104,8 +109,9 @@ LLC = int(
 
 
 def dram(unit, d, h, n):
-    """Time ∝ FLOPs while the working set fits LLC; beyond it, slower by working set ÷ LLC (the n×n scores read
-    from DRAM): the memory system adds ~1 to the explicit path's exponent in n there, not the algorithm."""
+    """Time ∝ FLOPs while the working set fits LLC; beyond it, slower by working set ÷ LLC (the n×n scores
+    read from DRAM): the memory system adds ~1 to the explicit path's exponent in n there, not the
+    algorithm."""
     return flops_time(unit, d, h, n) * max(1.0, working_set_bytes(unit, d, h, n) / LLC)
 
 

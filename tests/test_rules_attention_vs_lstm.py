@@ -1,5 +1,6 @@
-"""The declared rule of `attention_vs_lstm` on synthetic records: timing rounds with a shared load (rules.times)
-per length, and recall accuracies per distance grown through the sweep as the runner grows it."""
+"""The declared rule of `attention_vs_lstm` on synthetic records: timing rounds with a shared load
+(rules.times) per length, and recall accuracies per distance grown through the sweep as the runner grows
+it."""
 
 import math
 
@@ -26,16 +27,27 @@ def records(attn_speed=lambda n: -0.5 + 0.2 * math.log2(n / 32), lstm_slope=0.0,
             for n in c["ns"]:
                 base = 1e-6 * math.exp(lstm_slope * math.log2(n))
                 r = {"attention": attn_speed(n), "lstm": 0.0, AA: attn_speed(n)}
-                rows.append({"n": n, "tokens": 1, "times": {k: times(base, v, k=j) for j, (k, v) in
-                                                            enumerate(r.items())}})  # fmt: skip
+                rows.append(
+                    {
+                        "n": n,
+                        "tokens": 1,
+                        "times": {k: times(base, v, k=j) for j, (k, v) in enumerate(r.items())},
+                    }
+                )
             m = {"rows": rows, "threads": 1}
         else:
             s = c["seed"] % 1000 % 4
             best = p["rates"][-1] if c["k"] == p["ks"][0] else p["rates"][-1]
             a = min(1.0, acc(c["arch"], c["k"]) + JITTER[s])
             v = 2.0 * (1 - a) + 0.05 * np.log2(c["lr"] / best) ** 2 + JITTER[s]
-            m = {"final_val": v, "final_acc": a, "val_loss": [math.log(p["vocab"]), v], "eval_steps": [0, 12],
-                 "unigram_xent": math.log(p["vocab"]), "diverged_at": None}  # fmt: skip
+            m = {
+                "final_val": v,
+                "final_acc": a,
+                "val_loss": [math.log(p["vocab"]), v],
+                "eval_steps": [0, 12],
+                "unigram_xent": math.log(p["vocab"]),
+                "diverged_at": None,
+            }
         return m
 
     return grown(EXP, p, metrics)

@@ -2,9 +2,10 @@
 
 The quick profile's grid with four seeds (a paired test needs a few to decide). The Monte Carlo rows carry
 per-query softmax-Jacobian norms built to make the saturation trend tests pass or fail (ln|J| = const +
-slope · log2 d_k + the same per-query noise at every d_k, so the fitted slope is the declared one); the training
-arms (unit-variance q, k, d_k varied), the logit-scale arms (d_k = ref_dk, scaled, initial logit std s) and the
-null pair are built to make each cell go either way, stay undecided, or fail to learn in both arms."""
+slope · log2 d_k + the same per-query noise at every d_k, so the fitted slope is the declared one); the
+training arms (unit-variance q, k, d_k varied), the logit-scale arms (d_k = ref_dk, scaled, initial logit std
+s) and the null pair are built to make each cell go either way, stay undecided, or fail to learn in both
+arms."""
 
 import numpy as np
 import pytest
@@ -33,30 +34,47 @@ def mc_rows(law=1.0, unscaled_slope=-0.8, scaled_slope=0.0, max_p=0.95):
         big = dk == max(P["mc_dks"])
         rows.append(
             {
-                "dk": dk, "var_dot": law * dk, "var_scaled": law, "var_additive": 0.1 + 0.001 * dk,
-                "unscaled": {"max_prob": max_p if big else 0.5, "entropy": 0.2, "jacobian_norm": float(ju.mean())},
+                "dk": dk,
+                "var_dot": law * dk,
+                "var_scaled": law,
+                "var_additive": 0.1 + 0.001 * dk,
+                "unscaled": {
+                    "max_prob": max_p if big else 0.5,
+                    "entropy": 0.2,
+                    "jacobian_norm": float(ju.mean()),
+                },
                 "scaled": {"max_prob": 0.11, "entropy": 3.9, "jacobian_norm": float(js.mean())},
-                "jac_unscaled": ju.tolist(), "jac_scaled": js.tolist(),
+                "jac_unscaled": ju.tolist(),
+                "jac_scaled": js.tolist(),
             }
-        )  # fmt: skip
+        )
     return rows
 
 
 def train_metrics(final, seed, n_layers):
     v = float(final + JITTER[seed % len(JITTER)])
     return {
-        "final_val": v, "val_loss": [4.4, v + 0.3, v], "eval_steps": [0, 6, 12], "diverged_at": None,
-        "unigram_xent": UNIGRAM, "n_params": 1000,
-        "probes": [{"logit_var": lv, "max_prob": 0.2, "wq_grad": [g] * n_layers} for lv, g in ((1.0, 0.5), (2.0, 0.3), (3.0, 0.2))],
-    }  # fmt: skip
+        "final_val": v,
+        "val_loss": [4.4, v + 0.3, v],
+        "eval_steps": [0, 6, 12],
+        "diverged_at": None,
+        "unigram_xent": UNIGRAM,
+        "n_params": 1000,
+        "probes": [
+            {"logit_var": lv, "max_prob": 0.2, "wq_grad": [g] * n_layers}
+            for lv, g in ((1.0, 0.5), (2.0, 0.3), (3.0, 0.2))
+        ],
+    }
 
 
 def records(train, logit=None, *, params=P, qknorm=None, by_rate=None, **mc):
     """train(dk, scaled, seed) -> final validation loss before the shared jitter (the training part, the null
     pair and the learning-rate sweep, whatever the rate); logit(s, seed) -> that of the logit part's arm with
-    initial logit std s (default: the scaled arm at ref_dk, i.e. no effect of the logit scale); qknorm(lr, seed)
+    initial logit std s (default: the scaled arm at ref_dk, i.e. no effect of the logit scale); qknorm(lr,
+    seed)
     -> the unscaled qk-layernorm arm's (default: as unscaled); by_rate(part, scaled, lr, seed), when given,
-    sets every training run's loss instead; `mc` goes to mc_rows. The staged grid grows as the runner grows it."""
+    sets every training run's loss instead; `mc` goes to mc_rows. The staged grid grows as the runner grows
+    it."""
     return grown(EXP, params, lambda c: _metrics(c, train, logit, qknorm, by_rate, mc))
 
 
@@ -66,9 +84,13 @@ def _metrics(c, train, logit, qknorm, by_rate, mc):
         return {"rows": mc_rows(**mc)}
     if part == "init":
         return {
-            "var_q": 0.01, "var_k": 0.01, "var_dot": 1e-4 * c["dk"], "law_prediction": 1e-4 * c["dk"],
-            "unscaled": {"max_prob": 0.1}, "scaled": {"max_prob": 0.1},
-        }  # fmt: skip
+            "var_q": 0.01,
+            "var_k": 0.01,
+            "var_dot": 1e-4 * c["dk"],
+            "law_prediction": 1e-4 * c["dk"],
+            "unscaled": {"max_prob": 0.1},
+            "scaled": {"max_prob": 0.1},
+        }
     s = c["seed"] % 1000
     if by_rate is not None:
         loss = by_rate(part, c["scaled"], c["lr"], c["seed"])
@@ -101,11 +123,20 @@ def test_dk_scaling_rule_supported_when_law_holds_softmax_saturates_and_unscaled
     assert v.verdict == "supported"
     assert train_cells(v) == {"training/dk8": "a_better", "training/dk32": "a_better"}  # a = scaled
     assert verdicts(v) == {
-        "law": "supported", "saturation": "supported", "flat": "supported",
-        "one-hot": "supported", "additive": "supported", "training": "supported", "tuned": "supported",
-        "qk-norm": "inconclusive", "collapse": "inconclusive", "logit-growth": "inconclusive",
-        "harm": "inconclusive", "logit": "inconclusive", "logit-trend": "inconclusive",
-    }  # fmt: skip
+        "law": "supported",
+        "saturation": "supported",
+        "flat": "supported",
+        "one-hot": "supported",
+        "additive": "supported",
+        "training": "supported",
+        "tuned": "supported",
+        "qk-norm": "inconclusive",
+        "collapse": "inconclusive",
+        "logit-growth": "inconclusive",
+        "harm": "inconclusive",
+        "logit": "inconclusive",
+        "logit-trend": "inconclusive",
+    }
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds["law"] == ("check", False) and kinds["tuned"] == ("effect", True)
     assert kinds["training"] == kinds["qk-norm"] == ("effect", False)
@@ -139,7 +170,8 @@ def test_dk_scaling_rule_training_refuted_when_unscaled_trains_significantly_bet
 
 
 def test_dk_scaling_rule_a_failing_variance_law_stops_the_claim(tmp_path):
-    """The law is an identity the Monte Carlo relies on: failing it is a bug, not evidence against the claim."""
+    """The law is an identity the Monte Carlo relies on: failing it is a bug, not evidence against the
+    claim."""
     with pytest.raises(CheckFailed, match="law"):
         analyse(EXP, records(scaled_better, law=1.5), P, tmp_path)
 
@@ -206,7 +238,12 @@ def test_dk_scaling_rule_an_effect_inside_the_null_pairs_spread_does_not_count(t
 
 
 def test_dk_scaling_rule_mixed_when_cells_disagree(tmp_path):
-    v = analyse(EXP, records(lambda dk, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (2.9 if scaled else 2.6)), P, tmp_path)  # fmt: skip
+    v = analyse(
+        EXP,
+        records(lambda dk, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (2.9 if scaled else 2.6)),
+        P,
+        tmp_path,
+    )
     assert train_cells(v) == {"training/dk32": "a_better", "training/dk8": "b_better"}
     assert verdicts(v)["training"] == "mixed"
     assert v.verdict == "mixed"
@@ -215,8 +252,11 @@ def test_dk_scaling_rule_mixed_when_cells_disagree(tmp_path):
 def test_dk_scaling_rule_cell_where_neither_arm_learned_is_excluded_not_counted(tmp_path):
     # d_k = 8: both arms stay at the unigram level (one of them far above): excluded, not a win for scaling
     v = analyse(
-        EXP, records(lambda dk, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (UNIGRAM if scaled else 4.0)), P, tmp_path
-    )  # fmt: skip
+        EXP,
+        records(lambda dk, scaled, s: (2.6 if scaled else 2.9) if dk == 32 else (UNIGRAM if scaled else 4.0)),
+        P,
+        tmp_path,
+    )
     assert train_cells(v) == {"training/dk8": "excluded", "training/dk32": "a_better"}
     assert verdicts(v)["training"] == "supported"
     ex = comparison(v, "training/dk8")

@@ -36,21 +36,34 @@ def records(exp, params="default", *, learned=True, keep_dev=0.0, rel=1e-7, **kw
     out = []
     for i, cfg in enumerate(exp.grid(p)):
         if cfg["part"] == "masks":
-            rows = [{"p": q, "draw": d, "kept": 1 - q + keep_dev + 1e-5 * ((d % 3) - 1), "max_rel_error": rel}
-                    for q in cfg["ps"] for d in range(cfg["draws"])]  # fmt: skip
+            rows = [
+                {"p": q, "draw": d, "kept": 1 - q + keep_dev + 1e-5 * ((d % 3) - 1), "max_rel_error": rel}
+                for q in cfg["ps"]
+                for d in range(cfg["draws"])
+            ]
             out.append(record(cfg, {"rows": rows}, f"m{i}"))
             continue
-        m = {"final_val": 1.6 if learned else 3.2, "unigram_xent": 3.3, "diverged_at": None,
-             "probe": probe(cfg["dropout"], cfg["seed"], layers=cfg["n_layers"], k=cfg["mc_samples"], **kw)}  # fmt: skip
+        m = {
+            "final_val": 1.6 if learned else 3.2,
+            "unigram_xent": 3.3,
+            "diverged_at": None,
+            "probe": probe(cfg["dropout"], cfg["seed"], layers=cfg["n_layers"], k=cfg["mc_samples"], **kw),
+        }
         out.append(record(cfg, m, f"t{i}"))
     return out
 
 
 def test_exact_scaling_a_mismatch_without_it_and_an_ensemble_support_the_claim(exp, tmp_path):
     v = analyse(exp, records(exp), "default", tmp_path)
-    assert verdicts(v) == {"scale": "supported", "keep-rate": "supported", "expectation": "supported",
-                           "deeper": "supported", "mismatch": "supported", "ensemble": "supported",
-                           "single": "supported"}  # fmt: skip
+    assert verdicts(v) == {
+        "scale": "supported",
+        "keep-rate": "supported",
+        "expectation": "supported",
+        "deeper": "supported",
+        "mismatch": "supported",
+        "ensemble": "supported",
+        "single": "supported",
+    }
     assert v.verdict == "supported"
 
 

@@ -94,7 +94,14 @@ def curve(level: float, leave: int | None) -> list[float]:
 
 
 def probe(step: int) -> dict:
-    return {"var_table": 1.0, "var_tok": 0.9, "var_pos": 0.5, "var_in": 1.4, "tok_share": 0.64, "update": 0.3 / (1 + step)}  # fmt: skip
+    return {
+        "var_table": 1.0,
+        "var_tok": 0.9,
+        "var_pos": 0.5,
+        "var_in": 1.4,
+        "tok_share": 0.64,
+        "update": 0.3 / (1 + step),
+    }
 
 
 def metrics(arm: Arm, s: int, own: float, probes: bool = True) -> dict:
@@ -105,8 +112,13 @@ def metrics(arm: Arm, s: int, own: float, probes: bool = True) -> dict:
     else:
         level = arm.level + JITTER[s] + own
         tl = curve(level, None if arm.leave is None else arm.leave + LEAVE[s])
-        m = {"train_loss": tl, "val_loss": [L0, tl[6] + 0.03, level], "eval_steps": [0, 6, STEPS],
-             "final_val": level, "diverged_at": None}  # fmt: skip
+        m = {
+            "train_loss": tl,
+            "val_loss": [L0, tl[6] + 0.03, level],
+            "eval_steps": [0, 6, STEPS],
+            "final_val": level,
+            "diverged_at": None,
+        }
     m.update(unigram_xent=U, best_val=min(m["val_loss"]), n_params=30_000)
     if probes:
         m["probes"] = [probe(st) for st in m["eval_steps"]]
@@ -123,8 +135,20 @@ def init_rows(xavier_var=1.0, normal_var=0.0004, scaled_share=0.8):
                 for scaled in (False, True):
                     var = (xavier_var / d if init == "xavier" else normal_var) * (d if scaled else 1)
                     share = scaled_share if scaled and init == "xavier" else 0.05
-                    rows.append({"d": d, "init": init, "pos": pos, "scaled": scaled, "var_table": var, "var_tok": var,
-                                 "var_pos": 0.5, "var_in": var + 0.5, "tok_share": share, "update": 0.3})  # fmt: skip
+                    rows.append(
+                        {
+                            "d": d,
+                            "init": init,
+                            "pos": pos,
+                            "scaled": scaled,
+                            "var_table": var,
+                            "var_tok": var,
+                            "var_pos": 0.5,
+                            "var_in": var + 0.5,
+                            "tok_share": share,
+                            "update": 0.3,
+                        }
+                    )
     return rows
 
 
@@ -287,9 +311,13 @@ def test_embedding_scale_default_grid_later_rounds_run_the_choice_on_fresh_seeds
     r2 = new(1)
     assert sorted((c["emb_scale"], c["lr"], c["d_model"], c["seed"]) for c in r2) == sorted(
         [(True, 6e-3, 64, s) for s in p["seeds"]]
-        + [(s, lr, 136, sd) for s, lrs in ((False, (1.5e-3, 3e-3)), (True, (3e-3, 6e-3))) for lr in lrs
-           for sd in p["selection_seeds"]]
-    )  # fmt: skip
+        + [
+            (s, lr, 136, sd)
+            for s, lrs in ((False, (1.5e-3, 3e-3)), (True, (3e-3, 6e-3)))
+            for lr in lrs
+            for sd in p["selection_seeds"]
+        ]
+    )
     assert all(c["part"] == "train" and c["n_heads"] == 4 for c in r2)
     # without the factor the fresh seeds at 3e-3 are the fixed cells' runs: once each in the grid
     unscaled = [
@@ -367,11 +395,19 @@ def test_embedding_scale_rule_supported_when_the_factor_helps_at_each_arms_best_
     v = analyse(EXP, recs, P, tmp_path)
     assert v.verdict == "supported"
     assert verdicts(v) == {
-        "unit": "supported", "normal-var": "refuted", "share": "supported", "train-normal": "supported",
-        "train-xavier": "supported", "learned-pos-normal": "supported", "learned-pos-xavier": "supported",
-        "train": "supported", "learned": "inconclusive", "untied": "supported", "variance": "supported",
+        "unit": "supported",
+        "normal-var": "refuted",
+        "share": "supported",
+        "train-normal": "supported",
+        "train-xavier": "supported",
+        "learned-pos-normal": "supported",
+        "learned-pos-xavier": "supported",
+        "train": "supported",
+        "learned": "inconclusive",
+        "untied": "supported",
+        "variance": "supported",
         "step": "supported",
-    }  # fmt: skip
+    }
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds.pop("unit") == ("check", False) and kinds.pop("train") == ("effect", True)
     assert set(kinds.values()) == {("effect", False)}  # everything else is reported beside the verdict
@@ -412,8 +448,12 @@ def test_embedding_scale_rule_supported_when_the_factor_helps_at_each_arms_best_
     assert len(gap) == 2 * 2 * 3 and set(gap["n"]) == {4}  # inits × positions × evaluations
     assert gap[gap.step == STEPS]["with − without"].to_list() == pytest.approx([-0.20] * 4)
     assert {p.name for p in tmp_path.glob("*.csv")} == {
-        "as_initialised.csv", "training.csv", "gap_over_training.csv", "lr_sweep.csv", "lr_choices.csv",
-    }  # fmt: skip
+        "as_initialised.csv",
+        "training.csv",
+        "gap_over_training.csv",
+        "lr_sweep.csv",
+        "lr_choices.csv",
+    }
 
 
 def test_embedding_scale_rule_the_tuned_comparison_reads_the_fresh_seeds_at_the_chosen_rates(tmp_path):
@@ -475,8 +515,9 @@ def test_embedding_scale_rule_a_choice_at_an_end_of_the_sweep_widens_it(tmp_path
         if (c["init"], c["pos"]) == ("xavier", "sinusoidal")
     }
     assert fresh == {(False, d, 7.5e-4) for d in (32, 48)} | {(True, d, 6e-3) for d in (32, 48)} | {
-        (False, 32, LR), (True, 32, LR)
-    }  # fmt: skip
+        (False, 32, LR),
+        (True, 32, LR),
+    }
     assert comparison(v, "train/d32/final_val").diff == pytest.approx(-0.20, abs=1e-9)
     assert verdicts(v)["train"] == "supported"
 
@@ -513,9 +554,11 @@ def test_embedding_scale_rule_equivalence_refutes_only_beside_a_positive_control
 
     v = analyse(EXP, records(loss), P, tmp_path)
     assert decisions(v, "train/") == {
-        "train/d32/final_val": "equivalent", "train/d48/final_val": "equivalent",
-        "train/d32/escape": "undecided", "train/d48/escape": "undecided",
-    }  # fmt: skip
+        "train/d32/final_val": "equivalent",
+        "train/d48/final_val": "equivalent",
+        "train/d32/escape": "undecided",
+        "train/d48/escape": "undecided",
+    }
     tr = sub(v, "train")
     if fixed_effect:
         assert choices(v)[("no factor", "d32")] == 1.5e-3 and choices(v)[("× sqrt(d)", "d32")] == LR
@@ -535,9 +578,11 @@ def test_embedding_scale_rule_equivalence_refutes_only_beside_a_positive_control
 def test_embedding_scale_rule_refuted_when_the_factor_hurts_at_each_arms_best_rate(tmp_path):
     v = analyse(EXP, records(hurts), P, tmp_path)
     assert decisions(v, "train/") == {
-        "train/d32/final_val": "a_better", "train/d48/final_val": "a_better",
-        "train/d32/escape": "a_better", "train/d48/escape": "a_better",
-    }  # fmt: skip
+        "train/d32/final_val": "a_better",
+        "train/d48/final_val": "a_better",
+        "train/d32/escape": "a_better",
+        "train/d48/escape": "a_better",
+    }
     assert verdicts(v)["train"] == "refuted" and sub(v, "train").holds == []
     assert v.verdict == "refuted"
 
@@ -564,8 +609,16 @@ def test_embedding_scale_rule_holds_at_one_width_and_not_the_other(
 
     recs = records(loss)
     monkeypatch.setattr(runner, "Output", partial(Output, render=False))
-    meta = dict(profile="test", params=P, device="cpu", seeds=P["seeds"], config_hash="", code_hash="",
-                run_ids=[], started_at="")  # fmt: skip
+    meta = dict(
+        profile="test",
+        params=P,
+        device="cpu",
+        seeds=P["seeds"],
+        config_hash="",
+        code_hash="",
+        run_ids=[],
+        started_at="",
+    )
     res = runner.analyse_records(EXP, recs, P, tmp_path, meta, torch.device("cpu"))
     res = json.loads(json.dumps(res, default=jsonable))  # as result.json holds it
     d = {c["id"]: c["decision"] for c in res["comparisons"]}
@@ -782,8 +835,15 @@ def test_embedding_scale_recipe_tables_put_the_untied_arms_on_their_2x2_coordina
 
     monkeypatch.setattr(small_lm, "train_lm", no_training)
     d = 512
-    cfg = {**EXP.profiles["quick"], "d_model": d, "n_heads": 8, "init": "xavier", "pos": "sinusoidal",
-           "tie": False, "seed": 0}  # fmt: skip
+    cfg = {
+        **EXP.profiles["quick"],
+        "d_model": d,
+        "n_heads": 8,
+        "init": "xavier",
+        "pos": "sinusoidal",
+        "tie": False,
+        "seed": 0,
+    }
     ctx = RunContext(torch.device("cpu"), progress=False)
     for (table, scaled), (var, _) in VIEW.CELLS_2X2.items():
         torch.manual_seed(0)

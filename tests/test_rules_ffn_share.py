@@ -1,7 +1,7 @@
 """The ffn_share rule on synthetic count records: every outcome each sub-claim can give.
 
-A counting claim has no seeds, no noise floor and no learned-at-all guard: every decision reads an exact number
-against declared bounds (closed form vs instantiated count, a check; share vs 2/3 within the declared
+A counting claim has no seeds, no noise floor and no learned-at-all guard: every decision reads an exact
+number against declared bounds (closed form vs instantiated count, a check; share vs 2/3 within the declared
 tolerance and share vs the notes' 66% floor, effects). Which configurations are textbook dense blocks is
 declared from the catalogue before counting (quick profile: gpt2-small, bert-base, transformer-base, llama-7b,
 t5-v1.1-base; beyond: llama3-8b, falcon-7b). The `flops` part's records are the real closed forms (cheap), so
@@ -43,15 +43,31 @@ def metrics(
     closed = {"attention": attn, "ffn": ffn, "block": block, "model": 12 * block}
     counted = {**closed, "block": block + miscount}
     return {
-        "d_model": d, "n_heads": 8, "n_kv_heads": max(1, int(8 * kv_frac)), "attn_width": d,
-        "d_ff": int(ff_ratio * d), "ffn_kind": "gelu", "gated": False, "n_experts": 0, "layout": "sequential",
-        "encoder_decoder": enc_dec, "attention": attn, "ffn": ffn, "ffn_active": ffn, "block": block,
+        "d_model": d,
+        "n_heads": 8,
+        "n_kv_heads": max(1, int(8 * kv_frac)),
+        "attn_width": d,
+        "d_ff": int(ff_ratio * d),
+        "ffn_kind": "gelu",
+        "gated": False,
+        "n_experts": 0,
+        "layout": "sequential",
+        "encoder_decoder": enc_dec,
+        "attention": attn,
+        "ffn": ffn,
+        "ffn_active": ffn,
+        "block": block,
         "decoder_attention": int(attn * (1 + cross)) if enc_dec else None,
         "decoder_block": int(attn * (1 + cross)) + ffn + 6 * d if enc_dec else None,
-        "embeddings": 1000 * d, "total": 12 * block + 1000 * d, "ffn_total": 12 * ffn, "standard_width": textbook,
-        "closed": closed, "counted": counted, "counts_match": miscount == 0,
+        "embeddings": 1000 * d,
+        "total": 12 * block + 1000 * d,
+        "ffn_total": 12 * ffn,
+        "standard_width": textbook,
+        "closed": closed,
+        "counted": counted,
+        "counts_match": miscount == 0,
         "mismatches": {"block": [block, block + miscount]} if miscount else {},
-    }  # fmt: skip
+    }
 
 
 def records(overrides: dict | None = None, *, cross: float = 0.0, flops: dict | None = None, params=P):
@@ -92,8 +108,12 @@ def test_supported_when_counts_match_textbook_shares_are_two_thirds_and_every_bl
     v = analyse(EXP, records(), P, tmp_path, render=True)
     assert v.verdict == "supported"
     assert set(decisions(v).values()) == {"equivalent"}
-    assert verdicts(v) == {"counts": "supported", "textbook": "supported", "at-least-66": "supported",
-                           "beyond": "supported"}  # fmt: skip
+    assert verdicts(v) == {
+        "counts": "supported",
+        "textbook": "supported",
+        "at-least-66": "supported",
+        "beyond": "supported",
+    }
     share = comparison(v, "textbook/gpt2-small")
     assert share.test == "exact" and (share.lo, share.hi) == pytest.approx((2 / 3 - TOL, 2 / 3 + TOL))
     assert share.mean_b == pytest.approx(2 / 3)
@@ -214,7 +234,8 @@ def test_a_count_that_disagrees_with_its_closed_form_stops_the_claim(tmp_path):
         analyse(EXP, records({first: metrics(64, miscount=1)}), P, tmp_path)
 
 
-# ------------------------------------------------------------------ FLOP crossovers: reported from the records
+# ------------------------------------------------------------------ FLOP crossovers: reported from the
+# records
 def test_flop_crossovers_come_from_the_records(tmp_path):
     v = analyse(EXP, records(flops={"llama3-8b": {"crossover": None}}), P, tmp_path)
     xo = v.evidence["flop_crossover_context"]

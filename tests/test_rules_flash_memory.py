@@ -49,9 +49,9 @@ def records(
     """One record per size of the grid (quick by default); measured(name, n) overrides the bytes a variant
     saves (default: its hand formula); n2 / rows = the fused paths' n×n / per-row storage counts;
     peak(name, n) = the peak-part bytes; inventory_off = what the inventory sum of `math` misses;
-    inventory(name, h, n, d_k) = the storages listed at the inventory size; kernel = the fused kernel's autograd
-    node recorded at every size (default: the CPU kernel, at the inventory size only); device = where the peaks
-    were read."""
+    inventory(name, h, n, d_k) = the storages listed at the inventory size; kernel = the fused kernel's
+    autograd node recorded at every size (default: the CPU kernel, at the inventory size only); device = where
+    the peaks were read."""
     recs = []
     for cfg in exp.grid(params or exp.profiles["quick"]):
         n, h, dk = cfg["n"], cfg["heads"], cfg["head_dim"]
@@ -68,8 +68,13 @@ def records(
             got = measured(name, n) if measured else hand
             fused = name in ("fused", "fused_causal")
             listed = got - (inventory_off if name == "math" else 0)
-            row = {"bytes": got, "inventory_bytes": listed, "hand": hand,
-                   "n2_storages": n2 if fused else 1, "row_storages": rows if fused else 0}  # fmt: skip
+            row = {
+                "bytes": got,
+                "inventory_bytes": listed,
+                "hand": hand,
+                "n2_storages": n2 if fused else 1,
+                "row_storages": rows if fused else 0,
+            }
             if cfg["inventory"]:
                 row["inventory"] = (inventory or _inventory)(name, h, n, dk)
                 row["kernel"] = "ScaledDotProductFlashAttentionForCpuBackward0" if fused else ""
@@ -88,9 +93,15 @@ def test_flash_memory_rule_supported_when_counts_match_the_hand_formulas(exp, tm
     v = analyse(exp, records(exp), "quick", tmp_path)
     assert v.verdict == "supported"
     assert verdicts(v) == {
-        "inventory": "supported", "keeps": "supported", "saved-exponent": "supported", "hand": "supported",
-        "peak": "supported", "peak-live": "supported", "mask": "refuted", "ratio": "supported",
-    }  # fmt: skip
+        "inventory": "supported",
+        "keeps": "supported",
+        "saved-exponent": "supported",
+        "hand": "supported",
+        "peak": "supported",
+        "peak-live": "supported",
+        "mask": "refuted",
+        "ratio": "supported",
+    }
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds["inventory"] == ("check", False) and all(kinds[k] == ("effect", True) for k in COUNTED)
     assert kinds["mask"] == kinds["ratio"] == ("effect", False)
@@ -200,16 +211,20 @@ def test_flash_memory_rule_a_failing_inventory_check_stops_the_claim(exp, tmp_pa
 
 
 def test_flash_memory_rule_reads_the_hand_formula_of_the_cuda_kernel_that_ran(exp, tmp_path):
-    """CUDA's memory-efficient kernel (what float32 SDPA runs on a GPU) pads its log-sum-exp rows to a multiple
-    of 32 and keeps two int64 of random-number state: bytes counted from those storages (written out here, not
-    through `hand_bytes`) meet the hand formula and the explicit/fused ratio of the kernel that ran, also at
-    n = 16 where the padding doubles the rows."""
+    """CUDA's memory-efficient kernel (what float32 SDPA runs on a GPU) pads its log-sum-exp rows to a
+    multiple of 32 and keeps two int64 of random-number state: bytes counted from those storages (written out
+    here, not through `hand_bytes`) meet the hand formula and the explicit/fused ratio of the kernel that ran,
+    also at n = 16 where the padding doubles the rows."""
     eff = "ScaledDotProductEfficientAttentionBackward0"
 
     def measured(name, n, h=2, dk=16):
         fused = 4 * h * 4 * n * dk + 4 * h * (-(-n // 32) * 32) + 16
-        return {"fused": fused, "fused_causal": fused, "fused_mask": fused + 4 * n * n,
-                "module_sdpa": fused + 4 * n * h * dk}.get(name, hand_bytes(name, 1, h, n, dk))  # fmt: skip
+        return {
+            "fused": fused,
+            "fused_causal": fused,
+            "fused_mask": fused + 4 * n * n,
+            "module_sdpa": fused + 4 * n * h * dk,
+        }.get(name, hand_bytes(name, 1, h, n, dk))
 
     assert 16 in exp.profiles["quick"]["ns"]
     v = analyse(exp, records(exp, measured=measured, kernel=eff), exp.profiles["quick"], tmp_path)
@@ -222,9 +237,9 @@ def test_flash_memory_rule_reads_the_hand_formula_of_the_cuda_kernel_that_ran(ex
 
 
 def test_flash_memory_rule_counts_softmax_backwards_buffer_in_the_live_set_on_cuda(exp, tmp_path):
-    """On CUDA softmax's backward kernel holds one n×n buffer beside P, dP and dS: an explicit peak of four n×n
-    tensors is the live set there, and on the CPU (whose kernel needs none) it is a peak left unexplained; three
-    n×n tensors read on CUDA fall below the live set."""
+    """On CUDA softmax's backward kernel holds one n×n buffer beside P, dP and dS: an explicit peak of four
+    n×n tensors is the live set there, and on the CPU (whose kernel needs none) it is a peak left unexplained;
+    three n×n tensors read on CUDA fall below the live set."""
 
     def peak_of(k):
         return lambda name, n, h=2, dk=16: (

@@ -43,8 +43,16 @@ def timed(path, step, n, log_ratio, k, extra=0.0) -> dict:
     return {"path": path, "step": step, "n": n, **quartiles(ts)}
 
 
-def records(exp, speedup=growing, *, ran=("explicit", "flash", "math"), error=1e-7, twice=2.0, spread=0.0,
-            math_ratio=1.0):  # fmt: skip
+def records(
+    exp,
+    speedup=growing,
+    *,
+    ran=("explicit", "flash", "math"),
+    error=1e-7,
+    twice=2.0,
+    spread=0.0,
+    math_ratio=1.0,
+):
     """One record per mask of the quick grid: speedup(path, n, causal, step) of each fused path over explicit,
     `ran` the paths that run (the others raise), `error` every path's error against float64, `twice` the
     control's time over the explicit one, `spread` × SPREAD added to the fused paths' log times."""

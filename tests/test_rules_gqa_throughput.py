@@ -45,19 +45,36 @@ def decode_metrics(cfg, rng, speedup, noise, explicit, membound, load, aa_noise,
             ts = [float(0.01 * f / s * np.exp(d + _z(r, kv == h) * noise)) for r, d in enumerate(drift)]
             kvb = 4e6 * kv / h
             per_call, med = 2 * (1e6 + kvb), float(np.median(ts))
-            rows.append({
-                "n_kv_heads": kv, "backend": b, "params": 1000 * kv, "kv_cache_bytes": kvb + cache_off,
-                "kv_cache_bytes_closed_form": kvb, "weight_bytes_per_step": 1e6, "kv_bytes_per_step": kvb,
-                "bytes_per_call": per_call, "times": ts, "median_s": med, "tokens_per_s": 1 / med,
-                "achieved_bw": per_call / med,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "n_kv_heads": kv,
+                    "backend": b,
+                    "params": 1000 * kv,
+                    "kv_cache_bytes": kvb + cache_off,
+                    "kv_cache_bytes_closed_form": kvb,
+                    "weight_bytes_per_step": 1e6,
+                    "kv_bytes_per_step": kvb,
+                    "bytes_per_call": per_call,
+                    "times": ts,
+                    "median_s": med,
+                    "tokens_per_s": 1 / med,
+                    "achieved_bw": per_call / med,
+                }
+            )
     bw = rows[0]["achieved_bw"] * (1.5 if membound else 100)  # MHA at SDPA: 2/3 of the read bandwidth, or 1%
     mha = rows[0]["times"]
     aa = [
         t * float(np.exp(-2 * _z(r, True) * noise + (-1) ** (r // 2) * aa_noise)) for r, t in enumerate(mha)
     ]
-    return {"rows": rows, "read_bw": [bw, bw], "threads": 1, "load": [load, load], "cpus": 2,
-            "gemm_flops": 1e10, "aa": {"n_kv_heads": h, "backend": "sdpa", "times": aa}}  # fmt: skip
+    return {
+        "rows": rows,
+        "read_bw": [bw, bw],
+        "threads": 1,
+        "load": [load, load],
+        "cpus": 2,
+        "gemm_flops": 1e10,
+        "aa": {"n_kv_heads": h, "backend": "sdpa", "times": aa},
+    }
 
 
 def phase_metrics(cfg, rng, ratio, noise):
@@ -69,8 +86,16 @@ def phase_metrics(cfg, rng, ratio, noise):
             [float(base * r * np.exp(d + _z(k, kv == cfg["kvs"][0]) * noise)) for k, d in enumerate(drift)]
             for base in (0.02, 0.05)
         )
-        rows.append({"n_kv_heads": kv, "params": 1000 * kv, "prefill_times": pt, "train_times": tt,
-                     "prefill_s": float(np.median(pt)), "train_step_s": float(np.median(tt))})  # fmt: skip
+        rows.append(
+            {
+                "n_kv_heads": kv,
+                "params": 1000 * kv,
+                "prefill_times": pt,
+                "train_times": tt,
+                "prefill_s": float(np.median(pt)),
+                "train_step_s": float(np.median(tt)),
+            }
+        )
     return {"rows": rows, "threads": 1}
 
 
@@ -94,8 +119,15 @@ def quality_metrics(cfg, gap, up_gap, q_noise, learned, convert_gap=0.1):
         best = P["lr"] * (1.0 if cfg["lm_d_model"] == P["scales"][0][0] else 0.5)
         bowl = 0.05 * np.log2(cfg["lr"] / best) ** 2
         loss, base = loss + bowl, base + bowl
-    m = {"final_val": loss, "unigram_xent": UNIGRAM, "params": 1000, "d_ff": 128, "diverged_at": None,
-         "val_loss": [4.5, loss], "eval_steps": [0, P["steps"]]}  # fmt: skip
+    m = {
+        "final_val": loss,
+        "unigram_xent": UNIGRAM,
+        "params": 1000,
+        "d_ff": 128,
+        "diverged_at": None,
+        "val_loss": [4.5, loss],
+        "eval_steps": [0, P["steps"]],
+    }
     conv = []
     if cfg["uptrain_control"]:
         after = base - 0.02 if learned else UNIGRAM
@@ -108,9 +140,22 @@ def quality_metrics(cfg, gap, up_gap, q_noise, learned, convert_gap=0.1):
     return m | ({"conversion": conv, "uptrain_steps": 1} if conv else {})
 
 
-def records(speedup=lambda cell: 1.35, *, noise=0.003, gap=0.01, up_gap=0.01, q_noise=0.0005, learned=True,
-            membound=False, phase_ratio=1.0, explicit=lambda kv: 1.5, load=0.5, aa_noise=0.0, cache_off=0.0,
-            convert_gap=0.1):  # fmt: skip
+def records(
+    speedup=lambda cell: 1.35,
+    *,
+    noise=0.003,
+    gap=0.01,
+    up_gap=0.01,
+    q_noise=0.0005,
+    learned=True,
+    membound=False,
+    phase_ratio=1.0,
+    explicit=lambda kv: 1.5,
+    load=0.5,
+    aa_noise=0.0,
+    cache_off=0.0,
+    convert_gap=0.1,
+):
     """Synthetic records for every config of the profile P."""
     grid, out = None, []
     while (g := EXP.grid(P, out)) != grid:  # the staged sweep grows as the runner grows it
@@ -167,8 +212,12 @@ def test_gqa_throughput_rule_refuted_when_the_speedup_is_far_above_the_band_and_
 
 def test_gqa_throughput_rule_mixed_when_the_band_holds_in_some_cells_only(tmp_path):
     v = analyse(EXP, records(lambda cell: 1.35 if cell.startswith("b1-") else 1.1), P, tmp_path)
-    assert decisions(v, "band/") == {"band/b1-c16": "equivalent", "band/b1-c1024": "equivalent",
-                                     "band/b4-c16": "a_better", "band/b4-c1024": "a_better"}  # fmt: skip
+    assert decisions(v, "band/") == {
+        "band/b1-c16": "equivalent",
+        "band/b1-c1024": "equivalent",
+        "band/b4-c16": "a_better",
+        "band/b4-c1024": "a_better",
+    }
     assert "holds in b1-c16, b1-c1024" in sub(v, "band").detail and "fails in b4-c16" in sub(v, "band").detail
     assert verdicts(v)["band"] == "mixed" and v.verdict == "mixed"
     assert verdicts(v)["kv-bound"] == "mixed"  # above 1.30 in b1-c1024, below it in b4-c1024
@@ -182,8 +231,10 @@ def test_gqa_throughput_rule_band_refuted_when_three_quarters_are_outside_and_no
     assert verdicts(v)["band"] == "refuted"
 
 
-@pytest.mark.parametrize("inside, verdict", [(("b1-c16", "b1-c1024", "b4-c16"), "supported"),
-                                             (("b1-c16", "b1-c1024"), "inconclusive")])  # fmt: skip
+@pytest.mark.parametrize(
+    "inside, verdict",
+    [(("b1-c16", "b1-c1024", "b4-c16"), "supported"), (("b1-c16", "b1-c1024"), "inconclusive")],
+)
 def test_gqa_throughput_rule_band_needs_three_quarters_of_the_cells_inside(tmp_path, inside, verdict):
     # the other cells sit on the band's edge (1.30×): undecided, neither inside nor outside
     v = analyse(EXP, records(lambda cell: 1.35 if cell in inside else 1.30), P, tmp_path)

@@ -1,5 +1,6 @@
 """The declared rule of `init_variance`, fed synthetic per-layer second moments: geometric sequences with a
-known per-layer factor and seed-to-seed jitter, so each sub-claim's interval test can be steered either way."""
+known per-layer factor and seed-to-seed jitter, so each sub-claim's interval test can be steered either
+way."""
 
 import numpy as np
 import pytest
@@ -18,8 +19,8 @@ def exp():
 
 
 def moments(init, act, depth, seed, bits=None, jitter=0.004):
-    """q_l from the mean-field map (or a constant factor 2^bits), r_l back from 1 with the closed-form factors;
-    each seed's per-layer log2 factors shifted by a small seed-dependent amount."""
+    """q_l from the mean-field map (or a constant factor 2^bits), r_l back from 1 with the closed-form
+    factors; each seed's per-layer log2 factors shifted by a small seed-dependent amount."""
     g2 = GAIN2[init]
     shift = jitter * ((seed % 3) - 1)
     q = [g2]
@@ -44,8 +45,13 @@ def records(exp, params="default", bits=None):
 
 def test_the_closed_form_supports_every_part(exp, tmp_path):
     v = analyse(exp, records(exp), "default", tmp_path)
-    assert verdicts(v) == {"xavier-keeps": "supported", "relu-halves": "supported", "kaiming-restores": "supported",
-                           "control": "supported", "closed-form": "supported"}  # fmt: skip
+    assert verdicts(v) == {
+        "xavier-keeps": "supported",
+        "relu-halves": "supported",
+        "kaiming-restores": "supported",
+        "control": "supported",
+        "closed-form": "supported",
+    }
     assert v.verdict == "supported"
 
 
@@ -80,6 +86,9 @@ def test_two_seeds_cannot_show_equivalence(exp, tmp_path):
 
 def test_the_closed_form_is_reported_not_counted(exp, tmp_path):
     """A tanh that misses the closed form by 0.1 bit per layer fails only the reported sub-claim."""
-    bits = lambda i, a: np.log2(forward_map("tanh", GAIN2[i], 1.0)) + 0.1 if a == "tanh" else None  # noqa: E731
+
+    def bits(i, a):
+        return np.log2(forward_map("tanh", GAIN2[i], 1.0)) + 0.1 if a == "tanh" else None
+
     v = analyse(exp, records(exp, bits=bits), "default", tmp_path)
     assert sub(v, "closed-form").verdict in ("refuted", "mixed") and v.verdict == "supported"

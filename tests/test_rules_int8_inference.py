@@ -1,7 +1,7 @@
-"""The declared rule of `int8_inference` on synthetic records: per trained model the held-out loss and accuracy
-of each copy (steered: INT8 inside or outside the margin, or too noisy to tell; the 4-bit control large or
-small), timing rounds with a shared load (rules.times), the INT8 copy's bytes and checks; a run that did not
-learn or diverged is excluded, and a failing check stops the claim."""
+"""The declared rule of `int8_inference` on synthetic records: per trained model the held-out loss and
+accuracy of each copy (steered: INT8 inside or outside the margin, or too noisy to tell; the 4-bit control
+large or small), timing rounds with a shared load (rules.times), the INT8 copy's bytes and checks; a run that
+did not learn or diverged is excluded, and a failing check stops the claim."""
 
 import math
 
@@ -20,7 +20,8 @@ JITTER = (0.0004, -0.0003, 0.0001, -0.0002, 0.0003)
 
 
 def probe(seed, bits, *, int8=0.001, control=0.2, noise=0.0, acc_drop=0.0005):
-    """Each copy's loss and accuracy: float32 at 2.0, INT8 `int8` above it, the b-bit copy at control·2^(4−b)."""
+    """Each copy's loss and accuracy: float32 at 2.0, INT8 `int8` above it, the b-bit copy at
+    control·2^(4−b)."""
     j = JITTER[seed % len(JITTER)] + noise * (1 if seed % 2 else -1) * (1 + seed % 3)
     base = 2.0 + 0.01 * seed
     loss = {FP32: base, INT8: base + int8 + j, "int8-channel": base + int8 / 2 + j}
@@ -28,38 +29,74 @@ def probe(seed, bits, *, int8=0.001, control=0.2, noise=0.0, acc_drop=0.0005):
     return {v: {"loss": loss[v], "acc": 0.45 - (loss[v] - base) * acc_drop / 0.001} for v in variants(bits)}
 
 
-def records(*, int8=0.001, control=0.2, noise=0.0, speed=-0.5, learned=True, diverged=(), left=0,
-            step=0.5, linear_ratio=3.9, p=P):  # fmt: skip
+def records(
+    *,
+    int8=0.001,
+    control=0.2,
+    noise=0.0,
+    speed=-0.5,
+    learned=True,
+    diverged=(),
+    left=0,
+    step=0.5,
+    linear_ratio=3.9,
+    p=P,
+):
     """speed: log time ratio INT8 / float32 in every timed cell; diverged: seeds whose runs diverged."""
     out = []
     for i, c in enumerate(EXP.grid(p)):
         if c["part"] == "timing":
             ratios = {FP32: 0.0, INT8: speed, AA: 0.0}
-            rows = [{"d_model": d, "n_layers": L, "batch": b, "tokens": b * c["seq_len"],
-                     "times": {k: times(1e-3 * d / 64, r, k=j) for j, (k, r) in enumerate(ratios.items())}}
-                    for d, L, _ in c["sizes"] for b in c["batches"]]  # fmt: skip
+            rows = [
+                {
+                    "d_model": d,
+                    "n_layers": L,
+                    "batch": b,
+                    "tokens": b * c["seq_len"],
+                    "times": {k: times(1e-3 * d / 64, r, k=j) for j, (k, r) in enumerate(ratios.items())},
+                }
+                for d, L, _ in c["sizes"]
+                for b in c["batches"]
+            ]
             out.append(record(c, {"rows": rows, "threads": 1, "quantization": {"engine": "x86"}}, f"t{i}"))
             continue
         s = c["seed"]
         if s in diverged:
             out.append(record(c, {"diverged_at": 7, "final_val": None, "unigram_xent": UNIGRAM}, f"q{i}"))
             continue
-        m = {"final_val": 2.0 if learned else UNIGRAM - 0.05, "unigram_xent": UNIGRAM, "diverged_at": None,
-             "probe": probe(s, c["bits"], int8=int8, control=control, noise=noise),
-             "size": {"fp32": 4_000_000, "int8": 1_200_000, "linear_fp32": 3_900_000,
-                      "linear_int8": 3_900_000 / linear_ratio},
-             "coverage": {"quantised": 6 * c["n_layers"] + 1, "float_linear_left": left, "changed": 0},
-             "step_error": {INT8: step, "int8-channel": 0.5}, "quantization": {"engine": "x86"}}  # fmt: skip
+        m = {
+            "final_val": 2.0 if learned else UNIGRAM - 0.05,
+            "unigram_xent": UNIGRAM,
+            "diverged_at": None,
+            "probe": probe(s, c["bits"], int8=int8, control=control, noise=noise),
+            "size": {
+                "fp32": 4_000_000,
+                "int8": 1_200_000,
+                "linear_fp32": 3_900_000,
+                "linear_int8": 3_900_000 / linear_ratio,
+            },
+            "coverage": {"quantised": 6 * c["n_layers"] + 1, "float_linear_left": left, "changed": 0},
+            "step_error": {INT8: step, "int8-channel": 0.5},
+            "quantization": {"engine": "x86"},
+        }
         out.append(record(c, m, f"q{i}"))
     return out
 
 
 def test_int8_inside_the_margin_with_a_detecting_control_and_a_faster_forward_supports_the_claim(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
-    assert verdicts(v) == {"coverage": "supported", "rounding": "supported", "quality": "supported",
-                           "accuracy": "supported", "control": "supported", "per-channel": "supported",
-                           "speed": "supported", "speed-small": "supported", "speed-band": "supported",
-                           "size": "supported"}  # fmt: skip
+    assert verdicts(v) == {
+        "coverage": "supported",
+        "rounding": "supported",
+        "quality": "supported",
+        "accuracy": "supported",
+        "control": "supported",
+        "per-channel": "supported",
+        "speed": "supported",
+        "speed-small": "supported",
+        "speed-band": "supported",
+        "size": "supported",
+    }
     assert v.verdict == "supported" and not sub(v, "control").counts and sub(v, "coverage").kind == "check"
     assert "nan" not in v.key_number and "+0.00" in v.key_number
 

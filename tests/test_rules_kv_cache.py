@@ -24,8 +24,20 @@ KV_PER_POS = 2 * 1 * 32 * 4  # the quick linear model: 2 (K, V) x 1 layer x d 32
 COUNTED = ("faster", "grows", "linear", "uncached-quadratic", "slower")
 
 
-def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, bytes_off=0, logit_diff=1e-7, u_coef=1e-5,
-            lin_ratio=1.0, lin_noise=0.01, lin_c=0.0, aa_noise=0.02):  # fmt: skip
+def records(
+    alpha_c=0.5,
+    alpha_u=1.8,
+    *,
+    noise=0.01,
+    flops_off=0,
+    bytes_off=0,
+    logit_diff=1e-7,
+    u_coef=1e-5,
+    lin_ratio=1.0,
+    lin_noise=0.01,
+    lin_c=0.0,
+    aa_noise=0.02,
+):
     """Step time ∝ n^alpha (cached, uncached) with a drift shared by a round; each length's log time moves by
     ±noise, alternating over rounds and lengths (a known spread, no chance result); the A/A copy of the cached
     step at the largest n moves by ±aa_noise. The linear part: t = a + b·n + lin_c·n² with b = lin_ratio x (KV
@@ -39,12 +51,17 @@ def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, bytes_off=0, l
             sizes = {k: cfg[k] for k in ("d_model", "n_heads", "n_layers")}
             c = ModelConfig(vocab_size=96, max_seq_len=max(cfg["ns"]), **sizes)
             rows = [
-                {"n": n, "cached_counted": lm_forward_flops(c, 1, n) + flops_off,
-                 "cached_closed": lm_forward_flops(c, 1, n), "uncached_counted": lm_forward_flops(c, n),
-                 "uncached_closed": lm_forward_flops(c, n), "cache_bytes": kv_cache_bytes(c, n) + bytes_off,
-                 "cache_bytes_closed": kv_cache_bytes(c, n)}
+                {
+                    "n": n,
+                    "cached_counted": lm_forward_flops(c, 1, n) + flops_off,
+                    "cached_closed": lm_forward_flops(c, 1, n),
+                    "uncached_counted": lm_forward_flops(c, n),
+                    "uncached_closed": lm_forward_flops(c, n),
+                    "cache_bytes": kv_cache_bytes(c, n) + bytes_off,
+                    "cache_bytes_closed": kv_cache_bytes(c, n),
+                }
                 for n in cfg["ns"]
-            ]  # fmt: skip
+            ]
             m = {"rows": rows, "params": 1000}
         elif part == "steps":
             pts = []
@@ -68,11 +85,24 @@ def records(alpha_c=0.5, alpha_u=1.8, *, noise=0.01, flops_off=0, bytes_off=0, l
                 ]
                 pts.append({"n": n, "kv_bytes": KV_PER_POS * n, **quartiles(ts)})
             aa = [t * (1 + 0.01 * (1 if r % 2 else -1)) for r, t in enumerate(pts[-1]["times"])]
-            m = {"points": pts, "aa": {"n": pts[-1]["n"], **quartiles(aa)}, "read_bw": [BW, BW],
-                 "kv_bytes_per_position": KV_PER_POS, "threads": 1}  # fmt: skip
+            m = {
+                "points": pts,
+                "aa": {"n": pts[-1]["n"], **quartiles(aa)},
+                "read_bw": [BW, BW],
+                "kv_bytes_per_position": KV_PER_POS,
+                "threads": 1,
+            }
         else:
-            pts = [{"N": N, "cached": quartiles([1e-3 * N] * 3), "uncached": quartiles([1e-4 * N**2] * 3),
-                    "same_tokens": True, "cache_bytes": 100 * N} for N in cfg["gen_ns"]]  # fmt: skip
+            pts = [
+                {
+                    "N": N,
+                    "cached": quartiles([1e-3 * N] * 3),
+                    "uncached": quartiles([1e-4 * N**2] * 3),
+                    "same_tokens": True,
+                    "cache_bytes": 100 * N,
+                }
+                for N in cfg["gen_ns"]
+            ]
             m = {"points": pts, "threads": 1}
         out.append(record(cfg, m, f"r{i}"))
     return out
@@ -82,12 +112,19 @@ def test_kv_cache_rule_supported_linear_cached_quadratic_uncached(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
     assert v.verdict == "supported"
     assert verdicts(v) == {
-        "flops": "supported", "logits": "supported", "cache-bytes": "supported", "faster": "supported",
-        "grows": "supported", "linear": "supported", "linear-exp": "supported", "mechanism": "supported",
-        "cached-exp": "supported", "uncached-quadratic": "supported",
+        "flops": "supported",
+        "logits": "supported",
+        "cache-bytes": "supported",
+        "faster": "supported",
+        "grows": "supported",
+        "linear": "supported",
+        "linear-exp": "supported",
+        "mechanism": "supported",
+        "cached-exp": "supported",
+        "uncached-quadratic": "supported",
         "uncached-exp": "inconclusive",  # reported: t − a over n = 512–1024 with ±1% noise per length
         "slower": "supported",
-    }  # fmt: skip
+    }
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds["flops"][0] == kinds["logits"][0] == kinds["cache-bytes"][0] == "check"
     assert [k for k, (kind, counts) in kinds.items() if kind == "effect" and counts] == list(COUNTED)

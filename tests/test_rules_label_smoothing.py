@@ -33,7 +33,8 @@ OFFSET = MOD.NULL_OFFSET
 UNIGRAM = 6.30
 START = 8.32  # ≈ ln V: the calibration-split loss of the untrained model (val_loss[0])
 N_BINS = MOD.N_BINS
-TOKENIZER = {"tokenizer": "byte-level BPE", "vocab_size": 4096, "chars_per_token": 2.91, "train_tokens": 1_467_494,
+TOKENIZER = {"tokenizer": "byte-level BPE", "vocab_size": 4096, "chars_per_token": 2.91,
+             "train_tokens": 1_467_494,
              "val_tokens": 187_421}  # fmt: skip
 SCALES = [f"d{d}-L{L}" for d, L in P["scales"]]
 FIRST, SECOND = SCALES
@@ -138,24 +139,42 @@ def reliability(conf_shift: float) -> dict:
 def readout(v: dict, cal_nll: float, temperature: float) -> dict:
     """One readout of the fixed design as smoothing_train's `_calibrated` gives it."""
     return {
-        "temperature": temperature, "cal_nll": cal_nll, "test_nll": v["test_nll"], "test_acc": v["test_acc"],
-        "test_ece": v["test_ece"], "test_conf": v["test_acc"] + v["test_ece"], "reliability": reliability(v["test_ece"]),
-        "test_nll_ts": v["test_nll_ts"], "test_acc_ts": v["test_acc"], "test_ece_ts": v["test_ece_ts"],
-        "test_conf_ts": v["test_acc"] + v["test_ece_ts"], "reliability_ts": reliability(v["test_ece_ts"]),
-        "train_nll": v["train_nll"], "train_acc": 0.5, "train_ece": 0.2, "train_conf": 0.7,
-    }  # fmt: skip
+        "temperature": temperature,
+        "cal_nll": cal_nll,
+        "test_nll": v["test_nll"],
+        "test_acc": v["test_acc"],
+        "test_ece": v["test_ece"],
+        "test_conf": v["test_acc"] + v["test_ece"],
+        "reliability": reliability(v["test_ece"]),
+        "test_nll_ts": v["test_nll_ts"],
+        "test_acc_ts": v["test_acc"],
+        "test_ece_ts": v["test_ece_ts"],
+        "test_conf_ts": v["test_acc"] + v["test_ece_ts"],
+        "reliability_ts": reliability(v["test_ece_ts"]),
+        "train_nll": v["train_nll"],
+        "train_acc": 0.5,
+        "train_ece": 0.2,
+        "train_conf": 0.7,
+    }
 
 
 def probe(v: dict, later: float) -> dict:
-    """One evaluation's probe of the fixed design: train_/cal_/test_ nll, acc, ece, conf (`later` ∈ [0, 1])."""
+    """One evaluation's probe of the fixed design: train_/cal_/test_ nll, acc, ece, conf (`later` ∈ [0,
+    1])."""
     out = {}
     for split, nll in (
         ("train", v["train_nll"] + 2 * (1 - later)),
         ("cal", v["test_nll"] - 0.3),
         ("test", v["test_nll"]),
     ):
-        out.update({f"{split}_nll": nll, f"{split}_acc": v["test_acc"] * later, f"{split}_ece": v["test_ece"] * later,
-                    f"{split}_conf": v["test_acc"] * later + v["test_ece"] * later})  # fmt: skip
+        out.update(
+            {
+                f"{split}_nll": nll,
+                f"{split}_acc": v["test_acc"] * later,
+                f"{split}_ece": v["test_ece"] * later,
+                f"{split}_conf": v["test_acc"] * later + v["test_ece"] * later,
+            }
+        )
     return out
 
 
@@ -164,10 +183,18 @@ def fixed_metrics(v: dict, cal_nll: float, eps: float) -> dict:
     final = readout(v, cal_nll, 1.5 - eps)
     early = {**readout({**v, "train_nll": v["train_nll"] + 0.5}, cal_nll - 0.05, 1.2 - eps), "step": 6}
     return {
-        "eval_steps": [0, 6, 12], "val_loss": [START, cal_nll - 0.05, cal_nll], "final_val": cal_nll,
-        "probes": [probe(v, x) for x in (0.0, 0.5, 1.0)], "diverged_at": None, "unigram_xent": UNIGRAM,
-        "n_params": 144_864, "tokenizer": TOKENIZER, "epochs": 1.5, "final": final, "early": early,
-    }  # fmt: skip
+        "eval_steps": [0, 6, 12],
+        "val_loss": [START, cal_nll - 0.05, cal_nll],
+        "final_val": cal_nll,
+        "probes": [probe(v, x) for x in (0.0, 0.5, 1.0)],
+        "diverged_at": None,
+        "unigram_xent": UNIGRAM,
+        "n_params": 144_864,
+        "tokenizer": TOKENIZER,
+        "epochs": 1.5,
+        "final": final,
+        "early": early,
+    }
 
 
 TEST_TOKENS = 93_696
@@ -176,13 +203,24 @@ TEST_TOKENS = 93_696
 def tuned_readout(v: dict, cal_nll: float, cal_nll_ts: float, temperature: float) -> dict:
     """One readout of the tuned design as smoothing_train_tuned's `_tuned_scores` gives it."""
     return {
-        "temperature": temperature, "cal_nll": cal_nll, "cal_nll_ts": cal_nll_ts, "test_tokens": TEST_TOKENS,
-        "test_acc": v["test_acc"], "test_nll": v["test_nll"], "test_ece": v["test_ece"],
-        "test_conf": v["test_acc"] + v["test_ece"], "reliability": reliability(v["test_ece"]),
-        "test_nll_ts": v["test_nll_ts"], "test_ece_ts": v["test_ece_ts"],
-        "test_conf_ts": v["test_acc"] + v["test_ece_ts"], "reliability_ts": reliability(v["test_ece_ts"]),
-        "train_nll": v["train_nll"], "train_acc": 0.5, "train_ece": 0.2, "train_conf": 0.7,
-    }  # fmt: skip
+        "temperature": temperature,
+        "cal_nll": cal_nll,
+        "cal_nll_ts": cal_nll_ts,
+        "test_tokens": TEST_TOKENS,
+        "test_acc": v["test_acc"],
+        "test_nll": v["test_nll"],
+        "test_ece": v["test_ece"],
+        "test_conf": v["test_acc"] + v["test_ece"],
+        "reliability": reliability(v["test_ece"]),
+        "test_nll_ts": v["test_nll_ts"],
+        "test_ece_ts": v["test_ece_ts"],
+        "test_conf_ts": v["test_acc"] + v["test_ece_ts"],
+        "reliability_ts": reliability(v["test_ece_ts"]),
+        "train_nll": v["train_nll"],
+        "train_acc": 0.5,
+        "train_ece": 0.2,
+        "train_conf": 0.7,
+    }
 
 
 def tuned_metrics(c: dict, v: dict, losses: tuple[float, float, float], learned: bool) -> dict:
@@ -194,14 +232,23 @@ def tuned_metrics(c: dict, v: dict, losses: tuple[float, float, float], learned:
     eps = c["eps"]
     final = tuned_readout(v, last, last - 0.05, 1.4 - eps)
     early = {**tuned_readout({**v, "train_nll": v["train_nll"] + 0.5}, at_one, ts, 1.1 - eps), "step": 6}
-    probes = [{"cal_nll_ts": x, "cal_acc": 0.2, "temperature": 1.2, "train_nll": v["train_nll"] + 1.0 - k / 2}
-              for k, x in enumerate((START, ts, last - 0.05))]  # fmt: skip
+    probes = [
+        {"cal_nll_ts": x, "cal_acc": 0.2, "temperature": 1.2, "train_nll": v["train_nll"] + 1.0 - k / 2}
+        for k, x in enumerate((START, ts, last - 0.05))
+    ]
     return {
-        "eval_steps": [0, 6, 12], "val_loss": [START, at_one, last], "final_val": last, "diverged_at": None,
-        "unigram_xent": UNIGRAM, "n_params": {16: 70_432, 32: 144_864}[c["d_model"]], "tokenizer": TOKENIZER,
-        "epochs": c["steps"] * c["batch"] * c["seq_len"] / c["subset_tokens"], "probes": probes,
-        "final": final, "early": early,
-    }  # fmt: skip
+        "eval_steps": [0, 6, 12],
+        "val_loss": [START, at_one, last],
+        "final_val": last,
+        "diverged_at": None,
+        "unigram_xent": UNIGRAM,
+        "n_params": {16: 70_432, 32: 144_864}[c["d_model"]],
+        "tokenizer": TOKENIZER,
+        "epochs": c["steps"] * c["batch"] * c["seq_len"] / c["subset_tokens"],
+        "probes": probes,
+        "final": final,
+        "early": early,
+    }
 
 
 def claimed(eps, s, scale=None):
@@ -290,13 +337,24 @@ def test_label_smoothing_rule_supported_when_the_price_loss_and_accuracy_gain_ho
     assert set(vs) == {*TUNED, "range", *FIXED}
     assert not any(s.counts for s in v.sub_verdicts if s.id.endswith("-fixed") or s.id in ("ece", "range"))
     assert [c.id for c in v.noise_floor] == [
-        "null/train_nll_final", "null/test_acc_final", "null/test_acc_early", "null/test_nll_final",
-        "null/test_ece_final", "null/test_ece_ts_final", "null-tuned/train_nll_final",
-        "null-tuned/test_acc_early", "null-tuned/test_nll_ts_early", "null-tuned/test_ece_early",
-    ]  # fmt: skip
+        "null/train_nll_final",
+        "null/test_acc_final",
+        "null/test_acc_early",
+        "null/test_nll_final",
+        "null/test_ece_final",
+        "null/test_ece_ts_final",
+        "null-tuned/train_nll_final",
+        "null-tuned/test_acc_early",
+        "null-tuned/test_nll_ts_early",
+        "null-tuned/test_ece_early",
+    ]
     assert all(c.noise is not None for c in v.comparisons if c.id != "range")
-    for sub_id, key, margin in (("price", "train_nll", 0.02), ("loss", "test_nll_ts", 0.01),
-                                ("accuracy", "test_acc", 0.002), ("ece", "test_ece", 0.01)):  # fmt: skip
+    for sub_id, key, margin in (
+        ("price", "train_nll", 0.02),
+        ("loss", "test_nll_ts", 0.01),
+        ("accuracy", "test_acc", 0.002),
+        ("ece", "test_ece", 0.01),
+    ):
         c = comparison(v, cid(sub_id, FIRST))
         assert c.paired and c.n == 4 and c.learned_a == c.learned_b == 4
         assert c.margin == MOD.MEASURES[key][4] == margin
@@ -434,8 +492,14 @@ def test_each_epsilon_is_compared_at_its_own_chosen_rate_on_fresh_seeds(tmp_path
     rates only: not the selection seeds (their measures sit SEL away), nor a fresh seed at another rate."""
     recs = records()
     # a stray fresh-seed run of ε = 0.1 at a rate the sweep did not choose, far off: must not enter
-    (model,) = [r for r in recs if r["config"]["part"] == "tuned" and r["config"]["eps"] == E1
-                and r["config"]["seed"] == 0 and r["config"]["d_model"] == P["scales"][0][0]]  # fmt: skip
+    (model,) = [
+        r
+        for r in recs
+        if r["config"]["part"] == "tuned"
+        and r["config"]["eps"] == E1
+        and r["config"]["seed"] == 0
+        and r["config"]["d_model"] == P["scales"][0][0]
+    ]
     stray = {**model["config"], "lr": BEST[E1] / 2}
     m = run_metrics(stray, smoothed({**CLAIMED, "test_acc": 0.9}), claimed)
     v = analyse(EXP, [*recs, record(stray, m, "stray")], P, tmp_path)
@@ -457,8 +521,12 @@ def test_the_rate_choice_follows_the_selection_loss_when_the_arms_best_rates_swa
     """A second sweep built the other way round: the choices follow the built bowls, not the arm."""
     v = analyse(EXP, records(best={0.0: 4e-3, E1: 2e-3}), P, tmp_path)
     choices = {(c["arm"], c["scale"]): c["chosen_lr"] for c in v.evidence["lr_choices"]}
-    assert choices == {("eps0", FIRST): 4e-3, ("eps0", SECOND): 2e-3, (f"eps{E1:g}", FIRST): 2e-3,
-                       (f"eps{E1:g}", SECOND): 1e-3}  # fmt: skip
+    assert choices == {
+        ("eps0", FIRST): 4e-3,
+        ("eps0", SECOND): 2e-3,
+        (f"eps{E1:g}", FIRST): 2e-3,
+        (f"eps{E1:g}", SECOND): 1e-3,
+    }
     assert comparison(v, cid("accuracy", SECOND)).diff == pytest.approx(tuned_diff("test_acc", CLAIMED))
 
 
@@ -526,9 +594,13 @@ def test_the_fixed_design_is_reported_with_its_own_margins(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
     d = decisions(v)
     assert {k: d[k] for k in FIXED} == {
-        "price-fixed": "a_better", "accuracy-fixed": "b_better", "accuracy-early-fixed": "b_better",
-        "test-loss-fixed": "b_better", "ece-fixed": "b_better", "ece-ts-fixed": "equivalent",
-    }  # fmt: skip
+        "price-fixed": "a_better",
+        "accuracy-fixed": "b_better",
+        "accuracy-early-fixed": "b_better",
+        "test-loss-fixed": "b_better",
+        "ece-fixed": "b_better",
+        "ece-ts-fixed": "equivalent",
+    }
     assert all(not sub(v, k).counts for k in FIXED)
     acc = comparison(v, "accuracy-fixed")
     assert acc.paired and acc.n == 4 and acc.learned_a == acc.learned_b == 4
@@ -545,8 +617,9 @@ def test_the_fixed_designs_every_measure_table_uses_the_fixed_margins(tmp_path):
     ±0.005 but not inside the tuned design's ±0.002: the every-measure table of the fixed design decides as
     its declared sub-claim does (equivalent), not at the tuned margin (undecided)."""
     spread = {0: 0.003, 1: -0.003, 2: 0.0025, 3: -0.0027}
-    v = analyse(EXP, records(fixed=lambda e, s: {"test_acc": BASE["test_acc"] + spread[s]} if e else {}), P,
-                tmp_path)  # fmt: skip
+    v = analyse(
+        EXP, records(fixed=lambda e, s: {"test_acc": BASE["test_acc"] + spread[s]} if e else {}), P, tmp_path
+    )
     c = comparison(v, "accuracy-fixed")
     assert c.decision == "equivalent" and 0.002 < max(-c.ci_low, c.ci_high) < 0.005
     table = pd.read_csv(tmp_path / "comparison_all.csv").set_index("id")
@@ -563,8 +636,14 @@ def test_the_fixed_design_failing_does_not_move_the_verdict(tmp_path):
     assert vs["price-fixed"] == vs["accuracy-fixed"] == "refuted"
     assert {k: vs[k] for k in COUNTED} == dict.fromkeys(COUNTED, "supported") and v.verdict == "supported"
     # and the other way round: the fixed design as claimed does not rescue a refuted tuned design
-    v = analyse(EXP, records(smoothed({**CLAIMED, "train_nll": 2.7, "test_nll_ts": 5.85, "test_acc": 0.18}),
-                             fixed=claimed), P, tmp_path)  # fmt: skip
+    v = analyse(
+        EXP,
+        records(
+            smoothed({**CLAIMED, "train_nll": 2.7, "test_nll_ts": 5.85, "test_acc": 0.18}), fixed=claimed
+        ),
+        P,
+        tmp_path,
+    )
     assert verdicts(v)["accuracy-fixed"] == "supported" and v.verdict == "refuted"
 
 
@@ -599,11 +678,13 @@ def test_an_ece_gain_inside_the_fixed_null_pairs_spread_is_not_supported(tmp_pat
     spread = {0: 0.03, 1: -0.025, 2: 0.02, 3: -0.03}
     v = analyse(
         EXP,
-        records(fixed=lambda e, s: {**CLAIMED, "test_ece": 0.08} if e > 0 else {},
-                fixed_null=lambda s: {"test_ece": spread[s]}),
+        records(
+            fixed=lambda e, s: {**CLAIMED, "test_ece": 0.08} if e > 0 else {},
+            fixed_null=lambda s: {"test_ece": spread[s]},
+        ),
         P,
         tmp_path,
-    )  # fmt: skip
+    )
     c = comparison(v, "ece-fixed")
     assert (
         c.p < 0.05 and c.diff == pytest.approx(-0.02, abs=0.002) and c.in_noise and c.decision == "undecided"

@@ -35,26 +35,45 @@ def pair(d, sigma=1.0, formula_err=1e-4):
     ln = 1 - np.sqrt((d - 1) / d) if sigma > 1e-2 else 100.0
     rms = 1e-6 if sigma > 1e-2 else 100.0
     return {
-        std: {"median": v, "max": v, "max_abs": v, "out_rms_torch": 1.0, "out_rms_notes": 1.0, "formula_err": formula_err}
+        std: {
+            "median": v,
+            "max": v,
+            "max_abs": v,
+            "out_rms_torch": 1.0,
+            "out_rms_notes": 1.0,
+            "formula_err": formula_err,
+        }
         for std, v in (("layer", ln), ("rms", rms))
-    }  # fmt: skip
+    }
 
 
 def train_metrics(cfg, final, swap_delta, jitter, rng, q01):
-    """One training run's metrics. Its own formula evaluates to `final` (bf16 0.001 higher); every other formula
-    adds swap_delta[(family, dtype)] (default 1e-4) plus Gaussian jitter of sd `jitter`."""
+    """One training run's metrics. Its own formula evaluates to `final` (bf16 0.001 higher); every other
+    formula adds swap_delta[(family, dtype)] (default 1e-4) plus Gaussian jitter of sd `jitter`."""
     own = "torch" if cfg["formula"] == "torch" else "notes"
     swap = {
         dt: {
-            name: final + (0.001 if dt == "bfloat16" else 0.0)
-            + (0.0 if name == own else swap_delta.get((cfg["family"], dt), 1e-4) + jitter * rng.standard_normal())
+            name: final
+            + (0.001 if dt == "bfloat16" else 0.0)
+            + (
+                0.0
+                if name == own
+                else swap_delta.get((cfg["family"], dt), 1e-4) + jitter * rng.standard_normal()
+            )
             for name in cfg["evals"]
         }
         for dt in cfg["dtypes"]
-    }  # fmt: skip
+    }
     probes = [{f"stack.blocks.0.norm{i}": {"min": q01 / 2, "q01": q01, "median": 1.0} for i in (1, 2)}] * 3
-    return {"eval_steps": [0, 6, 12], "val_loss": [4.0, 3.5, final], "final_val": final, "unigram_xent": UNIGRAM,
-            "diverged_at": None, "probes": probes, "swap": swap}  # fmt: skip
+    return {
+        "eval_steps": [0, 6, 12],
+        "val_loss": [4.0, 3.5, final],
+        "final_val": final,
+        "unigram_xent": UNIGRAM,
+        "diverged_at": None,
+        "probes": probes,
+        "swap": swap,
+    }
 
 
 def records(
@@ -67,16 +86,20 @@ def records(
     diverged=(),
     ref_off=0.0,
 ):
-    """swap_delta: (family, dtype) -> mean loss change of a swap; notes_shift: notes-trained minus torch-trained final
-    loss; diverged: (family, formula, seed) runs that diverged (no final loss, no swap); ref_off: final loss minus the
-    swap's fp32 reference."""
+    """swap_delta: (family, dtype) -> mean loss change of a swap; notes_shift: notes-trained minus
+    torch-trained final loss; diverged: (family, formula, seed) runs that diverged (no final loss, no swap);
+    ref_off: final loss minus the swap's fp32 reference."""
     rng = np.random.default_rng(7)
     out = []
     for i, c in enumerate(EXP.grid(P)):
         if c["part"] == "width":
             m = {"rows": [{"d": d, **pair(d, formula_err=formula_err)} for d in c["widths"]]}
         elif c["part"] == "scale":
-            m = {"rows": [{"d": d, "sigma": s, **pair(d, s, formula_err)} for d in c["widths"] for s in c["sigmas"]]}  # fmt: skip
+            m = {
+                "rows": [
+                    {"d": d, "sigma": s, **pair(d, s, formula_err)} for d in c["widths"] for s in c["sigmas"]
+                ]
+            }
         elif (c["family"], c["formula"], c["seed"]) in diverged:
             m = {
                 "eval_steps": [0],
@@ -124,7 +147,12 @@ def test_layernorm_variants_rule_supported_when_every_swap_is_within_the_margin(
 
 def test_layernorm_variants_rule_a_significant_change_inside_the_margin_is_still_equivalent(tmp_path):
     # 0.003 nats with almost no spread: p ≈ 0, yet the whole interval sits inside ±0.01, so interchangeable
-    v = analyse(EXP, records({(f, dt): 0.003 for f in ("layer", "rms") for dt in ("float32", "bfloat16")}), P, tmp_path)  # fmt: skip
+    v = analyse(
+        EXP,
+        records({(f, dt): 0.003 for f in ("layer", "rms") for dt in ("float32", "bfloat16")}),
+        P,
+        tmp_path,
+    )
     c = comparison(v, "swap-LN-fp32/t2n-same-eps")
     assert (
         c.p < 0.05 and c.p_equiv < 0.05 and c.decision == "equivalent"
@@ -133,9 +161,9 @@ def test_layernorm_variants_rule_a_significant_change_inside_the_margin_is_still
 
 
 def test_layernorm_variants_rule_the_training_noise_floor_gates_training_not_the_swap(tmp_path):
-    """The null pair measures what retraining changes (±0.01 here). A swap evaluates the same weights under two
-    formulas, with no retraining in it, so no floor gates it: it is still shown within the margin. The context
-    comparison trains twice, so the floor is named beside it."""
+    """The null pair measures what retraining changes (±0.01 here). A swap evaluates the same weights under
+    two formulas, with no retraining in it, so no floor gates it: it is still shown within the margin. The
+    context comparison trains twice, so the floor is named beside it."""
     recs = records()
     wobble = {1000: 0.01, 1001: -0.008, 1002: 0.006, 1003: -0.01, 1004: 0.004}
     for r in recs:
@@ -200,7 +228,8 @@ def test_layernorm_variants_rule_a_diverged_run_drops_its_seed_from_the_pair(tmp
 
 
 def test_layernorm_variants_rule_retraining_is_context_not_verdict(tmp_path):
-    # training with the notes' formula ends 0.2 nats worse, but every swap is within the margin: the verdict stands
+    # training with the notes' formula ends 0.2 nats worse, but every swap is within the margin: the verdict
+    # stands
     v = analyse(EXP, records(notes_shift=0.2), P, tmp_path)
     assert decisions(v, "context-") == {"context-LN": "a_better", "context-RMS": "a_better"}  # torch's lower
     assert verdicts(v)["context-LN"] == "refuted" and not sub(v, "context-LN").counts
@@ -268,7 +297,10 @@ def tiny_lm(family: str, seed: int = 0) -> LM:
 
 def batches(n=3):
     g = torch.Generator().manual_seed(1)
-    return [(torch.randint(1, 20, (4, 12), generator=g), torch.randint(1, 20, (4, 12), generator=g)) for _ in range(n)]  # fmt: skip
+    return [
+        (torch.randint(1, 20, (4, 12), generator=g), torch.randint(1, 20, (4, 12), generator=g))
+        for _ in range(n)
+    ]
 
 
 @pytest.mark.parametrize("family", ["layer", "rms"])
@@ -281,7 +313,9 @@ def test_swap_to_the_same_formula_leaves_the_loss_bit_identical(family):
         assert evaluate(model, bs, "cpu") == before
     # a round trip through the other formula comes back to the very same number, in both precisions
     ref = swap_losses(model, family, {"own": ["notes", 1e-6]}, ["float32", "bfloat16"], bs, "cpu")
-    trip = swap_losses(model, family, {"torch": ["torch", 1e-5], "own": ["notes", 1e-6]}, ["float32", "bfloat16"], bs, "cpu")  # fmt: skip
+    trip = swap_losses(
+        model, family, {"torch": ["torch", 1e-5], "own": ["notes", 1e-6]}, ["float32", "bfloat16"], bs, "cpu"
+    )
     assert (
         trip["float32"]["own"] == ref["float32"]["own"] and trip["bfloat16"]["own"] == ref["bfloat16"]["own"]
     )
@@ -308,7 +342,14 @@ def test_swap_keeps_every_parameter_and_changes_only_the_norm_modules(family):
 def test_swap_reference_reproduces_the_training_evaluation_and_leaves_the_model_alone():
     model, bs = tiny_lm("layer"), batches()
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    out = swap_losses(model, "layer", {"torch": ["torch", 1e-5], "notes": ["notes", 1e-6]}, ["float32", "bfloat16"], bs, "cpu")  # fmt: skip
+    out = swap_losses(
+        model,
+        "layer",
+        {"torch": ["torch", 1e-5], "notes": ["notes", 1e-6]},
+        ["float32", "bfloat16"],
+        bs,
+        "cpu",
+    )
     assert out["float32"]["torch"] == evaluate(
         model, bs, "cpu"
     )  # the run's final validation loss, bit for bit

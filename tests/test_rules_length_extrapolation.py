@@ -38,17 +38,31 @@ def metrics(c: dict, v: float, ok: bool, arms: dict, s: int, tile=0.0, kept=0.0,
     pos = c["pos"]
     arms = {k: (r + shift if isinstance(r, float) else tuple(x + shift for x in r)) for k, r in arms.items()}
     own = T if pos == "learned" else N  # positions a model has
-    m = {"final_val": level, "best_val": level, "val_loss": [4.4, level + 0.2, level],
-         "eval_steps": [0, 6, 12], "unigram_xent": UNIGRAM, "diverged_at": None, "longest_window": own,
-         "position_loss": curve(level, 0.0 if pos == "learned" else arms[pos], own, s)}  # fmt: skip
+    m = {
+        "final_val": level,
+        "best_val": level,
+        "val_loss": [4.4, level + 0.2, level],
+        "eval_steps": [0, 6, 12],
+        "unigram_xent": UNIGRAM,
+        "diverged_at": None,
+        "longest_window": own,
+        "position_loss": curve(level, 0.0 if pos == "learned" else arms[pos], own, s),
+    }
     if c.get("extend"):
         m["extended"] = {
-            how: {"position_loss": curve(level, arms[how][0], N, s), "kept_change": kept,
-                  "tile_error": tile if how == "copy" else 0.7,
-                  "trained": {"position_loss": curve(level, arms[how][1], N, s), "final_val": level,
-                              "diverged_at": None, "seconds": 1.0}}
+            how: {
+                "position_loss": curve(level, arms[how][0], N, s),
+                "kept_change": kept,
+                "tile_error": tile if how == "copy" else 0.7,
+                "trained": {
+                    "position_loss": curve(level, arms[how][1], N, s),
+                    "final_val": level,
+                    "diverged_at": None,
+                    "seconds": 1.0,
+                },
+            }
             for how in ("copy", "random")
-        }  # fmt: skip
+        }
     return m
 
 

@@ -35,8 +35,14 @@ def records(gap=-0.05, learned=True, best=None, rerun=RERUN):
             v += rerun[s % len(rerun)]
         if not learned:
             v = UNIGRAM + 0.02 * (s % 2)
-        return {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-                "unigram_xent": UNIGRAM, "diverged_at": None}  # fmt: skip
+        return {
+            "final_val": v,
+            "best_val": v,
+            "val_loss": [4.4, v + 0.2, v],
+            "eval_steps": [0, 6, 12],
+            "unigram_xent": UNIGRAM,
+            "diverged_at": None,
+        }
 
     return grown(EXP, P, metrics)
 

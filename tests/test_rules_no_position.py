@@ -43,8 +43,14 @@ def perm_rows(c: dict, encoder, decoder, control, prefix_one, prefix_deeper) -> 
 def probe(L: int, gain: float, input_gain: float, T: int) -> dict:
     """A probe record whose best layer (the last) reads `gain` and whose input layer reads `input_gain`."""
     gains = [input_gain] + [gain * (i + 1) / L for i in range(L)]
-    return {"gain": gains, "mae": [16 * (1 - g) for g in gains], "chance_mae": 16.0, "fit_gain": gains,
-            "best": L, "mae_by_position": [16 * (1 - gain)] * T}  # fmt: skip
+    return {
+        "gain": gains,
+        "mae": [16 * (1 - g) for g in gains],
+        "chance_mae": 16.0,
+        "fit_gain": gains,
+        "best": L,
+        "mae_by_position": [16 * (1 - gain)] * T,
+    }
 
 
 def records(gap=0.3, ctrl_gap=0.3, gain=0.0, perm=BLIND, learned=True, null_spread=0.0, p=P):
@@ -62,10 +68,17 @@ def records(gap=0.3, ctrl_gap=0.3, gain=0.0, perm=BLIND, learned=True, null_spre
             v += null_spread * (1 if s % 2 else -1) if c["seed"] >= 1000 else 0.0
         if not learned:
             v = UNIGRAM + 0.02 * (s % 2)
-        return {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-                "unigram_xent": UNIGRAM, "diverged_at": None,
-                "probe": probe(c["n_layers"], gain + JITTER[s] if nope else 0.9, JITTER[s] if nope else 0.8,
-                               c["seq_len"])}  # fmt: skip
+        return {
+            "final_val": v,
+            "best_val": v,
+            "val_loss": [4.4, v + 0.2, v],
+            "eval_steps": [0, 6, 12],
+            "unigram_xent": UNIGRAM,
+            "diverged_at": None,
+            "probe": probe(
+                c["n_layers"], gain + JITTER[s] if nope else 0.9, JITTER[s] if nope else 0.8, c["seq_len"]
+            ),
+        }
 
     return grown(EXP, p, metrics)
 
@@ -153,11 +166,18 @@ def test_model_sweep_runs_reads_roles_scales_and_each_arms_choice():
 
     def rec(pos, lr, seed, v):
         c = {"pos": pos, "d_model": 16, "n_layers": 2, "lr": lr, "seed": seed}
-        return record(c, {"final_val": v, "val_loss": [4.0, v], "unigram_xent": UNIGRAM, "diverged_at": None},
-                      f"{pos}-{lr}-{seed}")  # fmt: skip
+        return record(
+            c,
+            {"final_val": v, "val_loss": [4.0, v], "unigram_xent": UNIGRAM, "diverged_at": None},
+            f"{pos}-{lr}-{seed}",
+        )
 
-    recs = [rec(pos, lr, s, 2.0 + (lr != 8e-3) + (pos == "none")) for pos in ("none", "sinusoidal")
-            for lr in (4e-3, 8e-3) for s in (10, 0, 1000)]  # fmt: skip
+    recs = [
+        rec(pos, lr, s, 2.0 + (lr != 8e-3) + (pos == "none"))
+        for pos in ("none", "sinusoidal")
+        for lr in (4e-3, 8e-3)
+        for s in (10, 0, 1000)
+    ]
     arms = {k: {"pos": k} for k in ("none", "sinusoidal")}
     t, choices, tuned, _ = model_sweep_runs(recs, (rd.final_loss(),), arms, {(16, 2): "d16-L2"}, [10], 1000)
     assert dict(zip(t.seed, t.role)) == {10: "selection", 0: "test", 1000: "null"}

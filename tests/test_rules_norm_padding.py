@@ -2,10 +2,10 @@
 
 The quick profile's arms with four fresh seeds: the causal LM on padded lines (LN, BN pads masked and BN with
 causal statistics at pre-norm batches 2 and 4, every norm at batch 4, LN and BN masked at post-norm batch 4),
-the causal LM on windows (LN, BN masked, BN causal), the masked LM on windows (LN, BN) and on lines (LN, BN, BN
-masked); the learning-rate sweep of LN and both BNs on lines and of LN and BN in the masked LM on windows (rates
-5e-4 and 1e-3 on selection seed 10, at d = 32, and the masked LM again at d = 48). The records are made as the
-runner makes them: the staged grid grows with the records made so far until it stops changing.
+the causal LM on windows (LN, BN masked, BN causal), the masked LM on windows (LN, BN) and on lines (LN, BN,
+BN masked); the learning-rate sweep of LN and both BNs on lines and of LN and BN in the masked LM on windows
+(rates 5e-4 and 1e-3 on selection seed 10, at d = 32, and the masked LM again at d = 48). The records are made
+as the runner makes them: the staged grid grows with the records made so far until it stops changing.
 
 Each run's eval-mode loss is built per (setting, placement, batch, norm, seed) from knobs, one per counted
 sub-claim — (a) padding, (b) batch statistics in the masked LM, (d) the train/inference mismatch — each set to
@@ -43,12 +43,19 @@ ENC = {n: swept_name("enc-windows", "pre", 4, n) for n in ("layer", "batch")}
 
 
 def stats(multiple, seed):
-    """One BN layer's record: deviations that are `multiple` × i.i.d. noise (mean and variance) at every step."""
+    """One BN layer's record: deviations that are `multiple` × i.i.d. noise (mean and variance) at every
+    step."""
     steps = list(range(0, P["steps"], P["stat_every"]))
     n = 64
     x = multiple * (1 + 0.05 * (seed % 4))
-    return {"blocks.0.norm1": {"step": steps, "mean_dev": [x / math.sqrt(n)] * len(steps),
-                               "var_dev": [x / math.sqrt(n / 2)] * len(steps), "n": [n] * len(steps)}}  # fmt: skip
+    return {
+        "blocks.0.norm1": {
+            "step": steps,
+            "mean_dev": [x / math.sqrt(n)] * len(steps),
+            "var_dev": [x / math.sqrt(n / 2)] * len(steps),
+            "n": [n] * len(steps),
+        }
+    }
 
 
 def invariance(norm, inv_ok=True, leak_ok=True, pads_enter=2.0, causal_rel=0.0):
@@ -67,14 +74,24 @@ def invariance(norm, inv_ok=True, leak_ok=True, pads_enter=2.0, causal_rel=0.0):
     def at(m, v):
         return v if m == "train" else 0.0
 
-    pad = [{"mode": m, "frac": f, "abs": at(m, pads), "rel": at(m, pads)} for m in ("train", "eval")
-           for f in P["pad_fracs"]]  # fmt: skip
+    pad = [
+        {"mode": m, "frac": f, "abs": at(m, pads), "rel": at(m, pads)}
+        for m in ("train", "eval")
+        for f in P["pad_fracs"]
+    ]
     nbs = [
         {"mode": m, "n_neighbours": 2, "frac": 0.3, "abs": at(m, nb), "rel": at(m, nb)}
         for m in ("train", "eval")
     ]
-    lk = {m: {"same_row_abs": at(m, leak), "same_row_rel": at(m, leak), "other_rows_abs": at(m, other),
-              "other_rows_rel": at(m, other)} for m in ("train", "eval")}  # fmt: skip
+    lk = {
+        m: {
+            "same_row_abs": at(m, leak),
+            "same_row_rel": at(m, leak),
+            "other_rows_abs": at(m, other),
+            "other_rows_rel": at(m, other),
+        }
+        for m in ("train", "eval")
+    }
     return {"padding": pad, "neighbours": nbs, "leak": lk}
 
 
@@ -90,9 +107,17 @@ def metrics(c, loss, gap, null, lm_fluct, mlp_fluct, probes) -> dict:
     v = float(loss(c, s) + JITTER[s % 4])
     if c["part"] == "null":  # the LN arm again at another seed: a little different
         v += np.roll(WOBBLE, c["batch"])[s] if null is None else null(c, s)
-    m = {"diverged_at": None, "train_loss": [4.0, v + 0.1], "seconds": 1.0, "unigram_xent": UNIGRAM,
-         "init_loss": INIT, "pad_frac_train": 0.3 if c["data"] == "lines" else 0.0, "eval_mixed": v,
-         "train_mixed": v - float(gap(c, s)), "stats": {}}  # fmt: skip
+    m = {
+        "diverged_at": None,
+        "train_loss": [4.0, v + 0.1],
+        "seconds": 1.0,
+        "unigram_xent": UNIGRAM,
+        "init_loss": INIT,
+        "pad_frac_train": 0.3 if c["data"] == "lines" else 0.0,
+        "eval_mixed": v,
+        "train_mixed": v - float(gap(c, s)),
+        "stats": {},
+    }
     if c["norm"].startswith("batch"):
         m["stats"] = stats(lm_fluct, s)
     if c["data"] == "lines":
@@ -103,10 +128,11 @@ def metrics(c, loss, gap, null, lm_fluct, mlp_fluct, probes) -> dict:
 
 
 def records(loss, gap=lambda c, s: 0.01, *, params=P, lm_fluct=4.0, mlp_fluct=1.0, null=None, **probes):
-    """loss(config, seed) -> eval-mode validation loss before the shared jitter; gap(config, seed) -> eval-mode
-    minus train-mode loss of the same run; null(config, seed) -> what the null pair's rerun adds (default: a
-    little wobble); `probes` go to `invariance`. The staged grid grows as the runner grows it: the sweep's
-    selection seed chooses each arm's rate, whose fresh-seed runs (and the next width's sweep) join the grid."""
+    """loss(config, seed) -> eval-mode validation loss before the shared jitter; gap(config, seed) ->
+    eval-mode minus train-mode loss of the same run; null(config, seed) -> what the null pair's rerun adds
+    (default: a little wobble); `probes` go to `invariance`. The staged grid grows as the runner grows it: the
+    sweep's selection seed chooses each arm's rate, whose fresh-seed runs (and the next width's sweep) join
+    the grid."""
     return grown(EXP, params, lambda c: metrics(c, loss, gap, null, lm_fluct, mlp_fluct, probes))
 
 
@@ -125,10 +151,10 @@ def world(a="sup", b="sup", d="sup", c="sup", best=None):
     """(loss, gap) for `records`; each knob moves one sub-claim and cancels out of the others.
 
     a: BN counting pads − BN masking them (causal LM, lines); b: BN − LN in the masked LM on windows ('mix':
-    supported at the first width, refuted at the second); d: eval − train-mode loss of the leak-free BNs ('mix':
-    supported in the causal LM, refuted in the masked LM); c (reported): (BN causal − LN) on lines, 0.30 at the
-    smallest batch against 0.10 at the largest ('sup'), the other way round ('ref'). Every arm's best rate is
-    the profile's (1e-3) unless `best` ((setting, norm) -> rate) says otherwise."""
+    supported at the first width, refuted at the second); d: eval − train-mode loss of the leak-free BNs
+    ('mix': supported in the causal LM, refuted in the masked LM); c (reported): (BN causal − LN) on lines,
+    0.30 at the smallest batch against 0.10 at the largest ('sup'), the other way round ('ref'). Every arm's
+    best rate is the profile's (1e-3) unless `best` ((setting, norm) -> rate) says otherwise."""
     best = best or {}
 
     def loss(cfg, s):
@@ -137,8 +163,13 @@ def world(a="sup", b="sup", d="sup", c="sup", best=None):
         if st == "lines":
             ln = 2.50
             cg = {"sup": (0.30, 0.10), "ref": (0.10, 0.30)}[c][0 if bs == SMALL else 1]
-            v = {"layer": ln, "batch_masked": ln + 0.10, "batch": ln + 0.10 + delta(a, s), "batch_causal": ln + cg,
-                 "power": ln - 0.05}[n]  # fmt: skip
+            v = {
+                "layer": ln,
+                "batch_masked": ln + 0.10,
+                "batch": ln + 0.10 + delta(a, s),
+                "batch_causal": ln + cg,
+                "power": ln - 0.05,
+            }[n]
         elif st == "windows":
             v = {"layer": 2.40, "batch_masked": 2.45, "batch_causal": 2.50}[n]
         elif st == "enc-windows":
@@ -149,8 +180,12 @@ def world(a="sup", b="sup", d="sup", c="sup", best=None):
 
     def gap(cfg, s):
         st, n = setting(cfg), cfg["norm"]
-        leak_free = {"lines": "batch_causal", "windows": "batch_causal", "enc-windows": "batch",
-                     "enc-lines": "batch_masked"}[st]  # fmt: skip
+        leak_free = {
+            "lines": "batch_causal",
+            "windows": "batch_causal",
+            "enc-windows": "batch",
+            "enc-lines": "batch_masked",
+        }[st]
         if n == leak_free:
             return delta(d, s, not st.startswith("enc-")) + WOBBLE[s % 4] / 4
         return 0.3 if n == "batch_masked" else 0.01  # BN masked in the causal LM: its train mode sees ahead
@@ -174,10 +209,14 @@ def test_norm_padding_rule_supported_when_padding_batch_statistics_and_mismatch_
     assert counted(v) == ["supported"] * 3
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert {k for k, (kind, _) in kinds.items() if kind == "check"} == {
-        "ln-invariant", "eval-invariant", "masked-pads", "causal-invariant"
-    }  # fmt: skip
+        "ln-invariant",
+        "eval-invariant",
+        "masked-pads",
+        "causal-invariant",
+    }
     assert {k for k, (kind, c) in kinds.items() if kind == "effect" and c} == set(COUNTED)
-    # (a) tuned, one cell at the first width: a = BN masked, each BN at its own best rate, floored by null-lines
+    # (a) tuned, one cell at the first width: a = BN masked, each BN at its own best rate, floored by
+    # null-lines
     a = comparison(v, "a")
     assert a.decision == "a_better" and a.arm_a.startswith("BN pads masked") and a.n == 4 and a.paired
     assert a.noise is not None and a.learned_a == a.learned_b == 4
@@ -192,13 +231,28 @@ def test_norm_padding_rule_supported_when_padding_batch_statistics_and_mismatch_
     }
     assert comparison(v, "d/enc-win-pre-B4").noise is None
     # every swept arm chose the profile's rate, at every width it swept (the masked LM at two)
-    assert choices(v) == {**{(k, f"d{D0}"): 1e-3 for k in [*LINES.values(), *ENC.values()]},
-                          **{(k, f"d{D1}"): 1e-3 for k in ENC.values()}}  # fmt: skip
+    assert choices(v) == {
+        **{(k, f"d{D0}"): 1e-3 for k in [*LINES.values(), *ENC.values()]},
+        **{(k, f"d{D1}"): 1e-3 for k in ENC.values()},
+    }
     # the reported sub-claims, beside the verdict
     assert {k for k, (kind, c) in kinds.items() if kind == "effect" and not c} == {
-        "a-fixed", "a-enc", "b-fixed", "b-causal", "b-leaky", "c", "c-leaky", "d-leaky", "naive", "naive-fixed",
-        "power", "pads-enter", "leak", "fluct", "fluct-2x",
-    }  # fmt: skip
+        "a-fixed",
+        "a-enc",
+        "b-fixed",
+        "b-causal",
+        "b-leaky",
+        "c",
+        "c-leaky",
+        "d-leaky",
+        "naive",
+        "naive-fixed",
+        "power",
+        "pads-enter",
+        "leak",
+        "fluct",
+        "fluct-2x",
+    }
     assert d["a-fixed"] == d["a-enc"] == d["b-fixed"] == d["b-causal"] == d["b-leaky"] == "a_better"
     assert d["naive"] == d["naive-fixed"] == "a_better" and d["power"] == "b_better"
     assert d["c"] == "a_better"
@@ -209,16 +263,24 @@ def test_norm_padding_rule_supported_when_padding_batch_statistics_and_mismatch_
         f"d-leaky/{k}": "a_better" for k in ("pre-B2", "pre-B4", "post-B4", "win-pre-B4")
     }
     # the checks pass; BN's dependence on pads and its leak are reported effects against bounds
-    assert all(verdicts(v)[k] == "supported" for k in ("ln-invariant", "eval-invariant", "masked-pads",
-                                                         "causal-invariant"))  # fmt: skip
+    assert all(
+        verdicts(v)[k] == "supported"
+        for k in ("ln-invariant", "eval-invariant", "masked-pads", "causal-invariant")
+    )
     assert verdicts(v)["pads-enter"] == verdicts(v)["leak"] == "supported"
     assert d["leak/counted"] == d["leak/masked"] == d["pads-enter"] == "equivalent"  # inside [1e-4, ∞)
     assert verdicts(v)["fluct"] == verdicts(v)["fluct-2x"] == "supported"
     assert d["fluct-2x/log2 mean x iid"] == "b_better"
     # the null pairs: one per declared null cell, the tuned comparisons' floors, the interaction's
     assert [f.id for f in v.noise_floor] == [
-        "null/pre-B2", "null/pre-B4", "null/win-pre-B4", "null/enc-win-pre-B4", "null-lines", "null-enc", "null-gap"
-    ]  # fmt: skip
+        "null/pre-B2",
+        "null/pre-B4",
+        "null/win-pre-B4",
+        "null/enc-win-pre-B4",
+        "null-lines",
+        "null-enc",
+        "null-gap",
+    ]
     assert all(f.decision in ("undecided", "equivalent") for f in v.noise_floor)
     assert comparison(v, "b-fixed").noise is not None and comparison(v, "a-enc").noise is None  # no null cell
     assert v.evidence["sub_verdicts"]["d"] == "supported"
@@ -256,9 +318,9 @@ def test_norm_padding_overall_verdict_combines_a_b_and_d(tmp_path, a, b, d, over
 
 
 def test_norm_padding_rule_tuned_comparison_reads_the_fresh_seeds_at_each_arms_chosen_rate(tmp_path):
-    """BN counting pads is best at 5e-4, BN masking them at the profile's 1e-3; on the selection seed BN counting
-    pads is far better (which must not enter the comparison): (a) compares the fresh seeds, each BN at its own
-    rate."""
+    """BN counting pads is best at 5e-4, BN masking them at the profile's 1e-3; on the selection seed BN
+    counting pads is far better (which must not enter the comparison): (a) compares the fresh seeds, each BN
+    at its own rate."""
     loss, gap = world(best={("lines", "batch"): 5e-4})
 
     def selection_apart(cfg, s):
@@ -271,9 +333,16 @@ def test_norm_padding_rule_tuned_comparison_reads_the_fresh_seeds_at_each_arms_c
     assert ch[LINES["batch"], f"d{D0}"] == 5e-4 and ch[LINES["batch_masked"], f"d{D0}"] == 1e-3
 
     def mean(norm, lr, seeds):
-        vals = [r["metrics"]["eval_mixed"] for r in recs
-                if r["config"]["part"] == "lines" and r["config"]["norm"] == norm and r["config"]["lr"] == lr
-                and r["config"]["seed"] in seeds and r["config"]["batch"] == 4 and r["config"]["placement"] == "pre"]  # fmt: skip
+        vals = [
+            r["metrics"]["eval_mixed"]
+            for r in recs
+            if r["config"]["part"] == "lines"
+            and r["config"]["norm"] == norm
+            and r["config"]["lr"] == lr
+            and r["config"]["seed"] in seeds
+            and r["config"]["batch"] == 4
+            and r["config"]["placement"] == "pre"
+        ]
         assert len(vals) == len(seeds)
         return float(np.mean(vals))
 
@@ -287,10 +356,10 @@ def test_norm_padding_rule_tuned_comparison_reads_the_fresh_seeds_at_each_arms_c
 
 
 def test_norm_padding_rule_tuned_equivalence_refutes_only_beside_a_positive_control(tmp_path):
-    """At the profile's rate BN counting pads is 0.2 worse than BN masking them (a-fixed, the positive control,
-    supports beyond the margin); at its own best rate (5e-4) it is as good: (a) is refuted, padding costs
-    nothing once each BN has its rate. With no effect at the fixed rate either, the same equivalence is no
-    evidence against the claim: (a) is inconclusive."""
+    """At the profile's rate BN counting pads is 0.2 worse than BN masking them (a-fixed, the positive
+    control, supports beyond the margin); at its own best rate (5e-4) it is as good: (a) is refuted, padding
+    costs nothing once each BN has its rate. With no effect at the fixed rate either, the same equivalence is
+    no evidence against the claim: (a) is inconclusive."""
     loss, gap = world(best={("lines", "batch"): 5e-4})
 
     def equal_at_best(cfg, s):  # BN counting pads at its best rate: BN masked's loss (its own wobble)
@@ -319,8 +388,8 @@ def test_norm_padding_rule_tuned_equivalence_refutes_only_beside_a_positive_cont
 
 
 def test_norm_padding_rule_b_reads_the_masked_lm_not_the_causal_lm(tmp_path):
-    """BN far worse than LN in the causal LM on windows (leaky or causal statistics), but nothing to tell apart in
-    the masked LM: (b) is undecided, the causal LM's comparisons are reported beside it."""
+    """BN far worse than LN in the causal LM on windows (leaky or causal statistics), but nothing to tell
+    apart in the masked LM: (b) is undecided, the causal LM's comparisons are reported beside it."""
     loss, gap = world(b="inc")
 
     def causal_worse(cfg, s):
@@ -344,7 +413,8 @@ def test_norm_padding_rule_underpowered_null_is_inconclusive_never_refuted(tmp_p
 
 
 def test_norm_padding_rule_equivalence_without_positive_control_does_not_refute(tmp_path):
-    # a naive "CI inside ±margin → no effect" rule would refute (a), (b) and (d); without a positive control it
+    # a naive "CI inside ±margin → no effect" rule would refute (a), (b) and (d); without a positive control
+    # it
     # must not: every BN equals LN (and each other) at every rate and width, in both modes
     def loss(cfg, s):
         base = {"lines": 2.5, "windows": 2.4, "enc-windows": 2.3, "enc-lines": 2.35}[setting(cfg)]
@@ -360,9 +430,9 @@ def test_norm_padding_rule_equivalence_without_positive_control_does_not_refute(
 
 
 def test_norm_padding_rule_tuned_effects_inside_their_noise_floor_are_not_supported(tmp_path):
-    """BN counting pads worse by 0.03 in every seed (p small), but the LN reruns on lines differ from LN by up to
-    ±0.1: (a) is inside its floor (null-lines), undecided; the masked LM's floor (null-enc) is small, so (b)
-    stands. And the other way round: a small (b) inside a wide null-enc, with (a) standing."""
+    """BN counting pads worse by 0.03 in every seed (p small), but the LN reruns on lines differ from LN by up
+    to ±0.1: (a) is inside its floor (null-lines), undecided; the masked LM's floor (null-enc) is small, so
+    (b) stands. And the other way round: a small (b) inside a wide null-enc, with (a) standing."""
     loss, gap = world()
 
     def small(kind):
@@ -396,7 +466,8 @@ def test_norm_padding_rule_tuned_effects_inside_their_noise_floor_are_not_suppor
 
 
 def test_norm_padding_rule_small_batch_interaction_inside_its_null_pair_is_undecided(tmp_path):
-    # (BN causal − LN) larger at batch 2 by 0.05, but LN's own batch-2 − batch-4 difference moves by up to ±0.2
+    # (BN causal − LN) larger at batch 2 by 0.05, but LN's own batch-2 − batch-4 difference moves by up to
+    # ±0.2
     # between the seeds and their reruns: the (reported) interaction is inside its noise floor
     loss, gap = world()
 

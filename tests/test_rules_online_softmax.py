@@ -1,5 +1,5 @@
-"""The declared rule of `online_softmax`, fed synthetic error rows and byte counts. Every number is exact given
-its seed: each sub-claim is a bound on every row, so there is no noise floor; a row in the overflow zone
+"""The declared rule of `online_softmax`, fed synthetic error rows and byte counts. Every number is exact
+given its seed: each sub-claim is a bound on every row, so there is no noise floor; a row in the overflow zone
 between 'certainly finite' and 'certainly overflows' is reported and decides nothing."""
 
 import math
@@ -22,7 +22,8 @@ def exp():
 
 def good_rows(cfg, *, error=None, finite=None):
     """What run_errors records: error(dtype, path, block, scale) overrides an error (default: 2·eps for every
-    path, the reference ~1e-16); finite(path, max_logit, at) overrides finiteness (default: the closed form)."""
+    path, the reference ~1e-16); finite(path, max_logit, at) overrides finiteness (default: the closed
+    form)."""
     dt = cfg["dtype"]
     at = 709.78 if dt == "float64" else 88.72
     rows = []
@@ -62,15 +63,26 @@ def records(exp, params="quick", *, error=None, finite=None, peak=None):
 
 def test_the_identity_the_overflow_and_linear_memory_support_the_claim(exp, tmp_path):
     v = analyse(exp, records(exp), "quick", tmp_path)
-    assert verdicts(v) == {"reference": "supported", "exact": "supported", "as-fused": "supported",
-                           "overflow": "supported", "memory": "supported"}  # fmt: skip
+    assert verdicts(v) == {
+        "reference": "supported",
+        "exact": "supported",
+        "as-fused": "supported",
+        "overflow": "supported",
+        "memory": "supported",
+    }
     assert v.verdict == "supported"
 
 
 def test_a_float64_error_beyond_rounding_refutes_exactness(exp, tmp_path):
-    err = lambda dt, path, block, scale: 1e-9 if (dt, path, block) == ("float64", "blockwise", 64) else None  # noqa: E731
-    v = analyse(exp, records(exp, error=lambda *a: err(*a) or (2e-16 if a[0] == "float64" else 2 * EPS[a[0]])),
-                "quick", tmp_path)  # fmt: skip
+    def err(dt, path, block, scale):
+        return 1e-9 if (dt, path, block) == ("float64", "blockwise", 64) else None
+
+    v = analyse(
+        exp,
+        records(exp, error=lambda *a: err(*a) or (2e-16 if a[0] == "float64" else 2 * EPS[a[0]])),
+        "quick",
+        tmp_path,
+    )
     assert sub(v, "exact").verdict == "refuted"
     assert v.verdict == "mixed"
 

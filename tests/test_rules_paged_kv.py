@@ -17,12 +17,31 @@ def rows(cfg, waste=None, batch=None):
     """Contiguous policies at WASTE/BATCH, paged waste growing with the block (2% at 16) and 30 running."""
     seed = cfg["seed"]
     waste, batch = {**WASTE, **(waste or {})}, {**BATCH, **(batch or {})}
-    out = [{"allocator": a, "block": 0, "waste": waste[a] + 0.01 * (seed % 2), "mean_batch": batch[a],
-            "reserved_unwritten": waste[a], "tokens_per_iteration": batch[a], "preempted": 0} for a in WASTE]  # fmt: skip
+    out = [
+        {
+            "allocator": a,
+            "block": 0,
+            "waste": waste[a] + 0.01 * (seed % 2),
+            "mean_batch": batch[a],
+            "reserved_unwritten": waste[a],
+            "tokens_per_iteration": batch[a],
+            "preempted": 0,
+        }
+        for a in WASTE
+    ]
     for b in cfg["blocks"]:
         w = waste.get(f"paged{b}", 0.0013 * b + 0.001 * (seed % 2))
-        out.append({"allocator": "paged", "block": b, "waste": w, "mean_batch": batch.get("paged", 30.0) + seed,
-                    "reserved_unwritten": w, "tokens_per_iteration": 30.0, "preempted": 5})  # fmt: skip
+        out.append(
+            {
+                "allocator": "paged",
+                "block": b,
+                "waste": w,
+                "mean_batch": batch.get("paged", 30.0) + seed,
+                "reserved_unwritten": w,
+                "tokens_per_iteration": 30.0,
+                "preempted": 5,
+            }
+        )
     return out
 
 
@@ -56,8 +75,14 @@ def exp():
 
 def test_anchor_like_counts_support_the_claim(exp, tmp_path):
     v = analyse(exp, records(exp), "quick", tmp_path)
-    assert verdicts(v) == {"same-logits": "supported", "max-wastes": "supported", "paged-waste": "supported",
-                           "fits-more": "supported", "block-size": "supported", "indirection": "supported"}  # fmt: skip
+    assert verdicts(v) == {
+        "same-logits": "supported",
+        "max-wastes": "supported",
+        "paged-waste": "supported",
+        "fits-more": "supported",
+        "block-size": "supported",
+        "indirection": "supported",
+    }
     assert v.verdict == "supported"
 
 

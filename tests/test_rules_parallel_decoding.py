@@ -23,11 +23,22 @@ ERR = {"float64": 3e-16, "float32": 2e-7, "bfloat16": 4e-3}
 
 def exact_metrics(n, err, leak):
     """What run_exact records: err(dtype, path) is every position's error against the float64 one pass."""
-    errors = {dt: {p: [0.0 if (dt, p) == ("float64", "onepass") else err(dt, p)] * n
-                   for p in ("onepass", "prefix", "cached")} for dt in ERR}  # fmt: skip
+    errors = {
+        dt: {
+            p: [0.0 if (dt, p) == ("float64", "onepass") else err(dt, p)] * n
+            for p in ("onepass", "prefix", "cached")
+        }
+        for dt in ERR
+    }
     same = {f"{dt}|{p}": [ERR[dt]] * n for dt in ERR for p in ("prefix", "cached")}
-    return {"errors": errors, "same_dtype": same, "leak": [leak * (n - t) / n for t in range(n)],
-            "grad_errors": {"prefix": 4e-16, "cached": 5e-16}, "logit_scale": 1.0, "threads": 1}  # fmt: skip
+    return {
+        "errors": errors,
+        "same_dtype": same,
+        "leak": [leak * (n - t) / n for t in range(n)],
+        "grad_errors": {"prefix": 4e-16, "cached": 5e-16},
+        "logit_scale": 1.0,
+        "threads": 1,
+    }
 
 
 def timing_metrics(cfg, ratio, gen, aa_noise=0.0, grad=3e-7):
@@ -62,8 +73,11 @@ def records(
 
 def test_an_exact_one_pass_and_cheap_parallel_training_support_the_claim(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
-    assert verdicts(v) == {"timed-gradients": "supported", **dict.fromkeys(COUNTED, "supported"),
-                           "generate-grows": "supported"}  # fmt: skip
+    assert verdicts(v) == {
+        "timed-gradients": "supported",
+        **dict.fromkeys(COUNTED, "supported"),
+        "generate-grows": "supported",
+    }
     assert v.verdict == "supported"
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds["timed-gradients"][0] == "check" and kinds["generate-grows"] == ("effect", False)

@@ -29,9 +29,17 @@ def records(level, gap=lambda placement, subset: 0.1, learned=lambda c: True, di
         best = P["rates"][-1] if c["n_layers"] == P["scales"][0][1] else P["rates"][-1] / 2
         v = level(c["placement"], c["subset"]) + jitter(c["seed"], c["placement"])
         v = v + 0.05 * np.log2(c["lr"] / best) ** 2 if learned(c) else UNIGRAM + 0.01 * (c["seed"] % 2)
-        m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-             "final_train": v - gap(c["placement"], c["subset"]), "unigram_xent": UNIGRAM,
-             "diverged_at": None, "epochs": 1.0, "train_loss_eval": [4.4, v, v - 0.1]}  # fmt: skip
+        m = {
+            "final_val": v,
+            "best_val": v,
+            "val_loss": [4.4, v + 0.2, v],
+            "eval_steps": [0, 6, 12],
+            "final_train": v - gap(c["placement"], c["subset"]),
+            "unigram_xent": UNIGRAM,
+            "diverged_at": None,
+            "epochs": 1.0,
+            "train_loss_eval": [4.4, v, v - 0.1],
+        }
         if diverged(c):
             m |= {"final_val": None, "final_train": None, "diverged_at": 5, "val_loss": [4.4, None]}
         return m
@@ -87,8 +95,9 @@ def test_postln_rule_drops_diverged_runs_and_names_them(tmp_path):
 def test_postln_rule_repetition_control_and_gap(tmp_path):
     """Pre-LN's gap large on the small subset and small on the larger; Post-LN's smaller everywhere."""
     gaps = {("pre", SMALL): 0.5, ("pre", LARGE): 0.05, ("post", SMALL): 0.2, ("post", LARGE): 0.0}
-    v = analyse(EXP, records(lambda pl, k: 2.0 if pl == "post" else 2.3, gap=lambda pl, k: gaps[pl, k]), P,
-                tmp_path)  # fmt: skip
+    v = analyse(
+        EXP, records(lambda pl, k: 2.0 if pl == "post" else 2.3, gap=lambda pl, k: gaps[pl, k]), P, tmp_path
+    )
     assert verdicts(v)["repetition"] == "supported"
     assert verdicts(v)["gap"] == "supported"
 

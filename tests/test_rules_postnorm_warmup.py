@@ -1,12 +1,12 @@
 """The postnorm_warmup rule on synthetic run records: every outcome it can give.
 
-Quick profile: cells (depth 1, lr 3e-3) and (depth 2, lr 3e-3), four arms each (Post-LN without and with warmup,
-Pre-LN and DeepNorm without), seeds 0 and 1, probe depths 1, 2, 4 with two init seeds. A run 'learns' when its
-final validation loss is at least 0.10 nats below the unigram level U; the deciding comparisons are paired by seed
-(with two seeds only a very consistent difference survives Holm, so the synthetic effects are). Comparison ids are
-`sub/cell/readout` (C-fixed has one cell at the deepest depth: `C-fixed/readout`; C one, its deep sweep's:
-`C/readout`; the mechanism numbers `F/quantity`). C's runs are longer (deep_steps): a loss function sees
-`steps`."""
+Quick profile: cells (depth 1, lr 3e-3) and (depth 2, lr 3e-3), four arms each (Post-LN without and with
+warmup, Pre-LN and DeepNorm without), seeds 0 and 1, probe depths 1, 2, 4 with two init seeds. A run 'learns'
+when its final validation loss is at least 0.10 nats below the unigram level U; the deciding comparisons are
+paired by seed (with two seeds only a very consistent difference survives Holm, so the synthetic effects are).
+Comparison ids are `sub/cell/readout` (C-fixed has one cell at the deepest depth: `C-fixed/readout`; C one,
+its deep sweep's: `C/readout`; the mechanism numbers `F/quantity`). C's runs are longer (deep_steps): a loss
+function sees `steps`."""
 
 import math
 
@@ -40,15 +40,23 @@ def _m(tl, vl, div, fin, depth, learned):
     gsteps = [0, *range(P["grad_every"] - 1, len(tl), P["grad_every"])]
     first = [0.3] + [0.3 if learned else 1e-6] * (len(gsteps) - 1)
     return {
-        "train_loss": tl, "val_loss": vl, "eval_steps": [0, 4, 8][: len(vl)], "diverged_at": div, "final_val": fin,
-        "best_val": min(v for v in vl if v is not None), "seconds": 0.1, "unigram_xent": U, "vocab": 85,
-        "grad_steps": gsteps, "grad_norms": [[f] + [0.3] * (depth - 1) for f in first],
-    }  # fmt: skip
+        "train_loss": tl,
+        "val_loss": vl,
+        "eval_steps": [0, 4, 8][: len(vl)],
+        "diverged_at": div,
+        "final_val": fin,
+        "best_val": min(v for v in vl if v is not None),
+        "seconds": 0.1,
+        "unigram_xent": U,
+        "vocab": 85,
+        "grad_steps": gsteps,
+        "grad_norms": [[f] + [0.3] * (depth - 1) for f in first],
+    }
 
 
 def probe_metrics(pl: str, L: int, *, amp_pre: float = 0.3, q_post: float = 0.5) -> dict:
-    """Init-probe numbers built to pass F, G and H: post W² last-layer gradient flat in L and rising with the layer
-    index, pre ∝ L^-1/2 and flat in l; output change ∝ N^1 (post), N^amp_pre (pre); post share q^n."""
+    """Init-probe numbers built to pass F, G and H: post W² last-layer gradient flat in L and rising with the
+    layer index, pre ∝ L^-1/2 and flat in l; output change ∝ N^1 (post), N^amp_pre (pre); post share q^n."""
     seeds = range(P["init_seeds"])
     layers = np.arange(1, L + 1)
     if pl == "post":
@@ -96,14 +104,15 @@ def records(loss, *, null=None, params=P, **probe_kw):
 
 
 def bowl(lr: float) -> float:
-    """A learned run's extra loss away from the rate 1.5e-3 (the sweep widens past an end, then turns back)."""
+    """A learned run's extra loss away from the rate 1.5e-3 (the sweep widens past an end, then turns
+    back)."""
     return 0.05 * abs(math.log2(lr / 1.5e-3))
 
 
 def anchor_like(pl, wu, d, s, lr=3e-3, steps=P["steps"], **_):
     """Post-LN without warmup stuck everywhere; with warmup it learns at L = 1, and at L = 2 only below the
-    fixed cells' rate 3e-3 (so the sweep finds it a rate that trains, while the fixed cell L = 2 has both Post-LN
-    arms stuck) and never in C's longer runs at depth (Liu et al.: fails even with warmup); Pre-LN and
+    fixed cells' rate 3e-3 (so the sweep finds it a rate that trains, while the fixed cell L = 2 has both
+    Post-LN arms stuck) and never in C's longer runs at depth (Liu et al.: fails even with warmup); Pre-LN and
     DeepNorm learn everywhere."""
     if pl == "post":
         trains = wu and (d == 1 or (lr < 3e-3 and steps == P["steps"]))
@@ -115,10 +124,20 @@ def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(
     v = analyse(EXP, records(anchor_like), P, tmp_path)
     assert v.verdict == "supported"
     assert verdicts(v) == {
-        "A-fixed": "supported", "A": "supported", "A-range": "inconclusive", "B-fixed": "supported",
-        "B": "supported", "B-range": "inconclusive", "C-fixed": "supported", "C": "supported",
-        "D": "supported", "F": "supported", "G": "supported", "G-paired": "supported", "H": "supported",
-    }  # fmt: skip
+        "A-fixed": "supported",
+        "A": "supported",
+        "A-range": "inconclusive",
+        "B-fixed": "supported",
+        "B": "supported",
+        "B-range": "inconclusive",
+        "C-fixed": "supported",
+        "C": "supported",
+        "D": "supported",
+        "F": "supported",
+        "G": "supported",
+        "G-paired": "supported",
+        "H": "supported",
+    }
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds["A"] == kinds["B"] == kinds["C"] == ("effect", True)
     assert all(kinds[k][1] is False for k in kinds if k not in ("A", "B", "C"))
@@ -178,8 +197,8 @@ def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln_and_pre_ln_is_wo
 
 
 def test_postnorm_warmup_rule_cell_where_both_arms_always_learned_is_reported_not_counted(tmp_path):
-    """Warmup costs 0.5 nats in every seed, but both arms learned in every seed: no training failure to compare
-    (the schedule itself shifts fit and speed), so the cell is reported with its decision and A stays
+    """Warmup costs 0.5 nats in every seed, but both arms learned in every seed: no training failure to
+    compare (the schedule itself shifts fit and speed), so the cell is reported with its decision and A stays
     inconclusive."""
 
     def loss(pl, wu, d, s, **_):
@@ -198,8 +217,8 @@ def test_postnorm_warmup_rule_cell_where_both_arms_always_learned_is_reported_no
 
 
 def test_postnorm_warmup_rule_both_arms_at_the_plateau_is_not_warmup_not_needed(tmp_path):
-    """The committed failure mode: Post-LN with and without warmup both at the unigram level (3.28 vs 3.29) read
-    as 'warmup not needed'. Here every such comparison is excluded and A is inconclusive, not refuted."""
+    """The committed failure mode: Post-LN with and without warmup both at the unigram level (3.28 vs 3.29)
+    read as 'warmup not needed'. Here every such comparison is excluded and A is inconclusive, not refuted."""
 
     def loss(pl, wu, d, s, **_):
         if pl == "post":
@@ -239,9 +258,9 @@ def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tm
 
 
 def test_postnorm_warmup_rule_an_effect_inside_the_noise_floor_is_not_supported(tmp_path):
-    """Warmup lowers Post-LN's final loss by 0.08 nats in both seeds (p small, beyond the ±0.05 margin), one seed
-    learning in each arm (so the cell is counted), but the null pair's seeds differ by ±0.3: inside the noise
-    floor, undecided, and A is not supported."""
+    """Warmup lowers Post-LN's final loss by 0.08 nats in both seeds (p small, beyond the ±0.05 margin), one
+    seed learning in each arm (so the cell is counted), but the null pair's seeds differ by ±0.3: inside the
+    noise floor, undecided, and A is not supported."""
 
     def loss(pl, wu, d, s, **_):
         if pl == "post":
@@ -316,8 +335,9 @@ def test_postnorm_warmup_rule_divergence_counts_as_not_learned(tmp_path):
 
 
 def test_postnorm_warmup_rule_control_failing_does_not_flip_A(tmp_path):
-    """An old rule dropped every cell where the Pre-LN control failed, from every sub-verdict: a failing control
-    flipped A. The control enters only B and C (excluded there where Post-LN failed too) and A is unchanged."""
+    """An old rule dropped every cell where the Pre-LN control failed, from every sub-verdict: a failing
+    control flipped A. The control enters only B and C (excluded there where Post-LN failed too) and A is
+    unchanged."""
 
     def loss(pl, wu, d, s, **kw):
         if pl == "pre":
@@ -330,7 +350,8 @@ def test_postnorm_warmup_rule_control_failing_does_not_flip_A(tmp_path):
 
 
 def test_postnorm_warmup_rule_gradient_signature_separates_failed_from_learned_runs(tmp_path):
-    """The signature table reads the per-block gradient norms: a failed run's first block collapsed by step ~30."""
+    """The signature table reads the per-block gradient norms: a failed run's first block collapsed by step
+    ~30."""
     v = analyse(EXP, records(anchor_like), P, tmp_path)
     sig = (tmp_path / "grad_signature.csv").read_text()
     assert "learned" in sig and "first/last there" in sig
@@ -359,13 +380,16 @@ def test_postnorm_warmup_rule_D_counts_only_cells_where_post_ln_failed(tmp_path)
 def test_postnorm_warmup_rule_init_mechanism_numbers(tmp_path):
     v = analyse(EXP, records(anchor_like), P, tmp_path)
     d = decisions(v)
-    assert all(d[f"F/{q}"] == "equivalent" for q in ("post-exponent", "pre-exponent", "post-last-first",
-                                                     "pre-last-first"))  # fmt: skip
+    assert all(
+        d[f"F/{q}"] == "equivalent"
+        for q in ("post-exponent", "pre-exponent", "post-last-first", "pre-last-first")
+    )
     assert d["G-paired"] == "b_better" and d["H"] == "equivalent"
     assert comparison(v, "G-paired").n == P["init_seeds"]
     v = analyse(EXP, records(anchor_like, amp_pre=1.6, q_post=0.85), P, tmp_path)
     vs = verdicts(v)
-    # Pre-LN's amplification slope 1.6 is above its bound (Post-LN's 1.0 within its own): mixed; per seed Pre-LN's
+    # Pre-LN's amplification slope 1.6 is above its bound (Post-LN's 1.0 within its own): mixed; per seed
+    # Pre-LN's
     # slope is the larger: the paired comparison refutes
     assert vs["G"] == "mixed" and decisions(v)["G/post-amp-slope"] == "equivalent"
     assert decisions(v)["G/pre-amp-slope"] == "b_better" and vs["G-paired"] == "refuted"
@@ -392,10 +416,10 @@ def test_postnorm_warmup_rule_F_fails_when_the_post_ln_gradient_shrinks_with_dep
 
 
 def test_postnorm_warmup_rule_warmup_that_rescues_one_rate_is_refuted_at_the_best_rate(tmp_path):
-    """Without warmup Post-LN is stuck at the fixed cells' rate 3e-3 but trains at the sweep's lower rates as well
-    as with warmup: the fixed-rate comparison (the positive control) sees warmup rescue that rate, and the tuned
-    comparison finds the arms equivalent within the margin at both widths: (A) refuted, at the best rate warmup
-    is not needed; the range sub-claim sees warmup widen the rates that train."""
+    """Without warmup Post-LN is stuck at the fixed cells' rate 3e-3 but trains at the sweep's lower rates as
+    well as with warmup: the fixed-rate comparison (the positive control) sees warmup rescue that rate, and
+    the tuned comparison finds the arms equivalent within the margin at both widths: (A) refuted, at the best
+    rate warmup is not needed; the range sub-claim sees warmup widen the rates that train."""
     p = {**P, "selection_seeds": [10, 11, 12]}
 
     def loss(pl, wu, d, s, lr=3e-3, **_):
@@ -414,8 +438,8 @@ def test_postnorm_warmup_rule_warmup_that_rescues_one_rate_is_refuted_at_the_bes
 
 
 def test_postnorm_warmup_rule_chosen_rate_is_read_on_selection_seeds_only(tmp_path):
-    """The fresh seeds never choose: at 1.5e-3 warmed-up Post-LN is worse on the selection seed and better on the
-    fresh ones, so it keeps 3e-3 (chosen on selection) and its fresh runs there are the fixed cell's."""
+    """The fresh seeds never choose: at 1.5e-3 warmed-up Post-LN is worse on the selection seed and better on
+    the fresh ones, so it keeps 3e-3 (chosen on selection) and its fresh runs there are the fixed cell's."""
 
     def loss(pl, wu, d, s, lr=3e-3, **_):
         if pl == "post" and wu and lr < 3e-3:

@@ -22,8 +22,11 @@ def blocks(L: int, late_update: float, early_update: float, delete: float, cosin
     w = JITTER[s]
     half = (L + 1) // 2
     up = [early_update * (1 + w)] * half + [late_update * (1 + w)] * (L - half)
-    return {"relative_update": up, "cosine": [cosine - abs(w)] * L,
-            "ablation": {"loss": 2.0, "deleted": [delete + w] * L, "swapped": [delete / 2 + w] * (L - 1)}}  # fmt: skip
+    return {
+        "relative_update": up,
+        "cosine": [cosine - abs(w)] * L,
+        "ablation": {"loss": 2.0, "deleted": [delete + w] * L, "swapped": [delete / 2 + w] * (L - 1)},
+    }
 
 
 PRE_SHALLOW = dict(late_update=0.1, early_update=0.5, delete=0.01, cosine=0.99)  # the notes' picture
@@ -39,9 +42,15 @@ def records(pre=PRE_SHALLOW, post=POST_DEEP, learned=True, p=P, pre_learned=None
         v += post_shift if c["placement"] == "post" else 0.0
         if not ok:
             v = UNIGRAM + 0.02 * (s % 2)
-        m = {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-             "unigram_xent": UNIGRAM, "diverged_at": None,
-             **blocks(c["n_layers"], **(pre if c["placement"] == "pre" else post), s=s)}  # fmt: skip
+        m = {
+            "final_val": v,
+            "best_val": v,
+            "val_loss": [4.4, v + 0.2, v],
+            "eval_steps": [0, 6, 12],
+            "unigram_xent": UNIGRAM,
+            "diverged_at": None,
+            **blocks(c["n_layers"], **(pre if c["placement"] == "pre" else post), s=s),
+        }
         return m
 
     return grown(EXP, p, metrics)

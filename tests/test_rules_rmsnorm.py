@@ -59,8 +59,8 @@ def bowl(lr: float, best: float) -> float:
 def records(*, alone, step, quality, learned=True, p=P, aa_noise=0.0, contended=(), marked=True):
     """alone(d) / step() -> (built-in, eager, fused) log time ratios RMS/LN; quality(norm, seed) -> final
     validation loss at the norm's best rate (`bowl` away from it); aa_noise: the A/A copy's spread (see
-    timing_cell; contended, marked: rounds contended in every timing call, and whether the probe shows it). The
-    staged grid grows as the runner grows it: each norm's sweep chooses its rate."""
+    timing_cell; contended, marked: rounds contended in every timing call, and whether the probe shows it).
+    The staged grid grows as the runner grows it: each norm's sweep chooses its rate."""
     cont = dict(aa_noise=aa_noise, contended=contended, marked=marked)
     return grown(EXP, p, lambda c: _metrics(c, alone, step, quality, learned, p, cont))
 
@@ -72,21 +72,37 @@ def _metrics(c, alone, step, quality, learned, p, cont) -> dict:
         for d in c["widths"]:
             cell, probe = timing_cell(alone(d), 1e-4 * d / 64, c["fused"], **cont)
             rows.append({"d": d, "bytes": 5 * 256 * d * 4, "probe": probe, **cell})
-        return {"rows": rows, "impls": impls, "kernels": kernels(), "kernel_width": c["widths"][0],
-                "threads": 1}  # fmt: skip
+        return {
+            "rows": rows,
+            "impls": impls,
+            "kernels": kernels(),
+            "kernel_width": c["widths"][0],
+            "threads": 1,
+        }
     if c["part"] == "step":
         cell, probe = timing_cell(step(), 0.02, fused=False, **cont)
-        return {"step": {k: {"median": v["median"], "times": v["times"]} for k, v in cell.items()},
-                "probe": probe, "norm": {k: {"median": 1e-4} for k in IMPLS}, "n_norms": 3,
-                "threads": 1}  # fmt: skip
+        return {
+            "step": {k: {"median": v["median"], "times": v["times"]} for k, v in cell.items()},
+            "probe": probe,
+            "norm": {k: {"median": 1e-4} for k in IMPLS},
+            "n_norms": 3,
+            "threads": 1,
+        }
     s = c["seed"] % 1000 % 4
     best = p["lr"] * (1.0 if c["d_model"] == p["d_model"] else 0.5)
     v = float(quality(c["norm"], s) + JITTER[s] + (0.002 * (s - 1.5) if c["norm"] == "rms" else 0.0))
     v += bowl(c["lr"], best)
     if not learned:
         v = UNIGRAM + 0.02 * (s % 2)
-    return {"final_val": v, "best_val": v, "val_loss": [4.4, v + 0.2, v], "eval_steps": [0, 6, 12],
-            "unigram_xent": UNIGRAM, "steps_per_s": 30.0, "diverged_at": None}  # fmt: skip
+    return {
+        "final_val": v,
+        "best_val": v,
+        "val_loss": [4.4, v + 0.2, v],
+        "eval_steps": [0, 6, 12],
+        "unigram_xent": UNIGRAM,
+        "steps_per_s": 30.0,
+        "diverged_at": None,
+    }
 
 
 FASTER = (-0.2, -0.3, -0.15)  # RMSNorm 18% / 26% / 14% faster (built-in, eager, fused)
@@ -100,10 +116,15 @@ def test_rmsnorm_rule_supported_when_faster_everywhere_and_quality_equivalent(tm
     v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME), P, tmp_path)
     assert v.verdict == "supported"
     assert verdicts(v) == {
-        "alone-eager": "supported", "alone-fused": "supported", "step-eager": "supported",
-        "alone-builtin": "supported", "step-builtin": "supported", "quality": "supported",
-        "quality-fixed": "supported", "range": "inconclusive",
-    }  # fmt: skip
+        "alone-eager": "supported",
+        "alone-fused": "supported",
+        "step-eager": "supported",
+        "alone-builtin": "supported",
+        "step-builtin": "supported",
+        "quality": "supported",
+        "quality-fixed": "supported",
+        "range": "inconclusive",
+    }
     assert [s.id for s in v.sub_verdicts if s.kind == "effect" and s.counts] == COUNTED
     d = decisions(v)
     assert d["alone-builtin/d64"] == d["alone-builtin/d128"] == "b_better"  # b = RMSNorm, lower time
@@ -294,15 +315,20 @@ def test_rmsnorm_rule_drops_the_rounds_a_probe_shows_contended_from_every_implem
     # RMSNorm 26% faster eager, but 2.5x slower in rounds 1 and 3, where a neighbour took the memory bus. With
     # the probe at half the bandwidth there, the declared rule (below 80% of the median) drops both rounds
     # from every implementation: RMSNorm faster. Unmarked, the same times leave the effect undecided
-    v = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, contended={1, 3}), P,
-                tmp_path)  # fmt: skip
+    v = analyse(
+        EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, contended={1, 3}), P, tmp_path
+    )
     assert verdicts(v)["alone-eager"] == verdicts(v)["step-eager"] == "supported"
     assert comparison(v, "alone-eager/d64").n == comparison(v, "step-eager").n == 6
     assert comparison(v, "alone-eager/d64").diff == pytest.approx(-0.3, abs=0.01)
     assert pd.read_csv(tmp_path / "norm_alone.csv")["rounds kept"].tolist() == [6, 6]
     assert pd.read_csv(tmp_path / "step.csv")["rounds kept"].tolist() == [6]
-    blind = analyse(EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, contended={1, 3},
-                                 marked=False), P, tmp_path)  # fmt: skip
+    blind = analyse(
+        EXP,
+        records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, contended={1, 3}, marked=False),
+        P,
+        tmp_path,
+    )
     assert comparison(blind, "alone-eager/d64").n == 8
     assert verdicts(blind)["alone-eager"] != "supported"
     assert "fell below 80%" in render_sub(EXP.declare(P).sub("alone-eager"))  # the rule says the drop

@@ -1,9 +1,10 @@
 """The sinusoidal_relative rule on synthetic records: the identity's checks and the construction and
 matched-norm checks (a failure stops the claim); the length part, where each arm (sinusoidal, learned, RoPE,
-NoPE) sweeps its learning rate on selection seeds at two scales and is compared at its own chosen rate on fresh
-seeds, gated by the null pair (the sinusoidal arm rerun at seeds + 1000 at the first scale); the copy task (per
-arm and k, swept alike), whose runs that never left the uniform guess are excluded; the learned-table
-sub-claim's guard, convergence gate (a declared cell rule) and thresholds; the staged grid. Then the measures
+NoPE) sweeps its learning rate on selection seeds at two scales and is compared at its own chosen rate on
+fresh seeds, gated by the null pair (the sinusoidal arm rerun at seeds + 1000 at the first scale); the copy
+task (per arm and k, swept alike), whose runs that never left the uniform guess are excluded; the
+learned-table sub-claim's guard, convergence gate (a declared cell rule) and thresholds; the staged grid. Then
+the measures
 themselves: the offset-only share in closed form, and the length recipe's pieces on tiny models.
 
 The records grow as the runner grows them (`EXP.grid(p, done)` until it stops changing). Each arm's final loss
@@ -62,7 +63,8 @@ COPY_BEST = {
     ("sinusoidal", 1): 4e-3, ("sinusoidal", 3): 2e-3, ("rope", 1): 2e-3, ("rope", 3): 4e-3,
     ("learned", 1): 2e-3, ("learned", 3): 2e-3, ("none", 1): 4e-3, ("none", 3): 4e-3,
 }  # fmt: skip
-# a trap for a choice by the best single seed (with two selection seeds): the learned arm at 2e-3 (first scale)
+# a trap for a choice by the best single seed (with two selection seeds): the learned arm at 2e-3 (first
+# scale)
 # has the lowest loss of any selection run (seed 10) but a higher mean than at its best rate
 TRAP = {("learned", FIRST, 2e-3): {10: -0.15, 11: +0.30}}
 
@@ -97,11 +99,21 @@ def with_spec(base=HOLDS, **changes):
 
 def identity_metrics(err32=1.2e-7, dot_spread=1e-8):
     rows = [
-        {"d": d, "k": k, "err32": err32 if (d, k) == (16, 3) else 1e-7, "err64": 5e-8, "orth_err": 2e-16,
-         "compose_err": 1e-15, "dot_mean": 1.0, "dot_spread": dot_spread * d / 2, "dot_closed": 1.0,
-         "dot_closed_err": 1e-8}
-        for d in P["d_models"] for k in P["offsets"]
-    ]  # fmt: skip
+        {
+            "d": d,
+            "k": k,
+            "err32": err32 if (d, k) == (16, 3) else 1e-7,
+            "err64": 5e-8,
+            "orth_err": 2e-16,
+            "compose_err": 1e-15,
+            "dot_mean": 1.0,
+            "dot_spread": dot_spread * d / 2,
+            "dot_closed": 1.0,
+            "dot_closed_err": 1e-8,
+        }
+        for d in P["d_models"]
+        for k in P["offsets"]
+    ]
     return {"rows": rows, "curve_ks": [0, 1, 2], "curves": {"0": [8.0, 7.9, 7.7]}, "curve_d": 16}
 
 
@@ -116,11 +128,19 @@ def learned_metrics(seed, r2_path, res_path, final_val=2.6):
     wob = 0.002 * rng.standard_normal(len(r2_path))  # and probe-to-probe wobble
     probes = [stats(r + jit + w, s - jit - w) for r, s, w in zip(r2_path, res_path, wob)]
     return {
-        "eval_steps": [6 * i for i in range(len(probes))], "val_loss": [3.5] * len(probes), "final_val": final_val,
-        "unigram_xent": UNIGRAM, "diverged_at": None, "probes": probes, "final_table": probes[-1],
-        "sinusoidal_table": stats(1.0, 1e-8), "gram_learned": np.eye(4).tolist(),
-        "gram_sinusoidal": np.eye(4).tolist(), "gram_stride": 12, "norms": [1.0] * P["pe_len"],
-    }  # fmt: skip
+        "eval_steps": [6 * i for i in range(len(probes))],
+        "val_loss": [3.5] * len(probes),
+        "final_val": final_val,
+        "unigram_xent": UNIGRAM,
+        "diverged_at": None,
+        "probes": probes,
+        "final_table": probes[-1],
+        "sinusoidal_table": stats(1.0, 1e-8),
+        "gram_learned": np.eye(4).tolist(),
+        "gram_sinusoidal": np.eye(4).tolist(),
+        "gram_stride": 12,
+        "norms": [1.0] * P["pe_len"],
+    }
 
 
 def _scale(c) -> str:
@@ -152,12 +172,17 @@ def length_metrics(c, o):
         if seed >= NULL_OFFSET:
             share += o["null_share"].get(seed - NULL_OFFSET, 0.0)
     m = {
-        "final_val": final, "val_loss": [4.4, final + 0.3, final], "eval_steps": [0, 6, 12],
-        "unigram_xent": UNIGRAM, "diverged_at": None, "seconds": 1.0, "offset_share": share,
+        "final_val": final,
+        "val_loss": [4.4, final + 0.3, final],
+        "eval_steps": [0, 6, 12],
+        "unigram_xent": UNIGRAM,
+        "diverged_at": None,
+        "seconds": 1.0,
+        "offset_share": share,
         "offset_share_init": None if share is None else 0.05,
         "probes": [{"offset_share": 0.05 if share is not None else None}, {"offset_share": share}],
         "norm_ratio": {"init": ratio, "final": ratio},
-    }  # fmt: skip
+    }
     if pos in o["diverged"]:
         return {**m, "final_val": None, "val_loss": [4.4, None], "diverged_at": 3, "offset_share": None}
     if pos == "learned":  # no rows beyond T: per-position losses over the first T positions only
@@ -207,10 +232,22 @@ def copy_metrics(c, o):
 
 
 DEFAULTS = dict(
-    spec=HOLDS, copy=COPY_HOLDS, ident=None, r2_path=(0.02, 0.5, 0.95, 0.951), res_path=(0.7, 0.1, 0.02, 0.021),
-    final_val=2.6, failed=(), diverged=(), noise=0.01, share_noise=0.02, ratio={}, null_share={},
-    copy_failed=(), copy_noise=0.005, copy_moved=0.0,
-)  # fmt: skip
+    spec=HOLDS,
+    copy=COPY_HOLDS,
+    ident=None,
+    r2_path=(0.02, 0.5, 0.95, 0.951),
+    res_path=(0.7, 0.1, 0.02, 0.021),
+    final_val=2.6,
+    failed=(),
+    diverged=(),
+    noise=0.01,
+    share_noise=0.02,
+    ratio={},
+    null_share={},
+    copy_failed=(),
+    copy_noise=0.005,
+    copy_moved=0.0,
+)
 
 
 def records(p=P, drop=(), **kw):
@@ -292,8 +329,9 @@ def test_sinusoidal_relative_rule_supported_when_the_identity_and_its_use_hold(h
 def test_sinusoidal_relative_rule_refuted_when_every_counted_sub_claim_fails(tmp_path):
     # learned positions more offset-like, the sinusoidal model breaks beyond T (language and copying) while
     # RoPE does not
-    spec = with_spec(share={"sinusoidal": 0.2, "learned": 0.6}, inc={"sinusoidal": (0.5, 0.9)},
-                     shift={"sinusoidal": 0.4})  # fmt: skip
+    spec = with_spec(
+        share={"sinusoidal": 0.2, "learned": 0.6}, inc={"sinusoidal": (0.5, 0.9)}, shift={"sinusoidal": 0.4}
+    )
     v = analyse(EXP, records(spec=spec, copy=COLLAPSES), P, tmp_path)
     d = decisions(v)
     for sc in (FIRST, SECOND):
@@ -336,7 +374,8 @@ def test_sinusoidal_relative_rule_extension_within_the_margin_but_not_below_it_i
     assert verdicts(v)["extra"] == "inconclusive" and v.verdict == "inconclusive"
 
 
-# ---------------------------------------------------------------------------- the sweep: each arm at its own rate
+# ---------------------------------------------------------------------------- the sweep: each arm at its own
+# rate
 def test_each_arm_is_compared_at_its_own_chosen_rate_on_the_fresh_seeds_only(tmp_path):
     """The choice is the lowest mean final validation loss over the selection seeds (the learned arm's trap:
     its lowest single run sits at 2e-3, its lowest mean at 4e-3); the comparisons read the fresh seeds at each
@@ -353,8 +392,14 @@ def test_each_arm_is_compared_at_its_own_chosen_rate_on_the_fresh_seeds_only(tmp
         assert sorted(g.unit) == FRESH and all(_near(lr, COPY_BEST[pos, k]) for lr in g.lr)
     v = analyse(EXP, recs, P2, tmp_path)
     assert v.verdict == "supported"
-    for cid in (f"share/{FIRST}", f"share/{SECOND}", f"extra/{SECOND}/increase4x", "copy-relative/k3",
-                f"anchor/{FIRST}", f"nope-rope/{SECOND}/increase2x"):  # fmt: skip
+    for cid in (
+        f"share/{FIRST}",
+        f"share/{SECOND}",
+        f"extra/{SECOND}/increase4x",
+        "copy-relative/k3",
+        f"anchor/{FIRST}",
+        f"nope-rope/{SECOND}/increase2x",
+    ):
         assert comparison(v, cid).n == len(FRESH)
     c = comparison(v, f"share/{FIRST}")
     assert c.mean_a == pytest.approx(0.6, abs=0.03) and c.mean_b == pytest.approx(0.2, abs=0.03)
@@ -623,9 +668,12 @@ def test_the_grid_grows_in_stages():
     assert not [c for c in g0 if c["part"] == "learned"]  # waits for the learned arm's choice
     copy0 = [c for c in g0 if c["part"] == "copy"]
     assert {(c["pos"], c["k"], c["lr"], c["seed"]) for c in copy0} == {
-        (pos, k, lr, s) for pos in ARMS for k in P["copy_ks"] for lr in P["copy_rates"]
+        (pos, k, lr, s)
+        for pos in ARMS
+        for k in P["copy_ks"]
+        for lr in P["copy_rates"]
         for s in P["copy_selection_seeds"]
-    }  # fmt: skip
+    }
     assert all(c["seq_len"] == CT and (c["d_model"], c["n_layers"]) == tuple(P["scales"][0]) for c in copy0)
     assert sum(c["part"] == "identity" for c in g0) == 1
 
@@ -637,8 +685,14 @@ def test_the_grid_grows_in_stages():
         assert sorted(c["seed"] for c in runs) == FRESH and all(_near(c["lr"], lr) for c in runs)
     # the second scale sweeps the first scale's choice ×½ and ×1, widened once past the end its choice sits at
     for pos in ARMS:
-        sel = sorted(c["lr"] for c in final if c["part"] == "length" and c["pos"] == pos
-                     and scale_label(c) == SECOND and c["seed"] == P["selection_seeds"][0])  # fmt: skip
+        sel = sorted(
+            c["lr"]
+            for c in final
+            if c["part"] == "length"
+            and c["pos"] == pos
+            and scale_label(c) == SECOND
+            and c["seed"] == P["selection_seeds"][0]
+        )
         f = BEST[pos, FIRST]
         wide = f / 4 if _near(BEST[pos, SECOND], f / 2) else 2 * f
         assert sel == pytest.approx(sorted([f / 2, f, wide]))
@@ -664,10 +718,20 @@ def test_the_grid_grows_in_stages():
 def test_the_learned_table_waits_for_the_learned_arms_choice():
     full = records()
     # every run but the learned arm's first-scale sweep: the other arms have chosen, the learned arm has not
-    part_done = [r for r in full if not (r["config"]["part"] == "learned" or (
-        r["config"]["part"] == "length" and r["config"]["pos"] == "learned"
-        and r["config"]["seed"] in P["selection_seeds"] and scale_label(r["config"]) == FIRST
-        and _near(r["config"]["lr"], P["rates"][0])))]  # fmt: skip
+    part_done = [
+        r
+        for r in full
+        if not (
+            r["config"]["part"] == "learned"
+            or (
+                r["config"]["part"] == "length"
+                and r["config"]["pos"] == "learned"
+                and r["config"]["seed"] in P["selection_seeds"]
+                and scale_label(r["config"]) == FIRST
+                and _near(r["config"]["lr"], P["rates"][0])
+            )
+        )
+    ]
     g = EXP.grid(P, part_done)
     assert not [c for c in g if c["part"] == "learned"]
     assert not [c for c in _fresh(g) if c["pos"] == "learned"]

@@ -26,24 +26,60 @@ def word_unk(h, size):
 
 def held(kind, h, size, unk):
     tokens = OCC if kind == "word" else int(OCC * (1 + 200 / size**0.5))
-    return {"occurrences": OCC, "types": 10_000, "chars": 4 * OCC, "tokens": tokens, "unk_tokens": unk,
-            "unk_occurrences": unk, "unk_types": min(unk, 10_000), "predicted_unk": unk,
-            "roundtrip_errors": 0, "whole_text_tokens": tokens, "used": size // 2,
-            "unk_examples": [["haue", 3]] if unk else []}  # fmt: skip
+    return {
+        "occurrences": OCC,
+        "types": 10_000,
+        "chars": 4 * OCC,
+        "tokens": tokens,
+        "unk_tokens": unk,
+        "unk_occurrences": unk,
+        "unk_types": min(unk, 10_000),
+        "predicted_unk": unk,
+        "roundtrip_errors": 0,
+        "whole_text_tokens": tokens,
+        "used": size // 2,
+        "unk_examples": [["haue", 3]] if unk else [],
+    }
 
 
 def merges(k, *, same=False, hf_off=0, learner_off=0):
-    freq = [{"left": f"f{i}", "right": f"##x{i}", "token": f"f{i}x{i}", "pair": 60_000 - 100 * i,
-             "left_count": 90_000, "right_count": 150_000} for i in range(k)]  # fmt: skip
-    lik = freq if same else [{"left": f"l{i}", "right": f"##y{i}", "token": f"l{i}y{i}", "pair": 2,
-                              "left_count": 2, "right_count": 3} for i in range(k)]  # fmt: skip
+    freq = [
+        {
+            "left": f"f{i}",
+            "right": f"##x{i}",
+            "token": f"f{i}x{i}",
+            "pair": 60_000 - 100 * i,
+            "left_count": 90_000,
+            "right_count": 150_000,
+        }
+        for i in range(k)
+    ]
+    lik = (
+        freq
+        if same
+        else [
+            {
+                "left": f"l{i}",
+                "right": f"##y{i}",
+                "token": f"l{i}y{i}",
+                "pair": 2,
+                "left_count": 2,
+                "right_count": 3,
+            }
+            for i in range(k)
+        ]
+    )
     hf = [m["token"] for m in freq]
     hf[:hf_off] = ["other"] * hf_off
     plain = [[f"a{i}", f"b{i}"] for i in range(k)]
     bpe = [list(p) for p in plain]
     bpe[:learner_off] = [["x", "y"]] * learner_off
-    return {"rules": {"frequency": freq, "likelihood": lik}, "hf_wordpiece": hf, "plain": plain,
-            "hf_bpe": bpe}  # fmt: skip
+    return {
+        "rules": {"frequency": freq, "likelihood": lik},
+        "hf_wordpiece": hf,
+        "plain": plain,
+        "hf_bpe": bpe,
+    }
 
 
 def records(exp, params="quick", *, unk=None, size_gap=0, bpe_unk=0, token_gap=0, **merge_kw):
@@ -136,9 +172,13 @@ def test_merge_rules_that_agree_refute_the_contrast_and_a_trainer_off_the_rule_i
 
 @pytest.mark.parametrize(
     "fault, name",
-    [({"size_gap": 1}, "sizes"), ({"token_gap": 2}, "accounting"), ({"bpe_unk": 1}, "lossless"),
-     ({"learner_off": 1}, "learner")],
-)  # fmt: skip
+    [
+        ({"size_gap": 1}, "sizes"),
+        ({"token_gap": 2}, "accounting"),
+        ({"bpe_unk": 1}, "lossless"),
+        ({"learner_off": 1}, "learner"),
+    ],
+)
 def test_a_broken_identity_stops_the_claim(exp, tmp_path, fault, name):
     with pytest.raises(CheckFailed, match=name):
         analyse(exp, records(exp, **fault), "quick", tmp_path)

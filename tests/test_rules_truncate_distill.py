@@ -57,13 +57,24 @@ def records(gaps=GAPS, speed=-0.69, learned=True, counts_off=0, p=P):
                 AA: 0.0,
             }
             on = {k: r for k, r in ratios.items() if k != "1/4 of the layers" or p is P2}
-            m = {"rows": [{"size": s, "tokens": c["seq_len"],
-                           "times": {k: times(1e-4, r, k=j) for j, (k, r) in enumerate(on.items())}}
-                          for s in c["sizes"]], "threads": 1}  # fmt: skip
+            m = {
+                "rows": [
+                    {
+                        "size": s,
+                        "tokens": c["seq_len"],
+                        "times": {k: times(1e-4, r, k=j) for j, (k, r) in enumerate(on.items())},
+                    }
+                    for s in c["sizes"]
+                ],
+                "threads": 1,
+            }
         else:
             t = 2.0 + TEACHER[c["seed"] % 4] if learned else UNIGRAM + 0.01
-            m = {"teacher": {"final_val": t}, "unigram_xent": UNIGRAM,
-                 "students": [student(s, c["seed"], gaps, learned) for s in c["students"]]}  # fmt: skip
+            m = {
+                "teacher": {"final_val": t},
+                "unigram_xent": UNIGRAM,
+                "students": [student(s, c["seed"], gaps, learned) for s in c["students"]],
+            }
         return m
 
     return grown(EXP, p, metrics)

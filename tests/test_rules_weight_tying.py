@@ -1,11 +1,11 @@
 """The weight_tying rule on synthetic run records: every outcome it can give.
 
 The quick profile's grid with four seeds (a test needs a few to decide), grown as the runner grows it: each
-arm's learning-rate sweep on two selection seeds in each regime (one pass; small data), then its chosen rate on
-the fresh seeds, the second scale's sweep around it and each regime's null pair. Parameter counts are built to
-match V·d (or not: a failing check stops the claim); each training run's validation curve is built so that it
-reaches the target loss at a chosen step (interpolated between evaluations; compared by a log-rank test) and
-ends at a chosen final loss (paired by seed); a small-data run's early-stopped losses are chosen too. The
+arm's learning-rate sweep on two selection seeds in each regime (one pass; small data), then its chosen rate
+on the fresh seeds, the second scale's sweep around it and each regime's null pair. Parameter counts are built
+to match V·d (or not: a failing check stops the claim); each training run's validation curve is built so that
+it reaches the target loss at a chosen step (interpolated between evaluations; compared by a log-rank test)
+and ends at a chosen final loss (paired by seed); a small-data run's early-stopped losses are chosen too. The
 verdict combines the tuned comparisons (final loss, convergence, small data, at both scales); the fixed-rate
 design and the equal-parameter comparison are reported beside it."""
 
@@ -33,7 +33,8 @@ UNIGRAM = 6.30
 TARGET = UNIGRAM - MOD.TARGET_BELOW_UNIGRAM
 START = 8.32  # ≈ ln V: the loss of the untrained model
 EVAL_STEPS = [0, 6, 12]  # the quick profile's evaluations (eval_every = 6, steps = 12)
-TOKENIZER = {"tokenizer": "byte-level BPE", "vocab_size": V, "chars_per_token": 2.91, "train_tokens": 1_467_494,
+TOKENIZER = {"tokenizer": "byte-level BPE", "vocab_size": V, "chars_per_token": 2.91,
+             "train_tokens": 1_467_494,
              "val_tokens": 187_421}  # fmt: skip
 # seed-to-seed spread shared by every arm (paired), and a little of each arm's own (mean zero)
 JITTER_STEPS, JITTER_LOSS = np.array([0.0, 0.3, -0.2, 0.1]), np.array([0.0, 0.03, -0.02, 0.01])
@@ -55,9 +56,14 @@ def curve(steps_to_target: float, final: float) -> list[float]:
 
 def train_metrics(steps_to_target, final, diverged_at=None):
     return {
-        "eval_steps": EVAL_STEPS, "val_loss": curve(steps_to_target, final), "final_val": final,
-        "diverged_at": diverged_at, "unigram_xent": UNIGRAM, "n_params": 275_904, "tokenizer": TOKENIZER,
-    }  # fmt: skip
+        "eval_steps": EVAL_STEPS,
+        "val_loss": curve(steps_to_target, final),
+        "final_val": final,
+        "diverged_at": diverged_at,
+        "unigram_xent": UNIGRAM,
+        "n_params": 275_904,
+        "tokenizer": TOKENIZER,
+    }
 
 
 def count_rows(miscount=0, instantiated_off=0):
@@ -65,7 +71,8 @@ def count_rows(miscount=0, instantiated_off=0):
     tied = 144_864
     own = "subword LM (this project), d = 32"
     rows = [
-        {"model": own, "arm": "tied", "V": V, "d": D, "d_ff": D_FF, "closed_form": tied, "instantiated": tied},
+        {"model": own, "arm": "tied", "V": V, "d": D, "d_ff": D_FF, "closed_form": tied,
+         "instantiated": tied},
         {"model": own, "arm": "untied", "V": V, "d": D, "d_ff": D_FF, "closed_form": tied + V * D + miscount,
          "instantiated": tied + V * D + miscount + instantiated_off},
         {"model": own, "arm": "tied-wide", "V": V, "d": D, "d_ff": 2144, "closed_form": tied + V * D - 32,
@@ -79,10 +86,25 @@ def count_rows(miscount=0, instantiated_off=0):
     for name in MOD.COUNT_PRESETS:
         pv, pd_, ff, base = presets[name]
         rows += [
-            {"model": name, "arm": "tied", "V": pv, "d": pd_, "d_ff": ff, "closed_form": base, "instantiated": None},
-            {"model": name, "arm": "untied", "V": pv, "d": pd_, "d_ff": ff, "closed_form": base + pv * pd_,
-             "instantiated": None},
-        ]  # fmt: skip
+            {
+                "model": name,
+                "arm": "tied",
+                "V": pv,
+                "d": pd_,
+                "d_ff": ff,
+                "closed_form": base,
+                "instantiated": None,
+            },
+            {
+                "model": name,
+                "arm": "untied",
+                "V": pv,
+                "d": pd_,
+                "d_ff": ff,
+                "closed_form": base + pv * pd_,
+                "instantiated": None,
+            },
+        ]
     return rows
 
 
@@ -105,8 +127,9 @@ def small_metrics(test: float, steps=4.0, diverged_at=None):
 
 def records(spec, *, small=None, fixed=None, miscount=0, instantiated_off=0, params=None):
     """spec(arm, seed) -> (steps to target, final loss) before the jitter, at each arm's best rate in one pass
-    (and, with no `fixed`, in the fixed-rate design); small(arm, seed) -> the early-stopped test loss (default:
-    the final loss of spec); the null pairs rerun 'untied'. Runs away from an arm's best rate lose `bowl`."""
+    (and, with no `fixed`, in the fixed-rate design); small(arm, seed) -> the early-stopped test loss
+    (default: the final loss of spec); the null pairs rerun 'untied'. Runs away from an arm's best rate lose
+    `bowl`."""
     params, small = params or P, small or (lambda arm, s: spec(arm, s)[1])
     first = params["scales"][0][0]
 
@@ -206,9 +229,12 @@ def test_weight_tying_rule_supported_when_counts_are_exact_and_tied_wins_at_its_
     fin = comparison(v, f"final/{SCALES[0]}")
     assert fin.margin == MOD.MARGIN and fin.paired
     assert {c.id for c in v.noise_floor} == {
-        "null/steps_to_target", "null/final_val", "null-one-pass/steps_to_target", "null-one-pass/final_val",
+        "null/steps_to_target",
+        "null/final_val",
+        "null-one-pass/steps_to_target",
+        "null-one-pass/final_val",
         "null-small",
-    }  # fmt: skip
+    }
     assert v.evidence["tokenizer"] == TOKENIZER and v.evidence["sub_verdicts"]["final"] == "supported"
 
 
@@ -229,8 +255,9 @@ def test_each_arm_is_compared_at_its_own_chosen_rate_on_fresh_seeds(tmp_path):
     }
     null = [c for c in grid if c.get("seed", 0) >= MOD.NULL_OFFSET and c["d_model"] != P["d_model"]]
     assert {(c["part"], c["arm"], c["d_model"], c["lr"]) for c in null} == {
-        ("null", "untied", P["scales"][0][0], BEST["untied"]), ("small", "untied", P["scales"][0][0], BEST["untied"])
-    }  # fmt: skip
+        ("null", "untied", P["scales"][0][0], BEST["untied"]),
+        ("small", "untied", P["scales"][0][0], BEST["untied"]),
+    }
 
 
 def test_the_fixed_rate_design_is_reported_not_counted(tmp_path):
@@ -260,7 +287,8 @@ def test_small_data_reads_the_early_stopped_test_loss_not_the_last_step(tmp_path
 
 
 def test_a_verdict_holding_at_one_scale_only_is_named(tmp_path):
-    """Tied better at the first scale only (equal at the second): supported where it holds, the scale named."""
+    """Tied better at the first scale only (equal at the second): supported where it holds, the scale
+    named."""
     recs = records(claimed)
     second = P["scales"][1][0]
     for r in recs:
@@ -285,7 +313,8 @@ def test_weight_tying_rule_refuted_when_tying_converges_later_and_ends_higher(tm
 
 
 def test_weight_tying_rule_a_miscount_stops_the_claim(tmp_path):
-    """V·d is an identity the harness relies on: a count that misses it is a bug, not evidence against tying."""
+    """V·d is an identity the harness relies on: a count that misses it is a bug, not evidence against
+    tying."""
     with pytest.raises(CheckFailed, match="params/subword-lm"):
         analyse(EXP, records(claimed, miscount=7), P, tmp_path)
 
@@ -298,7 +327,10 @@ def test_weight_tying_rule_an_instantiated_arm_off_its_closed_form_stops_the_cla
 def test_weight_tying_rule_underpowered_null_is_inconclusive_with_the_detectable_effect(tmp_path):
     # tied − untied final losses vary by seed: significant in neither direction, nor equivalent
     extra = {0: 0.3, 1: 1.5, 2: 0.2, 3: -1.6}
-    spec = lambda arm, s: (4.0 + extra[s], 4.5 + 0.1 * extra[s]) if arm == "tied" else (4.0, 4.5)  # noqa: E731
+
+    def spec(arm, s):
+        return (4.0 + extra[s], 4.5 + 0.1 * extra[s]) if arm == "tied" else (4.0, 4.5)
+
     v = analyse(EXP, records(spec), P, tmp_path)
     d = decisions(v)
     assert all(d[f"final/{sc}"] == "undecided" for sc in SCALES)

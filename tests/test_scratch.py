@@ -91,8 +91,10 @@ def test_where_each_run_goes(profile, custom, where, report, monkeypatch):
 def test_only_the_published_default_results_have_no_banner(tmp_path):
     default = [{"profile": "default"}]
     assert banner(default, REPO_ROOT / "results") is None
-    assert banner([{**default[0], "stale": ["stale (its parameters are not the default profile's…)"]}],
-                  REPO_ROOT / "results").startswith("**Not the published results.**")  # fmt: skip
+    assert banner(
+        [{**default[0], "stale": ["stale (its parameters are not the default profile's…)"]}],
+        REPO_ROOT / "results",
+    ).startswith("**Not the published results.**")
     assert banner([{"profile": "full"}], REPO_ROOT / "results" / "full").startswith("**Full profile.**")
     assert "quick profile's results in `" in banner([{"profile": "quick"}], tmp_path)
     assert "default, quick profiles' results" in banner([{"profile": "quick"}, *default], tmp_path)

@@ -38,8 +38,15 @@ def test_relu_halves_and_identity_keeps_exactly():
     assert forward_map("identity", 1.0, 3.0) == 3.0 and backward_factor("identity", 2.0, 0.1) == 2.0
 
 
-@pytest.mark.parametrize("init,act,bits", [("xavier", "identity", 0.0), ("xavier", "relu", -1.0),
-                                           ("kaiming", "relu", 0.0), ("kaiming", "identity", 1.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    "init,act,bits",
+    [
+        ("xavier", "identity", 0.0),
+        ("xavier", "relu", -1.0),
+        ("kaiming", "relu", 0.0),
+        ("kaiming", "identity", 1.0),
+    ],
+)
 def test_a_wide_probe_follows_the_closed_form(init, act, bits):
     m = mlp_moments(512, 12, 32, init, act, seed=3)
     q, r = np.array(m["q"]), np.array(m["r"])

@@ -21,8 +21,10 @@ def squeue(tmp_path, monkeypatch):
     said, err = tmp_path / "squeue.out", tmp_path / "squeue.err"
     script = tmp_path / "bin" / "squeue"
     script.parent.mkdir()
-    script.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/squeue.args\ncat {said}\n'
-                      f'if [ -s {err} ]; then cat {err} >&2; exit 1; fi\n')  # fmt: skip
+    script.write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path}/squeue.args\ncat {said}\n'
+        f"if [ -s {err} ]; then cat {err} >&2; exit 1; fi\n"
+    )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{script.parent}:{os.environ['PATH']}")
     said.write_text("")
@@ -49,19 +51,27 @@ def test_the_queue_is_read_per_array_task_with_state_and_reason(squeue, tmp_path
 @pytest.mark.parametrize(
     "state, tail, cause",
     [
-        ("TIMEOUT", "srun: error: vm: task 0: Killed\nslurmstepd-vm: error: *** JOB 4 ON vm CANCELLED AT "
-         "2026-11-28T21:31:02 DUE TO TIME LIMIT ***\nsrun: error: vm: task 0: Killed",
-         "TIMEOUT; its log: slurmstepd-vm: error: *** JOB 4 ON vm CANCELLED AT 2026-11-28T21:31:02 DUE TO "
-         "TIME LIMIT"),
-        ("FAILED", "srun: error: task 0: Killed\nslurmstepd-vm: error: Exceeded job memory limit\n",
-         "FAILED; its log: slurmstepd-vm: error: Exceeded job memory limit"),
-        ("FAILED", "Traceback (most recent call last):\n"
-         "PermissionError: [Errno 13] Permission denied: '/data'",
-         "FAILED; its log: PermissionError: [Errno 13] Permission denied: '/data'"),
+        (
+            "TIMEOUT",
+            "srun: error: vm: task 0: Killed\nslurmstepd-vm: error: *** JOB 4 ON vm CANCELLED AT "
+            "2026-11-28T21:31:02 DUE TO TIME LIMIT ***\nsrun: error: vm: task 0: Killed",
+            "TIMEOUT; its log: slurmstepd-vm: error: *** JOB 4 ON vm CANCELLED AT 2026-11-28T21:31:02 DUE TO "
+            "TIME LIMIT",
+        ),
+        (
+            "FAILED",
+            "srun: error: task 0: Killed\nslurmstepd-vm: error: Exceeded job memory limit\n",
+            "FAILED; its log: slurmstepd-vm: error: Exceeded job memory limit",
+        ),
+        (
+            "FAILED",
+            "Traceback (most recent call last):\nPermissionError: [Errno 13] Permission denied: '/data'",
+            "FAILED; its log: PermissionError: [Errno 13] Permission denied: '/data'",
+        ),
         ("CANCELLED", "all went well\n", "CANCELLED"),
         ("NODE_FAIL", None, "NODE_FAIL"),
     ],
-)  # fmt: skip
+)
 def test_a_lost_jobs_cause_is_its_state_and_what_its_log_says_of_it(state, tail, cause):
     assert slurm.cause(state, tail) == cause
 
@@ -75,8 +85,14 @@ def test_an_interrupted_sweeps_jobs_hold_the_claim_until_slurm_lets_them_go(sque
     said.write_text("41_1|RUNNING|None\n")
 
     def sweep():
-        return run_experiment(exp, profile="quick", device=torch.device("cpu"), results_root=tmp_path / "r",
-                              progress=False, log=lambda m: None)  # fmt: skip
+        return run_experiment(
+            exp,
+            profile="quick",
+            device=torch.device("cpu"),
+            results_root=tmp_path / "r",
+            progress=False,
+            log=lambda m: None,
+        )
 
     with pytest.raises(BadInput, match=r"SLURM job\(s\) 41 of an interrupted sweep still hold its runs"):
         sweep()

@@ -51,7 +51,8 @@ def test_there_are_results_to_check():
 # evidence.plots.sweep_caption's fixed words, around the parts a claim fills in
 SWEEP_CAPTION = re.compile(
     r"^.+ against peak learning rate.*, per .+\. Lines: mean over the \d+ selection seeds \(band: their "
-    r"range(; a failed run counts at the loss at init)?\)\. Stars: each .+ at its chosen rate on the \d+ fresh "
+    r"range(; a failed run counts at the loss at init)?\)\. Stars: each .+ at its chosen rate on the "
+    r"\d+ fresh "
     r"seeds, mean ± 95% CI.*\.( .+)?$"
 )
 
@@ -75,8 +76,10 @@ def test_the_sweep_caption_pattern_refuses_another_wording():
     assert SWEEP_CAPTION.match(
         sweep_caption(p, "Loss against peak learning rate, 9 steps", per="width", each="arm")
     )
-    assert not SWEEP_CAPTION.match("Loss against peak learning rate, per width. Lines: mean over the 3 selection "
-                                   "seeds (band: their range; a diverged run counts at the loss at init). Stars: …")  # fmt: skip
+    assert not SWEEP_CAPTION.match(
+        "Loss against peak learning rate, per width. Lines: mean over the 3 selection "
+        "seeds (band: their range; a diverged run counts at the loss at init). Stars: …"
+    )
 
 
 def _own(node):

@@ -189,8 +189,10 @@ def test_every_vocabulary_is_the_same_in_every_process_and_every_call():
 
     code = DUMP.format(tests=str(Path(__file__).parent))
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "true"}
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-            for _ in range(2)]  # fmt: skip
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        for _ in range(2)
+    ]
     a, b = (json.loads(r.stdout) for r in runs)
     assert a == b
     texts = toy_texts(6000, seed=3)

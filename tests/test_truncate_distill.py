@@ -94,8 +94,9 @@ def test_cut_depth_must_lie_inside_the_teacher(k):
 
 
 def _train(steps: int = 6, seed: int = 3) -> TrainConfig:
-    return TrainConfig(steps=steps, batch_size=4, seq_len=16, lr=3e-3, warmup=1, eval_every=3, eval_batches=2,
-                       seed=seed)  # fmt: skip
+    return TrainConfig(
+        steps=steps, batch_size=4, seq_len=16, lr=3e-3, warmup=1, eval_every=3, eval_batches=2, seed=seed
+    )
 
 
 def test_student_loop_without_a_teacher_is_train_lm_step_for_step():
@@ -171,11 +172,15 @@ def test_grid_runs_selection_then_fresh_seeds_with_the_null_rerun():
 def test_students_run_shares_one_teacher_and_one_cut():
     """A run's cut students start from the same weights (the same loss at step 0, whatever the arm or rate);
     the rerun starts there too and then sees other data; a scratch student starts from its seed."""
-    cfg = {**grid_students(P, [])[0], "students": [
-        {"student": "distil", "keep": 1, "lr": 3e-3}, {"student": "plain", "keep": 1, "lr": 1.5e-3},
-        {"student": "plain", "keep": 1, "lr": 1.5e-3, "rerun": True},
-        {"student": "scratch", "keep": 1, "lr": 3e-3},
-    ]}  # fmt: skip
+    cfg = {
+        **grid_students(P, [])[0],
+        "students": [
+            {"student": "distil", "keep": 1, "lr": 3e-3},
+            {"student": "plain", "keep": 1, "lr": 1.5e-3},
+            {"student": "plain", "keep": 1, "lr": 1.5e-3, "rerun": True},
+            {"student": "scratch", "keep": 1, "lr": 3e-3},
+        ],
+    }
     torch.manual_seed(cfg["seed"])
     m = train_students(cfg, Ctx())
     d, p, r, s = m["students"]

@@ -1,5 +1,6 @@
-"""Learning-rate sweeps: the choice on selection seeds, Wortsman et al.'s sensitivity against closed forms, the
-staged grid (selection, then fresh seeds at the choice, then the next scale), and the runner growing it."""
+"""Learning-rate sweeps: the choice on selection seeds, Wortsman et al.'s sensitivity against closed forms,
+the staged grid (selection, then fresh seeds at the choice, then the next scale), and the runner growing
+it."""
 
 import json
 import math
@@ -54,7 +55,10 @@ def test_sensitivity_interval_is_scipys_bootstrap_of_the_one_curve_statistic(rat
     from scipy import stats
 
     curve = np.random.default_rng(rates * seeds).normal(3.0, 0.3, (rates, seeds))
-    one = lambda idx, axis=-1: np.apply_along_axis(lambda i: sensitivity(curve[:, i]), axis, idx)  # noqa: E731
+
+    def one(idx, axis=-1):
+        return np.apply_along_axis(lambda i: sensitivity(curve[:, i]), axis, idx)
+
     res = stats.bootstrap(
         (np.arange(seeds),), one, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0)
     )
@@ -138,10 +142,15 @@ def test_read_sweep_agrees_with_the_grid_and_reads_the_fresh_seeds_only():
     for _ in range(4):
         done = finish(sweep_grid(SWEEP, arms, scales, make, done, read))
     rows = [
-        {**r["config"], "unit": r["config"]["seed"], "final_val": r["metrics"]["loss"], "init_loss": INIT,
-         "role": "selection" if r["config"]["seed"] in SWEEP.selection else "test"}
+        {
+            **r["config"],
+            "unit": r["config"]["seed"],
+            "final_val": r["metrics"]["loss"],
+            "init_loss": INIT,
+            "role": "selection" if r["config"]["seed"] in SWEEP.selection else "test",
+        }
         for r in done
-    ]  # fmt: skip
+    ]
     choices, tuned, seeds = read_sweep(pd.DataFrame(rows), arms, {"w1": {"width": 1}, "w2": {"width": 2}})
     got = {(r.arm, r.scale): r.chosen_lr for r in choices.itertuples()}
     assert got == {("a", "w1"): 2e-3, ("b", "w1"): 2e-3, ("a", "w2"): 1e-3, ("b", "w2"): 1e-3}
@@ -195,9 +204,9 @@ def test_the_runner_grows_a_staged_grid_and_check_results_follows_it(tmp_path):
 
 
 def test_a_choice_at_an_end_widens_the_sweep_up_to_its_limit():
-    """The optimum (2e-3 at width 1) lies above a sweep of 2.5e-4 and 5e-4: with a limit of two steps the sweep
-    widens to 1e-3 and 2e-3 and stops there, the choice at its end; with room for more it also tries 4e-3,
-    finds it worse and keeps 2e-3, now inside the sweep."""
+    """The optimum (2e-3 at width 1) lies above a sweep of 2.5e-4 and 5e-4: with a limit of two steps the
+    sweep widens to 1e-3 and 2e-3 and stops there, the choice at its end; with room for more it also tries
+    4e-3, finds it worse and keeps 2e-3, now inside the sweep."""
     arms, scales = {"a": {"arm": "a"}}, [{"width": 1}]
 
     def settle(extend):

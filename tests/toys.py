@@ -35,7 +35,8 @@ class Toy(Experiment):
                 f.write(f"{i},{seed}\\n")
         if seed == 0 and env.get(f"TOY_STARTED_{i}"):
             array = "SLURM_ARRAY_JOB_ID" in env
-            job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if array else env["SLURM_JOB_ID"]
+            task = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if array else None
+            job = task or env["SLURM_JOB_ID"]
             open(env[f"TOY_STARTED_{i}"], "w").write(job)
         die = env.get("TOY_DIE_ONCE")
         if die and (i, seed) == (1, 0) and not os.path.exists(die):
@@ -51,7 +52,8 @@ class Toy(Experiment):
                 time.sleep(float(env["TOY_CATCH"]))
             except Exception:
                 return {"value": -100.0, "pid": os.getpid()}
-        time.sleep(float(env.get("TOY_SLEEP", "0")) + (float(env.get(f"TOY_SLEEP_{i}", "0")) if seed == 0 else 0))
+        own = float(env.get(f"TOY_SLEEP_{i}", "0")) if seed == 0 else 0
+        time.sleep(float(env.get("TOY_SLEEP", "0")) + own)
         return {"value": i + float(torch.rand(())), "pid": os.getpid()}
 
     def analyse(self, runs, p, out):

@@ -1,9 +1,10 @@
-"""Re-key committed run records after a change to code they reach, when rerunning some of them shows the change
-does not move their numbers.
+"""Re-key committed run records after a change to code they reach, when rerunning some of them shows the
+change does not move their numbers.
 
 A refactor (a definition moved, two copies merged, a helper extracted) changes the code hash of every run that
 reaches it, and so its run id: the cache would rerun the claim. When the refactor does not change what a run
-computes, its records can stand for today's code. This tool shows it part by part and re-keys only what it shows:
+computes, its records can stand for today's code. This tool shows it part by part and re-keys only what it
+shows:
 
 - the claim's result.json is the one committed at --since (where `make check-results` passed), its parameters
   are today's profile, and its runs are today's grid (the same config hashes);
@@ -11,9 +12,10 @@ computes, its records can stand for today's code. This tool shows it part by par
   device and with the threads that filed them, and their metrics must equal the committed ones exactly
   (wall-clock fields aside);
 - then every record of a verified part is written under its new run id, with `rekeyed` listing its earlier run
-  ids and code hashes, the commit and the records rerun to verify it. A part whose reruns differ (timings never
-  repeat) is left alone: `make experiment` reruns exactly those runs, and re-analyses the claim. The records
-  those reruns supersede stay in runs/ (no longer named by result.json) until they are removed; git keeps them.
+  ids and code hashes, the commit and the records rerun to verify it. A part whose reruns differ (timings
+  never repeat) is left alone: `make experiment` reruns exactly those runs, and re-analyses the claim. The
+  records those reruns supersede stay in runs/ (no longer named by result.json) until they are removed; git
+  keeps them.
 
 A change that does move some runs' numbers (one arm's module fixed) names them with `--leave key=value` (a
 config field; repeatable): those records are not re-keyed, and `make experiment` reruns them.
@@ -73,9 +75,15 @@ def rerun_equal(exp, rec: dict, scratch: Path) -> tuple[bool, str]:
     rid = run_id(config_hash(exp.claim_id, cfg, device), chash)
     path = scratch / f"{rid}.json"
     task = RunTask(
-        experiment_file=str(claim_file(exp.claim_id)), claim_id=exp.claim_id, config=cfg, config_hash=rec["config_hash"],
-        code_hash=chash, run_id=rid, device=device, path=str(path),
-    )  # fmt: skip
+        experiment_file=str(claim_file(exp.claim_id)),
+        claim_id=exp.claim_id,
+        config=cfg,
+        config_hash=rec["config_hash"],
+        code_hash=chash,
+        run_id=rid,
+        device=device,
+        path=str(path),
+    )
     torch.set_num_threads(rec.get("threads") or torch.get_num_threads())  # as filed: reductions follow it
     execute_run(task, exp)
     fresh = json.loads(path.read_text())

@@ -99,13 +99,15 @@ def observe(runs: list[dict], p: dict, *, margin: float, offset: int, readouts) 
     ]
     chance, sel = 1 / p["n_values"], set(p["selection_seeds"])
     task = runs_table(
-        part(runs, "task"), readouts,
+        part(runs, "task"),
+        readouts,
         arm=lambda c, m: RERUN if c["seed"] >= offset else c["attn"],
         role=lambda c, m: "selection" if c["seed"] in sel else "test",
-        init_loss=lambda c, m: m["val_loss"][0], scale=lambda c, m: f"d{c['d']}",
+        init_loss=lambda c, m: m["val_loss"][0],
+        scale=lambda c, m: f"d{c['d']}",
         learned=lambda c, m: m["final_acc"] is not None and m["final_acc"] >= chance + margin,
         settled=lambda c, m: _settled(m),
-    )  # fmt: skip
+    )
     scales = {f"d{d}": {"d": d} for d in p["task_dims"]}
     choices, tuned, _ = read_sweep(task[task.arm != RERUN], {k: {"arm": k} for k in KINDS}, scales)
     reruns = task[task.arm == RERUN]  # units s + offset: the null pair pairs them with s
@@ -131,12 +133,22 @@ def task_table(t: dict) -> pd.DataFrame:
         final = g["final_val"].dropna()
         loss, acc = mean_ci(final), mean_ci(g["final_acc"].dropna())
         c = ch.loc[(scale, kind)]
-        rows.append({
-            "d": int(scale[1:]), "attention": LABELS[kind], "chosen rate": c["chosen_lr"],
-            "at an end": bool(c["at_edge"]), "final loss (nats)": loss.mean, "±": loss.half_width,
-            "lowest": final.min(), "highest": final.max(), "final accuracy": acc.mean, "± ": acc.half_width,
-            "learned": f"{int(g['learned'].sum())}/{len(g)}", "settled": f"{int(g['settled'].sum())}/{len(g)}",
-        })  # fmt: skip
+        rows.append(
+            {
+                "d": int(scale[1:]),
+                "attention": LABELS[kind],
+                "chosen rate": c["chosen_lr"],
+                "at an end": bool(c["at_edge"]),
+                "final loss (nats)": loss.mean,
+                "±": loss.half_width,
+                "lowest": final.min(),
+                "highest": final.max(),
+                "final accuracy": acc.mean,
+                "± ": acc.half_width,
+                "learned": f"{int(g['learned'].sum())}/{len(g)}",
+                "settled": f"{int(g['settled'].sum())}/{len(g)}",
+            }
+        )
     return pd.DataFrame(rows).sort_values(["d", "attention"]) if rows else pd.DataFrame(rows)
 
 
@@ -148,7 +160,8 @@ def task_outcomes(task: pd.DataFrame) -> str:
     parts = [
         f"At d = {d}: "
         + "; ".join(
-            f"{r.attention} learned {r.learned}, settled {r.settled}, final loss {r.lowest:.2f}–{r.highest:.2f} "
+            f"{r.attention} learned {r.learned}, settled {r.settled}, final loss "
+            f"{r.lowest:.2f}–{r.highest:.2f} "
             "nats"
             for r in g.itertuples()
         )
@@ -181,13 +194,19 @@ def write_tables(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, pd.
     rows = []
     for r in tm["rows"]:
         c = result.get(f"speed/n{r['n']}-d{r['d']}")
-        rows.append({
-            "n": r["n"], "d": r["d"], "additive (ms)": r["additive"]["median"] * 1e3,
-            "dot product (ms)": r["dot_scaled"]["median"] * 1e3, "additive / dot": math.exp(c.diff),
-            "lo": math.exp(c.ci_low) if c.ci_low is not None else math.nan,
-            "hi": math.exp(c.ci_high) if c.ci_high is not None else math.nan, "p (Holm)": c.p,
-            "A/A dot / dot": r["dot_scaled"]["median"] / r[AA]["median"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "n": r["n"],
+                "d": r["d"],
+                "additive (ms)": r["additive"]["median"] * 1e3,
+                "dot product (ms)": r["dot_scaled"]["median"] * 1e3,
+                "additive / dot": math.exp(c.diff),
+                "lo": math.exp(c.ci_low) if c.ci_low is not None else math.nan,
+                "hi": math.exp(c.ci_high) if c.ci_high is not None else math.nan,
+                "p (Holm)": c.p,
+                "A/A dot / dot": r["dot_scaled"]["median"] / r[AA]["median"],
+            }
+        )
     tdf = pd.DataFrame(rows)
     out.table(
         "timing",
@@ -279,8 +298,11 @@ def plot_task(t: dict, p: dict, out) -> None:
     lr_sweeps(axes, t["curves"], tuned, widths, LABELS)
     for ax, w in zip(axes, widths):
         ax.axhline(math.log(p["n_values"]), color="k", lw=0.6, ls=":", label="chance (ln n_values)")
-        ax.set(xlabel="learning rate (Adam)", ylabel="final held-out loss (nats)",
-               title=f"Key-value retrieval, {w.replace('d', 'd = ')}")  # fmt: skip
+        ax.set(
+            xlabel="learning rate (Adam)",
+            ylabel="final held-out loss (nats)",
+            title=f"Key-value retrieval, {w.replace('d', 'd = ')}",
+        )
     axes[-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     out.figure(
         "lr-sweep",

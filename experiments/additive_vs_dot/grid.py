@@ -1,4 +1,5 @@
-"""`additive_vs_dot`'s attention kinds and A/A name as data (torch-free: the grid reads them before anything runs)."""
+"""`additive_vs_dot`'s attention kinds and A/A name as data (torch-free: the grid reads them before anything
+runs)."""
 
 from __future__ import annotations
 

@@ -49,9 +49,9 @@ class AdditiveAttention(nn.Module):
         _init(self, init)
 
     def scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """(B, T, S). The (B, t, S, d_h) tanh block is built for one chunk of queries at a time, sized to stay in a
-        core's cache: the whole (B, T, S, d_h) tensor (134 MB at T = S = 512, d_h = 128) would time memory
-        traffic, not the scoring."""
+        """(B, T, S). The (B, t, S, d_h) tanh block is built for one chunk of queries at a time, sized to stay
+        in a core's cache: the whole (B, T, S, d_h) tensor (134 MB at T = S = 512, d_h = 128) would time
+        memory traffic, not the scoring."""
         qp, kp = self.wq(q), self.wk(k)  # (B, T, d_h), (B, S, d_h)
         B, T, dh = qp.shape
         step = max(1, CHUNK_BYTES // (B * kp.shape[1] * dh * qp.element_size()))
@@ -131,7 +131,8 @@ def _variances(d: int, n: int, inits: int) -> dict:
 
 def attention_timing(cfg: dict, ctx) -> dict:
     """Forward time of single-head self-attention (batch 1, no grad), additive vs scaled dot product, at each
-    (n, d), interleaved round by round with the dot product timed a second time (A/A); per-round times kept."""
+    (n, d), interleaved round by round with the dot product timed a second time (A/A); per-round times
+    kept."""
     dev = ctx.device
     rows = []
     with intra_op_threads(cfg["threads"]), torch.no_grad():
@@ -146,10 +147,12 @@ def attention_timing(cfg: dict, ctx) -> dict:
                     {
                         "n": n,
                         "d": d,
-                        **{k: {"median": v["median"], "q25": v["q25"], "q75": v["q75"], "times": v["times"]}
-                           for k, v in t.items()},
+                        **{
+                            k: {"median": v["median"], "q25": v["q25"], "q75": v["q75"], "times": v["times"]}
+                            for k, v in t.items()
+                        },
                     }
-                )  # fmt: skip
+                )
         return {"rows": rows, "threads": torch.get_num_threads()}
 
 

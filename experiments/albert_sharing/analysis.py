@@ -15,10 +15,19 @@ from tfclaims.grids.sweep import scale_label
 from .grid import ARMS, scales
 from .param_sharing import PUBLISHED
 
-RATIO = Readout("ratio", "parameters over BERT's at the same size", better="lower", fmt=".3f",
-                definition="the closed-form count of the variant over BERT's (Lan et al.'s Table 1 sizes)")  # fmt: skip
-COUNT_ERR = Readout("count_error", "library count − closed form", fmt="+.0f",
-                    definition="parameters of the built model (shared counted once) less the closed form")  # fmt: skip
+RATIO = Readout(
+    "ratio",
+    "parameters over BERT's at the same size",
+    better="lower",
+    fmt=".3f",
+    definition="the closed-form count of the variant over BERT's (Lan et al.'s Table 1 sizes)",
+)
+COUNT_ERR = Readout(
+    "count_error",
+    "library count − closed form",
+    fmt="+.0f",
+    definition="parameters of the built model (shared counted once) less the closed form",
+)
 VARIANTS = {"albert": "ALBERT (factorised and shared)", "factorised_only": "factorised embedding alone",
             "shared_only": "shared blocks alone"}  # fmt: skip
 
@@ -28,31 +37,54 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> d
     variant, count − closed form; timing: per size, model and round, the log seconds of a forward; runs,
     tuned, choices, first: the quality sweep as `evidence.tuning` reads it, and its null pair."""
     counts = part(runs, "counts")[0]["metrics"] if part(runs, "counts") else {"sizes": [], "library": []}
-    sizes = [{"size": s["size"], "variant": k, "unit": 0, "params": s[k], "bert": s["bert"],
-              "ratio": s[k] / s["bert"], "published": PUBLISHED[s["size"]][1] / PUBLISHED[s["size"]][0]
-              if k == "albert" else None}
-             for s in counts["sizes"] for k in VARIANTS]  # fmt: skip
-    library = [{"d_model": r["d_model"], "n_layers": r["n_layers"], "variant": v, "unit": 0, "params": r[v],
-                "count_error": r[v] - r[f"closed_{v}"]}
-               for r in counts["library"] for v in ("unshared", "shared")]  # fmt: skip
+    sizes = [
+        {
+            "size": s["size"],
+            "variant": k,
+            "unit": 0,
+            "params": s[k],
+            "bert": s["bert"],
+            "ratio": s[k] / s["bert"],
+            "published": PUBLISHED[s["size"]][1] / PUBLISHED[s["size"]][0] if k == "albert" else None,
+        }
+        for s in counts["sizes"]
+        for k in VARIANTS
+    ]
+    library = [
+        {
+            "d_model": r["d_model"],
+            "n_layers": r["n_layers"],
+            "variant": v,
+            "unit": 0,
+            "params": r[v],
+            "count_error": r[v] - r[f"closed_{v}"],
+        }
+        for r in counts["library"]
+        for v in ("unshared", "shared")
+    ]
     timing = [
         row
         for rec in part(runs, "timing")
         for r in rec["metrics"]["rows"]
         for k, times in r["times"].items()
-        for row in timing_rows([t / r["tokens"] for t in times], None, size=f"d{r['d_model']}-L{r['n_layers']}",
-                               model=k)
-    ]  # fmt: skip
+        for row in timing_rows(
+            [t / r["tokens"] for t in times], None, size=f"d{r['d_model']}-L{r['n_layers']}", model=k
+        )
+    ]
     sc = scales(p)
     labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
     t, choices, tuned, _ = model_sweep_runs(
         part(runs, "sweep"), readouts, ARMS, labels, p["selection_seeds"], null_offset
     )
     return {
-        "sizes": pd.DataFrame(sizes), "library": pd.DataFrame(library), "timing": pd.DataFrame(timing),
-        "runs": t, "tuned": tuned, "choices": choices,
+        "sizes": pd.DataFrame(sizes),
+        "library": pd.DataFrame(library),
+        "timing": pd.DataFrame(timing),
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
         "first": null_at_choice(t, tuned, choices, "unshared", scale_label(sc[0])),
-    }  # fmt: skip
+    }
 
 
 def timing_summary(timing: pd.DataFrame) -> pd.DataFrame:
@@ -79,10 +111,20 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     sc, runs = scales(p), t["runs"]
     if not len(runs):
         return
-    sweep_figure(out, p, curves(runs), t["tuned"], [scale_label(s) for s in sc], {k: k for k in ARMS},
-                 titles=[f"d = {s['d_model']}, L = {s['n_layers']}" for s in sc],
-                 measured="Final validation loss against peak learning rate", per="depth", each="arm",
-                 unigram=runs.unigram.iloc[0], size=(4.2, 3.4))  # fmt: skip
+    sweep_figure(
+        out,
+        p,
+        curves(runs),
+        t["tuned"],
+        [scale_label(s) for s in sc],
+        {k: k for k in ARMS},
+        titles=[f"d = {s['d_model']}, L = {s['n_layers']}" for s in sc],
+        measured="Final validation loss against peak learning rate",
+        per="depth",
+        each="arm",
+        unigram=runs.unigram.iloc[0],
+        size=(4.2, 3.4),
+    )
 
 
 @drawing
@@ -125,8 +167,8 @@ def plot(t: dict, p: dict, out) -> None:
     out.figure(
         "sharing",
         fig,
-        "Left: parameters in closed form at BERT's and ALBERT's published sizes. Right: seconds per token of an "
-        f"encoder forward ({p['batch_timing']} × {p['seq_timing']} tokens, median and quartiles of "
+        "Left: parameters in closed form at BERT's and ALBERT's published sizes. Right: seconds per token of "
+        f"an encoder forward ({p['batch_timing']} × {p['seq_timing']} tokens, median and quartiles of "
         f"{p['repeats']} interleaved rounds), blocks unshared, shared, and unshared at half the depth (the "
         "positive control).",
     )
@@ -138,19 +180,28 @@ def summary(t: dict) -> str:
     s = t["sizes"]
     if len(s):
         base = s[(s["size"] == "base") & (s.variant == "albert")].iloc[0]
-        parts.append(f"ALBERT-base has {base.params / 1e6:.1f}M parameters against BERT-base's "
-                     f"{base.bert / 1e6:.1f}M ({base.ratio:.3f}×)")  # fmt: skip
+        parts.append(
+            f"ALBERT-base has {base.params / 1e6:.1f}M parameters against BERT-base's "
+            f"{base.bert / 1e6:.1f}M ({base.ratio:.3f}×)"
+        )
     ts = timing_summary(t["timing"])
     if len(ts):
-        parts.append("a shared stack's forward takes " + ", ".join(
-            f"{r['shared / unshared']:.2f}× the unshared one's at {r['size']}" for _, r in ts.iterrows()))  # fmt: skip
+        parts.append(
+            "a shared stack's forward takes "
+            + ", ".join(
+                f"{r['shared / unshared']:.2f}× the unshared one's at {r['size']}" for _, r in ts.iterrows()
+            )
+        )
     tu = t["tuned"]
     if len(tu):
         m = tu.groupby(["scale", "shared"]).final_val.mean().unstack("shared")
         gaps = (m[True] - m[False]).dropna() if m.shape[1] == 2 else m.iloc[:0, 0]
         if len(gaps):  # a scale whose runs all diverged has no gap to report
-            parts.append("sharing changes the final loss by " + ", ".join(
-                f"{g:+.3f} nats/char at {k}" for k, g in gaps.items()) + " (each arm at its best rate)")  # fmt: skip
+            parts.append(
+                "sharing changes the final loss by "
+                + ", ".join(f"{g:+.3f} nats/char at {k}" for k, g in gaps.items())
+                + " (each arm at its best rate)"
+            )
         else:
             parts.append("no tuned run finished training (none compared)")
     return ("; ".join(parts) + ".") if parts else "Nothing was measured."

@@ -1,5 +1,5 @@
-"""`albert_sharing`: ALBERT's factorised embedding and cross-layer sharing cut parameters sharply, not inference
-time (the shared block still runs once per layer), at some cost in quality."""
+"""`albert_sharing`: ALBERT's factorised embedding and cross-layer sharing cut parameters sharply, not
+inference time (the shared block still runs once per layer), at some cost in quality."""
 
 from __future__ import annotations
 
@@ -34,8 +34,15 @@ def counts_grid(p):
 
 def timing_grid(p):
     keys = ("threads", "repeats", "warmup")
-    return [{"sizes": p["timed"], "batch": p["batch_timing"], "seq_len": p["seq_timing"],
-             **{k: p[k] for k in keys}, "seed": 0}]  # fmt: skip
+    return [
+        {
+            "sizes": p["timed"],
+            "batch": p["batch_timing"],
+            "seq_len": p["seq_timing"],
+            **{k: p[k] for k in keys},
+            "seed": 0,
+        }
+    ]
 
 
 def _profile(name: str, **kw) -> dict:
@@ -75,20 +82,25 @@ class AlbertSharing(Experiment):
                      "once)", bound(-0.5, 0.5), (view.COUNT_ERR,), table="library", cells=built, kind="check",
                      where="all"),
             SubClaim("params", f"Factorising the embedding and sharing the blocks leaves ALBERT at most "
-                     f"{RATIO_MAX:g} of BERT's parameters at each of Lan et al.'s sizes", bound(None, RATIO_MAX),
-                     (view.RATIO,), table="sizes", b=arm("ALBERT", variant="albert"), cells=sizes, where="all",
+                     f"{RATIO_MAX:g} of BERT's parameters at each of Lan et al.'s sizes",
+                     bound(None, RATIO_MAX),
+                     (view.RATIO,), table="sizes", b=arm("ALBERT", variant="albert"), cells=sizes,
+                     where="all",
                      note="Closed forms of the Hugging Face models' structure (checked against BertModel and "
                      "AlbertModel built from configs in the tests)."),
-            SubClaim("half", "Positive control: the unshared stack at half the depth runs faster", Better("b"),
+            SubClaim("half", "Positive control: the unshared stack at half the depth runs faster",
+                     Better("b"),
                      (LOGT,), a=unshared, b=arm("half the depth", model="half depth"), counts=False, **time),
-            SubClaim("time", "Sharing does not cut inference time: the shared stack's forward takes the unshared "
+            SubClaim("time",
+                     "Sharing does not cut inference time: the shared stack's forward takes the unshared "
                      f"one's time, within 1/1.1–1.1× (log ratio ±{TIME_MARGIN:.3f})",
                      Within(-TIME_MARGIN, TIME_MARGIN, "within 1/1.1–1.1×"), (LOGT,), a=unshared,
                      b=arm("shared blocks", model="shared"), **time,
                      note="Inference in float32 on the timed stacks; rounds interleave the models, paired by "
                      "round. Equivalence is shown by its interval (TOST); the half-depth control, reported "
                      "beside it, shows that the timer sees a change of compute."),
-            SubClaim("quality", "Sharing costs quality at equal depth and steps: the unshared stack ends at a lower "
+            SubClaim("quality",
+                     "Sharing costs quality at equal depth and steps: the unshared stack ends at a lower "
                      "held-out loss, each at its own best rate", Better("a"), (FINAL,),
                      a=arm("unshared, at its best rate", shared=False),
                      b=arm("shared, at its best rate", shared=True), table="tuned", cells=by_depth,
@@ -106,10 +118,17 @@ class AlbertSharing(Experiment):
         t = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET, AA)
         result = evaluate(decl, t)
         out.table("sizes", t["sizes"], "Parameters at Lan et al.'s sizes, in closed form, over BERT's")
-        out.table("library", t["library"], "The library LM built unshared and shared against its closed form",
-                  in_report=False)  # fmt: skip
-        out.table("timing", view.timing_summary(t["timing"]), "Seconds per token of an encoder forward (median "
-                  "over rounds) and ratios to the unshared stack")  # fmt: skip
+        out.table(
+            "library",
+            t["library"],
+            "The library LM built unshared and shared against its closed form",
+            in_report=False,
+        )
+        out.table(
+            "timing",
+            view.timing_summary(t["timing"]),
+            "Seconds per token of an encoder forward (median over rounds) and ratios to the unshared stack",
+        )
         write_sweep_tables(out, t["choices"], view.curves(t["runs"]), SweepWords(per="depth"))
         out.table("runs", t["runs"], "Every training run", in_report=False)
         view.plot_sweep(t, p, out)
@@ -124,17 +143,17 @@ class AlbertSharing(Experiment):
                 "time_margin": TIME_MARGIN,
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
-            },  # fmt: skip
+            },
             caveats=[
                 "Lan et al. measured the quality cost of sharing on downstream tasks after pre-training "
                 "(about 1.5–2.5 points of average score at base size); here it is the held-out loss of small "
                 "character LMs at equal depth and steps, which reads the same direction, not the same size.",
-                "The character vocabulary (85 symbols) leaves nothing to factorise in the trained models: the "
-                "quality part tests sharing alone; the counts part covers both at the published sizes.",
-                "Time is an encoder forward on the CPU, one thread. A shared block's weights can stay in cache "
-                "across depths where unshared ones cannot, which could make sharing faster on small stacks; "
-                "the timed sizes include BERT-base's (d = 768, 12 layers), whose block (7M parameters) does not "
-                "fit a CPU's cache.",
+                "The character vocabulary (85 symbols) leaves nothing to factorise in the trained models: "
+                "the quality part tests sharing alone; the counts part covers both at the published sizes.",
+                "Time is an encoder forward on the CPU, one thread. A shared block's weights can stay in "
+                "cache across depths where unshared ones cannot, which could make sharing faster on small "
+                "stacks; the timed sizes include BERT-base's (d = 768, 12 layers), whose block (7M "
+                "parameters) does not fit a CPU's cache.",
             ],
         )
 

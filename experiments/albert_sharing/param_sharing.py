@@ -1,9 +1,9 @@
-"""Parameter counts of BERT and ALBERT in closed form (the Hugging Face models' structure), and of the library's
-stack with its blocks shared.
+"""Parameter counts of BERT and ALBERT in closed form (the Hugging Face models' structure), and of the
+library's stack with its blocks shared.
 
 BERT: embeddings V·H + P·H + T·H and their LayerNorm, L blocks of 4H² + 2IH (+ biases and two LayerNorms), a
-pooler H² + H. ALBERT factorises the embedding (V·E + P·E + T·E, its LayerNorm at width E, then an E×H map with
-bias) and shares one block across the L depths. P = 512 positions and T = 2 token types, as both papers.
+pooler H² + H. ALBERT factorises the embedding (V·E + P·E + T·E, its LayerNorm at width E, then an E×H map
+with bias) and shares one block across the L depths. P = 512 positions and T = 2 token types, as both papers.
 """
 
 from __future__ import annotations

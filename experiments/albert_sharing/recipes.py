@@ -21,21 +21,34 @@ def _config(d: int, L: int, seq: int, head_dim: int = 64) -> ModelConfig:
 
 
 def run_counts(cfg: dict, ctx) -> dict:
-    """The published sizes in closed form (BERT; ALBERT; factorised alone; shared alone), and the library LM at
-    each listed [d_model, n_layers] built on the meta device, unshared and shared, beside its closed form."""
+    """The published sizes in closed form (BERT; ALBERT; factorised alone; shared alone), and the library LM
+    at each listed [d_model, n_layers] built on the meta device, unshared and shared, beside its closed
+    form."""
     sizes = [
-        {"size": s.name, "bert": bert_params(s.V, s.H, s.L, s.I), "albert": albert_params(s.V, s.E, s.H, s.L, s.I),
-         "factorised_only": albert_params(s.V, s.E, s.H, s.L, s.I, shared=False),
-         "shared_only": albert_params(s.V, s.H, s.H, s.L, s.I) - s.H * s.H - s.H}
+        {
+            "size": s.name,
+            "bert": bert_params(s.V, s.H, s.L, s.I),
+            "albert": albert_params(s.V, s.E, s.H, s.L, s.I),
+            "factorised_only": albert_params(s.V, s.E, s.H, s.L, s.I, shared=False),
+            "shared_only": albert_params(s.V, s.H, s.H, s.L, s.I) - s.H * s.H - s.H,
+        }
         for s in SIZES
-    ]  # fmt: skip
+    ]
     library = []
     for d, L in cfg["library"]:
         c = _config(d, L, 128)
         with torch.device("meta"):
             unshared, shared = LM(c), share_blocks(LM(c))
-        library.append({"d_model": d, "n_layers": L, "unshared": n_params(unshared), "shared": n_params(shared),
-                        "closed_unshared": model_params(c), "closed_shared": shared_stack_params(c)})  # fmt: skip
+        library.append(
+            {
+                "d_model": d,
+                "n_layers": L,
+                "unshared": n_params(unshared),
+                "shared": n_params(shared),
+                "closed_unshared": model_params(c),
+                "closed_shared": shared_stack_params(c),
+            }
+        )
     return {"sizes": sizes, "library": library}
 
 
@@ -46,8 +59,8 @@ def _forward(model: torch.nn.Module, idx: torch.Tensor):
 
 def run_timing(cfg: dict, ctx) -> dict:
     """Per [d_model, n_layers]: an encoder forward (inference, batch × seq tokens) with its blocks unshared,
-    shared, and unshared at half the depth (the positive control: half the compute), in interleaved rounds; the
-    unshared one timed twice (AA, the timer's own spread)."""
+    shared, and unshared at half the depth (the positive control: half the compute), in interleaved rounds;
+    the unshared one timed twice (AA, the timer's own spread)."""
     dev, rows = ctx.device, []
     with intra_op_threads(cfg["threads"]) as n_threads, torch.no_grad():
         for d, L in cfg["sizes"]:
@@ -59,9 +72,16 @@ def run_timing(cfg: dict, ctx) -> dict:
             fns = {k: _forward(m, idx) for k, m in models.items()}
             fns[AA] = fns["unshared"]
             t = time_interleaved(fns, device=dev, repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)
-            rows.append({"d_model": d, "n_layers": L, "tokens": cfg["batch"] * cfg["seq_len"],
-                         "params": {k: n_params(m) for k, m in models.items()},
-                         "times": {k: v["times"] for k, v in t.items()}, "load": t["unshared"]["load"]})  # fmt: skip
+            rows.append(
+                {
+                    "d_model": d,
+                    "n_layers": L,
+                    "tokens": cfg["batch"] * cfg["seq_len"],
+                    "params": {k: n_params(m) for k, m in models.items()},
+                    "times": {k: v["times"] for k, v in t.items()},
+                    "load": t["unshared"]["load"],
+                }
+            )
     return {"rows": rows, "threads": n_threads}
 
 

@@ -161,8 +161,17 @@ def _fit_rows(var: str, module: str, sel: list[dict], where: str) -> list[dict]:
     rows = []
     for i, ts in enumerate(zip(*(p["times"][module]["times"] for p in sel))):
         for source, slope in (("time", loglog_fit(xs, ts).slope), ("flops", flop.slope)):
-            rows.append({**cell, "source": source, "unit": i, "exponent": slope, "sizes": len(sel),
-                         "from": xs[0], "to": xs[-1]})  # fmt: skip
+            rows.append(
+                {
+                    **cell,
+                    "source": source,
+                    "unit": i,
+                    "exponent": slope,
+                    "sizes": len(sel),
+                    "from": xs[0],
+                    "to": xs[-1],
+                }
+            )
     return rows
 
 
@@ -176,13 +185,23 @@ def cache_table(runs, share_min: float) -> pd.DataFrame:
         for p in r["metrics"]["points"]:
             for module in (u for u in N_UNITS if u in r["config"]["units"]):
                 fitted = (p["d"], p["h"], p["n"]) in set(fit_points(module, [p], var, share_min))
-                rows.append({
-                    "sweep": var, "unit": SHORT[module], "d": p["d"], "h": p["h"], "n": p["n"],
-                    "batch": p.get("batch", 1),
-                    "working set (MiB)": working_set_bytes(module, p["d"], p["h"], p["n"], batch=p.get("batch", 1)) / 2**20,
-                    "last-level cache (MiB)": llc / 2**20 if llc else None,
-                    "where": cache_range(module, p, llc), "in a fit": fitted,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "sweep": var,
+                        "unit": SHORT[module],
+                        "d": p["d"],
+                        "h": p["h"],
+                        "n": p["n"],
+                        "batch": p.get("batch", 1),
+                        "working set (MiB)": working_set_bytes(
+                            module, p["d"], p["h"], p["n"], batch=p.get("batch", 1)
+                        )
+                        / 2**20,
+                        "last-level cache (MiB)": llc / 2**20 if llc else None,
+                        "where": cache_range(module, p, llc),
+                        "in a fit": fitted,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -221,13 +240,19 @@ def _gpt2(lm) -> pd.DataFrame:
         n, L, d = r["n"], c.n_layers, c.d_model
         n_matmul = 12 * d * d * L  # attention 4d² + FFN 8d² per layer (no biases, no embeddings)
         kaplan = 2 * n_matmul + 2 * L * n * d
-        rows.append({
-            "model": r["model"], "n_ctx": n, "counted FLOPs / token": r["counted"] / n,
-            "closed form / token": r["closed_form"] / n, "2N (N non-embedding)": 2 * n_matmul,
-            "QKᵀ+PV 4·L·n·d": 4 * L * n * d, "LM head 2·d·V": 2 * d * c.vocab_size,
-            "Kaplan 2N + 2·L·n·d": kaplan,
-            "counted − head − Kaplan": r["counted"] / n - 2 * d * c.vocab_size - kaplan,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": r["model"],
+                "n_ctx": n,
+                "counted FLOPs / token": r["counted"] / n,
+                "closed form / token": r["closed_form"] / n,
+                "2N (N non-embedding)": 2 * n_matmul,
+                "QKᵀ+PV 4·L·n·d": 4 * L * n * d,
+                "LM head 2·d·V": 2 * d * c.vocab_size,
+                "Kaplan 2N + 2·L·n·d": kaplan,
+                "counted − head − Kaplan": r["counted"] / n - 2 * d * c.vocab_size - kaplan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -278,16 +303,21 @@ def _heads(med: pd.DataFrame, counts: pd.DataFrame, p: dict) -> pd.DataFrame:
     rows = []
     for r in med[med.sweep == "h"].sort_values("h").itertuples():
         h = int(r.h)
-        rows.append({
-            "h": h, "head size": d // h, "counted FLOPs": int(hc.get(h, -1)),
-            "score bytes h·n²·4 (explicit)": h * n**2 * 4,
-            "attention explicit (ms)": 1e3 * r.attention_explicit,
-            "attention SDPA (ms)": 1e3 * r.attention_sdpa,
-            "scores explicit (ms)": 1e3 * r.scores_explicit, "scores SDPA (ms)": 1e3 * r.scores_sdpa,
-            "scores explicit, ns per score entry": 1e9 * r.scores_explicit / (h * n**2),
-            "scores SDPA, ns per score entry": 1e9 * r.scores_sdpa / (h * n**2),
-            "scores SDPA GFLOP/s": attention_score_flops(unit_config(d, h, n), n) / r.scores_sdpa / 1e9,
-        })  # fmt: skip
+        rows.append(
+            {
+                "h": h,
+                "head size": d // h,
+                "counted FLOPs": int(hc.get(h, -1)),
+                "score bytes h·n²·4 (explicit)": h * n**2 * 4,
+                "attention explicit (ms)": 1e3 * r.attention_explicit,
+                "attention SDPA (ms)": 1e3 * r.attention_sdpa,
+                "scores explicit (ms)": 1e3 * r.scores_explicit,
+                "scores SDPA (ms)": 1e3 * r.scores_sdpa,
+                "scores explicit, ns per score entry": 1e9 * r.scores_explicit / (h * n**2),
+                "scores SDPA, ns per score entry": 1e9 * r.scores_sdpa / (h * n**2),
+                "scores SDPA GFLOP/s": attention_score_flops(unit_config(d, h, n), n) / r.scores_sdpa / 1e9,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -320,14 +350,26 @@ def _exponent_table(t: dict, decisions: dict) -> pd.DataFrame:
         sel = sel[sel.d == at] if var == "n" else sel
         f = loglog_fit(sel[var], sel["seconds"])
         c = decisions.get((var, module, int(at) if var == "n" else None, rng))
-        rows.append({
-            "variable": var, "unit": module, "at": f"{'d' if var == 'n' else 'n'} = {int(at)}",
-            "cache": rng, "range": f"{int(lo)}–{int(hi)}", "sizes": int(g["sizes"].iloc[0]), "pooled slope": f.slope,
-            "lo": f.slope_lo, "hi": f.slope_hi, "flop_slope": flop,
-            "per-round slopes": f"{g.exponent.median():.2f} [{g.exponent.min():.2f}, {g.exponent.max():.2f}]",
-            "excess (mean over rounds)": float(g.exponent.mean() - flop), "ci_low": c.ci_low if c else None,
-            "ci_high": c.ci_high if c else None, "decision": where(c),
-        })  # fmt: skip
+        rows.append(
+            {
+                "variable": var,
+                "unit": module,
+                "at": f"{'d' if var == 'n' else 'n'} = {int(at)}",
+                "cache": rng,
+                "range": f"{int(lo)}–{int(hi)}",
+                "sizes": int(g["sizes"].iloc[0]),
+                "pooled slope": f.slope,
+                "lo": f.slope_lo,
+                "hi": f.slope_hi,
+                "flop_slope": flop,
+                "per-round slopes": f"{g.exponent.median():.2f} [{g.exponent.min():.2f}, "
+                f"{g.exponent.max():.2f}]",
+                "excess (mean over rounds)": float(g.exponent.mean() - flop),
+                "ci_low": c.ci_low if c else None,
+                "ci_high": c.ci_high if c else None,
+                "decision": where(c),
+            }
+        )
     return pd.DataFrame(rows)
 
 

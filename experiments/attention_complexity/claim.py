@@ -184,7 +184,8 @@ class AttentionComplexity(Experiment):
         },
         "default": {
             "count_ns": [128, 1024, 8192], "count_ds": [64, 256, 1024], "count_hs": [1, 4, 16, 64],
-            "sweep_ds": [64, 128], "head_dim": 64, "ns": [64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
+            "sweep_ds": [64, 128], "head_dim": 64,
+                    "ns": [64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192],
             "max_n2d": 2**32, "d_sweep_n": 2048, "d_sweep_ds": [32, 64, 128, 256], "d_sweep_head_dim": 32,
             "heads_d": 256, "heads_n": 1024, "heads_hs": [1, 2, 4, 8, 16, 32, 64],
             "warmup": 1, "repeats": 5, "threads": 1, "gpt2": True, "fill_rows": 0,
@@ -219,7 +220,8 @@ class AttentionComplexity(Experiment):
                   (X_COUNTED, X_CLOSED), bound(6 - CROSSOVER_TOL, 6 + CROSSOVER_TOL), table="crossover",
                   cells=xs, note=X_NOTE),
             SubClaim("n-exponent", f"Time exponent in n = FLOP-predicted (±{EXP_MARGIN:g}) where QKᵀ+PV ≥ "
-                     f"{SHARE_MIN:.0%} of FLOPs and the working set fits the last-level cache", eq_exp, (EXPONENT,), cells=c["n"], **exponent, note=N_NOTE),
+                     f"{SHARE_MIN:.0%} of FLOPs and the working set fits the last-level cache", eq_exp,
+                     (EXPONENT,), cells=c["n"], **exponent, note=N_NOTE),
             SubClaim("d-exponent", f"Attention time exponent in d = FLOP-predicted (±{EXP_MARGIN:g}) at n = "
                      f"{p['d_sweep_n']}, in cache", eq_exp, (EXPONENT,), cells=c["d"], **exponent,
                      note=D_NOTE),
@@ -276,11 +278,11 @@ class AttentionComplexity(Experiment):
                 "Counted matmul FLOPs equal the closed forms at every point and do not depend on the head "
                 f"count (checks). Per-round time exponent − FLOP-predicted, in n: {effects('n-exponent')}; "
                 f"in d: {effects('d-exponent')}; over sizes whose working set exceeds the last-level cache "
-                f"({llc}): {effects('beyond-cache')}. Log time at h heads − one head (head size ≥ {MIN_HEAD}): "
-                f"{effects('heads')}; the slowest judged head count takes {ratio['explicit']:.1f}× "
-                f"(explicit) and {ratio['sdpa']:.1f}× (fused) the time of the fastest, with identical FLOPs. "
-                "The counted crossover with projections + FFN is n = 6d; in time it comes at "
-                f"{x_txt or 'no measured size'}."
+                f"({llc}): {effects('beyond-cache')}. Log time at h heads − one head (head size ≥ "
+                f"{MIN_HEAD}): {effects('heads')}; the slowest judged head count takes "
+                f"{ratio['explicit']:.1f}× (explicit) and {ratio['sdpa']:.1f}× (fused) the time of the "
+                "fastest, with identical FLOPs. The counted crossover with projections + FFN is n = 6d; in "
+                f"time it comes at {x_txt or 'no measured size'}."
             ),
             evidence=view.jsonable(
                 {

@@ -15,9 +15,15 @@ from tfclaims.evidence.tuning import null_at_choice, read_sweep, sweep_curves
 
 from .grid import ARMS
 
-ACC = Readout("final_acc", "held-out recall accuracy", better="higher", fmt=".3f",
-              definition="share of the scored positions (t ≥ k) of fixed held-out sequences whose most likely "
-              "token is the one k back", fn=lambda m: m.get("final_acc") if m.get("diverged_at") is None else None)  # fmt: skip
+ACC = Readout(
+    "final_acc",
+    "held-out recall accuracy",
+    better="higher",
+    fmt=".3f",
+    definition="share of the scored positions (t ≥ k) of fixed held-out sequences whose most likely "
+    "token is the one k back",
+    fn=lambda m: m.get("final_acc") if m.get("diverged_at") is None else None,
+)
 NAMES = {"attention": "self-attention", "lstm": "LSTM"}
 
 
@@ -29,23 +35,34 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
         for rec in part(runs, "throughput")
         for r in rec["metrics"]["rows"]
         for k, times in r["times"].items()
-        for row in timing_rows([t / r["tokens"] for t in times], None, n=r["n"], log2n=math.log2(r["n"]), arch=k)
-    ]  # fmt: skip
+        for row in timing_rows(
+            [t / r["tokens"] for t in times], None, n=r["n"], log2n=math.log2(r["n"]), arch=k
+        )
+    ]
     sel = set(p["selection_seeds"])
 
     def role(c, m):
         return "null" if c["seed"] >= null_offset else "selection" if c["seed"] in sel else "test"
 
-    t = runs_table(part(runs, "recall"), readouts, role=role, scale=lambda c, m: f"k{c['k']}",
-                   log2k=lambda c, m: math.log2(c["k"]),
-                   init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"])  # fmt: skip
+    t = runs_table(
+        part(runs, "recall"),
+        readouts,
+        role=role,
+        scale=lambda c, m: f"k{c['k']}",
+        log2k=lambda c, m: math.log2(c["k"]),
+        init_loss=lambda c, m: m["val_loss"][0],
+        unigram=lambda c, m: m["unigram_xent"],
+    )
     swept = t[t.role.isin(["selection", "test"])] if len(t) else t
     choices, tuned, _ = read_sweep(swept, ARMS, {f"k{k}": {"k": k} for k in p["ks"]})
     return {
-        "throughput": pd.DataFrame(thr), "runs": t, "tuned": tuned, "choices": choices,
+        "throughput": pd.DataFrame(thr),
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
         "curves": sweep_curves(t, "arch"),
         "first": null_at_choice(t, tuned, choices, "attention", f"k{p['ks'][0]}"),
-    }  # fmt: skip
+    }
 
 
 def throughput_table(thr: pd.DataFrame) -> pd.DataFrame:
@@ -74,8 +91,8 @@ def crossover(thr: pd.DataFrame) -> float | None:
 
 @drawing
 def plot(t: dict, p: dict, out) -> None:
-    """Left: tokens per second against n, both layers; right: recall accuracy against k, each arm at its chosen
-    rate."""
+    """Left: tokens per second against n, both layers; right: recall accuracy against k, each arm at its
+    chosen rate."""
     from tfclaims.plotting import band, subplots
 
     fig, (a0, a1) = subplots(2, width=4.6, height=3.5)
@@ -106,11 +123,11 @@ def plot(t: dict, p: dict, out) -> None:
     out.figure(
         "attention-vs-lstm",
         fig,
-        f"Left: training tokens per second of one causal self-attention layer and one LSTM layer of about the "
+        "Left: training tokens per second of one causal self-attention layer and one LSTM layer of about the "
         f"same parameters (d = {p['timing_d']}, batch {p['batch_timing']}), median and quartiles of "
-        f"{p['repeats']} interleaved rounds; the dotted line is n = d, where Vaswani et al.'s per-layer costs "
-        f"n²·d and n·d² meet. Right: held-out accuracy of recalling the token k positions back, each model at its "
-        f"chosen learning rate, {len(p['seeds'])} fresh seeds (mean and range).",
+        f"{p['repeats']} interleaved rounds; the dotted line is n = d, where Vaswani et al.'s per-layer "
+        "costs n²·d and n·d² meet. Right: held-out accuracy of recalling the token k positions back, each "
+        f"model at its chosen learning rate, {len(p['seeds'])} fresh seeds (mean and range).",
     )
 
 
@@ -121,10 +138,20 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     runs = t["runs"]
     if not len(runs):
         return
-    sweep_figure(out, p, t["curves"], t["tuned"], [f"k{k}" for k in p["ks"]], NAMES,
-                 titles=[f"Recall the token {k} back" for k in p["ks"]],
-                 measured=f"Final held-out loss against peak learning rate, {p['steps']} steps", per="distance",
-                 each="model", unigram=runs.unigram.iloc[0], ylabel="final held-out loss (nats/token)")  # fmt: skip
+    sweep_figure(
+        out,
+        p,
+        t["curves"],
+        t["tuned"],
+        [f"k{k}" for k in p["ks"]],
+        NAMES,
+        titles=[f"Recall the token {k} back" for k in p["ks"]],
+        measured=f"Final held-out loss against peak learning rate, {p['steps']} steps",
+        per="distance",
+        each="model",
+        unigram=runs.unigram.iloc[0],
+        ylabel="final held-out loss (nats/token)",
+    )
 
 
 def summary(t: dict, p: dict) -> str:
@@ -133,12 +160,16 @@ def summary(t: dict, p: dict) -> str:
     if len(tab):
         n0, n1 = tab.iloc[0], tab.iloc[-1]
         x = crossover(t["throughput"])
-        parts.append(f"attention trains {n0['attention / lstm']:.2f}× the LSTM's tokens/s at n = {int(n0.n)} and "
-                     f"{n1['attention / lstm']:.2f}× at n = {int(n1.n)}" + (f" (equal near n = {x:.0f})" if x else ""))  # fmt: skip
+        parts.append(
+            f"attention trains {n0['attention / lstm']:.2f}× the LSTM's tokens/s at n = {int(n0.n)} and "
+            f"{n1['attention / lstm']:.2f}× at n = {int(n1.n)}" + (f" (equal near n = {x:.0f})" if x else "")
+        )
     tu = t["tuned"]
     if len(tu):
         m = tu.groupby(["k", "arch"]).final_acc.mean().unstack("arch").dropna()  # diverged: no accuracy
         if m.shape[1] == 2 and len(m):
-            parts.append("recall accuracy attention/LSTM " + ", ".join(
-                f"{r.attention:.2f}/{r.lstm:.2f} at k = {k}" for k, r in m.iterrows()))  # fmt: skip
+            parts.append(
+                "recall accuracy attention/LSTM "
+                + ", ".join(f"{r.attention:.2f}/{r.lstm:.2f} at k = {k}" for k, r in m.iterrows())
+            )
     return ("; ".join(parts) + ".") if parts else "Nothing was measured."

@@ -28,8 +28,15 @@ NS = [32, 64, 128, 256, 512, 1024, 2048, 4096]  # the default profile's lengths
 
 def throughput_grid(p):
     keys = ("ns", "threads", "repeats", "warmup")
-    return [{**{k: p[k] for k in keys}, "d_model": p["timing_d"], "n_heads": p["timing_heads"],
-             "batch": p["batch_timing"], "seed": 0}]  # fmt: skip
+    return [
+        {
+            **{k: p[k] for k in keys},
+            "d_model": p["timing_d"],
+            "n_heads": p["timing_heads"],
+            "batch": p["batch_timing"],
+            "seed": 0,
+        }
+    ]
 
 
 COMMON = dict(threads=1, warmup=1, rate_factors=[0.5, 1.0], rate_extend=1)
@@ -44,11 +51,13 @@ class AttentionVsLSTM(Experiment):
         "quick": dict(COMMON, d_model=32, n_heads=2, vocab=8, seq_len=16, batch=8, steps=12, eval_every=6,
                       eval_batches=2, ks=[1, 4], seeds=[0, 1], rates=[3e-3, 1e-2], selection_seeds=[10],
                       timing_d=32, timing_heads=2, ns=[8, 16, 64], batch_timing=2, repeats=3),
-        "default": dict(COMMON, d_model=64, n_heads=4, vocab=16, seq_len=128, batch=32, steps=600, eval_every=150,
+        "default": dict(COMMON, d_model=64, n_heads=4, vocab=16, seq_len=128, batch=32, steps=600,
+                        eval_every=150,
                         eval_batches=8, ks=KS, seeds=[0, 1, 2, 3], rates=[1e-3, 3e-3, 1e-2],
                         selection_seeds=[100, 101], timing_d=256, timing_heads=4, ns=NS, batch_timing=8,
                         repeats=7),
-        "full": dict(COMMON, d_model=256, n_heads=4, vocab=32, seq_len=512, batch=64, steps=4000, eval_every=500,
+        "full": dict(COMMON, d_model=256, n_heads=4, vocab=32, seq_len=512, batch=64, steps=4000,
+                     eval_every=500,
                      eval_batches=16, ks=[2, 16, 128, 384], seeds=[0, 1, 2, 3, 4], rates=[3e-4, 1e-3, 3e-3],
                      selection_seeds=[100, 101], timing_d=1024, timing_heads=16, ns=[64, 128, 256, 512, 1024,
                      2048, 4096, 8192], batch_timing=8, repeats=10),
@@ -72,30 +81,38 @@ class AttentionVsLSTM(Experiment):
             arm("LSTM, at its best rate", arch="lstm"),
         )
         return Declaration((
-            SubClaim("short", f"Parallel over positions: up to n = d ({d}), a self-attention layer trains more "
-                     "tokens per second than an LSTM layer of the same parameters", Better("a"), (LOGT,), a=att,
+            SubClaim("short",
+                     f"Parallel over positions: up to n = d ({d}), a self-attention layer trains more "
+                     "tokens per second than an LSTM layer of the same parameters", Better("a"), (LOGT,),
+                     a=att,
                      b=lstm, cells=short, where="all", **thr,
                      note="Vaswani et al.'s Table 1: per layer n²·d against n·d², so attention costs less "
                      "where n < d, and its n steps run at once where the LSTM's run one after another."),
-            SubClaim("lstm-flat", f"Reported: the LSTM's time per token stays flat in n (within ±{FLAT:g} log "
+            SubClaim("lstm-flat",
+                     f"Reported: the LSTM's time per token stays flat in n (within ±{FLAT:g} log "
                      "per doubling)", Trend("log2n", lo=-FLAT, hi=FLAT), (LOGT,), b=lstm, cells=every,
                      counts=False, table="throughput"),
             SubClaim("attn-grows", "Reported: attention's time per token grows with n beyond n = d",
                      Trend("log2n", direction="up"), (LOGT,), b=att,
                      cells=tuple(cell(f"n{n}", n=n) for n in ns if n >= d), counts=False, table="throughput"),
-            SubClaim("recall-far", "One step to any position: at the longest distances, self-attention recalls "
+            SubClaim("recall-far",
+                     "One step to any position: at the longest distances, self-attention recalls "
                      "the token k back more accurately than an LSTM of the same size, each at its best rate",
                      Better("a"), (view.ACC,), a=ta, b=tl, cells=far, where="all", **tuned,
                      note=profile_sweep(p).rule("final held-out loss")),
             SubClaim("lstm-decays", "The LSTM's recall falls as the distance grows (a path of k steps; slope "
-                     "against log2 k)", Trend("log2k", direction="down"), (view.ACC,), b=tl, cells=by_k, table="tuned"),
-            SubClaim("attention-holds", f"Reported: self-attention recalls at least {HOLDS:g} at every distance",
+                     "against log2 k)", Trend("log2k", direction="down"), (view.ACC,), b=tl, cells=by_k,
+                     table="tuned"),
+            SubClaim("attention-holds",
+                     f"Reported: self-attention recalls at least {HOLDS:g} at every distance",
                      Within(HOLDS, None, f"at least {HOLDS:g}"), (view.ACC,), b=ta, cells=by_k, where="all",
                      counts=False, **tuned),
         ), nulls=(
-            NullPair("aa", att, arm("self-attention (again)", arch=AA), (LOGT,), table="throughput", cells=every),
+            NullPair("aa", att, arm("self-attention (again)", arch=AA), (LOGT,), table="throughput",
+                     cells=every),
             NullPair("null-tuned", arm("self-attention", arch="attention", role="test"),
-                     arm("self-attention rerun", arch="attention", role="null"), (view.ACC, FINAL), table="first",
+                     arm("self-attention rerun", arch="attention", role="null"), (view.ACC, FINAL),
+                     table="first",
                      seed_offset=NULL_OFFSET),
         ))  # fmt: skip
 
@@ -103,8 +120,11 @@ class AttentionVsLSTM(Experiment):
         decl = self.declare(p)
         t = view.observe(runs, p, (view.ACC, FINAL, LEARNED), NULL_OFFSET)
         result = evaluate(decl, t)
-        out.table("throughput", view.throughput_table(t["throughput"]), "Training tokens per second per layer "
-                  "(median of rounds) and attention's over the LSTM's")  # fmt: skip
+        out.table(
+            "throughput",
+            view.throughput_table(t["throughput"]),
+            "Training tokens per second per layer (median of rounds) and attention's over the LSTM's",
+        )
         words = SweepWords(arm="model", per="distance", reads="final held-out loss (nats/token)")
         write_sweep_tables(out, t["choices"], t["curves"], words)
         out.table("runs", t["runs"], "Every recall run", in_report=False)
@@ -122,7 +142,7 @@ class AttentionVsLSTM(Experiment):
                 "holds": HOLDS,
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
-            },  # fmt: skip
+            },
             caveats=[
                 "Throughput is one layer's training step on a CPU thread, where an LSTM's sequential steps "
                 "cost little beyond their arithmetic; on a GPU, which runs attention's positions in parallel "

@@ -1,6 +1,6 @@
-"""attention_vs_lstm's recall runs: a one-layer Transformer and an LSTM of matched parameters, each with its own
-learning-rate sweep per distance k (`grids.sweep`, with the distances as its scales: the shortest k sweeps the
-profile's rates, each longer one around the shortest one's choice), chosen rates on fresh seeds."""
+"""attention_vs_lstm's recall runs: a one-layer Transformer and an LSTM of matched parameters, each with its
+own learning-rate sweep per distance k (`grids.sweep`, with the distances as its scales: the shortest k sweeps
+the profile's rates, each longer one around the shortest one's choice), chosen rates on fresh seeds."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Run recipes of `attention_vs_lstm`: training-step time of one self-attention layer against one LSTM layer of
-the same parameter count over sequence lengths, and recall of the token k positions back, learned by a one-layer
-Transformer and an LSTM LM of matched size.
+"""Run recipes of `attention_vs_lstm`: training-step time of one self-attention layer against one LSTM layer
+of the same parameter count over sequence lengths, and recall of the token k positions back, learned by a
+one-layer Transformer and an LSTM LM of matched size.
 
 Recall-k: tokens drawn uniformly from a small vocabulary; at every position t ≥ k the target is the token at
 t − k (positions t < k are not scored). Attention reaches token t − k in one step whatever k is; an LSTM must
@@ -46,10 +46,15 @@ def run_throughput(cfg: dict, ctx) -> dict:
                 lstm(x)[0].square().mean().backward()
 
             fns = {"attention": attn_step, "lstm": lstm_step, AA: attn_step}
-            t = time_interleaved(fns, device=dev,
-                                 repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)  # fmt: skip
-            rows.append({"n": n, "tokens": cfg["batch"] * n, "params": {"attention": n_params(attn),
-                         "lstm": n_params(lstm)}, "times": {k: v["times"] for k, v in t.items()}})  # fmt: skip
+            t = time_interleaved(fns, device=dev, repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)
+            rows.append(
+                {
+                    "n": n,
+                    "tokens": cfg["batch"] * n,
+                    "params": {"attention": n_params(attn), "lstm": n_params(lstm)},
+                    "times": {k: v["times"] for k, v in t.items()},
+                }
+            )
     return {"rows": rows, "threads": n_threads}
 
 
@@ -63,8 +68,15 @@ def recall_batch(gen: torch.Generator, batch: int, seq_len: int, vocab: int, k: 
 
 def recall_model(cfg: dict) -> torch.nn.Module:
     """The one-layer Transformer (RoPE positions, untied read-out) or the LSTM LM of (about) its size."""
-    c = ModelConfig(vocab_size=cfg["vocab"], d_model=cfg["d_model"], n_layers=1, n_heads=cfg["n_heads"],
-                    max_seq_len=cfg["seq_len"], pos="rope", tie_weights=False)  # fmt: skip
+    c = ModelConfig(
+        vocab_size=cfg["vocab"],
+        d_model=cfg["d_model"],
+        n_layers=1,
+        n_heads=cfg["n_heads"],
+        max_seq_len=cfg["seq_len"],
+        pos="rope",
+        tie_weights=False,
+    )
     if cfg["arch"] == "attention":
         return LM(c)
     d, V = cfg["d_model"], cfg["vocab"]
@@ -125,8 +137,14 @@ def run_recall(cfg: dict, ctx) -> dict:
             vals.append(val)
     ok = diverged is None
     return {
-        "eval_steps": steps, "accuracy": accs, "val_loss": vals, "train_loss": losses,
-        "final_val": vals[-1] if ok else None, "final_acc": accs[-1] if ok else None,
-        "chance": 1 / cfg["vocab"], "unigram_xent": math.log(cfg["vocab"]), "n_params": n_params(model),
+        "eval_steps": steps,
+        "accuracy": accs,
+        "val_loss": vals,
+        "train_loss": losses,
+        "final_val": vals[-1] if ok else None,
+        "final_acc": accs[-1] if ok else None,
+        "chance": 1 / cfg["vocab"],
+        "unigram_xent": math.log(cfg["vocab"]),
+        "n_params": n_params(model),
         "diverged_at": diverged,
-    }  # fmt: skip
+    }

@@ -1,5 +1,5 @@
-"""An LSTM language model beside the Transformer, at a matched parameter count: token embedding → one LSTM layer
-(`torch.nn.LSTM`, sequential over positions) → linear read-out."""
+"""An LSTM language model beside the Transformer, at a matched parameter count: token embedding → one LSTM
+layer (`torch.nn.LSTM`, sequential over positions) → linear read-out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from torch import nn
 
 
 def lstm_params(d_in: int, h: int) -> int:
-    """One LSTM layer: four gates, each W (h × d_in), U (h × h) and two biases (PyTorch keeps b_ih and b_hh)."""
+    """One LSTM layer: four gates, each W (h × d_in), U (h × h) and two biases (PyTorch keeps b_ih and
+    b_hh)."""
     return 4 * (h * d_in + h * h + 2 * h)
 
 

@@ -61,9 +61,12 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
         return float(np.log(v1 / v0)) if v0 and v1 and np.isfinite(v1) else None
 
     t = runs_table(
-        fixed_runs(runs, p), readouts, logit_std=logit_std, logit_growth=growth,
+        fixed_runs(runs, p),
+        readouts,
+        logit_std=logit_std,
+        logit_growth=growth,
         max_prob_end=lambda c, m: probe_at(m, -1, "max_prob"),
-    )  # fmt: skip
+    )
     t["log2 d_k"], t["log2 s"] = np.log2(t["dk"]), np.log2(t["logit_std"])
     return {
         "mc": pd.DataFrame(rows),
@@ -85,15 +88,20 @@ def sweep_tables(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]
     sensitivity: read by `evidence.tuning`."""
     sel = set(p["selection_seeds"])
     recs = [
-        r for r in part(runs, "train") + part(runs, "qknorm")
+        r
+        for r in part(runs, "train") + part(runs, "qknorm")
         if r["config"]["dk"] == p["sweep_dk"] and r["config"]["qk_std"] == 1.0
-    ]  # fmt: skip
+    ]
     arm = {("train", True): "scaled", ("train", False): "unscaled", ("qknorm", False): "unscaled, qk-norm"}
     t = runs_table(
-        recs, readouts, arm=lambda c, m: arm[c["part"], c["scaled"]], init_loss=lambda c, m: m["val_loss"][0],
-        role=lambda c, m: "selection" if c["seed"] in sel else "test", unigram=lambda c, m: m["unigram_xent"],
+        recs,
+        readouts,
+        arm=lambda c, m: arm[c["part"], c["scaled"]],
+        init_loss=lambda c, m: m["val_loss"][0],
+        role=lambda c, m: "selection" if c["seed"] in sel else "test",
+        unigram=lambda c, m: m["unigram_xent"],
         n_params=lambda c, m: m["n_params"],
-    )  # fmt: skip
+    )
     scales = {f"d{d}": {"d_model": d} for d, _ in p["scales"]}
     choices, tuned, seeds = read_sweep(t, {k: {"arm": k} for k in arm.values()}, scales)
     return {"sweep": t, "tuned": tuned, "choices": choices, "sensitivity": seeds}
@@ -110,8 +118,16 @@ def dk_steps(t: dict) -> pd.DataFrame:
     rows = []
     for lo, hi in zip(per.columns[:-1], per.columns[1:]):
         ci = mean_ci((per[hi] - per[lo]).dropna().to_numpy())
-        rows.append({"from d_k": lo, "to d_k": hi, "change": ci.mean, "ci_low": ci.lo, "ci_high": ci.hi,
-                     "seeds": ci.n})  # fmt: skip
+        rows.append(
+            {
+                "from d_k": lo,
+                "to d_k": hi,
+                "change": ci.mean,
+                "ci_low": ci.lo,
+                "ci_high": ci.hi,
+                "seeds": ci.n,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -161,7 +177,8 @@ def plot_sweep(t: dict, p: dict, labels: dict, out) -> None:
         fig,
         sweep_caption(
             p,
-            f"Final validation loss against peak learning rate at d_k = {p['sweep_dk']} with unit-variance q, k",
+            f"Final validation loss against peak learning rate at d_k = {p['sweep_dk']} with "
+            "unit-variance q, k",
             per="width",
             each="arm",
             note=": the tuned comparison",

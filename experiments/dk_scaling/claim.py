@@ -45,13 +45,17 @@ LEARNED = rd.learned(LEARN_MARGIN)
 
 
 COLLAPSE = Readout(
-    "max_prob_end", "layer 1's mean max attention probability at the end", better="higher",
+    "max_prob_end",
+    "layer 1's mean max attention probability at the end",
+    better="higher",
     definition="on the fixed validation batch at the last evaluation (higher: nearer one-hot)",
-)  # fmt: skip
+)
 GROWTH = Readout(
-    "logit_growth", "growth of layer 1's logit variance", better="higher",
+    "logit_growth",
+    "growth of layer 1's logit variance",
+    better="higher",
     definition="ln(logit variance at the end / at init) on the fixed validation batch",
-)  # fmt: skip
+)
 NULL_NOTE = " The null pair (first width, d_k = null_dk) floors both."
 
 

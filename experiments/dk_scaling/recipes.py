@@ -1,5 +1,5 @@
-"""Run recipes of `dk_scaling`: the variance law by Monte Carlo, q and k as initialised, and training the small
-character LM with and without the 1/sqrt(d_k) factor.
+"""Run recipes of `dk_scaling`: the variance law by Monte Carlo, q and k as initialised, and training the
+small character LM with and without the 1/sqrt(d_k) factor.
 
 The claim's premise is q and k with independent unit-variance components. A library init does not give that
 (with Xavier or N(0, 0.02) projections the component variance depends on d_model and falls as the attention
@@ -25,11 +25,12 @@ PROBE_SEED = 99  # the fixed validation batch the training probes read
 
 
 def jacobian_norms(logits: torch.Tensor) -> torch.Tensor:
-    """Frobenius norm of the softmax Jacobian diag(p) - p p^T of every row of logits (..., n) -> (...), float64.
+    """Frobenius norm of the softmax Jacobian diag(p) - p p^T of every row of logits (..., n) -> (...),
+    float64.
 
     ||J||_F^2 = sum_i p_i^2 (1 - p_i)^2 + sum_{i != j} p_i^2 p_j^2. For a nearly one-hot row the textbook form
-    sum p^2 - 2 sum p^3 + (sum p^2)^2 cancels to 0 in float32; here the top probability's 1 - p_max is the sum of
-    the others (q), never a difference: diag = (p_max eps)^2 + sum q^2 (1 - q)^2 with eps = sum q, and
+    sum p^2 - 2 sum p^3 + (sum p^2)^2 cancels to 0 in float32; here the top probability's 1 - p_max is the sum
+    of the others (q), never a difference: diag = (p_max eps)^2 + sum q^2 (1 - q)^2 with eps = sum q, and
     off-diagonal = 2 p_max^2 sum q^2 + (sum q^2)^2 - sum q^4."""
     p = logits.double().softmax(-1)
     top = torch.nn.functional.one_hot(p.argmax(-1), p.shape[-1]).bool()
@@ -76,7 +77,8 @@ def init_qk(model: LM, std: float) -> None:
 
 def dk_monte_carlo(cfg: dict, ctx) -> dict:
     """i.i.d. N(0,1) q and k: Var(q·k) and Var(q·k/sqrt d_k) per d_k, softmax saturation over 64 keys scaled
-    vs unscaled (with the per-query Jacobian norms, for a trend test in d_k), and additive scores' variance."""
+    vs unscaled (with the per-query Jacobian norms, for a trend test in d_k), and additive scores'
+    variance."""
     gen = torch.Generator().manual_seed(cfg["seed"])
     rows = []
     for dk in cfg["dks"]:
@@ -103,9 +105,9 @@ def dk_monte_carlo(cfg: dict, ctx) -> dict:
 
 
 def dk_init_probe(cfg: dict, ctx) -> dict:
-    """The first layer's q and k of the LM as initialised, on real text: component variances, Var(q·k), the law's
-    prediction d_k·Var(q)·Var(k), and softmax saturation scaled vs unscaled. init 'unit' is the library's normal
-    init with W_q, W_k re-initialised for unit-variance components (what training uses)."""
+    """The first layer's q and k of the LM as initialised, on real text: component variances, Var(q·k), the
+    law's prediction d_k·Var(q)·Var(k), and softmax saturation scaled vs unscaled. init 'unit' is the
+    library's normal init with W_q, W_k re-initialised for unit-variance components (what training uses)."""
     corpus = load_corpus()
     base = "normal" if cfg["init"] == "unit" else cfg["init"]
     mc = model_config({**cfg, "n_layers": 1}, corpus.vocab_size, head_dim=cfg["dk"], init=base)
@@ -169,7 +171,8 @@ def dk_train(cfg: dict, ctx) -> dict:
         model_kw=dk_overrides(cfg),
         prepare=lambda model: init_qk(model, cfg["qk_std"]),
         on_eval=attention_probe(x.to(ctx.device), y.to(ctx.device)),
-        desc=f"dk={cfg['dk']} qk_std={cfg['qk_std']:g} {'scaled' if cfg['scaled'] else 'unscaled'} seed {cfg['seed']}",
+        desc=f"dk={cfg['dk']} qk_std={cfg['qk_std']:g} {'scaled' if cfg['scaled'] else 'unscaled'} seed "
+        f"{cfg['seed']}",
     )
     return res
 

@@ -18,18 +18,25 @@ def masks(runs: list[dict]) -> pd.DataFrame:
 
 
 def losses(runs: list[dict], learned) -> pd.DataFrame:
-    """One row per (training run, variant): eval, unscaled, single (the mean loss of one mask) and mc<K>. A run
-    that diverged has no probe: its rows carry no loss and count as not learned (excluded, not dropped)."""
+    """One row per (training run, variant): eval, unscaled, single (the mean loss of one mask) and mc<K>. A
+    run that diverged has no probe: its rows carry no loss and count as not learned (excluded, not
+    dropped)."""
     rows = []
     for r in part(runs, "train"):
         c, m = r["config"], r["metrics"]
         k = c["mc_samples"]
-        pr = m.get("probe") or {"eval_loss": None, "unscaled_loss": None, "single_mask_loss": None,
-                                "mc_loss": {str(k): None}}  # fmt: skip
+        pr = m.get("probe") or {
+            "eval_loss": None,
+            "unscaled_loss": None,
+            "single_mask_loss": None,
+            "mc_loss": {str(k): None},
+        }
         base = {"dropout": c["dropout"], "unit": c["seed"], "learned": bool(m.get("probe")) and learned.fn(m)}
-        rows += [{**base, "variant": "eval", "loss": pr["eval_loss"]},
-                 {**base, "variant": "unscaled", "loss": pr["unscaled_loss"]},
-                 {**base, "variant": "single", "loss": pr["single_mask_loss"]}]  # fmt: skip
+        rows += [
+            {**base, "variant": "eval", "loss": pr["eval_loss"]},
+            {**base, "variant": "unscaled", "loss": pr["unscaled_loss"]},
+            {**base, "variant": "single", "loss": pr["single_mask_loss"]},
+        ]
         rows += [{**base, "variant": f"mc{n}", "loss": v, "k": int(n)} for n, v in pr["mc_loss"].items()]
     return pd.DataFrame(rows, columns=["dropout", "unit", "learned", "variant", "loss", "k"])
 
@@ -43,7 +50,7 @@ def projections(runs: list[dict]) -> pd.DataFrame:
             "site": i,
             "first": i == 0,
             "projection": v,
-        }  # fmt: skip
+        }
         for r in part(runs, "train")
         if "probe" in r["metrics"]
         for i, v in enumerate(r["metrics"]["probe"]["projection"])
@@ -58,10 +65,17 @@ def summary(loss: pd.DataFrame) -> pd.DataFrame:
     loss = loss[loss.learned]
     wide = loss.pivot_table(index=["dropout", "unit"], columns="variant", values="loss").reset_index()
     mc = max((c for c in wide.columns if isinstance(c, str) and c.startswith("mc")), key=lambda c: int(c[2:]))
-    out = wide.groupby("dropout").agg(
-        eval=("eval", "mean"), unscaled=("unscaled", "mean"), single_mask=("single", "mean"), mc=(mc, "mean"),
-        seeds=("unit", "size"),
-    ).reset_index()  # fmt: skip
+    out = (
+        wide.groupby("dropout")
+        .agg(
+            eval=("eval", "mean"),
+            unscaled=("unscaled", "mean"),
+            single_mask=("single", "mean"),
+            mc=(mc, "mean"),
+            seeds=("unit", "size"),
+        )
+        .reset_index()
+    )
     return out.rename(columns={"mc": f"MC ({mc[2:]} masks)"})
 
 
@@ -80,21 +94,34 @@ def plot(loss: pd.DataFrame, proj: pd.DataFrame, out) -> None:
         ax.plot(mc.index, mc["mean"], "o-", ms=3, color=color, label=f"MC average, p = {p:g}")
         ax.fill_between(mc.index, mc["min"], mc["max"], color=color, alpha=0.18, lw=0)
         for v, ls in (("eval", "--"), ("unscaled", ":")):
-            ax.axhline(g[g.variant == v].loss.mean(), color=color, ls=ls, lw=1,
-                       label=f"{VARIANTS[v]}, p = {p:g}")  # fmt: skip
+            ax.axhline(
+                g[g.variant == v].loss.mean(), color=color, ls=ls, lw=1, label=f"{VARIANTS[v]}, p = {p:g}"
+            )
         log_ticks(ax, sorted(mc.index))
-    ax.set(xlabel="dropout masks averaged, K", ylabel="held-out loss (nats/char)",
-           title="Eval mode against the average of K sub-networks")  # fmt: skip
+    ax.set(
+        xlabel="dropout masks averaged, K",
+        ylabel="held-out loss (nats/char)",
+        title="Eval mode against the average of K sub-networks",
+    )
     ax.legend(fontsize=7)
     ax = axes[1]
     for i, (p, g) in enumerate(proj.groupby("dropout")):
         s = g.groupby("site").projection.agg(["mean", "min", "max"])
-        ax.errorbar(s.index + 0.08 * i, s["mean"], yerr=[s["mean"] - s["min"], s["max"] - s["mean"]], fmt="o",
-                    ms=4, capsize=2, label=f"p = {p:g}")  # fmt: skip
+        ax.errorbar(
+            s.index + 0.08 * i,
+            s["mean"],
+            yerr=[s["mean"] - s["min"], s["max"] - s["mean"]],
+            fmt="o",
+            ms=4,
+            capsize=2,
+            label=f"p = {p:g}",
+        )
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set(xlabel="dropout site (0: embedding; then attention, FFN per block)",
-           ylabel="⟨mean train-mode output, eval output⟩ ÷ ‖eval output‖²",
-           title="Is eval mode the expectation of train mode?")  # fmt: skip
+    ax.set(
+        xlabel="dropout site (0: embedding; then attention, FFN per block)",
+        ylabel="⟨mean train-mode output, eval output⟩ ÷ ‖eval output‖²",
+        title="Is eval mode the expectation of train mode?",
+    )
     ax.legend(fontsize=7)
     out.figure(
         "dropout",

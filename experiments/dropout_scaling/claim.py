@@ -1,5 +1,5 @@
-"""`dropout_scaling`: inverted dropout scales kept activations by 1/(1−p) in training so that nothing changes at
-inference."""
+"""`dropout_scaling`: inverted dropout scales kept activations by 1/(1−p) in training so that nothing changes
+at inference."""
 
 from __future__ import annotations
 
@@ -21,10 +21,9 @@ DEEP_MARGIN = 0.05  # deeper sites (reported): 1 ± 0.05 (nonlinearities between
 ENSEMBLE_MARGIN = 0.02  # nats: eval mode's loss and the MC average's within ±0.02
 LEARNED = rd.learned(0.3)
 MC_SAMPLES, MASK_SIZE, MASK_DRAWS = 64, 4_000_000, 20  # the default profile's
-LAYERS, STEPS = (
-    4,
-    300,
-)  # the default profile's LM: the shared recipe, deeper and longer  # the loss at least 0.3 nats below the unigram level
+# the default profile's LM: the shared recipe, deeper and longer; the loss at least 0.3 nats below the
+# unigram level
+LAYERS, STEPS = 4, 300
 
 LOSS = Readout(
     "loss", "held-out loss", "nats/char", definition="mean cross-entropy over fixed held-out batches"
@@ -42,8 +41,12 @@ REL = Readout(
     definition="max over kept elements of |out − x/(1−p)| ÷ |x/(1−p)|, x/(1−p) in float64",
     fmt=".2g",
 )
-KEEP = Readout("keep_dev", "kept share − (1 − p)", definition="the share of nonzero outputs of one draw minus "
-               "1 − p", fmt="+.5f")  # fmt: skip
+KEEP = Readout(
+    "keep_dev",
+    "kept share − (1 − p)",
+    definition="the share of nonzero outputs of one draw minus 1 − p",
+    fmt="+.5f",
+)
 
 
 def masks_grid(p):
@@ -66,8 +69,10 @@ class DropoutScaling(Experiment):
     order = 19
     profiles = {
         "quick": _profile("quick", mc_samples=4, probe_batches=1, mask_size=100_000, mask_draws=5),
-        "default": _profile("default", n_layers=LAYERS, steps=STEPS, eval_every=STEPS // 4, seeds=[0, 1, 2, 3, 4],
-                            mc_samples=MC_SAMPLES, probe_batches=4, mask_size=MASK_SIZE, mask_draws=MASK_DRAWS),
+        "default": _profile("default", n_layers=LAYERS, steps=STEPS, eval_every=STEPS // 4,
+                            seeds=[0, 1, 2, 3, 4],
+                            mc_samples=MC_SAMPLES, probe_batches=4, mask_size=MASK_SIZE,
+                            mask_draws=MASK_DRAWS),
         "full": _profile("full", seeds=[0, 1, 2, 3, 4], mc_samples=MC_SAMPLES, probe_batches=16,
                          mask_size=64_000_000, mask_draws=MASK_DRAWS),
     }  # fmt: skip
@@ -77,20 +82,24 @@ class DropoutScaling(Experiment):
         per_p = cells("p{dropout:g}", dropout=p["dropouts"])
         losses = dict(table="losses", cells=per_p, guard=LEARNED)
         return Declaration((
-            SubClaim("scale", f"Dropout multiplies each kept value by 1/(1−p) (within {SCALE_TOL:.2g} relative, "
-                     "two float32 roundings) and zeroes the rest", bound(None, SCALE_TOL), (REL,), table="masks",
+            SubClaim("scale",
+                     f"Dropout multiplies each kept value by 1/(1−p) (within {SCALE_TOL:.2g} relative, "
+                     "two float32 roundings) and zeroes the rest", bound(None, SCALE_TOL), (REL,),
+                     table="masks",
                      cells=cells("p{p:g}", p=p["dropouts"]), where="all"),
             SubClaim("keep-rate", f"It keeps a share 1 − p of the values (within ±{KEEP_MARGIN:g})",
                      Within(-KEEP_MARGIN, KEEP_MARGIN, f"within ±{KEEP_MARGIN:g} of 1 − p"), (KEEP,),
                      table="masks", b=arm("kept share − (1 − p)"), cells=cells("p{p:g}", p=p["dropouts"]),
                      where="all"),
-            SubClaim("expectation", "So eval mode is the expectation of train mode: at the first dropout site of "
+            SubClaim("expectation",
+                     "So eval mode is the expectation of train mode: at the first dropout site of "
                      f"a trained LM, the masks' mean projects on eval mode's output with coefficient 1 (± "
                      f"{FIRST_MARGIN:g})", Within(1 - FIRST_MARGIN, 1 + FIRST_MARGIN, "a coefficient of 1"),
                      (PROJ,), table="projection", b=arm("first site", first=True), cells=per_p, where="all"),
             SubClaim("deeper", f"…and at every later site, to ± {DEEP_MARGIN:g}", Within(1 - DEEP_MARGIN,
                      1 + DEEP_MARGIN, "a coefficient near 1"), (PROJ,), table="projection", b=arm("site"),
-                     cells=cells("p{dropout:g}-site{site}", dropout=p["dropouts"], site=range(1, 2 * p["n_layers"] + 1)),
+                     cells=cells("p{dropout:g}-site{site}", dropout=p["dropouts"],
+                                 site=range(1, 2 * p["n_layers"] + 1)),
                      where="all", counts=False,
                      note="Reported: between sites, nonlinearities make eval mode only approximately the "
                      "expectation of train mode."),
@@ -99,11 +108,13 @@ class DropoutScaling(Experiment):
                      a=arm("eval mode", variant="eval"), b=arm("no scaling", variant="unscaled"), where="all",
                      **losses),
             SubClaim("ensemble", f"The notes' explanation: eval mode approximates the average of the "
-                     f"sub-networks (MC dropout over {p['mc_samples']} masks) within ±{ENSEMBLE_MARGIN:g} nats",
+                     f"sub-networks (MC dropout over {p['mc_samples']} masks) within "
+                     f"±{ENSEMBLE_MARGIN:g} nats",
                      Within(-ENSEMBLE_MARGIN, ENSEMBLE_MARGIN, f"within ±{ENSEMBLE_MARGIN:g} nats"), (LOSS,),
                      a=arm(f"MC average of {p['mc_samples']}", variant=f"mc{p['mc_samples']}"),
                      b=arm("eval mode", variant="eval"), where="all", **losses),
-            SubClaim("single", "One sub-network (a single mask) is worse than eval mode", Better("b"), (LOSS,),
+            SubClaim("single", "One sub-network (a single mask) is worse than eval mode", Better("b"),
+                     (LOSS,),
                      a=arm("one mask", variant="single"), b=arm("eval mode", variant="eval"), counts=False,
                      **losses),
         ))  # fmt: skip
@@ -119,10 +130,18 @@ class DropoutScaling(Experiment):
         out.table("losses", s, "Held-out loss by inference mode (mean over seeds)")
         proj = t["projection"]
         first = proj[proj["first"].astype(bool)].groupby("dropout").projection.mean()
-        out.table("projection", t["projection"], "Per-site projection of the masks' mean on eval mode",
-                  in_report=False)  # fmt: skip
-        out.table("masks", t["masks"], "Per draw: kept share and the largest relative error of a kept value",
-                  in_report=False)  # fmt: skip
+        out.table(
+            "projection",
+            t["projection"],
+            "Per-site projection of the masks' mean on eval mode",
+            in_report=False,
+        )
+        out.table(
+            "masks",
+            t["masks"],
+            "Per draw: kept share and the largest relative error of a kept value",
+            in_report=False,
+        )
         view.plot(t["losses"], t["projection"], out)
         gap = (
             {d: float(r["unscaled"] - r["eval"]) for d, r in s.set_index("dropout").iterrows()}
@@ -144,20 +163,22 @@ class DropoutScaling(Experiment):
             ),
             evidence={"first_site_projection": first.to_dict(), "unscaled_minus_eval": gap},
             caveats=[
-                "What the loss can show here is bounded by the architecture: with dropout on the embedding and on "
-                "every residual branch of a Pre-LN stack, multiplying all of them by 1/(1−p) multiplies the whole "
-                "residual stream by that factor; each block's LayerNorm removes it from the branches' inputs and "
-                "the final LayerNorm from the logits. So the missing scaling is visible in the activations and "
-                "cancels in the loss up to LayerNorm's ε. A network with no normalisation after its dropout "
-                "sites, or dropout on the attention weights, would decide the mismatch sub-claim.",
+                "What the loss can show here is bounded by the architecture: with dropout on the embedding "
+                "and on every residual branch of a Pre-LN stack, multiplying all of them by 1/(1−p) "
+                "multiplies the whole residual stream by that factor; each block's LayerNorm removes it from "
+                "the branches' inputs and the final LayerNorm from the logits. So the missing scaling is "
+                "visible in the activations and cancels in the loss up to LayerNorm's ε. A network with no "
+                "normalisation after its dropout sites, or dropout on the attention weights, would decide "
+                "the mismatch sub-claim.",
                 "No model is trained without the scaling: a model trained with unscaled dropout is, up to a "
                 "weight scaling of each site's last linear map, this one; evaluated uncorrected it sees each "
                 "site's output 1/(1−p) times larger than in training on average, which is what the 'no "
                 "scaling' variant computes. (With AdamW the weight scaling also changes those weights' "
                 "effective learning rate, which this mapping ignores.)",
-                "Srivastava et al.'s original dropout scaled the weights by (1 − p) at test time instead; the "
-                "two are the same function. Only the inference mode is compared here, not the training quality "
-                "of dropout rates, which is a learning-rate-tuned comparison this claim does not make.",
+                "Srivastava et al.'s original dropout scaled the weights by (1 − p) at test time instead; "
+                "the two are the same function. Only the inference mode is compared here, not the training "
+                "quality of dropout rates, which is a learning-rate-tuned comparison this claim does not "
+                "make.",
             ],
         )
 

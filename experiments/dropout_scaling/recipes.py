@@ -2,10 +2,13 @@
 trained with it, how train mode and eval mode compare (`run_train`).
 
 The trained model's probe, on fixed held-out batches:
-- eval mode's loss; the loss of the probabilities averaged over K dropout masks (MC dropout) for K = 1, 2, 4, …;
-- at every dropout site (the embedding and each sublayer's output), the mean over the K masks of the train-mode
+- eval mode's loss; the loss of the probabilities averaged over K dropout masks (MC dropout) for K = 1, 2, 4,
+ …;
+- at every dropout site (the embedding and each sublayer's output), the mean over the K masks of the
+ train-mode
   output projected on the eval-mode output (⟨mean, eval⟩ / ⟨eval, eval⟩: 1 when eval mode is the expectation);
-- the loss without the 1/(1−p) scaling: eval mode with every site's output multiplied by 1/(1−p). A model trained
+- the loss without the 1/(1−p) scaling: eval mode with every site's output multiplied by 1/(1−p). A model
+ trained
   with unscaled dropout (whose branch outputs a weight scaling maps onto this one's exactly) sees, uncorrected
   at inference, activations 1/(1−p) times larger than in training on average; this is that model.
 """
@@ -41,8 +44,8 @@ def run_masks(cfg: dict, ctx) -> dict:
 
 
 class _Sites:
-    """Forward hooks on every dropout site, after dropout's own (registered first): `out[i]` is site i's output
-    as the residual stream receives it; with `scale` set, that output is multiplied by it."""
+    """Forward hooks on every dropout site, after dropout's own (registered first): `out[i]` is site i's
+    output as the residual stream receives it; with `scale` set, that output is multiplied by it."""
 
     def __init__(self, model):
         stack = model.stack
@@ -102,7 +105,8 @@ def dropout_probe(model, batches, p: float, samples: int, device) -> dict:
 
 
 def run_train(cfg: dict, ctx) -> dict:
-    """Train the small LM with inverted dropout p on the embedding and every sublayer's output, then probe it."""
+    """Train the small LM with inverted dropout p on the embedding and every sublayer's output, then probe
+    it."""
     metrics, model = train_small(cfg, ctx, prepare=partial(add_dropout, p=cfg["dropout"]))
     if metrics.get("diverged_at") is not None:
         return metrics  # a diverged run is an outcome: nothing to probe

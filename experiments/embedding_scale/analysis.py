@@ -110,10 +110,11 @@ def summary(t: dict, result, p: dict) -> str:
     return (
         f"Under N(0, 1/d) embeddings the factor gives the table variance {xs['var_table'].mean():.2f} and "
         f"lifts the token share of the first block's input from ≤{low:.1%} to ≥{high:.0%} against sinusoidal "
-        f"positions; under the library's N(0, 0.02²) the scaled variance is {nr['var_table'].min():.3g}–"
-        f"{nr['var_table'].max():.3g}, not 1. Training for {p['steps']} steps, with − without the factor at "
-        f"each arm's own best rate: {subs['train']} (chosen rates: {rates}). The untied 2×2: unit variance at "
-        f"init alone {subs['variance']}, the faster embedding alone {subs['step']}."
+        "positions; under the library's N(0, 0.02²) the scaled variance is "
+        f"{nr['var_table'].min():.3g}–{nr['var_table'].max():.3g}, not 1. Training for {p['steps']} steps, "
+        f"with − without the factor at each arm's own best rate: {subs['train']} (chosen rates: {rates}). "
+        f"The untied 2×2: unit variance at init alone {subs['variance']}, the faster embedding alone "
+        f"{subs['step']}."
     )
 
 
@@ -126,11 +127,12 @@ def caveats(p: dict) -> list[str]:
         "Under Adam the factor is also a sqrt(d)× larger step for the embedding in the units the model sees "
         "(×8 at d = 64); the untied 2×2 (table variance 1/d or 1 at init, step ×1 or ×sqrt(d)) separates it "
         "from the variance at init, at one rate.",
-        f"Pre-norm blocks normalise their input, so the factor matters through the token:position ratio and "
-        f"the residual stream's scale relative to the blocks' updates. Tuned at d = {p['d_model']} and {wide} "
-        f"({p['n_layers']} layers, {p['steps']} steps); the other comparisons at one rate ({p['lr']:g}).",
-        "Sinusoidal positions are the claim's setting (the notes' Transformer); learned positions start at the "
-        "table's scale, so there the factor also shrinks the positions' share, and they are reported as "
+        "Pre-norm blocks normalise their input, so the factor matters through the token:position ratio and "
+        f"the residual stream's scale relative to the blocks' updates. Tuned at d = {p['d_model']} and "
+        f"{wide} ({p['n_layers']} layers, {p['steps']} steps); the other comparisons at one rate "
+        f"({p['lr']:g}).",
+        "Sinusoidal positions are the claim's setting (the notes' Transformer); learned positions start at "
+        "the table's scale, so there the factor also shrinks the positions' share, and they are reported as "
         "context. The N(0, 0.02²) init's training cells are in the full profile only.",
         "The N(0, 1/d) variance is a check (an identity of the init); the N(0, 0.02²) variance and the token "
         "share are exact numbers against declared bounds (no noise floor), reported beside the verdict. The "
@@ -167,8 +169,8 @@ def plot_sweep(t: dict, p: dict, out) -> None:
         fig,
         sweep_caption(
             p,
-            "Final validation loss against peak learning rate, N(0, 1/d) embeddings, sinusoidal positions, tied "
-            f"head, {p['steps']} steps",
+            "Final validation loss against peak learning rate, N(0, 1/d) embeddings, sinusoidal positions, "
+            f"tied head, {p['steps']} steps",
             per="width",
             each="arm",
             note=": the tuned comparison",
@@ -196,9 +198,17 @@ def describe_gap(train: list[dict], p: dict) -> pd.DataFrame:
                 pairs = [(arms[True][s]["val_loss"], arms[False][s]["val_loss"]) for s in seeds]
                 d = [w[j] - o[j] for w, o in pairs if len(w) > j and len(o) > j and None not in (w[j], o[j])]
                 ci = mean_ci(d) if d else None
-                rows.append({"init": INIT_NAME[i], "pos": pos, "step": step, "n": len(d),
-                             "with − without": ci.mean if ci else None, "ci_low": ci.lo if ci else None,
-                             "ci_high": ci.hi if ci else None})  # fmt: skip
+                rows.append(
+                    {
+                        "init": INIT_NAME[i],
+                        "pos": pos,
+                        "step": step,
+                        "n": len(d),
+                        "with − without": ci.mean if ci else None,
+                        "ci_low": ci.lo if ci else None,
+                        "ci_high": ci.hi if ci else None,
+                    }
+                )
     return pd.DataFrame(rows)
 
 

@@ -158,12 +158,14 @@ class EmbeddingScale(Experiment):
                        f"{INIT_NAME[i]} init, sinusoidal positions, tied", Better("b"), a=no, b=yes,
                        cells=at[(i, "sinusoidal")], counts=False, **train)
               for i in p["inits"] if (i, "sinusoidal") in at),
-            *(SubClaim(f"learned-pos-{i}", f"Context: the same with learned positions, one rate, {INIT_NAME[i]} "
+            *(SubClaim(f"learned-pos-{i}",
+                       f"Context: the same with learned positions, one rate, {INIT_NAME[i]} "
                        "init", Better("b"), a=no, b=yes, cells=at[(i, "learned")], counts=False, **train,
                        note="Learned positions start at the table's scale, so the factor also shrinks their "
                        "share of the input.")
               for i in p["inits"] if (i, "learned") in at),
-            SubClaim("train", "Training with the factor converges better, each arm at its own best rate (N(0, "
+            SubClaim("train",
+                     "Training with the factor converges better, each arm at its own best rate (N(0, "
                      "1/d), sinusoidal positions, tied)", Better("b"), a=tuned["no factor"],
                      b=tuned["× sqrt(d)"], cells=widths, table="tuned", control="train-xavier", primary=True,
                      **{**train, "noise": "null-tuned"}, note=profile_sweep(p).rule()),
@@ -178,7 +180,8 @@ class EmbeddingScale(Experiment):
                      b=c("variance 1", emb_var="1"), **{**ctl, "cells": by_step},
                      note="Step ×1: N(0, 1/d) vs N(0, 1) table, no factor; step ×sqrt(d): N(0, 1/d²) vs N(0, "
                      "1/d) table, × sqrt(d)."),
-            SubClaim("step", "Reported: a sqrt(d)× faster embedding (Adam) helps at an equal variance at init "
+            SubClaim("step",
+                     "Reported: a sqrt(d)× faster embedding (Adam) helps at an equal variance at init "
                      "(untied 2×2)", Better("b"), a=c("step ×1", emb_step="×1"), b=c("step ×sqrt(d)",
                      emb_step="×sqrt(d)"), **{**ctl, "cells": by_var},
                      note="Variance 1/d: N(0, 1/d) no factor vs N(0, 1/d²) × sqrt(d); variance 1: N(0, 1) "
@@ -211,7 +214,7 @@ class EmbeddingScale(Experiment):
                 **TOLS,
                 "var_scaled_xavier": xs["var_table"].tolist(),
                 "lr_choices": t["choices"].to_dict("records"),
-            },  # fmt: skip
+            },
             caveats=view.caveats(p),
         )
 

@@ -1,4 +1,5 @@
-"""`embedding_scale`'s embedding inits as data (torch-free: the experiment's profiles and claims read them)."""
+"""`embedding_scale`'s embedding inits as data (torch-free: the experiment's profiles and claims read
+them)."""
 
 from __future__ import annotations
 

@@ -58,9 +58,16 @@ def init_probe(cfg: dict, ctx) -> dict:
             for pos in ("learned", "sinusoidal"):
                 for scale in (False, True):
                     torch.manual_seed(0)
-                    mc = ModelConfig(vocab_size=corpus.vocab_size, d_model=d, n_layers=1,
-                                     n_heads=max(1, d // 64), max_seq_len=cfg["seq_len"], init=init, pos=pos,
-                                     emb_scale=scale)  # fmt: skip
+                    mc = ModelConfig(
+                        vocab_size=corpus.vocab_size,
+                        d_model=d,
+                        n_layers=1,
+                        n_heads=max(1, d // 64),
+                        max_seq_len=cfg["seq_len"],
+                        init=init,
+                        pos=pos,
+                        emb_scale=scale,
+                    )
                     parts = embedding_parts(LM(mc).eval(), x)
                     rows.append({"d": d, "init": init, "pos": pos, "scaled": scale, **parts})
     return {"rows": rows}

@@ -104,9 +104,15 @@ def block_rows(metrics: dict, at_least: float) -> list[dict]:
         if m["encoder_decoder"]:
             s = m["ffn"] / (m["ffn"] + m["decoder_attention"])
             out.append(
-                {**base, "block": f"{name}-decoder", "model": name, "kind": "decoder block", "share": s,
-                 "active": s}
-            )  # fmt: skip
+                {
+                    **base,
+                    "block": f"{name}-decoder",
+                    "model": name,
+                    "kind": "decoder block",
+                    "share": s,
+                    "active": s,
+                }
+            )
     for b in out:
         b["why"] = why_below(b) if b["share"] < at_least else ""
     return out

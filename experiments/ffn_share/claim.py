@@ -133,13 +133,20 @@ class FFNShare(Experiment):
     order = 4
     profiles = {
         "quick": {
-            "presets": ["gpt2-small", "bert-base", "transformer-base", "llama-7b", "llama3-8b", "falcon-7b",
-                        "t5-v1.1-base"],
+            "presets": [
+                "gpt2-small",
+                "bert-base",
+                "transformer-base",
+                "llama-7b",
+                "llama3-8b",
+                "falcon-7b",
+                "t5-v1.1-base",
+            ],
             "contexts": CONTEXTS[::2],
         },
         "default": {"presets": list(fs.CATALOGUE), "contexts": CONTEXTS},
         "full": {"presets": list(fs.CATALOGUE), "contexts": CONTEXTS},
-    }  # fmt: skip
+    }
     parts = (Part("counts", preset_grid, count_preset), Part("flops", flop_grid, flop_curve))
 
     def declare(self, p: dict) -> Declaration:
@@ -148,22 +155,52 @@ class FFNShare(Experiment):
         blocks = [b for n in names for b in (n, f"{n}-decoder")[: 1 + fs.CATALOGUE[n].encoder_decoder]]
         other = [n for n in names if n not in book]
         third = bound(2 / 3 - TOL, 2 / 3 + TOL)
-        return Declaration((
-            check("counts", "Counts: closed form = instantiated modules", view.COUNT_ERROR, equal(0),
-                  table="counts", cells=tuple(cell(n, model=n) for n in names)),
-            SubClaim("textbook", "≈2/3 for textbook dense blocks", third, (view.SHARE,), table="blocks",
-                     cells=_blocks(book), where="all",
-                     note="Textbook (classified from each configuration before counting): multi-head "
-                     "attention of width d and d_ff = 4d, or a three-matrix gated FFN with d_ff within 3% of "
-                     "8d/3."),
-            SubClaim("at-least-66", "≥66% in every block (the notes' wording)", bound(AT_LEAST, None),
-                     (view.SHARE,), table="blocks", cells=_blocks(blocks), where="all",
-                     note="An encoder–decoder's decoder block (self- and cross-attention beside one FFN) is "
-                     "a block too."),
-            SubClaim("beyond", "≈2/3 beyond textbook blocks (GQA, MQA, MoE, other widths; outside the claim)",
-                     third, (view.SHARE,), table="blocks", cells=_blocks(other), where="all", counts=False,
-                     note="Whole-model shares and the FLOP crossovers are reported in tables, not judged."),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                check(
+                    "counts",
+                    "Counts: closed form = instantiated modules",
+                    view.COUNT_ERROR,
+                    equal(0),
+                    table="counts",
+                    cells=tuple(cell(n, model=n) for n in names),
+                ),
+                SubClaim(
+                    "textbook",
+                    "≈2/3 for textbook dense blocks",
+                    third,
+                    (view.SHARE,),
+                    table="blocks",
+                    cells=_blocks(book),
+                    where="all",
+                    note="Textbook (classified from each configuration before counting): multi-head "
+                    "attention of width d and d_ff = 4d, or a three-matrix gated FFN with d_ff within 3% of "
+                    "8d/3.",
+                ),
+                SubClaim(
+                    "at-least-66",
+                    "≥66% in every block (the notes' wording)",
+                    bound(AT_LEAST, None),
+                    (view.SHARE,),
+                    table="blocks",
+                    cells=_blocks(blocks),
+                    where="all",
+                    note="An encoder–decoder's decoder block (self- and cross-attention beside one FFN) is "
+                    "a block too.",
+                ),
+                SubClaim(
+                    "beyond",
+                    "≈2/3 beyond textbook blocks (GQA, MQA, MoE, other widths; outside the claim)",
+                    third,
+                    (view.SHARE,),
+                    table="blocks",
+                    cells=_blocks(other),
+                    where="all",
+                    counts=False,
+                    note="Whole-model shares and the FLOP crossovers are reported in tables, not judged.",
+                ),
+            )
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

@@ -1,10 +1,11 @@
 """`ffn_share`'s published configurations (`CATALOGUE`) and their closed-form counts, in parameters and in
 per-token FLOPs (torch-free: the grid and the declarations read them before anything runs).
 
-FLOPs: per-token forward FLOPs of a block's FFN against its attention as the context grows, and where they cross.
+FLOPs: per-token forward FLOPs of a block's FFN against its attention as the context grows, and where they
+cross.
 
-The convention of `tfclaims.measure.counting`: a multiply-add is 2 FLOPs, and only matmuls count (norms, softmax,
-activations, rotary tables and biases do not). For one token at context n:
+The convention of `tfclaims.measure.counting`: a multiply-add is 2 FLOPs, and only matmuls count (norms,
+softmax, activations, rotary tables and biases do not). For one token at context n:
   FFN          2·m·d·d_ff, m = 2 matrices (3 when gated); MoE: the top_k experts a token uses plus the router
   projections  2·d·(h·dk + 2·kv·dk) + 2·h·dk·d         W_q, W_k, W_v, W_o
   scores       4·h·dk·k(n)                             QK^T and AV, each 2·h·dk per key attended
@@ -181,7 +182,8 @@ MODERN: dict[str, Published] = {
         layout="parallel",
     ),
     # google/t5-v1_1-base: d_model 768, d_ff 2048, d_kv 64, 12 heads, 12 encoder + 12 decoder layers,
-    # feed_forward_proj gated-gelu, vocab_size 32128, no biases, RMS-style norms, relative attention bias of 32
+    # feed_forward_proj gated-gelu, vocab_size 32128, no biases, RMS-style norms, relative attention bias of
+    # 32
     # buckets, output head not tied to the embedding (247,577,856 parameters).
     "t5-v1.1-base": Published(
         ModelConfig(

@@ -1,6 +1,6 @@
 """Run recipes of `ffn_share`: the library's modules for the published configurations of
-`experiments.ffn_share.grid` (`CATALOGUE`, with the parallel and encoder–decoder layouts the library's `Block` does
-not record), counted against their closed forms there.
+`experiments.ffn_share.grid` (`CATALOGUE`, with the parallel and encoder–decoder layouts the library's `Block`
+does not record), counted against their closed forms there.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from .grid import (  # noqa: F401 (re-exported: the experiment's count recipe re
 
 # ------------------------------------------------------------------ modules
 class ParallelBlock(nn.Module):
-    """x + attn(n(x)) + ffn(n(x)): one norm, both branches read the same normalised input. (B, T, d) -> (B, T, d)."""
+    """x + attn(n(x)) + ffn(n(x)): one norm, both branches read the same normalised input. (B, T, d) -> (B, T,
+    d)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()

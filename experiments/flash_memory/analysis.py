@@ -108,18 +108,34 @@ def _fits(wide: pd.DataFrame, pk: pd.DataFrame, fit_from: int) -> pd.DataFrame:
     rows = []
     s = wide[wide.n >= fit_from]
     if len(s) >= 2:
-        rows += [{"quantity": "saved", "variant": v, "unit": 0, "exponent": loglog_fit(s.n, s[v]).slope,
-                  "range": f"{s.n.min()}–{s.n.max()}"} for v in VARIANTS]  # fmt: skip
+        rows += [
+            {
+                "quantity": "saved",
+                "variant": v,
+                "unit": 0,
+                "exponent": loglog_fit(s.n, s[v]).slope,
+                "range": f"{s.n.min()}–{s.n.max()}",
+            }
+            for v in VARIANTS
+        ]
     if len(pk) >= 2:
-        rows += [{"quantity": "peak", "variant": v, "unit": 0, "exponent": loglog_fit(pk.n, pk[v]).slope,
-                  "range": f"{pk.n.min()}–{pk.n.max()}"} for v in PEAKED]  # fmt: skip
+        rows += [
+            {
+                "quantity": "peak",
+                "variant": v,
+                "unit": 0,
+                "exponent": loglog_fit(pk.n, pk[v]).slope,
+                "range": f"{pk.n.min()}–{pk.n.max()}",
+            }
+            for v in PEAKED
+        ]
     return pd.DataFrame(rows, columns=["quantity", "variant", "unit", "exponent", "range"])
 
 
 def _ratio(df: pd.DataFrame, h: int, dk: int, at, it: int = 4) -> pd.DataFrame:
-    """explicit / fused saved bytes against the ratio of their hand formulas (`hand_bytes`, for the fused kernel
-    that ran: (3n·d_k + n²)/(4n·d_k + n) for float32 on the CPU), at the sizes `at` that were measured (else at
-    the largest n)."""
+    """explicit / fused saved bytes against the ratio of their hand formulas (`hand_bytes`, for the fused
+    kernel that ran: (3n·d_k + n²)/(4n·d_k + n) for float32 on the CPU), at the sizes `at` that were measured
+    (else at the largest n)."""
     by = df.set_index(["variant", "n"])
     ns = sorted(df.n.unique())
     ns = [n for n in at if n in ns] or [int(ns[-1])]
@@ -130,8 +146,15 @@ def _ratio(df: pd.DataFrame, h: int, dk: int, at, it: int = 4) -> pd.DataFrame:
         closed = hand_bytes("explicit", 1, h, n, dk, itemsize=it) / hand_bytes(
             "fused", 1, h, n, dk, itemsize=it, kernel=kernel
         )
-        rows.append({"n": n, "unit": n, "ratio": float(ratio), "closed form": closed,
-                     "ratio_error": float(ratio) / closed - 1})  # fmt: skip
+        rows.append(
+            {
+                "n": n,
+                "unit": n,
+                "ratio": float(ratio),
+                "closed form": closed,
+                "ratio_error": float(ratio) / closed - 1,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -143,12 +166,21 @@ def observe(
     exponent in n; ratio: explicit / fused at the sizes of the anchors; wide and peak: bytes by n."""
     saved = sorted(part(runs, "saved"), key=lambda r: r["config"]["n"])
     rows = [
-        {"variant": v, "n": r["config"]["n"], "unit": r["config"]["n"], "saved bytes": m["bytes"],
-         "hand formula": m["hand"], "inventory bytes": m["inventory_bytes"],
-         "hand_error": m["bytes"] - m["hand"], "inventory_error": m["bytes"] - m["inventory_bytes"],
-         "cuda peak bytes": m.get("cuda_peak_bytes"), "kernel": m.get("kernel", "")}
-        for r in saved for v, m in r["metrics"]["variants"].items()
-    ]  # fmt: skip
+        {
+            "variant": v,
+            "n": r["config"]["n"],
+            "unit": r["config"]["n"],
+            "saved bytes": m["bytes"],
+            "hand formula": m["hand"],
+            "inventory bytes": m["inventory_bytes"],
+            "hand_error": m["bytes"] - m["hand"],
+            "inventory_error": m["bytes"] - m["inventory_bytes"],
+            "cuda peak bytes": m.get("cuda_peak_bytes"),
+            "kernel": m.get("kernel", ""),
+        }
+        for r in saved
+        for v, m in r["metrics"]["variants"].items()
+    ]
     df = pd.DataFrame(rows)
     wide = df.pivot(index="n", columns="variant", values="saved bytes").reset_index() if len(df) else df
     h, dk, it = p["heads"], p["head_dim"], ITEMSIZE[p["dtype"]]
@@ -181,24 +213,39 @@ def observe(
 # ------------------------------------------------------------------ tables
 def _inventory(inv_run: dict, p: dict, out) -> pd.DataFrame:
     h, dk, n0 = p["heads"], p["head_dim"], inv_run["config"]["n"]
-    inv = pd.DataFrame([
-        {"variant": name, "kernel (grad_fn)": m.get("kernel", ""), "shape": "×".join(map(str, t["shape"])),
-         "dtype": t["dtype"], "bytes": t["bytes"],
-         "kind": classify(t["bytes"] // ITEMSIZE[t["dtype"]], 1, h, n0, dk, m.get("kernel", ""))}
-        for name, m in inv_run["metrics"]["variants"].items() for t in m.get("inventory", [])
-    ])  # fmt: skip
+    inv = pd.DataFrame(
+        [
+            {
+                "variant": name,
+                "kernel (grad_fn)": m.get("kernel", ""),
+                "shape": "×".join(map(str, t["shape"])),
+                "dtype": t["dtype"],
+                "bytes": t["bytes"],
+                "kind": classify(t["bytes"] // ITEMSIZE[t["dtype"]], 1, h, n0, dk, m.get("kernel", "")),
+            }
+            for name, m in inv_run["metrics"]["variants"].items()
+            for t in m.get("inventory", [])
+        ]
+    )
     out.table(
         "saved_tensors", inv, f"Every storage each path keeps for backward at n = {n0}", in_report=False
     )
     summ = [
-        {"variant": name, "backward node": g["kernel (grad_fn)"].iloc[0] or "—",
-         "n×n tensors": "; ".join(f"{r.shape} {r.dtype}" for r in g[g.kind == "n×n"].itertuples()) or "none",
-         "n×d tensors": int((g.kind == "n×d").sum()),
-         "per-row tensors":
-             "; ".join(f"{r.shape} {r.dtype}" for r in g[g.kind == "per row (n)"].itertuples()) or "none",
-         "other": int((g.kind == "other").sum()), "total bytes": int(g.bytes.sum())}
+        {
+            "variant": name,
+            "backward node": g["kernel (grad_fn)"].iloc[0] or "—",
+            "n×n tensors": "; ".join(f"{r.shape} {r.dtype}" for r in g[g.kind == "n×n"].itertuples())
+            or "none",
+            "n×d tensors": int((g.kind == "n×d").sum()),
+            "per-row tensors": "; ".join(
+                f"{r.shape} {r.dtype}" for r in g[g.kind == "per row (n)"].itertuples()
+            )
+            or "none",
+            "other": int((g.kind == "other").sum()),
+            "total bytes": int(g.bytes.sum()),
+        }
         for name, g in inv.groupby("variant", sort=False)
-    ]  # fmt: skip
+    ]
     out.table(
         "saved_tensors_summary",
         pd.DataFrame(summ),
@@ -217,8 +264,8 @@ def write_tables(runs, t: dict, p: dict, fit_from: int, out) -> dict:
     out.table(
         "saved_bytes",
         wide[["n", *VARIANTS, "explicit / fused", "module explicit / sdpa"]],
-        f"Bytes saved for backward (batch 1, {h} heads of size {dk}, {p['dtype']}); every value equals its hand "
-        f"formula: {equal}",
+        f"Bytes saved for backward (batch 1, {h} heads of size {dk}, {p['dtype']}); every value equals its "
+        f"hand formula: {equal}",
     )
     cols = [
         "n",
@@ -254,8 +301,8 @@ def write_tables(runs, t: dict, p: dict, fit_from: int, out) -> dict:
         out.table(
             "peak_memory",
             pk,
-            f"Peak memory of forward + backward (batch 1, {h} heads of size {dk}, {p['dtype']}, bytes beyond what "
-            f"existed before; {how})",
+            f"Peak memory of forward + backward (batch 1, {h} heads of size {dk}, {p['dtype']}, bytes beyond "
+            f"what existed before; {how})",
         )
     inv_run = next((r for r in part(runs, "saved") if r["config"]["inventory"]), None)
     inv = _inventory(inv_run, p, out) if inv_run else pd.DataFrame(columns=["variant", "kind"])

@@ -1,5 +1,5 @@
-"""What attention costs, measured: counted FLOPs of the attention module and a block against their closed forms,
-wall time of the attention module and its parts in interleaved sweeps, and the bytes autograd saves for
+"""What attention costs, measured: counted FLOPs of the attention module and a block against their closed
+forms, wall time of the attention module and its parts in interleaved sweeps, and the bytes autograd saves for
 backward on the explicit and fused paths against hand-derived formulas.
 
 Recipes (each a module-level `run(cfg, ctx) -> metrics`): `run_flop_counts`, `run_time_sweep` (the claim
@@ -31,7 +31,8 @@ from tfclaims.nn.blocks import Block
 from tfclaims.nn.config import PRESETS, ModelConfig
 from tfclaims.nn.models import LM
 
-# ---------------------------------------------------------------------------------------------- FLOPs and time
+# ---------------------------------------------------------------------------------------------- FLOPs and
+# time
 AA_SUFFIX = "|aa"  # the second name under which the A/A callable is timed
 
 
@@ -62,10 +63,18 @@ def count_point(n: int, d: int, h: int, backend: str, causal: bool, every_unit: 
         "dense": attention_projection_flops(c, n) + ffn_flops(c, n),
     }
     return [
-        {"n": n, "d": d, "h": h, "backend": backend, "causal": causal, "unit": u, "counted": counted[u],
-         "closed_form": closed[u]}
+        {
+            "n": n,
+            "d": d,
+            "h": h,
+            "backend": backend,
+            "causal": causal,
+            "unit": u,
+            "counted": counted[u],
+            "closed_form": closed[u],
+        }
         for u in counted
-    ]  # fmt: skip
+    ]
 
 
 def run_flop_counts(cfg: dict, ctx=None) -> dict:
@@ -79,7 +88,8 @@ def run_flop_counts(cfg: dict, ctx=None) -> dict:
     lm = []
     with torch.device("meta"), torch.no_grad():
         for n, d, h in points:
-            # every unit of the SDPA block (counted on the MATH kernel); the attention module alone for the other
+            # every unit of the SDPA block (counted on the MATH kernel); the attention module alone for the
+            # other
             # backend and for causal masking, to show that neither changes the count
             for backend, causal in (("sdpa", False), ("explicit", False), ("sdpa", True), ("explicit", True)):
                 rows += count_point(n, d, h, backend, causal, every_unit=backend == "sdpa" and not causal)
@@ -87,8 +97,14 @@ def run_flop_counts(cfg: dict, ctx=None) -> dict:
             c = PRESETS["gpt2-small"]
             model = LM(c)
             idx = torch.zeros(1, c.max_seq_len, dtype=torch.long)
-            lm.append({"model": "gpt2-small", "n": c.max_seq_len, "counted": count_flops(lambda: model(idx)),
-                       "closed_form": lm_forward_flops(c, c.max_seq_len)})  # fmt: skip
+            lm.append(
+                {
+                    "model": "gpt2-small",
+                    "n": c.max_seq_len,
+                    "counted": count_flops(lambda: model(idx)),
+                    "closed_form": lm_forward_flops(c, c.max_seq_len),
+                }
+            )
     return {"rows": rows, "lm": lm}
 
 
@@ -157,7 +173,8 @@ def run_time_sweep(cfg: dict, ctx) -> dict:
 
 # ---------------------------------------------------------------------------------------------- saved bytes
 def saved_inventory(fn, exclude=()) -> list[dict]:
-    """Every distinct storage autograd saves while fn runs: shape, dtype, bytes (storages of `exclude` left out)."""
+    """Every distinct storage autograd saves while fn runs: shape, dtype, bytes (storages of `exclude` left
+    out)."""
     skip = {t.untyped_storage().data_ptr() for t in exclude}
     seen: dict[int, dict] = {}
 
@@ -224,10 +241,13 @@ def run_saved_bytes(cfg: dict, ctx) -> dict:
             kernel = res["fused_causal"]["kernel"]
         rows = B * h * lse_rows(n, kernel)
         row = {
-            "bytes": saved_bytes(fn, exclude=params), "inventory_bytes": sum(t["bytes"] for t in inv),
-            "hand": hand_bytes(name, B, h, n, dk, itemsize=q.element_size(), kernel=kernel), "kernel": kernel,
-            "n2_storages": sum(e >= B * h * n * n for e in elems), "row_storages": sum(e == rows for e in elems),
-        }  # fmt: skip
+            "bytes": saved_bytes(fn, exclude=params),
+            "inventory_bytes": sum(t["bytes"] for t in inv),
+            "hand": hand_bytes(name, B, h, n, dk, itemsize=q.element_size(), kernel=kernel),
+            "kernel": kernel,
+            "n2_storages": sum(e >= B * h * n * n for e in elems),
+            "row_storages": sum(e == rows for e in elems),
+        }
         if cfg["inventory"]:
             row["inventory"] = inv
         if dev.type == "cuda" and torch.cuda.is_available():

@@ -23,7 +23,8 @@ RATIO_AT = (2048, 4096)  # where FlashAttention reports its savings (checked whe
 TOL = 1e-12  # explicit/fused equals its closed form up to rounding
 EXPONENT, STORAGES, HAND_ERR, INV_ERR, RATIO_ERR, LIVE = view.READOUTS
 # the peak explained by the tensors alive at once: explicit within 10% above P, dP and dS (3·h·n² values, and
-# on CUDA the n×n buffer softmax's backward kernel allocates; the rest are n×d tensors and a mask), fused at most 16 n×d tensors (q, k, v, the output, their gradients, and
+# on CUDA the n×n buffer softmax's backward kernel allocates; the rest are n×d tensors and a mask), fused at
+# most 16 n×d tensors (q, k, v, the output, their gradients, and
 # the kernel's buffers; no n×n tensor at any n)
 EXPLICIT_LIVE, FUSED_LIVE = (1.0, 1.1), (1.0, 16.0)
 LINEAR, QUADRATIC = (
@@ -47,10 +48,16 @@ KEEPS_NOTE = (
 def saved_grid(p):
     ModelConfig(d_model=p["heads"] * p["head_dim"], n_heads=p["heads"])  # validates sizes
     return [
-        {"n": n, "heads": p["heads"], "head_dim": p["head_dim"], "inventory": n == p["inventory_n"],
-         "grad_check": n <= p["grad_check_max_n"], "dtype": p["dtype"]}
+        {
+            "n": n,
+            "heads": p["heads"],
+            "head_dim": p["head_dim"],
+            "inventory": n == p["inventory_n"],
+            "grad_check": n <= p["grad_check_max_n"],
+            "dtype": p["dtype"],
+        }
         for n in p["ns"]
-    ]  # fmt: skip
+    ]
 
 
 def peak_grid(p):
@@ -111,7 +118,8 @@ class FlashMemory(Experiment):
             SubClaim("peak", "Peak memory of forward + backward grows as n (fused) vs n² (explicit)", exps,
                      (EXPONENT,), table="fits", cells=_cells("peak", paths, peaks), where="all",
                      note=PEAK_NOTE),
-            SubClaim("peak-live", "The peak is the live set: P, dP and dS at once on the explicit path (3·h·n² "
+            SubClaim("peak-live",
+                     "The peak is the live set: P, dP and dS at once on the explicit path (3·h·n² "
                      "values; on CUDA also softmax backward's n×n buffer); at most 16 n×d tensors and no n×n "
                      "on the fused one", bound(**live), (LIVE,),
                      table="peak_live", cells=tuple(cell(v, variant=v) for v in view.PEAKED), where="all",
@@ -119,7 +127,8 @@ class FlashMemory(Experiment):
             SubClaim("mask", "Fused kernel with a mask tensor stays linear", bound(*LINEAR), (EXPONENT,),
                      table="fits", cells=_cells("saved", ("fused_mask",), fits), counts=False,
                      note=MASK_NOTE),
-            SubClaim("ratio", "Saved bytes explicit / fused = the hand formulas' ratio ((3n·d_k + n²)/(4n·d_k + n) in "
+            SubClaim("ratio",
+                     "Saved bytes explicit / fused = the hand formulas' ratio ((3n·d_k + n²)/(4n·d_k + n) in "
                      "float32 on the CPU kernel)", bound(-TOL, TOL),
                      (RATIO_ERR,), table="ratio", cells=tuple(cell(f"n{n}", n=n) for n in ratio_ns),
                      where="all", counts=False),
@@ -184,14 +193,14 @@ class FlashMemory(Experiment):
                 "The hand formulas follow the kernel that ran (recorded per row): CUDA's kernels also keep "
                 "their random-number state (16 or 24 bytes) and the memory-efficient one pads the "
                 "log-sum-exp rows to a multiple of 32, as read from their saved tensors on an H100. In an "
-                "earlier full-profile run there (bfloat16, cuDNN's kernel chosen by default), the sub-verdicts "
-                "were the default profile's on the CPU except two: peak held (the fused peak's exponent 1.000 over n = 1,024–16,384, where "
-                "on the CPU a constant working set bends it below 1 at the default profile's sizes), and "
-                "peak-live failed in its explicit cells, at 1.35× three n×n tensors. Read op by op from the "
-                "CUDA allocator on an H200 (float32 and bfloat16, n = 2,048 and 4,096), the fourth n×n "
-                "tensor is a buffer that softmax's backward kernel allocates while it writes dS, with P and "
-                "dP alive: the explicit peak was 4.03 and 4.02 n×n tensors (4.28 with the bfloat16 causal "
-                "mask). On CUDA the live set counts it.",
+                "earlier full-profile run there (bfloat16, cuDNN's kernel chosen by default), the "
+                "sub-verdicts were the default profile's on the CPU except two: peak held (the fused peak's "
+                "exponent 1.000 over n = 1,024–16,384, where on the CPU a constant working set bends it "
+                "below 1 at the default profile's sizes), and peak-live failed in its explicit cells, at "
+                "1.35× three n×n tensors. Read op by op from the CUDA allocator on an H200 (float32 and "
+                "bfloat16, n = 2,048 and 4,096), the fourth n×n tensor is a buffer that softmax's backward "
+                "kernel allocates while it writes dS, with P and dP alive: the explicit peak was 4.03 and "
+                "4.02 n×n tensors (4.28 with the bfloat16 causal mask). On CUDA the live set counts it.",
                 "In the library, padding masks (and prefilling a KV cache in chunks) pass a mask tensor to "
                 "SDPA; only the unpadded causal case uses is_causal. Training with padding therefore keeps "
                 "an n×n float mask per batch element for backward.",

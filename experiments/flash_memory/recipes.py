@@ -2,8 +2,8 @@
 
 On CUDA: `attention_cost.cuda_peak` (`torch.cuda.max_memory_allocated` after a reset, less what was allocated
 before); on the CPU: `measure.memory.cpu_peak`, the profiler's memory timeline (every storage's allocation and
-free in time order; summing each operator's net allocation instead shows two n×n tensors in the explicit backward
-where autograd holds three: P, dP and dS).
+free in time order; summing each operator's net allocation instead shows two n×n tensors in the explicit
+backward where autograd holds three: P, dP and dS).
 """
 
 from __future__ import annotations

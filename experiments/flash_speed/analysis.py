@@ -94,12 +94,20 @@ def speedup_table(runs: list[dict], tm: pd.DataFrame, p: dict) -> pd.DataFrame:
                 rn = r[r.n == n].ratio
                 b = batch.get((causal, n), 1)
                 ws = working_set_bytes("scores_explicit", d, h, int(n), it, b)
-                rows.append({
-                    "mask": MASKS[causal], "step": step, "path": path, "n": int(n), "batch": b,
-                    "median s": float(gn.seconds.median()), "speed-up": float(rn.median()),
-                    "min": float(rn.min()), "max": float(rn.max()),
-                    "working set / LLC": ws / llc[causal] if llc.get(causal) else math.nan,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "mask": MASKS[causal],
+                        "step": step,
+                        "path": path,
+                        "n": int(n),
+                        "batch": b,
+                        "median s": float(gn.seconds.median()),
+                        "speed-up": float(rn.median()),
+                        "min": float(rn.min()),
+                        "max": float(rn.max()),
+                        "working set / LLC": ws / llc[causal] if llc.get(causal) else math.nan,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -108,12 +116,16 @@ def backends_table(bk: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (causal, path), g in bk.groupby(["causal", "path"], sort=False):
         ran, not_ran = g[g.ran == True], g[g.ran == False]  # noqa: E712
-        rows.append({
-            "mask": MASKS[causal], "path": path, "ran at n": ", ".join(str(n) for n in ran.n) or "—",
-            "kernel": ", ".join(sorted(set(ran.kernel))) or "—",
-            "raised at n": ", ".join(str(n) for n in not_ran.n) or "—",
-            "reason": "; ".join(sorted(set(not_ran.reason))) or "—",
-        })  # fmt: skip
+        rows.append(
+            {
+                "mask": MASKS[causal],
+                "path": path,
+                "ran at n": ", ".join(str(n) for n in ran.n) or "—",
+                "kernel": ", ".join(sorted(set(ran.kernel))) or "—",
+                "raised at n": ", ".join(str(n) for n in not_ran.n) or "—",
+                "reason": "; ".join(sorted(set(not_ran.reason))) or "—",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -144,9 +156,17 @@ def write_tables(runs: list[dict], t: dict, p: dict, out) -> dict:
     for causal in MASKS:
         for path in (AA, TWICE):
             r = ratios(tm, EXPLICIT, BOTH, causal, ref=path)
-            ctl += [{"mask": MASKS[causal], "arm": path, "n": int(n), "ratio": float(g.ratio.median()),
-                     "min": float(g.ratio.min()), "max": float(g.ratio.max())}
-                    for n, g in r.groupby("n")]  # fmt: skip
+            ctl += [
+                {
+                    "mask": MASKS[causal],
+                    "arm": path,
+                    "n": int(n),
+                    "ratio": float(g.ratio.median()),
+                    "min": float(g.ratio.min()),
+                    "max": float(g.ratio.max()),
+                }
+                for n, g in r.groupby("n")
+            ]
     out.table(
         "controls",
         pd.DataFrame(ctl),
@@ -179,8 +199,16 @@ def plot_times(tm: pd.DataFrame, p: dict, out) -> None:
         g = tm[(tm.causal == causal) & ~tm.path.isin([AA, TWICE])]
         for (path, step), s in g.groupby(["path", "step"], sort=False):
             q = s.groupby("n").seconds.quantile([0.25, 0.5, 0.75]).unstack() * 1e3
-            band(ax, q.index, q[0.5], q[0.25], q[0.75], color=COLOURS[path], ls="-" if step == BOTH else "--",
-                 label=f"{LABELS[path]}, {step}")  # fmt: skip
+            band(
+                ax,
+                q.index,
+                q[0.5],
+                q[0.25],
+                q[0.75],
+                color=COLOURS[path],
+                ls="-" if step == BOTH else "--",
+                label=f"{LABELS[path]}, {step}",
+            )
         ax.set_yscale("log")
         _panel(ax, tm.n, causal, "wall time per call (ms)", "time per call")
     out.figure(
@@ -208,8 +236,16 @@ def plot_speedup(tm: pd.DataFrame, p: dict, bound: float, out) -> None:
                 if r.empty:
                     continue
                 s = r.groupby("n").ratio.agg(["median", "min", "max"]).reset_index()
-                band(ax, s.n, s["median"], s["min"], s["max"], color=COLOURS[path],
-                     ls="-" if step == BOTH else "--", label=f"{LABELS[path]}, {step}")  # fmt: skip
+                band(
+                    ax,
+                    s.n,
+                    s["median"],
+                    s["min"],
+                    s["max"],
+                    color=COLOURS[path],
+                    ls="-" if step == BOTH else "--",
+                    label=f"{LABELS[path]}, {step}",
+                )
         ax.set_yscale("log", base=2)
         _panel(ax, tm.n, causal, "speed-up over explicit (t_explicit / t_path)", "speed-up")
     out.figure(

@@ -130,8 +130,10 @@ def run_timing(cfg: dict, ctx) -> dict:
                 if got is None:
                     continue
                 if ref is not None:
-                    errors += [{"n": n, "path": path, "what": w, "error": e}
-                               for w, e in relative_errors(got, ref).items()]  # fmt: skip
+                    errors += [
+                        {"n": n, "path": path, "what": w, "error": e}
+                        for w, e in relative_errors(got, ref).items()
+                    ]
                 for step, call in step_calls(fn, q, k, v, go).items():
                     fns[key(path, step, n)] = call
                     names.append((path, step, n))

@@ -197,21 +197,32 @@ def decode_table(runs: list[dict], p: dict) -> pd.DataFrame:
             t_mem, t_cmp = x["bytes_per_call"] / bw, (flops / peak if peak else 0.0)
             ratios = np.asarray(base["times"]) / np.asarray(x["times"])  # paired by round, same backend
             q25, q75 = np.quantile(x["times"], [0.25, 0.75])
-            rows.append({
-                "batch": c["batch"], "context": c["context"], "n_kv_heads": kv, "backend": x["backend"],
-                "tokens/s": x["tokens_per_s"], "paired speed-up": float(np.exp(np.mean(np.log(ratios)))),
-                "paired q25": float(np.quantile(ratios, 0.25)),
-                "paired q75": float(np.quantile(ratios, 0.75)),
-                "byte-predicted": base["bytes_per_call"] / x["bytes_per_call"],
-                "KV cache MB": x["kv_cache_bytes"] / 1e6, "KV MB/step": x["kv_bytes_per_step"] / 1e6,
-                "weights MB/step": x["weight_bytes_per_step"] / 1e6, "GB/s": x["achieved_bw"] / 1e9,
-                "read GB/s": bw / 1e9, "of read bw": of_limit(x["achieved_bw"], bw),
-                "rel IQR": (q75 - q25) / x["median_s"],
-                "FLOPs/call": flops, "GEMM GFLOP/s": (peak or math.nan) / 1e9,
-                "roofline bound": "memory" if t_mem >= t_cmp else "compute",
-                "of roofline": of_limit(max(t_mem, t_cmp), x["median_s"]),
-                "load (1 min)": (m.get("load") or [None])[0], "measured under load": loaded,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "batch": c["batch"],
+                    "context": c["context"],
+                    "n_kv_heads": kv,
+                    "backend": x["backend"],
+                    "tokens/s": x["tokens_per_s"],
+                    "paired speed-up": float(np.exp(np.mean(np.log(ratios)))),
+                    "paired q25": float(np.quantile(ratios, 0.25)),
+                    "paired q75": float(np.quantile(ratios, 0.75)),
+                    "byte-predicted": base["bytes_per_call"] / x["bytes_per_call"],
+                    "KV cache MB": x["kv_cache_bytes"] / 1e6,
+                    "KV MB/step": x["kv_bytes_per_step"] / 1e6,
+                    "weights MB/step": x["weight_bytes_per_step"] / 1e6,
+                    "GB/s": x["achieved_bw"] / 1e9,
+                    "read GB/s": bw / 1e9,
+                    "of read bw": of_limit(x["achieved_bw"], bw),
+                    "rel IQR": (q75 - q25) / x["median_s"],
+                    "FLOPs/call": flops,
+                    "GEMM GFLOP/s": (peak or math.nan) / 1e9,
+                    "roofline bound": "memory" if t_mem >= t_cmp else "compute",
+                    "of roofline": of_limit(max(t_mem, t_cmp), x["median_s"]),
+                    "load (1 min)": (m.get("load") or [None])[0],
+                    "measured under load": loaded,
+                }
+            )
     order = ["backend", "n_kv_heads", "batch", "context"]
     return pd.DataFrame(rows).sort_values(order, ascending=[False, False, True, True])
 
@@ -276,12 +287,19 @@ def write_tables(runs, t: dict, result, decl, p: dict, out) -> pd.DataFrame:
     )
     prow = part(runs, "phases")[0]["metrics"]["rows"]
     pb = next(x for x in prow if x["n_kv_heads"] == h)
-    pdf = pd.DataFrame([
-        {"n_kv_heads": x["n_kv_heads"], "params": x["params"], "prefill s": x["prefill_s"],
-         "prefill / MHA": x["prefill_s"] / pb["prefill_s"], "train step s": x["train_step_s"],
-         "train step / MHA": x["train_step_s"] / pb["train_step_s"]}
-        for x in prow
-    ])  # fmt: skip
+    pdf = pd.DataFrame(
+        [
+            {
+                "n_kv_heads": x["n_kv_heads"],
+                "params": x["params"],
+                "prefill s": x["prefill_s"],
+                "prefill / MHA": x["prefill_s"] / pb["prefill_s"],
+                "train step s": x["train_step_s"],
+                "train step / MHA": x["train_step_s"] / pb["train_step_s"],
+            }
+            for x in prow
+        ]
+    )
     out.table(
         "phases",
         pdf,
@@ -312,7 +330,8 @@ def _tuned_tables(t: dict, result, out) -> None:
 
 
 def _quality(runs, t: dict, p: dict, out) -> pd.DataFrame:
-    cols = ["role", "scale", "lr", "steps", "kv", "matched", "null_pair", "unit", "params", "d_ff", "final_val",
+    cols = ["role", "scale", "lr", "steps", "kv", "matched", "null_pair", "unit", "params", "d_ff",
+            "final_val",
             "learned"]  # fmt: skip
     qdf = t["runs"][cols].rename(columns={"kv": "n_kv_heads", "unit": "seed"})
     out.table(
@@ -328,10 +347,21 @@ def _quality(runs, t: dict, p: dict, out) -> pd.DataFrame:
     for (kv, matched), g in real.groupby(["n_kv_heads", "matched"]):
         v = g.set_index("seed")["final_val"]
         ci, gap = mean_ci(v), mean_ci((v - mha_v).dropna().to_numpy())
-        rows.append({"n_kv_heads": kv, "FFN matched": matched, "params": int(g["params"].iloc[0]),
-                     "d_ff": int(g["d_ff"].iloc[0]), "val loss": ci.mean, "± 95%": ci.half_width,
-                     "gap vs MHA": gap.mean, "gap CI lo": gap.lo, "gap CI hi": gap.hi,
-                     "learned": f"{int(g['learned'].sum())}/{len(g)}", "seeds": ci.n})  # fmt: skip
+        rows.append(
+            {
+                "n_kv_heads": kv,
+                "FFN matched": matched,
+                "params": int(g["params"].iloc[0]),
+                "d_ff": int(g["d_ff"].iloc[0]),
+                "val loss": ci.mean,
+                "± 95%": ci.half_width,
+                "gap vs MHA": gap.mean,
+                "gap CI lo": gap.lo,
+                "gap CI hi": gap.hi,
+                "learned": f"{int(g['learned'].sum())}/{len(g)}",
+                "seeds": ci.n,
+            }
+        )
     qs = pd.DataFrame(rows).sort_values(["n_kv_heads", "FFN matched"], ascending=[False, True])
     out.table(
         "quality",
@@ -349,9 +379,17 @@ def _conversion(conv: pd.DataFrame, qs: pd.DataFrame, p: dict, out) -> None:
     for (kv, method), g in conv.groupby(["target_kv", "method"], sort=False):
         b, a = mean_ci(g["before"]), mean_ci(g["after"])
         scratch = qs[(qs.n_kv_heads == kv) & ~qs["FFN matched"]]["val loss"]
-        rows.append({"target n_kv_heads": kv, "method": method, "right after": b.mean, "±": b.half_width,
-                     "after uptraining": a.mean, "± ": a.half_width,
-                     "trained from scratch": float(scratch.iloc[0]) if len(scratch) else None})  # fmt: skip
+        rows.append(
+            {
+                "target n_kv_heads": kv,
+                "method": method,
+                "right after": b.mean,
+                "±": b.half_width,
+                "after uptraining": a.mean,
+                "± ": a.half_width,
+                "trained from scratch": float(scratch.iloc[0]) if len(scratch) else None,
+            }
+        )
     out.table(
         "conversion",
         pd.DataFrame(rows),
@@ -597,8 +635,8 @@ def scratch_curves(q: pd.DataFrame) -> pd.DataFrame:
 
 @drawing
 def plot_sweep(t: dict, p: dict, out) -> None:
-    """Final loss against peak learning rate per scale (from scratch), MHA and MQA, each model's chosen rate on
-    the fresh seeds marked."""
+    """Final loss against peak learning rate per scale (from scratch), MHA and MQA, each model's chosen rate
+    on the fresh seeds marked."""
     from tfclaims.evidence.plots import lr_sweeps
     from tfclaims.plotting import subplots
 
@@ -614,7 +652,8 @@ def plot_sweep(t: dict, p: dict, out) -> None:
         fig,
         sweep_caption(
             p,
-            f"Quality from scratch: final validation loss against peak learning rate, {p['sweep_steps']} steps",
+            "Quality from scratch: final validation loss against peak learning rate, "
+            f"{p['sweep_steps']} steps",
             per="scale",
             each="model",
             fresh="tuned_seeds",

@@ -74,17 +74,49 @@ def _decode_claims(p: dict, b: str, grid, by_kv, heavy) -> tuple[SubClaim, ...]:
         _at(p["n_heads"], b),
     )
     return (
-        SubClaim(f"faster{x}", f"MQA and GQA decode faster than MHA ({b})", Better("b"), (LOGT,),
-                 b=arm("fewer K/V heads", backend=b, again=False), cells=by_kv, **at),
-        SubClaim(f"band{x}", f'"30–40%": MQA {BAND[0]:.2f}–{BAND[1]:.2f}× as fast as MHA ({b})', IN_BAND,
-                 (LOGT,), b=mqa, cells=grid, where=MATCH_SHARE, note=BACKEND_NOTE,
-                 **{**at, "counts": b == "sdpa"}),
-        SubClaim(f"kv-bound{x}", f"MQA above {BAND[0]:.2f}× where KV bytes exceed weight bytes ({b})", ABOVE,
-                 (LOGT,), b=mqa, cells=heavy, where="all", note="The cells are chosen from closed-form "
-                 "byte counts.", **at),
-        SubClaim(f"tracks{x}", f"MQA's speed-up tracks the bytes where memory-bound ({b})", TRACKS,
-                 (view.PER_BYTE,), b=mqa, cells=grid, where="all", keep_if=view.memory_bound(MEMBOUND), **at),
-    )  # fmt: skip
+        SubClaim(
+            f"faster{x}",
+            f"MQA and GQA decode faster than MHA ({b})",
+            Better("b"),
+            (LOGT,),
+            b=arm("fewer K/V heads", backend=b, again=False),
+            cells=by_kv,
+            **at,
+        ),
+        SubClaim(
+            f"band{x}",
+            f'"30–40%": MQA {BAND[0]:.2f}–{BAND[1]:.2f}× as fast as MHA ({b})',
+            IN_BAND,
+            (LOGT,),
+            b=mqa,
+            cells=grid,
+            where=MATCH_SHARE,
+            note=BACKEND_NOTE,
+            **{**at, "counts": b == "sdpa"},
+        ),
+        SubClaim(
+            f"kv-bound{x}",
+            f"MQA above {BAND[0]:.2f}× where KV bytes exceed weight bytes ({b})",
+            ABOVE,
+            (LOGT,),
+            b=mqa,
+            cells=heavy,
+            where="all",
+            note="The cells are chosen from closed-form byte counts.",
+            **at,
+        ),
+        SubClaim(
+            f"tracks{x}",
+            f"MQA's speed-up tracks the bytes where memory-bound ({b})",
+            TRACKS,
+            (view.PER_BYTE,),
+            b=mqa,
+            cells=grid,
+            where="all",
+            keep_if=view.memory_bound(MEMBOUND),
+            **at,
+        ),
+    )
 
 
 def decode_grid(p):
@@ -123,7 +155,8 @@ class GQAThroughput(Experiment):
             "threads": 1, "prefill_batch": 1, "prefill_len": 32, "train_batch": 2, "train_len": 32,
             "lm_d_model": 32, "lm_layers": 1, "lm_heads": 4, "steps": 10, "batch": 8, "seq_len": 32,
             "lr": 3e-3, "eval_every": 5, "eval_batches": 2, "uptrain_frac": 0.05, "seeds": [0, 1],
-            "scales": [[32, 1], [48, 1]], "rates": [1.5e-3, 3e-3], "selection_seeds": [10], "tuned_seeds": [0, 1],
+            "scales": [[32, 1], [48, 1]], "rates": [1.5e-3, 3e-3], "selection_seeds": [10],
+                  "tuned_seeds": [0, 1],
             "rate_factors": [0.5, 1.0], "rate_extend": 1, "sweep_steps": 20, "sweep_eval_every": 10,
         },
         "default": {
@@ -133,7 +166,8 @@ class GQAThroughput(Experiment):
             "train_len": 128, "lm_d_model": 64, "lm_layers": 2, "lm_heads": 4, "steps": 400, "batch": 32,
             "seq_len": 64, "lr": 3e-3, "eval_every": 200, "eval_batches": 8, "uptrain_frac": 0.05,
             "seeds": [0, 1, 2], "scales": [[64, 2], [128, 2]], "rates": [7.5e-4, 1.5e-3, 3e-3, 6e-3],
-            "selection_seeds": [100, 101], "tuned_seeds": [0, 1, 2, 3, 4, 5], "rate_factors": [0.25, 0.5, 1.0],
+            "selection_seeds": [100, 101], "tuned_seeds": [0, 1, 2, 3, 4, 5],
+                    "rate_factors": [0.25, 0.5, 1.0],
             "rate_extend": 1, "sweep_steps": 800, "sweep_eval_every": 200,
         },
         "full": {
@@ -143,7 +177,8 @@ class GQAThroughput(Experiment):
             "train_batch": 4, "train_len": 512, "lm_d_model": 384, "lm_layers": 6, "lm_heads": 8,
             "steps": 5000, "batch": 64, "seq_len": 256, "lr": 1e-3, "eval_every": 500, "eval_batches": 32,
             "uptrain_frac": 0.05, "seeds": [0, 1, 2, 3, 4], "scales": [[384, 6], [768, 6]],
-            "rates": [2.5e-4, 5e-4, 1e-3, 2e-3], "selection_seeds": [100, 101], "tuned_seeds": [0, 1, 2, 3, 4],
+            "rates": [2.5e-4, 5e-4, 1e-3, 2e-3], "selection_seeds": [100, 101],
+                 "tuned_seeds": [0, 1, 2, 3, 4],
             "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 1, "sweep_steps": 5000, "sweep_eval_every": 500,
         },
     }  # fmt: skip
@@ -173,15 +208,19 @@ class GQAThroughput(Experiment):
             SubClaim("phases", "Prefill and the training step barely change (MQA vs MHA time, sdpa)", LEVEL,
                      (PHASE_T,), table="phases", a=arm("MHA", kv=h), b=arm("MQA", kv=1),
                      cells=cells("{phase}", phase=["prefill", "train"]), where="all", counts=False),
-            SubClaim("quality-fixed", f"Small quality cost at one rate ({p['lr']:g}, {p['steps']} steps): MQA "
-                     "vs MHA from scratch, and MHA converted to MQA (mean-pooled) vs MHA, both uptrained alike",
-                     SMALL, (FINAL,), b=arm("MQA", model="MQA", role="fixed"), cells=stages, note=QUALITY_NOTE,
+            SubClaim("quality-fixed",
+                     f"Small quality cost at one rate ({p['lr']:g}, {p['steps']} steps): MQA "
+                     "vs MHA from scratch, and MHA converted to MQA (mean-pooled) vs MHA, both "
+                     "uptrained alike",
+                     SMALL, (FINAL,), b=arm("MQA", model="MQA", role="fixed"), cells=stages,
+                     note=QUALITY_NOTE,
                      counts=False, **quality),
             SubClaim("quality", f"Small quality cost, each model at its own best rate ({p['sweep_steps']} "
                      "steps): MQA vs MHA from scratch, and MHA converted to MQA (mean-pooled) vs MHA, both "
                      "uptrained alike", SMALL, (FINAL,), a=arm("MHA, at its best rate", model="MHA"),
                      b=arm("MQA, at its best rate", model="MQA"), table="tuned", cells=tuned_cells,
-                     guard=LEARNED, noise="null-tuned", note=QUALITY_NOTE + " " + profile_sweep(p, "tuned_seeds")
+                     guard=LEARNED, noise="null-tuned",
+                     note=QUALITY_NOTE + " " + profile_sweep(p, "tuned_seeds")
                      .rule() + " MHA's uptraining runs at 0.3× its chosen rate."),
             SubClaim("matched", "Small quality cost of MQA with the FFN widened to MHA's parameters", SMALL,
                      (FINAL,), b=arm("MQA, FFN widened", model="MQA matched", role="fixed"), cells=stages[:1],
@@ -198,7 +237,8 @@ class GQAThroughput(Experiment):
             NullPair("null-tuned", arm("MHA", model="MHA", role="test"), arm("MHA rerun", model="MHA",
                      role="null"), (FINAL,), table="first", cells=stages, seed_offset=NULL_OFFSET),
             NullPair("null-convert", arm("first head", method="first", role="fixed"),
-                     arm("first head rerun", method="first", role="fixed-null"), (view.BEFORE,), table="convert",
+                     arm("first head rerun", method="first", role="fixed-null"), (view.BEFORE,),
+                     table="convert",
                      cells=targets, seed_offset=NULL_OFFSET),
         ))  # fmt: skip
 
@@ -251,7 +291,8 @@ class GQAThroughput(Experiment):
                 "5–12× come from accelerators, where the arithmetic that MQA leaves (every query head still "
                 "scores every cached key) is cheap next to memory traffic. On a CPU core the skinny "
                 "matrix-vector products of attention run slowly, so MQA's speed-up can saturate below the "
-                "byte ratio (table 'decode_summary' sets the two side by side). The byte model counts only compulsory reads; the weights may partly be served "
+                "byte ratio (table 'decode_summary' sets the two side by side). The byte model counts only "
+                "compulsory reads; the weights may partly be served "
                 "from the cache.",
                 "Timings share the machine with whatever else runs; variants are interleaved within each "
                 "cell so that drift hits them alike. Each cell's A/A pair (MHA at sdpa timed twice in the "
@@ -259,15 +300,14 @@ class GQAThroughput(Experiment):
                 + (f" (largest |CI bound| on log time {min(aa):.3f}–{max(aa):.3f})" if aa else "")
                 + "; no A/A copy was timed at explicit, so its comparisons have none.",
                 "On a GPU a decoding step launches a few kernels per layer, and eager, their launch overhead "
-                "rather than the bytes read sets its time: in an earlier run on an H100 the full profile's 32 "
-                "greedy steps took "
-                "0.25 s eager and 0.045 s replayed from a CUDA graph at batch 1, context 512 (MHA and MQA "
-                "alike), and 0.21 s against 0.07 s for MQA at batch 64, context 4,096, where MHA, bound by "
-                "its 35 GB cache, took 0.41 s either way. On CUDA every decoder call is therefore timed "
-                "replayed from a graph (records: 'cuda_graph'); cells still below half the read bandwidth "
-                "are left out of the tracking sub-claims by the memory-bound rule. Where the weights and "
-                "caches of every K/V head count do not fit the GPU together, each head count is timed in "
-                "its own rounds (record 'memory').",
+                "rather than the bytes read sets its time: in an earlier run on an H100 the full profile's "
+                "32 greedy steps took 0.25 s eager and 0.045 s replayed from a CUDA graph at batch 1, "
+                "context 512 (MHA and MQA alike), and 0.21 s against 0.07 s for MQA at batch 64, context "
+                "4,096, where MHA, bound by its 35 GB cache, took 0.41 s either way. On CUDA every decoder "
+                "call is therefore timed replayed from a graph (records: 'cuda_graph'); cells still below "
+                "half the read bandwidth are left out of the tracking sub-claims by the memory-bound rule. "
+                "Where the weights and caches of every K/V head count do not fit the GPU together, each head "
+                "count is timed in its own rounds (record 'memory').",
                 "Both backends were timed in every cell (table 'backends'); reading each variant at its "
                 "faster backend, as the previous analysis did, chose the backend on the rounds then tested.",
                 "Shazeer's MQA widened the FFN to keep the parameter count, which would keep prefill and "
@@ -276,10 +316,10 @@ class GQAThroughput(Experiment):
                 "Quality is measured on small character LMs ("
                 + ", ".join(f"d = {d}, {L} layers" for d, L in p["scales"])
                 + f"; {p['sweep_steps']} steps, {len(p['tuned_seeds'])} fresh seeds); the conversion is "
-                f"uptrained for {max(1, round(p['uptrain_frac'] * p['sweep_steps']))} steps ({p['uptrain_frac']:.0%} "
-                "of pre-training, Ainslie et al.'s share), so its numbers describe this scale. The fixed-rate "
-                f"design (d = {p['lm_d_model']}, {p['steps']} steps, {len(p['seeds'])} seeds, one rate) is "
-                "reported beside it.",
+                f"uptrained for {max(1, round(p['uptrain_frac'] * p['sweep_steps']))} steps "
+                f"({p['uptrain_frac']:.0%} of pre-training, Ainslie et al.'s share), so its numbers describe "
+                f"this scale. The fixed-rate design (d = {p['lm_d_model']}, {p['steps']} steps, "
+                f"{len(p['seeds'])} seeds, one rate) is reported beside it.",
             ],
         )
 

@@ -1,9 +1,9 @@
 """Decoding: models built for decoding, a KV cache filled to a context, and decoders timed against each other
 (the claims' recipes that use them are `claims.kv_cache` and `claims.gqa_throughput`).
 
-Every timing goes through `measure.timing.time_interleaved` (rotating rounds, paired across the alternatives, load
-average recorded). Where a recipe times an A/A pair, the same callable is timed under a second name in the
-same rounds: the difference between the two is what timing noise alone gives (the noise floor).
+Every timing goes through `measure.timing.time_interleaved` (rotating rounds, paired across the alternatives,
+load average recorded). Where a recipe times an A/A pair, the same callable is timed under a second name in
+the same rounds: the difference between the two is what timing noise alone gives (the noise floor).
 
 Byte counts use the one closed form `measure.counting.kv_cache_bytes` (keys and values of every layer).
 """
@@ -34,10 +34,10 @@ def weight_read_bytes(model: LM, batch: int) -> int:
 
 
 def filled_decoder(cfg: dict, kv: int, backend: str, dev, dtype, share: dict | None = None):
-    """A model with its cache filled to the context, a call of `decode_steps` greedy steps (replayed from a CUDA
-    graph on a GPU: `measure.graphs`), its byte counts.
-    `share` (a dict, empty at first) carries the weights and the cache to the next backend of the same K/V
-    head count: a backend changes how attention is computed, not what is stored, so both read one copy."""
+    """A model with its cache filled to the context, a call of `decode_steps` greedy steps (replayed from a
+    CUDA graph on a GPU: `measure.graphs`), its byte counts. `share` (a dict, empty at first) carries the
+    weights and the cache to the next backend of the same K/V head count: a backend changes how attention is
+    computed, not what is stored, so both read one copy."""
     B, S, n = cfg["batch"], cfg["context"], cfg["decode_steps"]
     mc = decode_config(cfg, kv, S + n, backend)
     share = {} if share is None else share
@@ -71,7 +71,8 @@ def filled_decoder(cfg: dict, kv: int, backend: str, dev, dtype, share: dict | N
     info = {
         "n_kv_heads": kv, "backend": backend, "params": n_params(model), "kv_cache_bytes": cache.nbytes(),
         "kv_cache_bytes_closed_form": kv_cache_bytes(mc, S + n, B, elt),
-        "weight_bytes_per_step": weights, "kv_bytes_per_step": kv_read / n, "bytes_per_call": n * weights + kv_read,
+        "weight_bytes_per_step": weights, "kv_bytes_per_step": kv_read / n,
+            "bytes_per_call": n * weights + kv_read,
     }  # fmt: skip
     fn = graphed(fn, dev)  # on CUDA the launch of each small kernel would bind the step, not its bytes
     info["cuda_graph"] = dev.type == "cuda"
@@ -143,10 +144,13 @@ def _time_decoders(
         med = float(np.median(times))
         rows.append(
             {
-                **info, "times": times, "median_s": med, "tokens_per_s": cfg["batch"] * cfg["decode_steps"] / med,
+                **info,
+                "times": times,
+                "median_s": med,
+                "tokens_per_s": cfg["batch"] * cfg["decode_steps"] / med,
                 "achieved_bw": info["bytes_per_call"] / med,
             }
-        )  # fmt: skip
+        )
     out = {
         "rows": rows,
         "read_bw": [bw_before, bw_after],

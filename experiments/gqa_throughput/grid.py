@@ -2,7 +2,8 @@
 scales (`sweep_steps` long, longer than the fixed design), then train at their chosen rates on fresh seeds;
 every fresh MHA run is also converted to MQA (mean-pooled and first-head) and uptrained for `uptrain_frac` of
 its steps beside itself uptrained alike (Ainslie et al.'s recipe); MHA at the first scale's chosen rate is
-rerun at seeds s + NULL_OFFSET (the null pair). The configs are the fixed design's recipe's (`run_quality`)."""
+rerun at seeds s + NULL_OFFSET (the null pair). The configs are the fixed design's recipe's
+(`run_quality`)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ def lm_config(p: dict, kv: int, vocab: int, matched: bool = False) -> ModelConfi
     """The quality model (lm_d_model, lm_layers, lm_heads, seq_len) with `kv` K/V heads; `matched`: the FFN
     widened by the attention parameters saved (Shazeer 2019; one FFN unit costs 2d + 1)."""
     base = ModelConfig(
-        vocab_size=vocab, d_model=p["lm_d_model"], n_layers=p["lm_layers"], n_heads=p["lm_heads"],
+        vocab_size=vocab,
+        d_model=p["lm_d_model"],
+        n_layers=p["lm_layers"],
+        n_heads=p["lm_heads"],
         max_seq_len=p["seq_len"],
-    )  # fmt: skip
+    )
     c = base.replace(n_kv_heads=kv)
     if matched:
         saved = attention_params(base) - attention_params(c)
@@ -47,11 +51,19 @@ def tuned_run(p: dict, model: str, scale: dict, lr: float, seed: int, fresh: boo
     """One run of the sweep in `run_quality`'s config: a fresh MHA run also converts and uptrains."""
     mha = model == "MHA"
     return {
-        "part": "quality", "kv": p["lm_heads"] if mha else 1, "matched": False,
-        "uptrain_control": mha and fresh, "convert_to": [1] if mha and fresh else [],
-        **{k: p[k] for k in LM_FIXED}, **scale, "steps": p["sweep_steps"], "eval_every": p["sweep_eval_every"],
-        "lr": lr, "null_pair": False, "seed": seed,
-    }  # fmt: skip
+        "part": "quality",
+        "kv": p["lm_heads"] if mha else 1,
+        "matched": False,
+        "uptrain_control": mha and fresh,
+        "convert_to": [1] if mha and fresh else [],
+        **{k: p[k] for k in LM_FIXED},
+        **scale,
+        "steps": p["sweep_steps"],
+        "eval_every": p["sweep_eval_every"],
+        "lr": lr,
+        "null_pair": False,
+        "seed": seed,
+    }
 
 
 def grid_sweep(p: dict, done) -> list[dict]:

@@ -75,16 +75,22 @@ def convert_kv_heads(model: LM, n_kv_heads: int, method: str = "mean") -> LM:
 
 
 def run_quality(cfg: dict, ctx) -> dict:
-    """Train a character LM with cfg['kv'] K/V heads. With cfg['uptrain_control'] the trained model is uptrained
-    for uptrain_frac of the steps as it is (the control); each target in cfg['convert_to'] is converted by
-    every method and uptrained the same way (peak lr 0.3x, warm-up 10%, another data seed)."""
+    """Train a character LM with cfg['kv'] K/V heads. With cfg['uptrain_control'] the trained model is
+    uptrained for uptrain_frac of the steps as it is (the control); each target in cfg['convert_to'] is
+    converted by every method and uptrained the same way (peak lr 0.3x, warm-up 10%, another data seed)."""
     corpus = load_corpus()
     mc = lm_config(cfg, cfg["kv"], corpus.vocab_size, cfg["matched"])
     model = LM(mc)
     t = TrainConfig(
-        steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["steps"] // 10,
-        eval_every=cfg["eval_every"], eval_batches=cfg["eval_batches"], seed=cfg["seed"],
-    )  # fmt: skip
+        steps=cfg["steps"],
+        batch_size=cfg["batch"],
+        seq_len=cfg["seq_len"],
+        lr=cfg["lr"],
+        warmup=cfg["steps"] // 10,
+        eval_every=cfg["eval_every"],
+        eval_batches=cfg["eval_batches"],
+        seed=cfg["seed"],
+    )
     val = eval_windows(corpus.val, t.eval_batches, t.batch_size, t.seq_len)
     name = f"kv={cfg['kv']}{' matched' if cfg['matched'] else ''}"
     res = train_lm(model, t, corpus, ctx.device, val_batches=val, progress=ctx.progress, desc=name)
@@ -177,9 +183,12 @@ def run_phases(cfg: dict, ctx) -> dict:
         tt = time_interleaved({str(k): f for k, f in train.items()}, **kw)
     rows = [
         {
-            **info[kv], "prefill_times": tp[str(kv)]["times"], "train_times": tt[str(kv)]["times"],
-            "prefill_s": tp[str(kv)]["median"], "train_step_s": tt[str(kv)]["median"],
+            **info[kv],
+            "prefill_times": tp[str(kv)]["times"],
+            "train_times": tt[str(kv)]["times"],
+            "prefill_s": tp[str(kv)]["median"],
+            "train_step_s": tt[str(kv)]["median"],
         }
         for kv in cfg["kvs"]
-    ]  # fmt: skip
+    ]
     return {"rows": rows, "threads": n_threads, "load": tp[str(cfg["kvs"][0])]["load"]}

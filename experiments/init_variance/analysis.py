@@ -28,19 +28,36 @@ def factors(runs: list[dict]) -> pd.DataFrame:
         bwd = np.log2(g[:-1] / g[1:])
         pf = np.array([math.log2(forward_map(c["act"], g2, x) / x) for x in q[:-1]])
         pb = np.array([math.log2(backward_factor(c["act"], g2, x)) for x in q[:-1]])
-        rows.append({"init": c["init"], "act": c["act"], "unit": c["seed"], "forward": fwd.mean(),
-                     "backward": bwd.mean(), "dev_forward": (fwd - pf).mean(), "dev_backward": (bwd - pb).mean(),
-                     "q_first": q[0], "q_last": q[-1], "r_first": g[0], "r_last": g[-1]})  # fmt: skip
+        rows.append(
+            {
+                "init": c["init"],
+                "act": c["act"],
+                "unit": c["seed"],
+                "forward": fwd.mean(),
+                "backward": bwd.mean(),
+                "dev_forward": (fwd - pf).mean(),
+                "dev_backward": (bwd - pb).mean(),
+                "q_first": q[0],
+                "q_last": q[-1],
+                "r_first": g[0],
+                "r_last": g[-1],
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def summary(f: pd.DataFrame) -> pd.DataFrame:
-    """Per init and activation: mean per-layer factors (bits) over seeds, and the total change over the depth."""
+    """Per init and activation: mean per-layer factors (bits) over seeds, and the total change over the
+    depth."""
     s = f.groupby(["init", "act"], sort=False).agg(
-        forward_bits=("forward", "mean"), backward_bits=("backward", "mean"),
-        dev_forward=("dev_forward", "mean"), dev_backward=("dev_backward", "mean"),
-        q_last=("q_last", "median"), r_first=("r_first", "median"), seeds=("unit", "size"),
-    )  # fmt: skip
+        forward_bits=("forward", "mean"),
+        backward_bits=("backward", "mean"),
+        dev_forward=("dev_forward", "mean"),
+        dev_backward=("dev_backward", "mean"),
+        q_last=("q_last", "median"),
+        r_first=("r_first", "median"),
+        seeds=("unit", "size"),
+    )
     s["forward_factor"] = 2.0**s.forward_bits
     s["backward_factor"] = 2.0**s.backward_bits
     return s.reset_index()
@@ -73,13 +90,27 @@ def plot(runs: list[dict], out) -> None:
             for i, a in combos:
                 if i != init:
                     continue
-                ys = np.log2(np.array([r["metrics"][key] for r in recs if r["config"]["act"] == a
-                                       and r["config"]["init"] == i]))  # fmt: skip
+                ys = np.log2(
+                    np.array(
+                        [
+                            r["metrics"][key]
+                            for r in recs
+                            if r["config"]["act"] == a and r["config"]["init"] == i
+                        ]
+                    )
+                )
                 layers = np.arange(1, ys.shape[1] + 1)
                 ax.plot(layers, np.median(ys, 0), color=colors[a], label=a)
                 ax.fill_between(layers, ys.min(0), ys.max(0), color=colors[a], alpha=0.2, lw=0)
-                q1 = float(np.median([r["metrics"]["q"][0] for r in recs if r["config"]["act"] == a
-                                      and r["config"]["init"] == i]))  # fmt: skip
+                q1 = float(
+                    np.median(
+                        [
+                            r["metrics"]["q"][0]
+                            for r in recs
+                            if r["config"]["act"] == a and r["config"]["init"] == i
+                        ]
+                    )
+                )
                 pq, pr = _predicted(a, GAIN2[i], q1, ys.shape[1])
                 pred = np.log2(pq) if key == "q" else np.log2(pr) + np.median(ys[:, -1])
                 ax.plot(layers, pred, color=colors[a], ls="--", lw=0.9)

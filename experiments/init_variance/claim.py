@@ -21,9 +21,8 @@ FWD = Readout(
     "forward",
     "per-layer factor of E[h²], forward",
     "bits/layer",
-    definition="mean over layers of "
-    "log2(q′/q), q and q′ the second moments of two consecutive layers' pre-activations over batch and "
-    "units",
+    definition="mean over layers of log2(q′/q), q and q′ the second moments of two consecutive layers' "
+    "pre-activations over batch and units",
 )
 BWD = Readout(
     "backward",
@@ -38,8 +37,12 @@ DEV_F = Readout(
     "bits/layer",
     definition="mean over layers of log2(q′/q) − log2(M(q)/q), M the mean-field map at the measured q",
 )
-DEV_B = Readout("dev_backward", "backward factor − closed form", "bits/layer", definition="mean over layers of "
-                "log2(r/r′) − log2 of g²·E[φ'(h)²] at the measured q")  # fmt: skip
+DEV_B = Readout(
+    "dev_backward",
+    "backward factor − closed form",
+    "bits/layer",
+    definition="mean over layers of log2(r/r′) − log2 of g²·E[φ'(h)²] at the measured q",
+)
 
 
 def probe_grid(p):
@@ -74,52 +77,93 @@ class InitVariance(Experiment):
 
     def declare(self, p: dict) -> Declaration:
         combos = tuple(cell(f"{i}-{a}", init=i, act=a) for i in GAIN2 for a in ACTIVATIONS)
-        return Declaration((
-            SubClaim("xavier-keeps", "Xavier keeps the variance through linear layers (no activation): per-layer "
-                     f"factor 1 (within 2^±{MARGIN:g}), forward and backward", _about(0.0), (FWD, BWD),
-                     **_one("xavier", "identity")),
-            SubClaim("relu-halves", "With ReLU, Xavier halves the variance per layer: factor ½ (within "
-                     f"2^±{MARGIN:g}), forward and backward", _about(-1.0), (FWD, BWD), **_one("xavier", "relu")),
-            SubClaim("kaiming-restores", "Kaiming's factor 2 keeps it with ReLU: factor 1 (within "
-                     f"2^±{MARGIN:g}), forward and backward", _about(0.0), (FWD, BWD), **_one("kaiming", "relu")),
-            SubClaim("control", "The probe sees a per-layer factor: Kaiming without an activation doubles the "
-                     f"variance (factor 2 within 2^±{MARGIN:g})", _about(1.0), (FWD, BWD), counts=False,
-                     **_one("kaiming", "identity")),
-            SubClaim("closed-form", "The mean-field closed form predicts every init × activation's per-layer "
-                     f"factor, tanh and GELU included (within ±{CLOSED_FORM:g} bit per layer)",
-                     Within(-CLOSED_FORM, CLOSED_FORM, f"within ±{CLOSED_FORM:g} bit per layer"), (DEV_F, DEV_B),
-                     b=arm("measured − closed form"), table="factors", cells=combos, where="all", counts=False,
-                     note="Reported: the closed form is exact as the width grows; at finite width n the "
-                     "layers' fluctuations bend it by about 1/n per layer."),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                SubClaim(
+                    "xavier-keeps",
+                    "Xavier keeps the variance through linear layers (no activation): per-layer "
+                    f"factor 1 (within 2^±{MARGIN:g}), forward and backward",
+                    _about(0.0),
+                    (FWD, BWD),
+                    **_one("xavier", "identity"),
+                ),
+                SubClaim(
+                    "relu-halves",
+                    "With ReLU, Xavier halves the variance per layer: factor ½ (within "
+                    f"2^±{MARGIN:g}), forward and backward",
+                    _about(-1.0),
+                    (FWD, BWD),
+                    **_one("xavier", "relu"),
+                ),
+                SubClaim(
+                    "kaiming-restores",
+                    "Kaiming's factor 2 keeps it with ReLU: factor 1 (within "
+                    f"2^±{MARGIN:g}), forward and backward",
+                    _about(0.0),
+                    (FWD, BWD),
+                    **_one("kaiming", "relu"),
+                ),
+                SubClaim(
+                    "control",
+                    "The probe sees a per-layer factor: Kaiming without an activation doubles the "
+                    f"variance (factor 2 within 2^±{MARGIN:g})",
+                    _about(1.0),
+                    (FWD, BWD),
+                    counts=False,
+                    **_one("kaiming", "identity"),
+                ),
+                SubClaim(
+                    "closed-form",
+                    "The mean-field closed form predicts every init × activation's per-layer "
+                    f"factor, tanh and GELU included (within ±{CLOSED_FORM:g} bit per layer)",
+                    Within(-CLOSED_FORM, CLOSED_FORM, f"within ±{CLOSED_FORM:g} bit per layer"),
+                    (DEV_F, DEV_B),
+                    b=arm("measured − closed form"),
+                    table="factors",
+                    cells=combos,
+                    where="all",
+                    counts=False,
+                    note="Reported: the closed form is exact as the width grows; at finite width n the "
+                    "layers' fluctuations bend it by about 1/n per layer.",
+                ),
+            )
+        )
 
     def analyse(self, runs, p, out: Output):
         f = view.factors(runs)
         result = evaluate(self.declare(p), {"factors": f})
         s = view.summary(f)
         out.table("summary", s, "Per-layer factors (bits per layer and as factors), mean over seeds")
-        out.table("factors", f, "Per run: per-layer factors and their deviation from the closed form",
-                  in_report=False)  # fmt: skip
+        out.table(
+            "factors",
+            f,
+            "Per run: per-layer factors and their deviation from the closed form",
+            in_report=False,
+        )
         view.plot(runs, out)
         get = {(i, a): (fw, bw) for i, a, fw, bw in zip(s.init, s.act, s.forward_factor, s.backward_factor)}
-        xi, xr, kr = (get.get(k, (float("nan"),) * 2) for k in
-                      (("xavier", "identity"), ("xavier", "relu"), ("kaiming", "relu")))  # fmt: skip
+        xi, xr, kr = (
+            get.get(k, (float("nan"),) * 2)
+            for k in (("xavier", "identity"), ("xavier", "relu"), ("kaiming", "relu"))
+        )
         depth = p["depth"]
         return verdict_from(
             result,
-            key_number=f"per-layer factor Xavier linear {xi[0]:.3f}, Xavier+ReLU {xr[0]:.3f}, Kaiming+ReLU {kr[0]:.3f}",
+            key_number=f"per-layer factor Xavier linear {xi[0]:.3f}, Xavier+ReLU {xr[0]:.3f}, Kaiming+ReLU "
+            f"{kr[0]:.3f}",
             summary=(
                 f"Through {depth} square layers of width {p['width']} at init, the per-layer factor of the "
-                f"pre-activation second moment was {xi[0]:.3f} with Xavier and no activation, {xr[0]:.3f} with "
-                f"Xavier and ReLU (the gradient's: {xr[1]:.3f}), and {kr[0]:.3f} with Kaiming and ReLU."
+                f"pre-activation second moment was {xi[0]:.3f} with Xavier and no activation, {xr[0]:.3f} "
+                f"with Xavier and ReLU (the gradient's: {xr[1]:.3f}), and {kr[0]:.3f} with Kaiming and ReLU."
             ),
             evidence={"factors": s[["init", "act", "forward_factor", "backward_factor"]].to_dict("records")},
             caveats=[
-                "At init only: the claim is about the variance the init sets; He et al.'s training consequence "
-                "(a 30-layer ReLU net stalls with Xavier and trains with Kaiming) is not rerun here.",
-                "Square layers (fan-in = fan-out), where Xavier's 2/(fan_in + fan_out) is 1/n. The notes put the "
-                "standard deviation at the harmonic mean of the two dimensions; the variance is the inverse of "
-                "their arithmetic mean.",
+                "At init only: the claim is about the variance the init sets; He et al.'s training "
+                "consequence (a 30-layer ReLU net stalls with Xavier and trains with Kaiming) is not rerun "
+                "here.",
+                "Square layers (fan-in = fan-out), where Xavier's 2/(fan_in + fan_out) is 1/n. The notes put "
+                "the standard deviation at the harmonic mean of the two dimensions; the variance is the "
+                "inverse of their arithmetic mean.",
                 "Kaiming here is He et al.'s ReLU form (gain √2, fan-in) for every activation, as the claim "
                 "compares; PyTorch's calculate_gain gives other gains for tanh (5/3).",
             ],

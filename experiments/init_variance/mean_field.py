@@ -1,10 +1,10 @@
 """The closed forms for how the variance of activations and of gradients changes layer by layer through a deep
 MLP at init (`measure.signal_propagation` measures it). Torch-free: analyses read them.
 
-The MLP: h₁ = W₁x, h_{l+1} = W_{l+1} φ(h_l), square layers of width n without biases, x ~ N(0, 1). With weights
-of variance g²/n (Xavier on square layers: g² = 1; Kaiming for ReLU: g² = 2), the mean-field recursions
-(Poole et al. 2016; Schoenholz et al. 2017) give the pre-activation second moment q_l = E[h_l²] and the gradient
-second moment r_l = E[(∂L/∂h_l)²]:
+The MLP: h₁ = W₁x, h_{l+1} = W_{l+1} φ(h_l), square layers of width n without biases, x ~ N(0, 1). With
+weights of variance g²/n (Xavier on square layers: g² = 1; Kaiming for ReLU: g² = 2), the mean-field
+recursions (Poole et al. 2016; Schoenholz et al. 2017) give the pre-activation second moment q_l = E[h_l²] and
+the gradient second moment r_l = E[(∂L/∂h_l)²]:
     q_{l+1} = g² · E[φ(√q_l · z)²],    r_l = g² · E[φ'(√q_l · z)²] · r_{l+1},    z ~ N(0, 1)
 exact as n → ∞. Identity: E[φ²] = q, E[φ'²] = 1; ReLU: q/2 and 1/2 (so Xavier halves both per layer and
 Kaiming's factor 2 restores them); tanh and GELU depend on q and are read by Gauss–Hermite quadrature.

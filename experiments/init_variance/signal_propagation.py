@@ -20,7 +20,8 @@ def activation(act: str):
 def mlp_moments(width: int, depth: int, batch: int, init: str, act: str, seed: int, *, device="cpu") -> dict:
     """One draw of the MLP and its input: per layer l = 1..depth, q_l = mean of h_l² and r_l = mean of
     (∂L/∂h_l)² over the batch and units, for L = Σ h_depth · u with u ~ N(0, 1) (so r_depth ≈ 1).
-    Weights N(0, g²/n) as `torch.nn.init.xavier_normal_` and `kaiming_normal_(nonlinearity='relu')` draw them."""
+    Weights N(0, g²/n) as `torch.nn.init.xavier_normal_` and `kaiming_normal_(nonlinearity='relu')` draw
+    them."""
     if init not in GAIN2:
         raise ValueError(f"unknown init {init!r}; choose one of {tuple(GAIN2)}")
     phi = activation(act)

@@ -16,21 +16,44 @@ from tfclaims.grids.sweep import scale_label
 
 from .grid import AA, CHANNEL, FP32, INT8, timed_label, variants, weight_variant
 
-LOSS = Readout("loss", "held-out loss", "nats/char", definition="mean next-character cross-entropy over the "
-               "probe's fixed held-out windows")  # fmt: skip
-ACC = Readout("acc", "next-character accuracy", better="higher", fmt="+.4f",
-              definition="share of the probe's held-out characters whose argmax prediction is "
-              "right")  # fmt: skip
-LINEAR_RATIO = Readout("linear_ratio", "Linear layers' bytes, float32 over INT8", better="higher", fmt=".3f",
-                       definition="torch.save bytes of the Linear layers' state, float32 model over INT8 "
-                       "copy")  # fmt: skip
-LEFT = Readout("float_linear_left", "Linear layers left in float32", fmt=".0f",
-               definition="nn.Linear modules the INT8 copy still holds")  # fmt: skip
-CHANGED = Readout("changed", "float tensors changed outside the Linear layers", fmt=".0f",
-                  definition="embedding and norm tensors of the INT8 copy not bit for bit the float32 "
-                  "model's")  # fmt: skip
-STEP = Readout("step_error", "largest weight error, in quantisation steps", fmt=".6f",
-               definition="max over the INT8 copies' weights of |w − dequantised w| ÷ its scale")  # fmt: skip
+LOSS = Readout(
+    "loss",
+    "held-out loss",
+    "nats/char",
+    definition="mean next-character cross-entropy over the probe's fixed held-out windows",
+)
+ACC = Readout(
+    "acc",
+    "next-character accuracy",
+    better="higher",
+    fmt="+.4f",
+    definition="share of the probe's held-out characters whose argmax prediction is right",
+)
+LINEAR_RATIO = Readout(
+    "linear_ratio",
+    "Linear layers' bytes, float32 over INT8",
+    better="higher",
+    fmt=".3f",
+    definition="torch.save bytes of the Linear layers' state, float32 model over INT8 copy",
+)
+LEFT = Readout(
+    "float_linear_left",
+    "Linear layers left in float32",
+    fmt=".0f",
+    definition="nn.Linear modules the INT8 copy still holds",
+)
+CHANGED = Readout(
+    "changed",
+    "float tensors changed outside the Linear layers",
+    fmt=".0f",
+    definition="embedding and norm tensors of the INT8 copy not bit for bit the float32 model's",
+)
+STEP = Readout(
+    "step_error",
+    "largest weight error, in quantisation steps",
+    fmt=".6f",
+    definition="max over the INT8 copies' weights of |w − dequantised w| ÷ its scale",
+)
 NAMES = {FP32: "float32", INT8: "INT8, per tensor", CHANNEL: "INT8, per channel"}
 SIZE_COLS = [
     "fp32",
@@ -58,8 +81,13 @@ def observe(runs: list[dict], learned: Readout) -> dict[str, pd.DataFrame]:
     quality, sizes = [], []
     for r in part(runs, "quality"):
         c, m = r["config"], r["metrics"]
-        base = {"scale": scale_label(c), "d_model": c["d_model"], "n_layers": c["n_layers"],
-                "unit": c["seed"], "learned": bool(m.get("probe")) and learned.fn(m)}  # fmt: skip
+        base = {
+            "scale": scale_label(c),
+            "d_model": c["d_model"],
+            "n_layers": c["n_layers"],
+            "unit": c["seed"],
+            "learned": bool(m.get("probe")) and learned.fn(m),
+        }
         pr = m.get("probe") or {}
         for v in variants(c["bits"]):
             s = pr.get(v, {})
@@ -67,28 +95,47 @@ def observe(runs: list[dict], learned: Readout) -> dict[str, pd.DataFrame]:
             quality.append({**base, "variant": v, "bits": bits, "loss": s.get("loss"), "acc": s.get("acc")})
         if "size" in m:
             z, cov, err = m["size"], m["coverage"], m["step_error"]
-            sizes.append({**base, "variant": INT8, **z, "linear_ratio": z["linear_fp32"] / z["linear_int8"],
-                          "model_ratio": z["fp32"] / z["int8"], "quantised": cov["quantised"],
-                          "float_linear_left": cov["float_linear_left"], "changed": cov["changed"],
-                          "step_error": max(err.values())})  # fmt: skip
+            sizes.append(
+                {
+                    **base,
+                    "variant": INT8,
+                    **z,
+                    "linear_ratio": z["linear_fp32"] / z["linear_int8"],
+                    "model_ratio": z["fp32"] / z["int8"],
+                    "quantised": cov["quantised"],
+                    "float_linear_left": cov["float_linear_left"],
+                    "changed": cov["changed"],
+                    "step_error": max(err.values()),
+                }
+            )
     timing = [
         row
         for rec in part(runs, "timing")
         for r in rec["metrics"]["rows"]
         for k, ts in r["times"].items()
-        for row in timing_rows(ts, None, size=f"d{r['d_model']}-L{r['n_layers']}", batch=r["batch"],
-                               cell=timed_label(r["d_model"], r["n_layers"], r["batch"]), model=k)
-    ]  # fmt: skip
+        for row in timing_rows(
+            ts,
+            None,
+            size=f"d{r['d_model']}-L{r['n_layers']}",
+            batch=r["batch"],
+            cell=timed_label(r["d_model"], r["n_layers"], r["batch"]),
+            model=k,
+        )
+    ]
     q_cols = ["scale", "d_model", "n_layers", "unit", "learned", "variant", "bits", "loss", "acc"]
     t_cols = ["size", "batch", "cell", "model", "unit", "seconds", "log_time"]
     return {
         "quality": pd.DataFrame(quality, columns=q_cols),
         "sizes": pd.DataFrame(sizes, columns=[*q_cols[:5], "variant", *SIZE_COLS]),
         "timing": pd.DataFrame(timing, columns=t_cols),
-        "runs": runs_table(part(runs, "quality"), (learned,), scale=lambda c, m: scale_label(c),
-                           final_val=lambda c, m: m.get("final_val"),
-                           unigram=lambda c, m: m.get("unigram_xent")),
-    }  # fmt: skip
+        "runs": runs_table(
+            part(runs, "quality"),
+            (learned,),
+            scale=lambda c, m: scale_label(c),
+            final_val=lambda c, m: m.get("final_val"),
+            unigram=lambda c, m: m.get("unigram_xent"),
+        ),
+    }
 
 
 def quality_summary(q: pd.DataFrame, learned_only: bool = True) -> pd.DataFrame:
@@ -96,15 +143,35 @@ def quality_summary(q: pd.DataFrame, learned_only: bool = True) -> pd.DataFrame:
     and accuracy, and the mean paired change from float32 with its range over seeds."""
     q = (q[q.learned] if learned_only else q).dropna(subset=["loss"])
     if q.empty:
-        return pd.DataFrame(columns=["scale", "copy", "loss", "accuracy", "Δ loss", "Δ loss min",
-                                     "Δ loss max", "Δ accuracy", "seeds"])  # fmt: skip
+        return pd.DataFrame(
+            columns=[
+                "scale",
+                "copy",
+                "loss",
+                "accuracy",
+                "Δ loss",
+                "Δ loss min",
+                "Δ loss max",
+                "Δ accuracy",
+                "seeds",
+            ]
+        )
     ref = q[q.variant == FP32][["scale", "unit", "loss", "acc"]]
     d = q.merge(ref, on=["scale", "unit"], how="left", suffixes=("", "_fp32"))
     d = d.assign(dl=d.loss - d.loss_fp32, da=d.acc - d.acc_fp32)
-    out = d.groupby(["scale", "variant", "bits"], sort=False).agg(
-        loss=("loss", "mean"), accuracy=("acc", "mean"), dl=("dl", "mean"), dl_min=("dl", "min"),
-        dl_max=("dl", "max"), da=("da", "mean"), seeds=("unit", "size"),
-    ).reset_index()  # fmt: skip
+    out = (
+        d.groupby(["scale", "variant", "bits"], sort=False)
+        .agg(
+            loss=("loss", "mean"),
+            accuracy=("acc", "mean"),
+            dl=("dl", "mean"),
+            dl_min=("dl", "min"),
+            dl_max=("dl", "max"),
+            da=("da", "mean"),
+            seeds=("unit", "size"),
+        )
+        .reset_index()
+    )
     out = out.sort_values(["scale", "bits"], ascending=[True, False], kind="stable")
     out.insert(1, "copy", out.variant.map(_name))
     out = out.drop(columns=["variant", "bits"])
@@ -184,9 +251,9 @@ def plot_quality(q: pd.DataFrame, margin: float, out) -> None:
         "quality",
         fig,
         "Held-out loss of each quantised copy minus the float32 model's, on the same windows (mean over "
-        "every trained seed, bars: range). Line: Linear weights rounded to fewer bits (one scale per tensor, activations "
-        "in float32); markers at 8 bits: torch's dynamic INT8 (activations quantised too), one scale per "
-        "tensor (the rule's arm) and per output channel. Shaded: the declared margin.",
+        "every trained seed, bars: range). Line: Linear weights rounded to fewer bits (one scale per tensor, "
+        "activations in float32); markers at 8 bits: torch's dynamic INT8 (activations quantised too), one "
+        "scale per tensor (the rule's arm) and per output channel. Shaded: the declared margin.",
     )
 
 
@@ -203,8 +270,9 @@ def plot_timing(timing: pd.DataFrame, anchor: float, out) -> None:
     ax = axes[0]
     x = np.arange(len(cells))
     top = anchor
-    for i, (model, label) in enumerate(((INT8, "INT8: float32 time ÷ INT8 time"),
-                                        (AA, "A/A: float32 time ÷ its own"))):  # fmt: skip
+    for i, (model, label) in enumerate(
+        ((INT8, "INT8: float32 time ÷ INT8 time"), (AA, "A/A: float32 time ÷ its own"))
+    ):
         r = (1 / _ratios(timing, model)).groupby("cell")
         med, lo, hi = (r.quantile(v).reindex(cells) for v in (0.5, 0.25, 0.75))
         ax.bar(x - 0.2 + 0.4 * i, med, 0.4, yerr=[med - lo, hi - med], capsize=2, label=label)
@@ -242,8 +310,10 @@ def summary(q: pd.DataFrame, sizes: pd.DataFrame, timing: pd.DataFrame, control_
     s = quality_summary(q)
     i8, w4 = s[s["copy"] == NAMES[INT8]], s[s["copy"] == _name(weight_variant(control_bits))]
     if len(i8):
-        parts.append("INT8 changes the held-out loss by " + ", ".join(
-            f"{r['Δ loss']:+.4f} nats/char at {r.scale}" for _, r in i8.iterrows()))  # fmt: skip
+        parts.append(
+            "INT8 changes the held-out loss by "
+            + ", ".join(f"{r['Δ loss']:+.4f} nats/char at {r.scale}" for _, r in i8.iterrows())
+        )
     if len(w4):
         parts.append(
             f"{control_bits}-bit weights by "
@@ -251,12 +321,18 @@ def summary(q: pd.DataFrame, sizes: pd.DataFrame, timing: pd.DataFrame, control_
         )
     z = size_summary(sizes)
     if len(z):
-        parts.append("the INT8 copy's Linear layers serialise " + ", ".join(
-            f"{r.linear_ratio:.2f}× smaller (whole model {r.model_ratio:.2f}×) at {r.scale}"
-            for _, r in z.iterrows()))  # fmt: skip
+        parts.append(
+            "the INT8 copy's Linear layers serialise "
+            + ", ".join(
+                f"{r.linear_ratio:.2f}× smaller (whole model {r.model_ratio:.2f}×) at {r.scale}"
+                for _, r in z.iterrows()
+            )
+        )
     tm = timing_summary(timing)
     ok = tm[[math.isfinite(v) for v in tm["speed-up"]]] if len(tm) else tm
     if len(ok):
-        parts.append("its forward pass runs " + ", ".join(
-            f"{r['speed-up']:.2f}× as fast at {r.cell}" for _, r in ok.iterrows()))  # fmt: skip
+        parts.append(
+            "its forward pass runs "
+            + ", ".join(f"{r['speed-up']:.2f}× as fast at {r.cell}" for _, r in ok.iterrows())
+        )
     return ("; ".join(parts) + ".") if parts else "Nothing was measured."

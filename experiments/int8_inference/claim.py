@@ -145,8 +145,13 @@ class Int8Inference(Experiment):
             result,
             key_number=f"INT8 − float32 held-out loss: {view.per_scale(result, 'quality')}",
             summary=view.summary(t["quality"], t["sizes"], t["timing"], CONTROL_BITS),
-            evidence={"quality_margin": QUALITY_MARGIN, "acc_margin": ACC_MARGIN,
-                      "learn_margin": LEARN_MARGIN, "engines": engines, "tutorial_speedup": TUTORIAL_SPEEDUP},
+            evidence={
+                "quality_margin": QUALITY_MARGIN,
+                "acc_margin": ACC_MARGIN,
+                "learn_margin": LEARN_MARGIN,
+                "engines": engines,
+                "tutorial_speedup": TUTORIAL_SPEEDUP,
+            },
             caveats=[
                 "Quantisation is post-training and dynamic, as in PyTorch's BERT tutorial, not Q8BERT's "
                 "quantisation-aware fine-tuning; only the Linear layers are quantised (the LM head with "
@@ -160,7 +165,7 @@ class Int8Inference(Experiment):
                 "Q8BERT and the tutorial read fine-tuned BERT-base's GLUE and SQuAD scores; a loss change "
                 "within the margin is what this setup shows, not the size of a downstream score change.",
             ],
-        )  # fmt: skip
+        )
 
 
 if __name__ == "__main__":

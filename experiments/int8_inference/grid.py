@@ -59,5 +59,13 @@ def grid_timing(p: dict) -> list[dict]:
                 f"timed: each is [d_model, n_layers, n_heads] with n_heads dividing d_model, got {s!r}"
             )
     keys = ("threads", "repeats", "warmup", "min_sample")
-    return [{"part": "timing", "sizes": p["timed"], "batches": p["batches_timing"],
-             "seq_len": p["seq_timing"], **{k: p[k] for k in keys}, "seed": 0}]  # fmt: skip
+    return [
+        {
+            "part": "timing",
+            "sizes": p["timed"],
+            "batches": p["batches_timing"],
+            "seq_len": p["seq_timing"],
+            **{k: p[k] for k in keys},
+            "seed": 0,
+        }
+    ]

@@ -87,10 +87,23 @@ def run_timing(cfg: dict, ctx) -> dict:
                 idx = torch.randint(0, 96, (b, cfg["seq_len"]), generator=gen)
                 fns = {FP32: lambda m=fp32, x=idx: m(x), INT8: lambda m=int8, x=idx: m(x)}
                 fns[AA] = fns[FP32]
-                t = time_interleaved(fns, device="cpu", repeats=cfg["repeats"], warmup=cfg["warmup"],
-                                     min_sample=cfg["min_sample"], seed=cfg["seed"])  # fmt: skip
-                rows.append({"d_model": d, "n_layers": layers, "batch": b, "tokens": b * cfg["seq_len"],
-                             "times": {k: v["times"] for k, v in t.items()},
-                             "inner": {k: v["inner"] for k, v in t.items()},
-                             "load": t[FP32]["load"]})  # fmt: skip
+                t = time_interleaved(
+                    fns,
+                    device="cpu",
+                    repeats=cfg["repeats"],
+                    warmup=cfg["warmup"],
+                    min_sample=cfg["min_sample"],
+                    seed=cfg["seed"],
+                )
+                rows.append(
+                    {
+                        "d_model": d,
+                        "n_layers": layers,
+                        "batch": b,
+                        "tokens": b * cfg["seq_len"],
+                        "times": {k: v["times"] for k, v in t.items()},
+                        "inner": {k: v["inner"] for k, v in t.items()},
+                        "load": t[FP32]["load"],
+                    }
+                )
     return {"rows": rows, "threads": n_threads, "quantization": {**engine(), "warnings": warned}}

@@ -201,14 +201,22 @@ def _linear_table(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, di
     lt = t["linear"]
     a_fix = float(np.mean([np.polyfit(g.n, g.seconds, 1)[1] for _, g in lt.groupby("unit")]))
     b = lin.diff if lin.diff is not None else float("nan")
-    ldf = pd.DataFrame([
-        {"n": pt["n"], "KV cache (MiB)": pt["kv_bytes"] / 2**20, "median (ms)": 1e3 * pt["median"],
-         "fit a + b·n (ms)": 1e3 * (a_fix + b * pt["n"]),
-         "predicted a + n·bytes/bandwidth (ms)": 1e3 * (a_fix + b_pred * pt["n"]),
-         "achieved cache read (GB/s)": achieved(pt["kv_bytes"], max(pt["median"] - a_fix, 1e-12)) / 1e9,
-         "q25 (ms)": 1e3 * pt["q25"], "q75 (ms)": 1e3 * pt["q75"]}
-        for pt in lpts
-    ])  # fmt: skip
+    ldf = pd.DataFrame(
+        [
+            {
+                "n": pt["n"],
+                "KV cache (MiB)": pt["kv_bytes"] / 2**20,
+                "median (ms)": 1e3 * pt["median"],
+                "fit a + b·n (ms)": 1e3 * (a_fix + b * pt["n"]),
+                "predicted a + n·bytes/bandwidth (ms)": 1e3 * (a_fix + b_pred * pt["n"]),
+                "achieved cache read (GB/s)": achieved(pt["kv_bytes"], max(pt["median"] - a_fix, 1e-12))
+                / 1e9,
+                "q25 (ms)": 1e3 * pt["q25"],
+                "q75 (ms)": 1e3 * pt["q75"],
+            }
+            for pt in lpts
+        ]
+    )
     dm, dl, dh = p["linear_model"]
     out.table(
         "linear",
@@ -231,15 +239,19 @@ def _linear_table(runs, t: dict, result, p: dict, out) -> tuple[pd.DataFrame, di
 
 def _generation_table(runs, p: dict, out) -> pd.DataFrame:
     gens, _ = _points(runs, "generate", "N")
-    gdf = pd.DataFrame([
-        {
-            "tokens generated": g["N"], "cached (s)": g["cached"]["median"],
-            "uncached (s)": g["uncached"]["median"],
-            "speed-up": g["uncached"]["median"] / g["cached"]["median"], "same tokens": g["same_tokens"],
-            "cache (KiB)": g["cache_bytes"] / 1024,
-        }
-        for g in gens
-    ])  # fmt: skip
+    gdf = pd.DataFrame(
+        [
+            {
+                "tokens generated": g["N"],
+                "cached (s)": g["cached"]["median"],
+                "uncached (s)": g["uncached"]["median"],
+                "speed-up": g["uncached"]["median"] / g["cached"]["median"],
+                "same tokens": g["same_tokens"],
+                "cache (KiB)": g["cache_bytes"] / 1024,
+            }
+            for g in gens
+        ]
+    )
     out.table(
         "generation",
         gdf,
@@ -257,13 +269,18 @@ def _gen_exponents(gdf: pd.DataFrame) -> dict:
 def _presets_table(out) -> list[dict]:
     fp16 = dict(bytes_per_value=2)
     pres = [
-        {"model": name, "context": c.max_seq_len, "layers": c.n_layers,
-         "K/V heads × head size": f"{c.kv_heads} × {c.dk}",
-         "bytes per token (fp16)": kv_cache_bytes(c, 1, **fp16),
-         "cache at full context, fp16 (MB)": kv_cache_bytes(c, c.max_seq_len, **fp16) / 1e6,
-         "same with full MHA (MB)": kv_cache_bytes(c.replace(n_kv_heads=None), c.max_seq_len, **fp16) / 1e6}
+        {
+            "model": name,
+            "context": c.max_seq_len,
+            "layers": c.n_layers,
+            "K/V heads × head size": f"{c.kv_heads} × {c.dk}",
+            "bytes per token (fp16)": kv_cache_bytes(c, 1, **fp16),
+            "cache at full context, fp16 (MB)": kv_cache_bytes(c, c.max_seq_len, **fp16) / 1e6,
+            "same with full MHA (MB)": kv_cache_bytes(c.replace(n_kv_heads=None), c.max_seq_len, **fp16)
+            / 1e6,
+        }
         for name, c in ((n, PRESETS[n]) for n in PRESET_NAMES)
-    ]  # fmt: skip
+    ]
     out.table(
         "cache_memory_presets",
         pd.DataFrame(pres),

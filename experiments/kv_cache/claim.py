@@ -55,14 +55,14 @@ PER_PRED = Readout(
     "t ÷ b_pred",
     "step time ÷ predicted seconds per position",
     "positions",
-    definition="the step time over b_pred = KV bytes per position ÷ the read bandwidth of a large tensor (mean "
-    "of the readings before and after); its slope in n is measured b ÷ predicted b",
+    definition="the step time over b_pred = KV bytes per position ÷ the read bandwidth of a large tensor "
+    "(mean of the readings before and after); its slope in n is measured b ÷ predicted b",
 )
 SHARE = Readout(
     "n² share",
     "n² term's share of step time at the largest n",
-    definition="per interleaved round, the least-squares fit t = a + b·n + c·n² over the timed lengths; c·n² ÷ "
-    "t at the largest n (signed)",
+    definition="per interleaved round, the least-squares fit t = a + b·n + c·n² over the timed lengths; c·n² "
+    "÷ t at the largest n (signed)",
 )
 TA_EXP = Readout(
     "t−a exponent",
@@ -264,9 +264,8 @@ class KVCacheClaim(Experiment):
         )
         key = (
             f"cached step t = a + b·n, b = {lin.diff * 1e9:.3g} ns/position ({mech.diff:.2f}× KV bytes ÷ "
-            f"bandwidth; n² term {sq_c:+.1%} of the step vs {sq_u:.0%} uncached); step exponent {ec:.2f} cached "
-            f"vs {eu:.2f} uncached; {last['speed-up']:.0f}× per "
-            f"step at n = {int(last.n)}"
+            f"bandwidth; n² term {sq_c:+.1%} of the step vs {sq_u:.0%} uncached); step exponent {ec:.2f} "
+            f"cached vs {eu:.2f} uncached; {last['speed-up']:.0f}× per step at n = {int(last.n)}"
             if fitted
             else "not fitted"
         )

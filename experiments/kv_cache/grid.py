@@ -14,5 +14,9 @@ def linear_model_config(cfg: dict) -> ModelConfig:
 
 def step_model_config(cfg: dict, max_len: int) -> ModelConfig:
     return ModelConfig(
-        vocab_size=96, d_model=cfg["d_model"], n_heads=cfg["n_heads"], n_layers=cfg["n_layers"], max_seq_len=max_len
-    )  # fmt: skip
+        vocab_size=96,
+        d_model=cfg["d_model"],
+        n_heads=cfg["n_heads"],
+        n_layers=cfg["n_layers"],
+        max_seq_len=max_len,
+    )

@@ -58,9 +58,13 @@ def run_cached_linear(cfg: dict, ctx) -> dict:
         bw_after = read_bandwidth(cfg["bw_bytes"], device=dev)
     points = [{"n": n, "kv_bytes": kv[n], **t[f"cached|{n}"]} for n in cfg["linear_ns"]]
     return {
-        "points": points, "aa": {"n": n_aa, **t[AA]}, "read_bw": [bw_before, bw_after],
-        "kv_bytes_per_position": kv_cache_bytes(mc, 1), "threads": n_threads, "cuda_graphs": dev.type == "cuda",
-    }  # fmt: skip
+        "points": points,
+        "aa": {"n": n_aa, **t[AA]},
+        "read_bw": [bw_before, bw_after],
+        "kv_bytes_per_position": kv_cache_bytes(mc, 1),
+        "threads": n_threads,
+        "cuda_graphs": dev.type == "cuda",
+    }
 
 
 # ------------------------------------------------------------------ cached vs uncached decoding steps
@@ -94,11 +98,17 @@ def run_step_counts(cfg: dict, ctx) -> dict:
             cache.pos = n - 1  # n - 1 positions cached; the step adds the n-th
             cached = count_flops(lambda: model(idx[:, -1:], cache=cache))  # noqa: B023 (called at once)
             full = count_flops(lambda: model(idx))  # noqa: B023
-            rows.append({
-                "n": n, "cached_counted": cached, "cached_closed": lm_forward_flops(c, 1, n), "uncached_counted": full,
-                "uncached_closed": lm_forward_flops(c, n), "cache_bytes": KVCache.for_model(c, 1, n).nbytes(),
-                "cache_bytes_closed": kv_cache_bytes(c, n),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "n": n,
+                    "cached_counted": cached,
+                    "cached_closed": lm_forward_flops(c, 1, n),
+                    "uncached_counted": full,
+                    "uncached_closed": lm_forward_flops(c, n),
+                    "cache_bytes": KVCache.for_model(c, 1, n).nbytes(),
+                    "cache_bytes_closed": kv_cache_bytes(c, n),
+                }
+            )
     return {"rows": rows, "params": model_params(c)}
 
 
@@ -124,9 +134,11 @@ def run_steps(cfg: dict, ctx) -> dict:
         for n in cfg["ns"]
     ]
     return {
-        "points": points, "aa": {"n": n_aa, "kind": "cached", **t[AA]}, "threads": n_threads,
+        "points": points,
+        "aa": {"n": n_aa, "kind": "cached", **t[AA]},
+        "threads": n_threads,
         "cuda_graphs": dev.type == "cuda",
-    }  # fmt: skip
+    }
 
 
 def run_generate(cfg: dict, ctx) -> dict:
@@ -149,9 +161,12 @@ def run_generate(cfg: dict, ctx) -> dict:
         t = time_interleaved(fns, device=dev, warmup=cfg["warmup"], repeats=cfg["repeats"])
     points = [
         {
-            "N": N, "cached": t[f"cached|{N}"], "uncached": t[f"uncached|{N}"], "same_tokens": same[N],
+            "N": N,
+            "cached": t[f"cached|{N}"],
+            "uncached": t[f"uncached|{N}"],
+            "same_tokens": same[N],
             "cache_bytes": kv_cache_bytes(c, P + N),
         }
         for N in cfg["gen_ns"]
-    ]  # fmt: skip
+    ]
     return {"points": points, "threads": n_threads}

@@ -22,8 +22,8 @@ from .grid import early_and_init, scales, tuned_eps
 
 WHEN = {
     "final": "the last step (over-fitted)",
-    "early": "the early-stopped checkpoint (best calibration-split loss: at T = 1 in the fixed design, at the "
-    "temperature fitted at each evaluation in the tuned one)",
+    "early": "the early-stopped checkpoint (best calibration-split loss: at T = 1 in the fixed design, at "
+    "the temperature fitted at each evaluation in the tuned one)",
 }
 SHORT = {"final": "last step", "early": "early-stopped"}
 
@@ -43,8 +43,8 @@ def readout(when: str, key: str, name: str, unit: str, better: str) -> Readout:
         "paired",
         fmt=fmt,
         fn=fn,
-        definition=f"at {WHEN[when]}, scored with plain (unsmoothed) cross-entropy (the fixed design on fixed "
-        "batches of the test half, the tuned design on every token of it)",
+        definition=f"at {WHEN[when]}, scored with plain (unsmoothed) cross-entropy (the fixed design on "
+        "fixed batches of the test half, the tuned design on every token of it)",
     )
 
 
@@ -53,8 +53,8 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
     init, the selection loss (early-stopped, temperature-scaled calibration loss) and the role (fixed: the
     fixed design and its null pair; selection, test: the tuned sweep's seeds; null: its null pair); tuned,
     choices, sensitivity: the tuned sweep read by `evidence.tuning`; first: the null pair of the tuned design
-    (ε = 0's fresh seeds at the first scale and their reruns); curves: the sweep's selection-seed loss per scale,
-    ε and rate (`tuning.curve_table`)."""
+    (ε = 0's fresh seeds at the first scale and their reruns); curves: the sweep's selection-seed loss per
+    scale, ε and rate (`tuning.curve_table`)."""
     sel, fresh, sc = set(p["selection_seeds"]), set(p["tuned_seeds"]), scales(p)
     labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
 
@@ -65,11 +65,17 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
 
     recs = [r for name in ("train", "null", "tuned") for r in part(runs, name)]
     t = runs_table(
-        recs, readouts, role=role, scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
-        init_loss=lambda c, m: m["val_loss"][0], select_loss=lambda c, m: early_and_init(m)[0],
-        early_step=lambda c, m: (m.get("early") or {}).get("step"), epochs=lambda c, m: m.get("epochs"),
-        params=lambda c, m: m.get("n_params"), test_tokens=lambda c, m: (m.get("early") or {}).get("test_tokens"),
-    )  # fmt: skip
+        recs,
+        readouts,
+        role=role,
+        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+        init_loss=lambda c, m: m["val_loss"][0],
+        select_loss=lambda c, m: early_and_init(m)[0],
+        early_step=lambda c, m: (m.get("early") or {}).get("step"),
+        epochs=lambda c, m: m.get("epochs"),
+        params=lambda c, m: m.get("n_params"),
+        test_tokens=lambda c, m: (m.get("early") or {}).get("test_tokens"),
+    )
     arms = {f"eps{e:g}": {"eps": e} for e in tuned_eps(p)}
     swept = t[t.role.isin(["selection", "test"])]
     choices, tuned, seeds = read_sweep(swept, arms, {scale_label(s): s for s in sc}, loss="select_loss")
@@ -115,8 +121,18 @@ def run_table(runs) -> pd.DataFrame:
         for when in WHEN:
             if when in m:
                 scores = {k: v for k, v in m[when].items() if not k.startswith("reliability")}
-                rows.append({"part": c["part"], "ε": c["eps"], "d_model": c["d_model"], "n_layers": c["n_layers"],
-                             "lr": c["lr"], "seed": c["seed"], "readout": when, **scores})  # fmt: skip
+                rows.append(
+                    {
+                        "part": c["part"],
+                        "ε": c["eps"],
+                        "d_model": c["d_model"],
+                        "n_layers": c["n_layers"],
+                        "lr": c["lr"],
+                        "seed": c["seed"],
+                        "readout": when,
+                        **scores,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -127,16 +143,16 @@ def write_tables(runs, t: dict, result, every, p: dict, out) -> None:
         "comparison",
         comparison_table([*tuned, *(f for f in result.floors if f.sub_claim == "null-tuned")]),
         f"The tuned design: ε = {tuned_eps(p)[1]:g} (b) vs ε = 0 (a), each at its own best rate, "
-        f"{len(p['tuned_seeds'])} fresh seeds paired per scale; losses unsmoothed, nats/token; accuracy and ECE "
-        "as fractions; the null pair last",
+        f"{len(p['tuned_seeds'])} fresh seeds paired per scale; losses unsmoothed, nats/token; accuracy and "
+        "ECE as fractions; the null pair last",
     )
     words = SweepWords(arm="ε", reads="early-stopped, temperature-scaled calibration loss (nats/token)")
     write_sweep_tables(out, t["choices"], t["curves"], words)
     out.table(
         "comparison_fixed",
         comparison_table([*fixed, *(f for f in result.floors if f.sub_claim == "null")]),
-        f"The fixed design (one rate, over-fitted): each ε > 0 (b) vs ε = 0 (a), {len(p['seeds'])} seeds paired, "
-        "p Holm-corrected across ε (intervals at Holm's level); the null pair last",
+        f"The fixed design (one rate, over-fitted): each ε > 0 (b) vs ε = 0 (a), {len(p['seeds'])} seeds "
+        "paired, p Holm-corrected across ε (intervals at Holm's level); the null pair last",
     )
     out.table(
         "comparison_all",
@@ -173,8 +189,8 @@ def plot_sweep(t: dict, p: dict, out) -> None:
         sweep_caption(
             p,
             f"The tuned design ({p['tuned_subset_tokens']:,}-token subset, dropout {p['tuned_dropout']:g}, "
-            f"{p['tuned_steps']} steps): early-stopped, temperature-scaled calibration-split loss against peak "
-            "learning rate",
+            f"{p['tuned_steps']} steps): early-stopped, temperature-scaled calibration-split loss against "
+            "peak learning rate",
             per="scale",
             each="ε",
             fresh="tuned_seeds",
@@ -213,17 +229,24 @@ def plot_tuned(t: dict, p: dict, out) -> None:
             )
             ci = mean_ci(d)
             if ci.n:
-                ax.errorbar([i + 0.25], [ci.mean], yerr=[[ci.mean - ci.lo], [ci.hi - ci.mean]], fmt="s", ms=5,
-                            color="k", capsize=3)  # fmt: skip
+                ax.errorbar(
+                    [i + 0.25],
+                    [ci.mean],
+                    yerr=[[ci.mean - ci.lo], [ci.hi - ci.mean]],
+                    fmt="s",
+                    ms=5,
+                    color="k",
+                    capsize=3,
+                )
         ax.axhline(0, color="k", lw=0.7, ls=":")
         ax.set_xticks(range(len(labels)), labels)
         ax.set(title=title, ylabel=f"Δ {ylab}", xlabel="scale (width d, layers L)")
     out.figure(
         "tuned",
         fig,
-        f"The tuned design: ε = {e1:g} − ε = {e0:g}, each at its own best rate, per fresh seed (dots; paired by "
-        "seed) and mean ± 95% CI (squares), per scale. Above zero in the first panel is the price; below zero in "
-        "the second and fourth and above zero in the third is the note's gain.",
+        f"The tuned design: ε = {e1:g} − ε = {e0:g}, each at its own best rate, per fresh seed (dots; paired "
+        "by seed) and mean ± 95% CI (squares), per scale. Above zero in the first panel is the price; below "
+        "zero in the second and fourth and above zero in the third is the note's gain.",
     )
 
 
@@ -257,14 +280,16 @@ def equivalence_note(result, sub_id: str, control: str) -> str | None:
                 f"at {cell} the control ({control}) moved by {k.diff:+.4f}, inside its ±{k.margin:g} margin"
             )
         if c.noise is not None and c.margin is not None and c.noise > c.margin:
-            out.append(f"at {cell} the ±{c.margin:g} equivalence lies inside the measure's noise floor "
-                       f"(±{c.noise:.4f})")  # fmt: skip
+            out.append(
+                f"at {cell} the ±{c.margin:g} equivalence lies inside the measure's noise floor "
+                f"(±{c.noise:.4f})"
+            )
     if not out:
         return None
     return (
-        f"{sub_id.capitalize()} equivalent, read strictly: the positive control is read per sub-claim (an effect "
-        "beyond its margin in any cell licenses a refutation in every cell) and the noise floor gates effects, "
-        "not equivalences; here "
+        f"{sub_id.capitalize()} equivalent, read strictly: the positive control is read per sub-claim (an "
+        "effect beyond its margin in any cell licenses a refutation in every cell) and the noise floor gates "
+        "effects, not equivalences; here "
         + "; ".join(out)
         + f". Read per cell and gated by the floor, {sub_id} would "
         "be inconclusive."
@@ -287,7 +312,8 @@ def caveats(p: dict, t: dict, accuracy, strict: str | None = None) -> list[str]:
         "task's metric.",
         f"The tuned design trains {p['tuned_subset_tokens']:,} training tokens about {epochs:.1f} times with "
         f"dropout {p['tuned_dropout']:g} (Vaswani et al.'s), at {sizes} parameters (tied embeddings); "
-        f"{late} of its {len(stop)} fresh runs were stopped at their last evaluation (no over-fitting left to "
+        f"{late} of its {len(stop)} fresh runs were stopped at their last evaluation (no over-fitting "
+        "left to "
         "stop).",
         "Temperature scaling is fitted on one half of the held-out plays and scored on the other, so it "
         f"never sees the test tokens; the tuned design scores every token of that half once "
@@ -355,7 +381,8 @@ def plot_curves_(runs, p, out):
     out.figure(
         "curves",
         fig,
-        f"The fixed design (one rate, over-fitted). During training on a {p['subset_tokens']:,}-token slice: unsmoothed loss on that slice (dashed, "
+        f"The fixed design (one rate, over-fitted). During training on a {p['subset_tokens']:,}-token slice: "
+        "unsmoothed loss on that slice (dashed, "
         "open squares) and on the test split (solid), test accuracy, and test ECE, per ε; mean and 95% band "
         f"over {len(p['seeds'])} seeds.",
     )
@@ -422,7 +449,8 @@ def plot_calibration(runs, p, out, n_bins: int):
     out.figure(
         "calibration",
         fig,
-        "The fixed design (one rate, over-fitted). Left: test ECE of the last model before and after temperature scaling, per ε (mean and 95% CI over "
+        "The fixed design (one rate, over-fitted). Left: test ECE of the last model before and after "
+        "temperature scaling, per ε (mean and 95% CI over "
         f"{len(p['seeds'])} seeds). Middle: the fitted temperature (above 1: the model was over-confident). "
         f"Right: reliability diagrams at T = 1 ({n_bins} bins pooled over seeds; below the diagonal is "
         "over-confidence).",
@@ -448,12 +476,13 @@ def summary(result, decl, runs, p: dict) -> tuple[str, str, dict]:
     e1 = tuned_eps(p)[1]
     temps = temperatures(runs, p)
     text = (
-        f"Tuned (each ε at its own best rate, {len(p['tuned_seeds'])} fresh seeds), ε = {e1:g} − ε = 0: held-out "
-        f"loss at T* {result.per_cell('loss')} nats; accuracy {result.per_cell('accuracy', '+.4f')}; "
-        f"training loss {result.per_cell('price')} nats; ECE at T = 1 {result.per_cell('ece', '+.4f')}. "
-        f"Fixed design (one rate, over-fitted), ε = 0.1 − ε = 0: training-slice loss {d('price')} nats, test "
-        f"accuracy {d('accuracy', '+.4f')}, test loss {d('test-loss')}, ECE {d('ece', '+.4f')} before and "
-        f"{d('ece-ts', '+.4f')} after temperature scaling."
+        f"Tuned (each ε at its own best rate, {len(p['tuned_seeds'])} fresh seeds), ε = {e1:g} − ε = 0: "
+        f"held-out loss at T* {result.per_cell('loss')} nats; accuracy "
+        f"{result.per_cell('accuracy', '+.4f')}; training loss {result.per_cell('price')} nats; ECE at T = 1 "
+        f"{result.per_cell('ece', '+.4f')}. Fixed design (one rate, over-fitted), ε = 0.1 − ε = 0: "
+        f"training-slice loss {d('price')} nats, test accuracy {d('accuracy', '+.4f')}, test loss "
+        f"{d('test-loss')}, ECE {d('ece', '+.4f')} before and {d('ece-ts', '+.4f')} after temperature "
+        "scaling."
     )
     key = (
         f"ε = {e1:g} − 0, each at its best rate: held-out loss at T* {result.per_cell('loss')}; accuracy "

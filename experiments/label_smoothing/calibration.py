@@ -44,7 +44,8 @@ T_BOUNDS = (0.05, 20.0)  # the searched temperatures; a fit at a bound is report
 
 
 def nll_at(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> float:
-    """Mean negative log-likelihood (nats) of `targets` under softmax(logits / T); logits (N, V), targets (N,)."""
+    """Mean negative log-likelihood (nats) of `targets` under softmax(logits / T); logits (N, V), targets
+    (N,)."""
     return float(torch.nn.functional.cross_entropy(logits.float() / temperature, targets))
 
 
@@ -59,8 +60,12 @@ def fit_temperature(logits: torch.Tensor, targets: torch.Tensor) -> float:
     keep = targets >= 0
     logits, targets = logits[keep], targets[keep]
     lo, hi = (math.log(b) for b in T_BOUNDS)
-    res = minimize_scalar(lambda lt: nll_at(logits, targets, math.exp(lt)), bounds=(lo, hi), method="bounded",
-                          options={"xatol": 1e-4})  # fmt: skip
+    res = minimize_scalar(
+        lambda lt: nll_at(logits, targets, math.exp(lt)),
+        bounds=(lo, hi),
+        method="bounded",
+        options={"xatol": 1e-4},
+    )
     return float(math.exp(res.x))
 
 
@@ -73,8 +78,12 @@ def scaled_nll(logits: torch.Tensor, targets: torch.Tensor, rtol: float = 0.01) 
     from scipy.optimize import minimize_scalar
 
     lo, hi = (math.log(b) for b in T_BOUNDS)
-    res = minimize_scalar(lambda lt: nll_at(logits, targets, math.exp(lt)), bounds=(lo, hi), method="bounded",
-                          options={"xatol": rtol})  # fmt: skip
+    res = minimize_scalar(
+        lambda lt: nll_at(logits, targets, math.exp(lt)),
+        bounds=(lo, hi),
+        method="bounded",
+        options={"xatol": rtol},
+    )
     return float(math.exp(res.x)), float(res.fun)
 
 

@@ -24,7 +24,8 @@ from experiments.label_smoothing.grid import ECE_BINS as N_BINS
 LS = recipes("experiments.label_smoothing.recipes")  # loaded (with torch) when a run starts
 
 # measure -> (name, unit, which direction is good, the arm claimed better: b = ε > 0, a = ε = 0; TOST margin).
-# The accuracy margin is the smallest anchor effect (Szegedy et al.'s +0.2 points top-1); the temperature-scaled
+# The accuracy margin is the smallest anchor effect (Szegedy et al.'s +0.2 points top-1); the
+# temperature-scaled
 # loss's 0.01 nats is a fifth of Vaswani et al.'s perplexity cost (4.67 → 4.92, 0.05 nats)
 MEASURES = {
     "train_nll": ("training-subset loss", "nats/token", "lower", "a", 0.02),
@@ -35,8 +36,12 @@ MEASURES = {
     "test_nll_ts": ("test loss after temperature scaling", "nats/token", "lower", "b", 0.01),
 }
 # the fixed design's margins, as declared when it ran (accuracy 0.005, losses 0.02)
-FIXED_MARGINS = {**{k: v[4] for k, v in MEASURES.items()}, "test_acc": 0.005, "test_nll": 0.02,
-                 "test_nll_ts": 0.02}  # fmt: skip
+FIXED_MARGINS = {
+    **{k: v[4] for k, v in MEASURES.items()},
+    "test_acc": 0.005,
+    "test_nll": 0.02,
+    "test_nll_ts": 0.02,
+}
 READOUTS = {(w, k): view.readout(w, k, *MEASURES[k][:3]) for w in view.WHEN for k in MEASURES}
 LEARN_MARGIN = 0.10  # nats below the unigram cross-entropy: the run learned
 # the last step of an over-fitted run may sit above the unigram level on held-out text and still have learned
@@ -46,8 +51,8 @@ LEARNED = rd.learned(
 SENSITIVITY = rd.sensitivity("nats")
 CHOSEN_BY = "early-stopped, temperature-scaled calibration-split loss"
 NOTE_TUNED = (
-    " The rate is not chosen by the loss at T = 1: an ε > 0 model's carries the smoothing's own offset. The null "
-    "pair at the first scale floors both scales."
+    " The rate is not chosen by the loss at T = 1: an ε > 0 model's carries the smoothing's own offset. The "
+    "null pair at the first scale floors both scales."
 )
 
 
@@ -72,7 +77,8 @@ class LabelSmoothing(Experiment):
                                 seeds=[0, 1, 2, 3, 4], tuned_eps=0.1, scales=[[192, 4], [480, 6]],
                                 rates=[2.5e-4, 5e-4, 1e-3, 2e-3], selection_seeds=[100, 101],
                                 tuned_seeds=[0, 1, 2, 3, 4, 5, 6, 7], rate_factors=[0.25, 0.5, 1.0],
-                                rate_extend=1, tuned_subset_tokens=524288, tuned_dropout=0.1, tuned_steps=5000),
+                                rate_extend=1, tuned_subset_tokens=524288, tuned_dropout=0.1,
+                                tuned_steps=5000),
     }  # fmt: skip
     parts = (
         Part("train", grid_train, LS.smoothing_train),
@@ -104,22 +110,27 @@ class LabelSmoothing(Experiment):
         tuned_shown = [("final", "train_nll"), ("early", "test_acc"), ("early", "test_nll_ts")]
         tuned_shown += [("early", "test_ece")]
         return Declaration((
-            SubClaim("ece", f"Less over-confident at ε = {e1:g}: lower ECE at T = 1 (early-stopped; Müller et "
+            SubClaim("ece",
+                     f"Less over-confident at ε = {e1:g}: lower ECE at T = 1 (early-stopped; Müller et "
                      "al.)", **on("early", "test_ece"), counts=False, note=rule),
             SubClaim("price", f"Training loss higher at ε = {e1:g} (the price), each ε at its own best rate",
                      **on("final", "train_nll"), control="ece", note=rule),
             SubClaim("loss", f"Held-out loss after temperature scaling lower at ε = {e1:g} (early-stopped), "
                      "each ε at its own best rate", **on("early", "test_nll_ts"), control="ece", primary=True,
                      note=rule),
-            SubClaim("accuracy", f"Held-out top-1 accuracy higher at ε = {e1:g} (early-stopped), each ε at its "
+            SubClaim("accuracy",
+                     f"Held-out top-1 accuracy higher at ε = {e1:g} (early-stopped), each ε at its "
                      "own best rate", **on("early", "test_acc"), control="ece", note=rule),
             SubClaim("range", f"ε = {e1:g} tolerates a wider range of rates (lower sensitivity)", Better("b"),
-                     (SENSITIVITY,), a=arm(f"ε = {e0:g}", arm=f"eps{e0:g}"), b=arm(f"ε = {e1:g}", arm=f"eps{e1:g}"),
-                     table="sensitivity", cells=first, counts=False, note="At the first scale, where both arms "
+                     (SENSITIVITY,), a=arm(f"ε = {e0:g}", arm=f"eps{e0:g}"),
+                     b=arm(f"ε = {e1:g}", arm=f"eps{e1:g}"),
+                     table="sensitivity", cells=first, counts=False,
+                     note="At the first scale, where both arms "
                      "sweep the same rates; paired by selection seed (few seeds: weak power)."),
             fixed("price", "Training loss higher with smoothing", "final", "train_nll"),
             fixed("accuracy", "Test accuracy higher with smoothing", "final", "test_acc"),
-            fixed("accuracy-early", "Test accuracy higher at the early-stopped checkpoint", "early", "test_acc"),
+            fixed("accuracy-early", "Test accuracy higher at the early-stopped checkpoint", "early",
+                  "test_acc"),
             fixed("test-loss", "Test loss lower with smoothing", "final", "test_nll"),
             fixed("ece", "Less over-confident: lower ECE before temperature scaling", "final", "test_ece"),
             fixed("ece-ts", "Lower ECE after temperature scaling too", "final", "test_ece_ts",

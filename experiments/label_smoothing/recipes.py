@@ -1,9 +1,9 @@
 """Run recipes of `label_smoothing` on the subword LM (`train.small_lm`'s subword profiles): train at one
 smoothing ε, probe accuracy and calibration on held-out text during training, and score the final and the
-early-stopped model before and after temperature scaling (fitted on a calibration split, `measure.calibration`).
-`smoothing_train` is the fixed design (heavy over-fitting of a tiny subset); `smoothing_train_tuned` the tuned
-one (a larger subset with dropout, early-stopped on the temperature-scaled calibration loss, scored on every
-token of the test half).
+early-stopped model before and after temperature scaling (fitted on a calibration split,
+`measure.calibration`). `smoothing_train` is the fixed design (heavy over-fitting of a tiny subset);
+`smoothing_train_tuned` the tuned one (a larger subset with dropout, early-stopped on the temperature-scaled
+calibration loss, scored on every token of the test half).
 """
 
 from __future__ import annotations
@@ -79,7 +79,12 @@ def smoothing_train(cfg: dict, ctx) -> dict:
         model.eval()
         out = {}
         for name, batches in sets.items():
-            out.update({f"{name}_{k}": v for k, v in scores(*_logits(model, batches, ctx.device), 1.0, ECE_BINS).items()})  # fmt: skip
+            out.update(
+                {
+                    f"{name}_{k}": v
+                    for k, v in scores(*_logits(model, batches, ctx.device), 1.0, ECE_BINS).items()
+                }
+            )
         if out["cal_nll"] < best["nll"]:
             best.update(nll=out["cal_nll"], state=copy.deepcopy(model.state_dict()), step=step)
         model.train(was)
@@ -88,8 +93,15 @@ def smoothing_train(cfg: dict, ctx) -> dict:
     def sample(gen):
         return random_windows(data, cfg["batch"], cfg["seq_len"], gen)
 
-    res, model = train_small(cfg, ctx, label_smoothing=cfg["eps"], on_eval=probe, sample=sample,
-                             val_batches=sets["cal"], desc=f"ε={cfg['eps']} seed {cfg['seed']}")  # fmt: skip
+    res, model = train_small(
+        cfg,
+        ctx,
+        label_smoothing=cfg["eps"],
+        on_eval=probe,
+        sample=sample,
+        val_batches=sets["cal"],
+        desc=f"ε={cfg['eps']} seed {cfg['seed']}",
+    )
     res["epochs"] = cfg["steps"] * cfg["batch"] * cfg["seq_len"] / data.numel()
     if res.get("diverged_at") is not None:
         return res
@@ -125,8 +137,14 @@ def _stream_scores(model, batches, device, temperature: float) -> dict:
     out = {"test_tokens": ok.numel(), "test_acc": float(ok.mean())}
     for tag in temps:
         c = torch.cat(conf[tag])
-        out.update({f"test_nll{tag}": nll[tag] / ok.numel(), f"test_ece{tag}": ece(c, ok, ECE_BINS),
-                    f"test_conf{tag}": float(c.mean()), f"reliability{tag}": reliability(c, ok, ECE_BINS)})  # fmt: skip
+        out.update(
+            {
+                f"test_nll{tag}": nll[tag] / ok.numel(),
+                f"test_ece{tag}": ece(c, ok, ECE_BINS),
+                f"test_conf{tag}": float(c.mean()),
+                f"reliability{tag}": reliability(c, ok, ECE_BINS),
+            }
+        )
     return out
 
 
@@ -149,14 +167,16 @@ def smoothing_train_tuned(cfg: dict, ctx) -> dict:
     """One label_smoothing arm of the tuned design: the subword LM trained with smoothing ε and dropout
     `dropout` on the first `subset_tokens` tokens of the training text for several epochs. Each evaluation
     fits a temperature on the calibration probe (the first half of the validation works) and keeps the model
-    whose temperature-scaled calibration loss is lowest (an ε > 0 model's loss at T = 1 carries the smoothing's
-    own offset, so T = 1 would stop it unfairly); the last and that early-stopped model are scored on every
-    token of the second half (the test) at T = 1 and at T*."""
+    whose temperature-scaled calibration loss is lowest (an ε > 0 model's loss at T = 1 carries the
+    smoothing's own offset, so T = 1 would stop it unfairly); the last and that early-stopped model are scored
+    on every token of the second half (the test) at T = 1 and at T*."""
     corpus = load_bpe_corpus(cfg["vocab"])
     data, half = corpus.train[: cfg["subset_tokens"]], corpus.val.numel() // 2
     n, b, t = cfg["eval_batches"], cfg["batch"], cfg["seq_len"]
-    probe = {"cal": eval_windows(corpus.val[:half], n, b, t, seed=1234),
-             "train": eval_windows(data, n, b, t, seed=4321)}  # fmt: skip
+    probe = {
+        "cal": eval_windows(corpus.val[:half], n, b, t, seed=1234),
+        "train": eval_windows(data, n, b, t, seed=4321),
+    }
     test = tiled_windows(corpus.val[half:], t, SCORE_BATCH)
     best = {"nll": math.inf, "state": None, "step": None}
 
@@ -174,10 +194,15 @@ def smoothing_train_tuned(cfg: dict, ctx) -> dict:
         return out
 
     res, model = train_small(
-        cfg, ctx, label_smoothing=cfg["eps"], prepare=partial(add_dropout, p=cfg["dropout"]), on_eval=on_eval,
-        sample=lambda gen: random_windows(data, b, t, gen), val_batches=probe["cal"],
+        cfg,
+        ctx,
+        label_smoothing=cfg["eps"],
+        prepare=partial(add_dropout, p=cfg["dropout"]),
+        on_eval=on_eval,
+        sample=lambda gen: random_windows(data, b, t, gen),
+        val_batches=probe["cal"],
         desc=f"ε={cfg['eps']} seed {cfg['seed']}",
-    )  # fmt: skip
+    )
     res["epochs"] = cfg["steps"] * b * t / data.numel()
     if res.get("diverged_at") is not None:
         return res

@@ -154,7 +154,8 @@ def observe(runs: list[dict], p: dict, guard, stars: dict[str, float]) -> dict[s
         rows.append({
             "family": std, "unit": 0, "formula_err": max(errs), "unit_diff": float(unit),
             "tiny_diff": float(t["median"].iloc[0]) if len(t) else None,
-            "below": _below(later), "probes": len(later), "below_init": _below(init), "probes_init": len(init),
+            "below": _below(later), "probes": len(later), "below_init": _below(init),
+                     "probes_init": len(init),
             "closest": float((later["q01"] / later["sigma*"]).min()) if len(later) else None,
             "ref_off": max(own) if own else None, "models": len(own),
         })  # fmt: skip
@@ -256,17 +257,29 @@ def _swap_runs(runs, eps, notes_eps, out) -> None:
     rows = []
     for r in [*part(runs, "train"), *part(runs, "null")]:
         c, m = r["config"], r["metrics"]
-        base = {"part": c["part"], "family": NAME[c["family"]],
-                "trained with": f"{c['formula']} (eps {c['eps']:g})", "seed": c["seed"],
-                "final val": m["final_val"], "unigram": m["unigram_xent"]}  # fmt: skip
+        base = {
+            "part": c["part"],
+            "family": NAME[c["family"]],
+            "trained with": f"{c['formula']} (eps {c['eps']:g})",
+            "seed": c["seed"],
+            "final val": m["final_val"],
+            "unigram": m["unigram_xent"],
+        }
         own = _own(c)
         for dt, losses in m.get("swap", {}).items():
             fp32 = m["swap"].get("float32", {}).get(own, math.nan)
             for name, loss in losses.items():
                 label = eval_label(c["family"], name, eps, notes_eps)
-                rows.append({**base, "precision": PREC[dt], "evaluated with": label, "val loss": loss,
-                             "Δ vs as trained": loss - losses[own],
-                             "Δ vs fp32 as trained": loss - fp32})  # fmt: skip
+                rows.append(
+                    {
+                        **base,
+                        "precision": PREC[dt],
+                        "evaluated with": label,
+                        "val loss": loss,
+                        "Δ vs as trained": loss - losses[own],
+                        "Δ vs fp32 as trained": loss - fp32,
+                    }
+                )
         if not m.get("swap"):
             rows.append(base)
     sdf = pd.DataFrame(rows)
@@ -497,7 +510,8 @@ def headline(result, t: dict, swap_subs: dict, p: dict, margin: float, stars: di
         return "—" if v is None or v != v else str(int(v))
 
     reach = ", ".join(
-        f"{COL[s]} {count('below', s)} of {count('probes', s)} (lowest 1% quantile {fam['closest'][s]:.2g} σ*; "
+        f"{COL[s]} {count('below', s)} of {count('probes', s)} (lowest 1% quantile "
+        f"{fam['closest'][s]:.2g} σ*; "
         f"at init {count('below_init', s)} of {count('probes_init', s)})"
         for s in NAME
         if fam["closest"][s] is not None and fam["closest"][s] == fam["closest"][s]  # some trained probe
@@ -512,9 +526,8 @@ def headline(result, t: dict, swap_subs: dict, p: dict, margin: float, stars: di
         "At unit scale the notes' LayerNorm output is smaller than torch's by 1 − sqrt((d−1)/d) "
         f"({width_eff:.2%} at d = {d_model}, {1 - math.sqrt((dmin - 1) / dmin):.0%} at d = {dmin}) and their "
         f"RMSNorm differs by ~eps/2; below σ* ≈ {stars['layer']:.2g} (LN) / {stars['rms']:.2g} (RMS) eps "
-        f"placement dominates; trained norm inputs (every norm, every evaluation after step 0) at or below σ*: "
-        f"{reach or 'not probed'}. "
-        "Swapping the formula under trained weights changes the validation loss by at most (mean over "
-        f"seeds, worst cell): {swaps}; margin ±{margin:g} nats."
+        "placement dominates; trained norm inputs (every norm, every evaluation after step 0) at or below "
+        f"σ*: {reach or 'not probed'}. Swapping the formula under trained weights changes the validation "
+        f"loss by at most (mean over seeds, worst cell): {swaps}; margin ±{margin:g} nats."
     )
     return f"Δy/y = {width_eff:.2%} at d={d_model}; swap Δloss {key} nats (margin ±{margin:g})", summary

@@ -120,18 +120,40 @@ class LayerNormVariants(Experiment):
     headline = "swap-LN-fp32"  # the answers table's number
     order = 11
     profiles = {
-        "quick": train_profile("quick", widths=[2, 8, 64, 512], sigmas=[1e-6, 1e-3, 1.0], scale_widths=[32],
-                               tokens=256, eps=1e-5, dtypes=["float32", "bfloat16"]),
+        "quick": train_profile(
+            "quick",
+            widths=[2, 8, 64, 512],
+            sigmas=[1e-6, 1e-3, 1.0],
+            scale_widths=[32],
+            tokens=256,
+            eps=1e-5,
+            dtypes=["float32", "bfloat16"],
+        ),
         # 800 steps (final loss ≈ 2.05 nats/char, unigram 3.30), 16 evaluation batches, 5 seeds: 30 trainings
-        "default": train_profile("default", widths=[2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096],
-                                 sigmas=[float(10**e) for e in np.arange(-7, 2.01, 0.5)],
-                                 scale_widths=[64, 1024], tokens=4096, eps=1e-5, steps=800, eval_every=200,
-                                 eval_batches=16, seeds=[0, 1, 2, 3, 4], dtypes=["float32", "bfloat16"]),
-        "full": train_profile("full", widths=[2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384],
-                              sigmas=[float(10**e) for e in np.arange(-8, 3.01, 0.25)],
-                              scale_widths=[64, 256, 4096], tokens=16384, eps=1e-5,
-                              seeds=[0, 1, 2, 3, 4, 5, 6, 7], dtypes=["float32", "bfloat16"]),
-    }  # fmt: skip
+        "default": train_profile(
+            "default",
+            widths=[2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096],
+            sigmas=[float(10**e) for e in np.arange(-7, 2.01, 0.5)],
+            scale_widths=[64, 1024],
+            tokens=4096,
+            eps=1e-5,
+            steps=800,
+            eval_every=200,
+            eval_batches=16,
+            seeds=[0, 1, 2, 3, 4],
+            dtypes=["float32", "bfloat16"],
+        ),
+        "full": train_profile(
+            "full",
+            widths=[2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384],
+            sigmas=[float(10**e) for e in np.arange(-8, 3.01, 0.25)],
+            scale_widths=[64, 256, 4096],
+            tokens=16384,
+            eps=1e-5,
+            seeds=[0, 1, 2, 3, 4, 5, 6, 7],
+            dtypes=["float32", "bfloat16"],
+        ),
+    }
     parts = (
         Part("width", width_grid, width_run),
         Part("scale", scale_grid, scale_run),

@@ -44,9 +44,10 @@ def family_of(m: nn.Module) -> str:
 
 
 def swap_formula(model: nn.Module, family: str, formula: str, eps: float) -> int:
-    """Replace every LayerNorm/RMSNorm-family module of `model` by `formula` at `eps`, in place, handing the new
-    module the old one's gain and bias Parameters (the same objects: optimiser state and weights are kept).
-    Returns how many were replaced; a norm of the other family is an error (a swap never changes family)."""
+    """Replace every LayerNorm/RMSNorm-family module of `model` by `formula` at `eps`, in place, handing the
+    new module the old one's gain and bias Parameters (the same objects: optimiser state and weights are
+    kept). Returns how many were replaced; a norm of the other family is an error (a swap never changes
+    family)."""
     cls = CLASSES[family][formula]
     targets = [(n, m) for n, m in model.named_modules() if isinstance(m, NORM_TYPES)]
     for name, m in targets:
@@ -77,7 +78,8 @@ def swap_losses(model: nn.Module, family: str, evals: dict, dtypes, batches, dev
 @torch.no_grad()
 def norm_input_scales(model: nn.Module, x: torch.Tensor) -> dict:
     """Per norm of `model`: quantiles of the per-token scale of its input on the batch x (B, T) — the biased
-    std for the LayerNorm family, the RMS for the RMSNorm family (what the formulas divide by, without eps)."""
+    std for the LayerNorm family, the RMS for the RMSNorm family (what the formulas divide by, without
+    eps)."""
     seen = {}
 
     def grab(name, fam):
@@ -113,11 +115,13 @@ def swap_run(cfg: dict, ctx) -> dict:
     corpus = load_corpus()
     probe_x = eval_windows(corpus.val, 1, 16, cfg["seq_len"], seed=PROBE_SEED)[0][0].to(ctx.device)
     res, model = train_small(
-        cfg, ctx, model_kw={"norm": family, "norm_eps": eps},
+        cfg,
+        ctx,
+        model_kw={"norm": family, "norm_eps": eps},
         prepare=lambda m: swap_formula(m, family, formula, eps),
         on_eval=lambda step, m: norm_input_scales(m, probe_x),
         desc=f"{family} {formula} seed {cfg['seed']}",
-    )  # fmt: skip
+    )
     if res["diverged_at"] is None:
         batches = eval_windows(corpus.val, cfg["eval_batches"], cfg["batch"], cfg["seq_len"])
         res["swap"] = swap_losses(model, family, cfg["evals"], cfg["dtypes"], batches, ctx.device)

@@ -25,18 +25,32 @@ COLOR = {"sinusoidal": "C0", "rope": "C1", "alibi": "C2", "learned": "C3"}  # as
 TABLES = {"copy": "rows copied", "random": "rows drawn at random"}
 STAGES = {"built": "as extended", "trained": "trained at 2T"}
 
-LOSS2 = Readout("loss2x", "window-mean loss over 2T", "nats/char",
-                definition="mean next-character loss over the first 2T positions of fixed validation windows"
-                + MISSING)  # fmt: skip
-GAP = Readout("gap2", "loss over 2T, extended − unextended over T", "nats/char",
-              definition="the extended model's window-mean loss over 2T less the same trained model's over T "
-              "before it was extended" + MISSING)  # fmt: skip
-LONGEST = Readout("longest", "longest window that runs ÷ T", better="higher",
-                  definition="the longest of T, T + 1, 2T, 4T, 8T characters the trained model runs on, over "
-                  "T; every run that did not diverge")  # fmt: skip
-KEPT = Readout("kept_change", "largest change of the loss at positions below T", "nats/char",
-               definition="the extended model as built against the trained one, per position below "
-               "T")  # fmt: skip
+LOSS2 = Readout(
+    "loss2x",
+    "window-mean loss over 2T",
+    "nats/char",
+    definition="mean next-character loss over the first 2T positions of fixed validation windows" + MISSING,
+)
+GAP = Readout(
+    "gap2",
+    "loss over 2T, extended − unextended over T",
+    "nats/char",
+    definition="the extended model's window-mean loss over 2T less the same trained model's over T "
+    "before it was extended" + MISSING,
+)
+LONGEST = Readout(
+    "longest",
+    "longest window that runs ÷ T",
+    better="higher",
+    definition="the longest of T, T + 1, 2T, 4T, 8T characters the trained model runs on, over "
+    "T; every run that did not diverge",
+)
+KEPT = Readout(
+    "kept_change",
+    "largest change of the loss at positions below T",
+    "nats/char",
+    definition="the extended model as built against the trained one, per position below T",
+)
 TILE = Readout(
     "tile_error", "largest |row p − row (p mod T)| beyond T", definition="the stored table, as built"
 )
@@ -78,11 +92,16 @@ def observe(runs: list[dict], p: dict, guard) -> dict[str, pd.DataFrame]:
         return labels.get((c["d_model"], c["n_layers"]))
 
     recs = part(runs, "sweep")
-    t = runs_table(recs, (guard,), role=_role(set(p["selection_seeds"])), scale=scale,
-                   init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"],
-                   final_val=lambda c, m: final_and_init(m)[0],
-                   longest=lambda c, m: m["longest_window"] / T if "longest_window" in m else None,
-                   )  # fmt: skip
+    t = runs_table(
+        recs,
+        (guard,),
+        role=_role(set(p["selection_seeds"])),
+        scale=scale,
+        init_loss=lambda c, m: m["val_loss"][0],
+        unigram=lambda c, m: m["unigram_xent"],
+        final_val=lambda c, m: final_and_init(m)[0],
+        longest=lambda c, m: m["longest_window"] / T if "longest_window" in m else None,
+    )
     if len(t):
         losses = pd.DataFrame(
             [_losses(r["metrics"], p, bool(ok)) for r, ok in zip(recs, t.learned)], index=t.index
@@ -101,8 +120,16 @@ def observe(runs: list[dict], p: dict, guard) -> dict[str, pd.DataFrame]:
     ext = _extension(recs, p, guard, scale)
     ext_first = ext[ext.scale == first_label] if len(ext) else ext
     stops = t[t.longest.notna()] if len(t) else t.assign(longest=[])
-    return {"runs": t, "choices": choices, "tuned": tuned, "sensitivity": seeds, "first": first,
-            "stops": stops, "extension": ext, "ext_first": ext_first}  # fmt: skip
+    return {
+        "runs": t,
+        "choices": choices,
+        "tuned": tuned,
+        "sensitivity": seeds,
+        "first": first,
+        "stops": stops,
+        "extension": ext,
+        "ext_first": ext_first,
+    }
 
 
 EXT_COLUMNS = ["scale", "unit", "role", "lr", "run_id", "learned", "table", "stage", "loss1", "gap2",
@@ -117,17 +144,30 @@ def _extension(recs, p: dict, guard, scale) -> pd.DataFrame:
             continue
         ok = bool(guard.fn(m))
         role = "null" if c["seed"] >= NULL_OFFSET else "test"
-        base = {"scale": scale(c, m), "unit": c["seed"], "role": role, "lr": c["lr"],
-                "run_id": r.get("run_id"), "learned": ok}  # fmt: skip
+        base = {
+            "scale": scale(c, m),
+            "unit": c["seed"],
+            "role": role,
+            "lr": c["lr"],
+            "run_id": r.get("run_id"),
+            "learned": ok,
+        }
         before = loss_at(m, 1, p["seq_len"])
         for how, e in m["extended"].items():
             for stage, rec in (("built", e), ("trained", e["trained"])):
                 v = _losses(rec, p, ok)  # a trained extension that diverged has no position losses
                 built = stage == "built"
-                rows.append({**base, "table": how, "stage": stage, **v,
-                             "gap2": None if v["loss2x"] is None else v["loss2x"] - before,
-                             "kept_change": e["kept_change"] if built else None,
-                             "tile_error": e["tile_error"] if built and how == "copy" else None})  # fmt: skip
+                rows.append(
+                    {
+                        **base,
+                        "table": how,
+                        "stage": stage,
+                        **v,
+                        "gap2": None if v["loss2x"] is None else v["loss2x"] - before,
+                        "kept_change": e["kept_change"] if built else None,
+                        "tile_error": e["tile_error"] if built and how == "copy" else None,
+                    }
+                )
     cols = EXT_COLUMNS + [f"loss{n}x" for n in longer(p)] + [f"increase{n}x" for n in longer(p)]
     return pd.DataFrame(rows, columns=cols)
 
@@ -189,17 +229,29 @@ def write_tables(t: dict, result, p: dict, out) -> None:
     write_sweep_tables(out, t["choices"], sweep_curves(runs, "pos"), SweepWords())
     if len(runs) and runs.role.isin(["selection", "test"]).any():
         out.table("runs", runs, "Every training run with its losses at each length", in_report=False)
-    out.table("length", length_table(t["tuned"], p), f"Trained at T = {T} characters, each arm at its own "
-              f"best rate, evaluated on {n}T-character windows: window-mean validation loss at each length "
-              "(nats/char) and its increase over 1×, mean ± 95% CI over the fresh seeds that "
-              "learned")  # fmt: skip
-    out.table("extension", extension_table(t["extension"], t["tuned"], p), f"The learned table extended to "
-              f"{n}T rows (copied from rows 0..T − 1 in turn, or drawn at random), as extended and after "
-              f"{p['ft_steps']} steps at 2T: window-mean loss (nats/char) and the loss over 2T less the "
-              "unextended model's over T, mean ± 95% CI over the fresh seeds")  # fmt: skip
-    out.table("differences", comparison_table(result.comparisons + result.floors), "Every comparison (b − a; "
-              "Holm within each sub-claim) and the null pairs (the sinusoidal and the learned arm at seeds + "
-              f"{NULL_OFFSET})")  # fmt: skip
+    out.table(
+        "length",
+        length_table(t["tuned"], p),
+        f"Trained at T = {T} characters, each arm at its own "
+        f"best rate, evaluated on {n}T-character windows: window-mean validation loss at each length "
+        "(nats/char) and its increase over 1×, mean ± 95% CI over the fresh seeds that "
+        "learned",
+    )
+    out.table(
+        "extension",
+        extension_table(t["extension"], t["tuned"], p),
+        f"The learned table extended to "
+        f"{n}T rows (copied from rows 0..T − 1 in turn, or drawn at random), as extended and after "
+        f"{p['ft_steps']} steps at 2T: window-mean loss (nats/char) and the loss over 2T less the "
+        "unextended model's over T, mean ± 95% CI over the fresh seeds",
+    )
+    out.table(
+        "differences",
+        comparison_table(result.comparisons + result.floors),
+        "Every comparison (b − a; "
+        "Holm within each sub-claim) and the null pairs (the sinusoidal and the learned arm at seeds + "
+        f"{NULL_OFFSET})",
+    )
 
 
 def headline(t: dict, p: dict) -> str:
@@ -276,23 +328,40 @@ def plot_length(runs, t: dict, p: dict, out) -> None:
             cis = {n: ci for n, ci in cis.items() if ci.n}
             if cis:
                 xs = [n * T for n in cis]
-                band(a, xs, [c.mean for c in cis.values()], [c.lo for c in cis.values()],
-                     [c.hi for c in cis.values()], label=LABEL[pos], color=COLOR[pos])  # fmt: skip
+                band(
+                    a,
+                    xs,
+                    [c.mean for c in cis.values()],
+                    [c.lo for c in cis.values()],
+                    [c.hi for c in cis.values()],
+                    label=LABEL[pos],
+                    color=COLOR[pos],
+                )
             ok = set(g.run_id[g.learned.astype(bool)]) if len(g) else set()
             _smoothed_band(b, _position_curves(recs, ok), max(1, T // 8), label=LABEL[pos], color=COLOR[pos])
         log_ticks(a, [n * T for n in mults])
-        a.set(xlabel="evaluation window (characters)", ylabel="window-mean validation loss (nats/char)",
-              title=f"{label}: loss against window length")  # fmt: skip
+        a.set(
+            xlabel="evaluation window (characters)",
+            ylabel="window-mean validation loss (nats/char)",
+            title=f"{label}: loss against window length",
+        )
         b.axvline(T, color="k", lw=0.8, ls=":", label="training length T")
-        b.set(xlabel="position (characters)", ylabel="validation loss (nats/char)",
-              title=f"{label}: loss per position")  # fmt: skip
+        b.set(
+            xlabel="position (characters)",
+            ylabel="validation loss (nats/char)",
+            title=f"{label}: loss per position",
+        )
         for ax in (a, b):
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
-    out.figure("length", fig, f"Left: validation loss averaged over windows of T to {max(mults)}T "
-               f"characters (T = {T}), each arm at its chosen rate; mean and 95% CI over the fresh seeds "
-               "that learned (a learned table stops at T). Right: the loss at each position (running mean "
-               f"over {max(1, T // 8)} positions), the dotted line at T.")  # fmt: skip
+    out.figure(
+        "length",
+        fig,
+        f"Left: validation loss averaged over windows of T to {max(mults)}T "
+        f"characters (T = {T}), each arm at its chosen rate; mean and 95% CI over the fresh seeds "
+        "that learned (a learned table stops at T). Right: the loss at each position (running mean "
+        f"over {max(1, T // 8)} positions), the dotted line at T.",
+    )
 
 
 @drawing
@@ -319,14 +388,21 @@ def plot_extension(runs, t: dict, p: dict, out) -> None:
         _smoothed_band(ax, _position_curves(recs, ok), w, label="not extended", color=COLOR["learned"])
         for x in (T, 2 * T):
             ax.axvline(x, color="k", lw=0.8, ls=":")
-        ax.set(xlabel="position (characters)", ylabel="validation loss (nats/char)",
-               title=f"Learned table extended, {STAGES[stage]}")  # fmt: skip
+        ax.set(
+            xlabel="position (characters)",
+            ylabel="validation loss (nats/char)",
+            title=f"Learned table extended, {STAGES[stage]}",
+        )
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    out.figure("extension", fig, f"The learned table (T = {T} rows) extended to {max(p['mults'])}T rows: "
-               "rows T.. copied from rows 0..T − 1 in turn, or drawn at random as at initialisation; left as "
-               f"extended, right after {p['ft_steps']} steps at 2T. Loss per position (running mean over "
-               f"{w}), mean and 95% CI over the fresh seeds; dotted lines at T and 2T.")  # fmt: skip
+    out.figure(
+        "extension",
+        fig,
+        f"The learned table (T = {T} rows) extended to {max(p['mults'])}T rows: "
+        "rows T.. copied from rows 0..T − 1 in turn, or drawn at random as at initialisation; left as "
+        f"extended, right after {p['ft_steps']} steps at 2T. Loss per position (running mean over "
+        f"{w}), mean and 95% CI over the fresh seeds; dotted lines at T and 2T.",
+    )
 
 
 def plot_all(runs, t: dict, p: dict, out) -> None:
@@ -336,5 +412,14 @@ def plot_all(runs, t: dict, p: dict, out) -> None:
         return
     plot_length(runs, t, p, out)
     plot_extension(runs, t, p, out)
-    model_sweep_figure(out, t, p, scales(p), [scale_label(s) for s in scales(p)], LABEL, arm_column="pos", per="scale",
-                       each="arm")  # fmt: skip
+    model_sweep_figure(
+        out,
+        t,
+        p,
+        scales(p),
+        [scale_label(s) for s in scales(p)],
+        LABEL,
+        arm_column="pos",
+        per="scale",
+        each="arm",
+    )

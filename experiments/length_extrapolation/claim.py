@@ -137,8 +137,8 @@ def caveats(p: dict) -> list[str]:
         "are never trained, so the 4× and 8× losses of the trained extensions are reported, not claimed.",
         "The works sub-claim compares the extended model over 2T windows with the same model, unextended, "
         "over T windows: the extra training itself may lower the loss, and the longer context may too.",
-        "RoPE's comparisons with ALiBi and the sinusoids are reported, not counted: the notes do not mention it. "
-        "Note 004's other point, that learned tables need more parameters and data, is not tested here.",
+        "RoPE's comparisons with ALiBi and the sinusoids are reported, not counted: the notes do not mention "
+        "it. Note 004's other point, that learned tables need more parameters and data, is not tested here.",
     ]
 
 

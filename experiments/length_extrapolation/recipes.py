@@ -1,14 +1,14 @@
 """Run recipe of `length_extrapolation`: train the small character LM at T with one kind of position
 information, then read its next-character loss per position on windows of max(mults)·T characters, with the
-evaluation code shared with `sinusoidal_relative` (`measure.lengths`: `position_losses`, its evaluation windows and
-its parametrisation `match_norms`).
+evaluation code shared with `sinusoidal_relative` (`measure.lengths`: `position_losses`, its evaluation
+windows and its parametrisation `match_norms`).
 
 Sinusoidal and rotary models hold no trainable position parameters, so they are built with room for the
 longest window; an ALiBi model is built without position encoding and its attention is swapped for
-`alibi.ALiBiAttention` (beside it). A learned table has T rows: the recipe records that a longer window does not run,
-and (on the runs marked `extend`) builds the same model with a table of max(mults)·T rows, rows T.. copied
-from rows 0..T−1 in turn or drawn at random as at initialisation, reads both, trains each briefly at 2T and
-reads them again.
+`alibi.ALiBiAttention` (beside it). A learned table has T rows: the recipe records that a longer window does
+not run, and (on the runs marked `extend`) builds the same model with a table of max(mults)·T rows, rows T..
+copied from rows 0..T−1 in turn or drawn at random as at initialisation, reads both, trains each briefly at 2T
+and reads them again.
 """
 
 from __future__ import annotations
@@ -87,8 +87,15 @@ def extend_and_train(model: LM, cfg: dict, windows, ctx, before: list[float]) ->
     trained model's per-position loss on the same windows (T positions)."""
     T, n = cfg["seq_len"], max(cfg["mults"]) * cfg["seq_len"]
     corpus = load_corpus()
-    tune = train_config({**cfg, "seq_len": 2 * T, "steps": cfg["ft_steps"], "eval_every": cfg["ft_steps"],
-                         "lr": cfg["lr"] * cfg["ft_factor"]})  # fmt: skip
+    tune = train_config(
+        {
+            **cfg,
+            "seq_len": 2 * T,
+            "steps": cfg["ft_steps"],
+            "eval_every": cfg["ft_steps"],
+            "lr": cfg["lr"] * cfg["ft_factor"],
+        }
+    )
     out = {}
     for how in TABLES:
         gen = torch.Generator().manual_seed(cfg["seed"] + RANDOM_SEED)

@@ -207,11 +207,10 @@ def plot_padding(pad: pd.DataFrame, tol: float, change_min: float, out) -> None:
     out.figure(
         "padding",
         fig,
-        f"How far real tokens' outputs move when k pads are added (float32; an exact 0 is drawn at "
-        f"{FLOOR:g}; "
-        "band: min–max over seeds and paths). With the padding mask every path stays within rounding; "
-        "without it, outputs move unless the causal mask already hides the pads (pads after a decoder's "
-        "tokens).",
+        "How far real tokens' outputs move when k pads are added (float32; an exact 0 is drawn at "
+        f"{FLOOR:g}; band: min–max over seeds and paths). With the padding mask every path stays within "
+        "rounding; without it, outputs move unless the causal mask already hides the pads (pads after a "
+        "decoder's tokens).",
     )
 
 

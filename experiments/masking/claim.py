@@ -27,32 +27,71 @@ REF_TOL = 2.0**-16  # float32 attention against SDPA in float64: rounding only
 MASS_TOL = 1e-9  # "no weight": below what a float32 sum of weights near 1 can register
 UNIFORM_ULPS = 4  # a fully masked row is uniform if every weight is 1/S within 4·eps of the dtype (relative)
 
-DRIFT = Readout("drift", "drift of real tokens' outputs", definition="max |o_k − o_0| ÷ max |o_0| over the "
-                "real tokens, o_k the output with k more pads (NaN anywhere: infinite)",
-                fmt=".2g")  # fmt: skip
-NAN = Readout("nan", "any NaN at real tokens", definition="1 if an output at a real token is NaN, else 0",
-              fmt=".0f")  # fmt: skip
-REF = Readout("ref_error", "error against SDPA in float64", definition="max |o − o₆₄| ÷ max |o₆₄| over real "
-              "query rows, o₆₄ SDPA's output in float64 with the library's mask", fmt=".2g")  # fmt: skip
-MISMATCH = Readout("mismatch", "entries where the notes' mask disagrees", definition="entries of the notes' "
-                   "True = masked mask equal to the library's True = keep mask (it should be its complement)",
-                   fmt=".0f")  # fmt: skip
-ALLOWED = Readout("allowed_max", "weight on the keys a row may see", definition="largest, over real query "
-                  "rows with some key they may not see, of the summed weight on the keys they may see",
-                  fmt=".2g")  # fmt: skip
-CHANGE = Readout("change_min", "smallest output change", definition="smallest, over those rows, of "
-                 "max |o − o₆₄| ÷ max |o₆₄| within the row", fmt=".3g")  # fmt: skip
-MASKED = Readout("masked_max", "largest weight on a masked key", definition="over query rows with a kept "
-                 "key, every seed and logit scale", fmt=".2g")  # fmt: skip
-USABLE = Readout("usable", "fill usable in the dtype", definition="1 if masked_fill accepts the fill and the "
-                 "dtype holds it as a finite number, else 0", fmt=".0f")  # fmt: skip
-UNIFORM = Readout("full_uniform", "fully masked row uniform", definition=f"1 if every weight of a row with "
-                  f"no kept key is 1/S within {UNIFORM_ULPS}·eps of the dtype (relative), else 0",
-                  fmt=".0f")  # fmt: skip
-FULL_NAN = Readout("full_nan", "fully masked row NaN", definition="1 if a row with no kept key holds a NaN",
-                   fmt=".0f")  # fmt: skip
-FULL_ZERO = Readout("full_zero", "fully masked row all zero", definition="1 if every weight of a row with no "
-                    "kept key is 0", fmt=".0f")  # fmt: skip
+DRIFT = Readout(
+    "drift",
+    "drift of real tokens' outputs",
+    definition="max |o_k − o_0| ÷ max |o_0| over the "
+    "real tokens, o_k the output with k more pads (NaN anywhere: infinite)",
+    fmt=".2g",
+)
+NAN = Readout(
+    "nan", "any NaN at real tokens", definition="1 if an output at a real token is NaN, else 0", fmt=".0f"
+)
+REF = Readout(
+    "ref_error",
+    "error against SDPA in float64",
+    definition="max |o − o₆₄| ÷ max |o₆₄| over real "
+    "query rows, o₆₄ SDPA's output in float64 with the library's mask",
+    fmt=".2g",
+)
+MISMATCH = Readout(
+    "mismatch",
+    "entries where the notes' mask disagrees",
+    definition="entries of the notes' True = masked mask equal to the library's True = keep mask (it should "
+    "be its complement)",
+    fmt=".0f",
+)
+ALLOWED = Readout(
+    "allowed_max",
+    "weight on the keys a row may see",
+    definition="largest, over real query "
+    "rows with some key they may not see, of the summed weight on the keys they may see",
+    fmt=".2g",
+)
+CHANGE = Readout(
+    "change_min",
+    "smallest output change",
+    definition="smallest, over those rows, of max |o − o₆₄| ÷ max |o₆₄| within the row",
+    fmt=".3g",
+)
+MASKED = Readout(
+    "masked_max",
+    "largest weight on a masked key",
+    definition="over query rows with a kept key, every seed and logit scale",
+    fmt=".2g",
+)
+USABLE = Readout(
+    "usable",
+    "fill usable in the dtype",
+    definition="1 if masked_fill accepts the fill and the dtype holds it as a finite number, else 0",
+    fmt=".0f",
+)
+UNIFORM = Readout(
+    "full_uniform",
+    "fully masked row uniform",
+    definition=f"1 if every weight of a row with "
+    f"no kept key is 1/S within {UNIFORM_ULPS}·eps of the dtype (relative), else 0",
+    fmt=".0f",
+)
+FULL_NAN = Readout(
+    "full_nan", "fully masked row NaN", definition="1 if a row with no kept key holds a NaN", fmt=".0f"
+)
+FULL_ZERO = Readout(
+    "full_zero",
+    "fully masked row all zero",
+    definition="1 if every weight of a row with no kept key is 0",
+    fmt=".0f",
+)
 
 
 def _cells(**levels) -> tuple:

@@ -34,8 +34,17 @@ def plot(runs: list[dict], t: dict, p: dict, out) -> None:
     labels = [scale_label(s) for s in sc]
     model_sweep_figure(out, t, p, sc, labels, LABELS, arm_column="arm", per="model", each="head count")
     titles = [f"d = {s['d_model']}, L = {s['n_layers']}, {p['steps']} steps" for s in sc]
-    tuned_curves_figure(out, part(runs, "sweep"), t["tuned"], labels, LABELS, titles=titles, per="model",
-                        each="head count", unigram=t["runs"].unigram.iloc[0])  # fmt: skip
+    tuned_curves_figure(
+        out,
+        part(runs, "sweep"),
+        t["tuned"],
+        labels,
+        LABELS,
+        titles=titles,
+        per="model",
+        each="head count",
+        unigram=t["runs"].unigram.iloc[0],
+    )
 
 
 def last_drop(runs: list[dict], tuned: pd.DataFrame) -> dict[str, float]:
@@ -55,4 +64,7 @@ def last_drop(runs: list[dict], tuned: pd.DataFrame) -> dict[str, float]:
 
 def summary(result) -> str:
     """Four heads − one head, per scale, with the comparison's decision."""
-    return f"four heads − one head, final held-out loss, each at its best rate: {result.per_cell('quality')} nats/char"
+    return (
+        "four heads − one head, final held-out loss, each at its best rate: "
+        f"{result.per_cell('quality')} nats/char"
+    )

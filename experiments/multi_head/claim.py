@@ -40,7 +40,8 @@ class MultiHead(Experiment):
     profiles = {
         "quick": _profile("quick", scales=[[32, 1]], rates=[3e-3, 6e-3], selection_seeds=[10, 11, 12]),
         "default": _profile("default", steps=STEPS, eval_every=STEPS // 4, eval_batches=8,
-                            seeds=[0, 1, 2, 3, 4, 5, 6, 7], scales=[[64, 2]], rates=[1.5e-3, 3e-3, 6e-3, 1.2e-2],
+                            seeds=[0, 1, 2, 3, 4, 5, 6, 7], scales=[[64, 2]],
+                            rates=[1.5e-3, 3e-3, 6e-3, 1.2e-2],
                             selection_seeds=[100, 101, 102]),
         "full": _profile("full", seeds=[0, 1, 2, 3, 4, 5, 6, 7], scales=[[256, 4]],
                          rates=[2.5e-4, 5e-4, 1e-3, 2e-3], selection_seeds=[100, 101, 102]),
@@ -49,16 +50,36 @@ class MultiHead(Experiment):
 
     def declare(self, p: dict) -> Declaration:
         by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
-        return Declaration((
-            SubClaim("quality", "Four heads end at a lower held-out loss than one head of the same width (and "
-                     "parameters), each at its own best rate", Better("b"), (FINAL,),
-                     a=arm("one head, at its best rate", arm="h1"), b=arm("four heads, at its best rate", arm="h4"),
-                     table="tuned", cells=by_scale, guard=LEARNED, noise="null-tuned", where="all",
-                     margin=SESOI, note=profile_sweep(p).rule()),
-        ), nulls=(
-            NullPair("null-tuned", arm("one head", arm="h1", role="test"), arm("one head rerun", arm="h1", role="null"),
-                     (FINAL,), table="first", seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                SubClaim(
+                    "quality",
+                    "Four heads end at a lower held-out loss than one head of the same width (and "
+                    "parameters), each at its own best rate",
+                    Better("b"),
+                    (FINAL,),
+                    a=arm("one head, at its best rate", arm="h1"),
+                    b=arm("four heads, at its best rate", arm="h4"),
+                    table="tuned",
+                    cells=by_scale,
+                    guard=LEARNED,
+                    noise="null-tuned",
+                    where="all",
+                    margin=SESOI,
+                    note=profile_sweep(p).rule(),
+                ),
+            ),
+            nulls=(
+                NullPair(
+                    "null-tuned",
+                    arm("one head", arm="h1", role="test"),
+                    arm("one head rerun", arm="h1", role="null"),
+                    (FINAL,),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)
@@ -80,17 +101,18 @@ class MultiHead(Experiment):
             },
             caveats=[
                 f"Character LMs of width {p['scales'][0][0]}, {p['steps']} steps on a CPU; Vaswani et al. "
-                "compared head counts in translation models of width 512 trained for 100,000 steps. Whether a "
-                "small model uses several heads differently from one is what this scale can say, no more.",
+                "compared head counts in translation models of width 512 trained for 100,000 steps. Whether "
+                "a small model uses several heads differently from one is what this scale can say, no more.",
                 "How far training had got: the held-out loss fell over the last evaluation interval by "
-                f"{drop} nats/char (each arm at its chosen rate, mean over its fresh seeds; the curves figure), "
-                "so the arms are compared part-way to convergence, as the anchor's were not.",
+                f"{drop} nats/char (each arm at its chosen rate, mean over its fresh seeds; the curves "
+                "figure), so the arms are compared part-way to convergence, as the anchor's were not.",
                 "What the design can detect is printed beside the comparison (the smallest difference it "
-                "detects with 80% power, from the fresh seeds' spread); where that is larger than the smallest "
-                "effect of interest, the comparison cannot decide the claim at this budget, whichever way its "
-                "estimate points.",
+                "detects with 80% power, from the fresh seeds' spread); where that is larger than the "
+                "smallest effect of interest, the comparison cannot decide the claim at this budget, "
+                "whichever way its estimate points.",
                 "The smallest effect of interest converts the paper's perplexity per word piece to nats per "
-                f"character at about {PIECE_CHARS} characters a piece; it is reported as an equivalence margin.",
+                f"character at about {PIECE_CHARS} characters a piece; it is reported as an "
+                "equivalence margin.",
             ],
         )
 

@@ -13,8 +13,8 @@ LABELS = {"h1": "one head", "h4": "four heads"}
 
 
 def scales(p: dict) -> list[dict]:
-    """The profile's [d_model, n_layers] scales, each checked to make a valid model with every arm's head count
-    (d_model a multiple of it) before anything runs."""
+    """The profile's [d_model, n_layers] scales, each checked to make a valid model with every arm's head
+    count (d_model a multiple of it) before anything runs."""
     out = model_scales(p)
     for s in out:
         for a in ARMS.values():

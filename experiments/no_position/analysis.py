@@ -30,21 +30,30 @@ def _probed(m: dict) -> bool:
 
 
 ERROR = Readout(
-    "error", "relative max change", better="lower", fmt=".3g",
+    "error",
+    "relative max change",
+    better="lower",
+    fmt=".3g",
     definition="max |f(permuted input) − permuted f(input)| ÷ max |f(input)| over the hidden states "
     "(B, T, d) (for the prefix measure: the last position's state, the earlier tokens permuted), float64",
-)  # fmt: skip
+)
 PROBE = Readout(
-    "probe_gain", "position probe gain, best layer", better="higher", fmt=".3f",
+    "probe_gain",
+    "position probe gain, best layer",
+    better="higher",
+    fmt=".3f",
     definition="1 − MAE ÷ chance's MAE of least squares of a token's position on its hidden state, fitted on "
     "held-out windows and scored on others, at the layer whose gain on the fitting windows is highest",
     fn=lambda m: m["probe"]["gain"][m["probe"]["best"]] if _probed(m) else None,
-)  # fmt: skip
+)
 PROBE_INPUT = Readout(
-    "probe_input", "position probe gain, input embeddings", better="higher", fmt=".3f",
+    "probe_input",
+    "position probe gain, input embeddings",
+    better="higher",
+    fmt=".3f",
     definition="the same probe on what enters block 1 (token embeddings, plus the position encoding if any)",
     fn=lambda m: m["probe"]["gain"][0] if _probed(m) else None,
-)  # fmt: skip
+)
 
 
 def labels(p: dict) -> dict[tuple[int, int], str]:
@@ -56,12 +65,16 @@ def perm_rows(runs: list[dict]) -> pd.DataFrame:
     """One row per permutation run, size, init, backend, arm and measure; `depth` says one layer or more for
     the prefix measure ('any' for the whole permutation)."""
     rows = [
-        {**row, "seed": r["config"]["seed"],
-         "depth": "any" if row["measure"] == "perm" else "one" if row["n_layers"] == 1 else "deeper",
-         "unit": f"{r['config']['seed']}-{row['d_model']}-{row['n_layers']}-{row['init']}-{row['backend']}"}
+        {
+            **row,
+            "seed": r["config"]["seed"],
+            "depth": "any" if row["measure"] == "perm" else "one" if row["n_layers"] == 1 else "deeper",
+            "unit": f"{r['config']['seed']}-{row['d_model']}-{row['n_layers']}-"
+            f"{row['init']}-{row['backend']}",
+        }
         for r in part(runs, "perm")
         for row in r["metrics"]["rows"]
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows)
 
 
@@ -78,23 +91,42 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
     ids = set(tuned.run_id) if len(tuned) else set()
     probed = [(r["config"], r["metrics"]) for r in recs if r.get("run_id") in ids and _probed(r["metrics"])]
     layers = [
-        {"pos": c["pos"], "scale": lab.get((c["d_model"], c["n_layers"])), "seed": c["seed"], "layer": i,
-         "gain": m["probe"]["gain"][i], "mae": m["probe"]["mae"][i], "chance_mae": m["probe"]["chance_mae"],
-         "chosen": i == m["probe"]["best"]}
-        for c, m in probed for i in range(len(m["probe"]["gain"]))
-    ]  # fmt: skip
+        {
+            "pos": c["pos"],
+            "scale": lab.get((c["d_model"], c["n_layers"])),
+            "seed": c["seed"],
+            "layer": i,
+            "gain": m["probe"]["gain"][i],
+            "mae": m["probe"]["mae"][i],
+            "chance_mae": m["probe"]["chance_mae"],
+            "chosen": i == m["probe"]["best"],
+        }
+        for c, m in probed
+        for i in range(len(m["probe"]["gain"]))
+    ]
     positions = [
-        {"pos": c["pos"], "scale": lab.get((c["d_model"], c["n_layers"])), "seed": c["seed"], "position": t,
-         "mae": v}
-        for c, m in probed for t, v in enumerate(m["probe"]["mae_by_position"])
-    ]  # fmt: skip
+        {
+            "pos": c["pos"],
+            "scale": lab.get((c["d_model"], c["n_layers"])),
+            "seed": c["seed"],
+            "position": t,
+            "mae": v,
+        }
+        for c, m in probed
+        for t, v in enumerate(m["probe"]["mae_by_position"])
+    ]
     return {
-        "perm": perm_rows(runs), "runs": t, "tuned": tuned, "choices": choices, "sensitivity": seeds,
+        "perm": perm_rows(runs),
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": seeds,
         "first": null_at_choice(t, tuned, choices, "none", scale_label(scales(p)[0])),
-        "layers": pd.DataFrame(layers, columns=["pos", "scale", "seed", "layer", "gain", "mae", "chance_mae",
-                                                "chosen"]),
+        "layers": pd.DataFrame(
+            layers, columns=["pos", "scale", "seed", "layer", "gain", "mae", "chance_mae", "chosen"]
+        ),
         "positions": pd.DataFrame(positions, columns=["pos", "scale", "seed", "position", "mae"]),
-    }  # fmt: skip
+    }
 
 
 def perm_summary(perm: pd.DataFrame) -> pd.DataFrame:
@@ -112,19 +144,38 @@ def layer_summary(layers: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (scale, pos, layer), g in layers.groupby(["scale", "pos", "layer"], sort=False):
         ci = mean_ci(g.gain.to_numpy())
-        rows.append({"scale": scale, "pos": pos, "layer": layer, "seeds": ci.n, "gain": ci.mean,
-                     "gain_lo": ci.lo, "gain_hi": ci.hi, "mae (positions)": g.mae.mean(),
-                     "chance mae": g.chance_mae.mean(), "chosen": int(g.chosen.sum())})  # fmt: skip
+        rows.append(
+            {
+                "scale": scale,
+                "pos": pos,
+                "layer": layer,
+                "seeds": ci.n,
+                "gain": ci.mean,
+                "gain_lo": ci.lo,
+                "gain_hi": ci.hi,
+                "mae (positions)": g.mae.mean(),
+                "chance mae": g.chance_mae.mean(),
+                "chosen": int(g.chosen.sum()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def write_tables(t: dict, out) -> pd.DataFrame:
-    out.table("permutation", perm_summary(t["perm"]), "Permutation test, float64: the smallest and largest "
-              "relative change per model, position encoding and measure")  # fmt: skip
+    out.table(
+        "permutation",
+        perm_summary(t["perm"]),
+        "Permutation test, float64: the smallest and largest "
+        "relative change per model, position encoding and measure",
+    )
     write_sweep_tables(out, t["choices"], sweep_curves(t["runs"], "pos"), SweepWords())
     layers = layer_summary(t["layers"])
-    out.table("probe", layers, "Position probe per layer (0: input embeddings), each arm at its chosen rate: "
-              "mean gain over the fresh seeds with its 95% CI, mean absolute error in positions")  # fmt: skip
+    out.table(
+        "probe",
+        layers,
+        "Position probe per layer (0: input embeddings), each arm at its chosen rate: "
+        "mean gain over the fresh seeds with its 95% CI, mean absolute error in positions",
+    )
     out.table("runs", t["runs"], "Every training run with its readouts", in_report=False)
     out.table("perm_rows", t["perm"], "Every permutation measurement", in_report=False)
     return layers
@@ -155,8 +206,11 @@ def plot_permutation(perm: pd.DataFrame, tol: float, sees: float, out) -> None:
     ax.set_yticks(range(len(groups)), names, fontsize=7)
     ax.axvline(tol, color="k", ls="--", lw=0.8, label=f"tolerance {tol:g}: order-blind below")
     ax.axvline(sees, color="C3", ls=":", lw=0.8, label=f"{sees:g}: sees order above")
-    ax.set(xscale="log", xlabel="relative change of the hidden states (float64; floored at 1e-18)",
-           title="Permute the input tokens: do the outputs just follow?")  # fmt: skip
+    ax.set(
+        xscale="log",
+        xlabel="relative change of the hidden states (float64; floored at 1e-18)",
+        title="Permute the input tokens: do the outputs just follow?",
+    )
     ax.legend(fontsize=7, loc="center")  # between the two clusters, where no point falls
     out.figure(
         "permutation",
@@ -189,8 +243,11 @@ def plot_probe(layers: pd.DataFrame, p: dict, margin: float, out) -> None:
         ax.axhline(margin, color="grey", lw=0.8, ls="--", label=f"margin {margin:g}")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         title = scale + (" (the one-layer control)" if scale == order[-1] else "")
-        ax.set(xlabel="layer (0: input embeddings, l: block l's output)",
-               ylabel="probe gain (1 − MAE ÷ chance)", title=title)  # fmt: skip
+        ax.set(
+            xlabel="layer (0: input embeddings, l: block l's output)",
+            ylabel="probe gain (1 − MAE ÷ chance)",
+            title=title,
+        )
     axes[0].legend(fontsize=7)
     out.figure(
         "probe",
@@ -220,20 +277,29 @@ def plot_positions(positions: pd.DataFrame, p: dict, out) -> None:
             if g.empty:
                 continue
             cis = [mean_ci(g[g.position == t].mae.to_numpy()) for t in range(T)]
-            band(ax, range(T), [c.mean for c in cis], [c.lo for c in cis], [c.hi for c in cis], label=name,
-                 color=f"C{i}", marker="")  # fmt: skip
+            band(
+                ax,
+                range(T),
+                [c.mean for c in cis],
+                [c.lo for c in cis],
+                [c.hi for c in cis],
+                label=name,
+                color=f"C{i}",
+                marker="",
+            )
         t = np.arange(T)
         ax.plot(t, np.abs(t - (T - 1) / 2), color="k", lw=0.6, ls=":", label="chance")
         title = scale + (" (the one-layer control)" if scale == order[-1] else "")
-        ax.set(xlabel="position t in the window", ylabel="probe's mean absolute error (positions)",
-               title=title)  # fmt: skip
+        ax.set(
+            xlabel="position t in the window", ylabel="probe's mean absolute error (positions)", title=title
+        )
     axes[0].legend(fontsize=7)
     out.figure(
         "probe-positions",
         fig,
         "Where the probe errs: its mean absolute error (in positions) at each position of the scoring "
-        "windows, at each arm's chosen layer, each arm at its chosen learning rate (mean over the fresh seeds "
-        "and 95% CI); dotted: chance's error, predicting the mean position.",
+        "windows, at each arm's chosen layer, each arm at its chosen learning rate (mean over the fresh "
+        "seeds and 95% CI); dotted: chance's error, predicting the mean position.",
     )
 
 
@@ -242,8 +308,18 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     from tfclaims.evidence.plots import model_sweep_figure
 
     sc = [*scales(p), control_scale(p)]
-    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], ARMS, arm_column="pos", per="model (the last: the "
-                       "one-layer control)", each="arm", note=": the runs every comparison reads")  # fmt: skip
+    model_sweep_figure(
+        out,
+        t,
+        p,
+        sc,
+        [scale_label(s) for s in sc],
+        ARMS,
+        arm_column="pos",
+        per="model (the last: the one-layer control)",
+        each="arm",
+        note=": the runs every comparison reads",
+    )
 
 
 def headline(result, layers: pd.DataFrame, t: dict) -> tuple[str, str]:

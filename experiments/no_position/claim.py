@@ -35,8 +35,14 @@ QUALITY_MARGIN = 0.05
 GAIN_MARGIN = 0.10  # probe gain: removing at most a tenth of chance's error is "no better than chance"
 FINAL, LEARNED = rd.final_loss(), rd.learned(LEARN_MARGIN)
 STEPS = 500
-PERM = dict(perm_sizes=[[32, 1, 2], [64, 2, 4], [64, 4, 4]], perm_len=32, perm_batch=8,
-            inits=["normal", "torch"], backends=["sdpa", "explicit"], perm_seeds=[0, 1, 2])  # fmt: skip
+PERM = dict(
+    perm_sizes=[[32, 1, 2], [64, 2, 4], [64, 4, 4]],
+    perm_len=32,
+    perm_batch=8,
+    inits=["normal", "torch"],
+    backends=["sdpa", "explicit"],
+    perm_seeds=[0, 1, 2],
+)
 SWEEP = dict(selection_seeds=[100, 101], rate_factors=[0.5, 1.0], rate_extend=1)
 
 
@@ -99,8 +105,8 @@ class NoPosition(Experiment):
             SubClaim("quality", "Without positions a causal character LM trains to a worse held-out loss "
                      "than with sinusoidal positions, each at its best rate", Better("a"), (FINAL,), a=sin,
                      b=nope, margin=QUALITY_MARGIN, control="control", cells=by_scale, where="all", **use,
-                     note=profile_sweep(p).rule() + " The null pair (NoPE "
-                     "at its first-scale choice, rerun) floors every comparison."),
+                     note=profile_sweep(p).rule() + " The null pair (NoPE at its first-scale choice, rerun) "
+                     "floors every comparison."),
             SubClaim("probe", "Without positions its hidden states carry no absolute position: a linear "
                      f"probe recovers a token's position no better than chance (gain at most "
                      f"{GAIN_MARGIN:g})",

@@ -53,12 +53,21 @@ def grid_sweep(p: dict, done) -> list[dict]:
     sweep, sc = profile_sweep(p), scales(p)
     tokens, widest = p["probe_batches"] * p["batch"] * p["seq_len"], max(s["d_model"] for s in sc)
     if tokens < 8 * (widest + 1):
-        raise ConfigError(f"probe_batches: {tokens} tokens to fit a probe of {widest + 1} coefficients; "
-                          "give at least 8 per coefficient")  # fmt: skip
+        raise ConfigError(
+            f"probe_batches: {tokens} tokens to fit a probe of {widest + 1} coefficients; "
+            "give at least 8 per coefficient"
+        )
 
     def make(arm, scale, lr, seed):
-        return {"part": "sweep", "pos": arm["pos"], **run_fields(p), **scale, "lr": lr,
-                "probe_batches": p["probe_batches"], "seed": seed}  # fmt: skip
+        return {
+            "part": "sweep",
+            "pos": arm["pos"],
+            **run_fields(p),
+            **scale,
+            "lr": lr,
+            "probe_batches": p["probe_batches"],
+            "seed": seed,
+        }
 
     out = sweep_grid(sweep, {k: {"pos": k} for k in ARMS}, sc, make, done)
     ctrl = sweep_grid(sweep, {k: {"pos": k} for k in CONTROL_ARMS}, [control_scale(p)], make, done)

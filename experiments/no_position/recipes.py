@@ -38,8 +38,18 @@ def _permutation(n: int, g: torch.Generator) -> torch.Tensor:
 def perm_model(kind: str, pos: str, size: list[int], T: int, init: str, backend: str, *, seed: int):
     """An untrained encoder or causal decoder in float64, eval mode, its norms matched as in training."""
     d, L, h = size
-    cfg = ModelConfig(vocab_size=VOCAB, d_model=d, n_layers=L, n_heads=h, max_seq_len=T, pos=pos,
-                      causal=kind == "decoder", init=init, attn_backend=backend, emb_scale=True)  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=VOCAB,
+        d_model=d,
+        n_layers=L,
+        n_heads=h,
+        max_seq_len=T,
+        pos=pos,
+        causal=kind == "decoder",
+        init=init,
+        attn_backend=backend,
+        emb_scale=True,
+    )
     torch.manual_seed(seed)
     model = LM(cfg) if kind == "decoder" else Encoder(cfg)
     match_norms(model)
@@ -62,8 +72,14 @@ def permutation_run(cfg: dict, ctx) -> dict:
                     m = perm_model(kind, pos, size, T, init, backend, seed=cfg["seed"] * 1009 + i).to(
                         ctx.device
                     )
-                    base = {"model": kind, "pos": pos, "d_model": size[0], "n_layers": size[1], "init": init,
-                            "backend": backend}  # fmt: skip
+                    base = {
+                        "model": kind,
+                        "pos": pos,
+                        "d_model": size[0],
+                        "n_layers": size[1],
+                        "init": init,
+                        "backend": backend,
+                    }
                     rows.append({**base, "measure": "perm", "error": permutation_error(m.stack, idx, perm)})
                     if kind == "decoder":
                         rows.append(
@@ -86,8 +102,13 @@ def train_probe(cfg: dict, ctx) -> dict:
     per layer its gain, its error and chance's (positions), its gain on the fitting windows; `best`, the layer
     whose fitting-window gain is highest, and that layer's error at each position."""
     pos = cfg["pos"]
-    res, model = train_small(cfg, ctx, model_kw={"pos": pos, "emb_scale": True}, prepare=match_norms,
-                             desc=f"{pos} L{cfg['n_layers']} seed {cfg['seed']}")  # fmt: skip
+    res, model = train_small(
+        cfg,
+        ctx,
+        model_kw={"pos": pos, "emb_scale": True},
+        prepare=match_norms,
+        desc=f"{pos} L{cfg['n_layers']} seed {cfg['seed']}",
+    )
     if res.get("diverged_at") is not None:
         return res  # a diverged run is an outcome: nothing to probe
     val, n, B, T = load_corpus().val, cfg["probe_batches"], cfg["batch"], cfg["seq_len"]

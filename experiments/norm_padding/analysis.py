@@ -41,9 +41,9 @@ LOSS = Readout(
     "eval_mixed",
     "eval-mode validation loss",
     "nats/char",
-    definition="per predicted character in eval mode (running statistics), on fixed validation lines (windows "
-    "for the window models; the masked characters for the masked LM) batched eval_batch at a time in random "
-    "order; a diverged run has none",
+    definition="per predicted character in eval mode (running statistics), on fixed validation lines "
+    "(windows for the window models; the masked characters for the masked LM) batched eval_batch at a time "
+    "in random order; a diverged run has none",
     fn=lambda m: m.get("eval_mixed") if m.get("diverged_at") is None else None,
 )
 
@@ -211,8 +211,18 @@ def _interaction(t: pd.DataFrame, arms_: list, norms) -> list[dict]:
             for size, b in (("smallest", small), ("largest", big)):
                 bn = _by_unit(t, part="lines", placement=pl, batch=b, norm=norm)
                 ln = _by_unit(t, part="lines", placement=pl, batch=b, norm="layer")
-                rows += [{"placement": pl, "pair": f"{norm}-ln", "size": size, "batch": b, "unit": u,
-                          "diff": d, "learned": ok} for u, (d, ok) in _diff(bn, ln).items()]  # fmt: skip
+                rows += [
+                    {
+                        "placement": pl,
+                        "pair": f"{norm}-ln",
+                        "size": size,
+                        "batch": b,
+                        "unit": u,
+                        "diff": d,
+                        "learned": ok,
+                    }
+                    for u, (d, ok) in _diff(bn, ln).items()
+                ]
             nulls.add((pl, small, big))
     for pl, small, big in sorted(nulls):
         for pair, src in (("ln", "lines"), ("ln-rerun", "null")):
@@ -221,8 +231,10 @@ def _interaction(t: pd.DataFrame, arms_: list, norms) -> list[dict]:
                 for b in (small, big)
             )
             if s and g:
-                rows += [{"placement": pl, "pair": pair, "unit": u, "diff": d, "learned": ok}
-                         for u, (d, ok) in _diff(s, g).items()]  # fmt: skip
+                rows += [
+                    {"placement": pl, "pair": pair, "unit": u, "diff": d, "learned": ok}
+                    for u, (d, ok) in _diff(s, g).items()
+                ]
     return rows
 
 
@@ -235,12 +247,22 @@ def probe_rows(lines: list[dict]) -> pd.DataFrame:
             continue
         base = {"norm": c["norm"], "batch": c["batch"], "placement": c["placement"], "seed": c["seed"]}
         rows += [{**base, "probe": PROBES["pads"], **e} for e in inv["padding"]]
-        rows += [{**base, "probe": PROBES["nb"], **{k: v for k, v in e.items() if k != "n_neighbours"}}
-                 for e in inv["neighbours"]]  # fmt: skip
+        rows += [
+            {**base, "probe": PROBES["nb"], **{k: v for k, v in e.items() if k != "n_neighbours"}}
+            for e in inv["neighbours"]
+        ]
         for mode, e in inv["leak"].items():
             for probe, tag in ((PROBES["leak"], "same_row"), ("future leak (other rows)", "other_rows")):
-                rows.append({**base, "probe": probe, "mode": mode, "frac": 0.0, "abs": e[f"{tag}_abs"],
-                             "rel": e[f"{tag}_rel"]})  # fmt: skip
+                rows.append(
+                    {
+                        **base,
+                        "probe": probe,
+                        "mode": mode,
+                        "frac": 0.0,
+                        "abs": e[f"{tag}_abs"],
+                        "rel": e[f"{tag}_rel"],
+                    }
+                )
     cols = ["norm", "batch", "placement", "seed", "probe", "mode", "frac", "abs", "rel"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -306,7 +328,8 @@ def observe(runs: list[dict], p: dict, readouts, factor: float) -> dict[str, pd.
             continue
         dev = {f: late_multiple(m, c["steps"], col) for f, col in zip(FLUCT, ("mean", "var"))}
         stats.append({"data": c.get("data", "mlp"), "attn": c.get("attn"), "norm": c.get("norm"),
-                      "placement": c.get("placement"), "batch": c["batch"], "unit": c["seed"], **dev})  # fmt: skip
+                      "placement": c.get("placement"), "batch": c["batch"], "unit": c["seed"],
+                      **dev})  # fmt: skip
         if "data" not in c:
             up = {f: None if v is None else v + math.log2(factor) for f, v in dev.items()}
             stats.append({**stats[-1], "data": f"mlp-x{factor:g}", **up})
@@ -409,8 +432,14 @@ def plot_sweep(t: dict, p: dict, out) -> None:
         here = sw[(sw.setting == st) & (sw.d_model == d)]
         labels = {a: norm_label(st, n) for a, n in zip(here.arm, here.norm)}
         tuned = t["tuned"][t["tuned"].scale == f"d{d}"] if len(t["tuned"]) else t["tuned"]
-        lr_sweep(ax, curves[(curves.d_model == d) & curves.arm.isin(labels)], tuned, labels,
-                 unigram=here.unigram.iloc[0], loss="eval_mixed")  # fmt: skip
+        lr_sweep(
+            ax,
+            curves[(curves.d_model == d) & curves.arm.isin(labels)],
+            tuned,
+            labels,
+            unigram=here.unigram.iloc[0],
+            loss="eval_mixed",
+        )
         ax.set_ylabel("eval-mode validation loss (nats/char)")
         ax.set_title(f"{what.get(st, st)}, d = {d}", fontsize=9)
         ax.legend(fontsize=5.5, loc="best")
@@ -510,12 +539,22 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
     rows = []
     for (data, pl, b, n), g in qdf[qdf.diverged_at.isna()].groupby(["setting", "placement", "batch", "norm"]):
         ce, gap = mean_ci(g.eval_mixed), mean_ci(g.eval_mixed - g.train_mixed)
-        rows.append({"setting": data, "placement": pl, "batch": b, "norm": norm_label(data, n),
-                     "pad fraction (train)": g.pad_frac_train.mean(),
-                     "learned": f"{int(g.learned.sum())}/{len(g)}",
-                     "eval-mode val": ce.mean, "±": ce.half_width, "train-mode val": g.train_mixed.mean(),
-                     "train-mode, sorted by length": g.train_sorted.mean(), "eval − train mode": gap.mean,
-                     "± ": gap.half_width})  # fmt: skip
+        rows.append(
+            {
+                "setting": data,
+                "placement": pl,
+                "batch": b,
+                "norm": norm_label(data, n),
+                "pad fraction (train)": g.pad_frac_train.mean(),
+                "learned": f"{int(g.learned.sum())}/{len(g)}",
+                "eval-mode val": ce.mean,
+                "±": ce.half_width,
+                "train-mode val": g.train_mixed.mean(),
+                "train-mode, sorted by length": g.train_sorted.mean(),
+                "eval − train mode": gap.mean,
+                "± ": gap.half_width,
+            }
+        )
     out.table(
         "quality",
         pd.DataFrame(rows),
@@ -585,9 +624,20 @@ def stat_frame(runs) -> pd.DataFrame:
         )
         for layer, d in m["stats"].items():
             for s, md, vd, n in zip(d["step"], d["mean_dev"], d["var_dev"], d["n"]):
-                rows.append({"setting": setting, "seed": c["seed"], "layer": layer, "step": s,
-                             "late": s >= c["steps"] // 2, "n": n, "mean_dev": md, "var_dev": vd,
-                             "mean_x": md * math.sqrt(n), "var_x": vd * math.sqrt(n / 2)})  # fmt: skip
+                rows.append(
+                    {
+                        "setting": setting,
+                        "seed": c["seed"],
+                        "layer": layer,
+                        "step": s,
+                        "late": s >= c["steps"] // 2,
+                        "n": n,
+                        "mean_dev": md,
+                        "var_dev": vd,
+                        "mean_x": md * math.sqrt(n),
+                        "var_x": vd * math.sqrt(n / 2),
+                    }
+                )
     return pd.DataFrame(rows)
 
 

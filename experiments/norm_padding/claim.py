@@ -52,32 +52,67 @@ def _batch_subclaims(lines, wins, enc: dict, fl) -> tuple:
     """Sub-claims c (small batches) and d (train/inference mismatch), with their leaky variants."""
     at = view.cells_at
     small = ", ".join(f"{pl}: {s} vs {g} lines" for pl, (s, g) in view.sizes(lines, "batch_causal").items())
-    gap = dict(table="interaction", a=arm("largest batch", size="largest"), b=arm("smallest batch", size="smallest"),
-               guard=LEARNED, margin=MARGIN, where="all")  # fmt: skip
+    gap = dict(
+        table="interaction",
+        a=arm("largest batch", size="largest"),
+        b=arm("smallest batch", size="smallest"),
+        guard=LEARNED,
+        margin=MARGIN,
+        where="all",
+    )
     modes = dict(table="modes", guard=LEARNED, margin=MARGIN, where="all")
     mode_cells = lambda st, arms_, n: tuple(  # noqa: E731
         cell(c.label, **dict(c.where), norm=n) for c in at(st, arms_, n)
     )
     return (
-        SubClaim("c", f"Small batches: (BN causal − LN) larger at the smallest batch than at the largest "
-                 f"({small}; one rate)", Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_causal"),
-                 noise="null-gap" if fl else None, counts=False, **gap,
-                 note="Reported, not counted: no learning-rate sweep at the small batch."),
-        SubClaim("c-leaky", "Small batches with BN masked (which leaks later tokens in train mode)",
-                 Better("a"), (GAP,), cells=view.interaction_cells(lines, "batch_masked"), counts=False,
-                 **gap),
-        SubClaim("d", "Train/inference mismatch: one leak-free BN model worse with running than with batch "
-                 "statistics (causal statistics, and BN in the masked LM)", Better("a"), (MODE,),
-                 a=arm("train mode", mode="train"), b=arm("eval mode", mode="eval"),
-                 cells=mode_cells("lines", lines, "batch_causal") + mode_cells("windows", wins, "batch_causal")
-                 + mode_cells("enc-windows", enc["enc-windows"], "batch")
-                 + mode_cells("enc-lines", enc["enc-lines"], "batch_masked"), **modes,
-                 note="No null pair: both readouts come from one run."),
-        SubClaim("d-leaky", "Train/inference gap of BN masked in the causal LM (its train mode sees later "
-                 "tokens)", Better("a"), (MODE,), a=arm("train mode", mode="train"), b=arm("eval mode", mode="eval"),
-                 cells=mode_cells("lines", lines, "batch_masked") + mode_cells("windows", wins, "batch_masked"),
-                 counts=False, **modes),
-    )  # fmt: skip
+        SubClaim(
+            "c",
+            f"Small batches: (BN causal − LN) larger at the smallest batch than at the largest "
+            f"({small}; one rate)",
+            Better("a"),
+            (GAP,),
+            cells=view.interaction_cells(lines, "batch_causal"),
+            noise="null-gap" if fl else None,
+            counts=False,
+            **gap,
+            note="Reported, not counted: no learning-rate sweep at the small batch.",
+        ),
+        SubClaim(
+            "c-leaky",
+            "Small batches with BN masked (which leaks later tokens in train mode)",
+            Better("a"),
+            (GAP,),
+            cells=view.interaction_cells(lines, "batch_masked"),
+            counts=False,
+            **gap,
+        ),
+        SubClaim(
+            "d",
+            "Train/inference mismatch: one leak-free BN model worse with running than with batch "
+            "statistics (causal statistics, and BN in the masked LM)",
+            Better("a"),
+            (MODE,),
+            a=arm("train mode", mode="train"),
+            b=arm("eval mode", mode="eval"),
+            cells=mode_cells("lines", lines, "batch_causal")
+            + mode_cells("windows", wins, "batch_causal")
+            + mode_cells("enc-windows", enc["enc-windows"], "batch")
+            + mode_cells("enc-lines", enc["enc-lines"], "batch_masked"),
+            **modes,
+            note="No null pair: both readouts come from one run.",
+        ),
+        SubClaim(
+            "d-leaky",
+            "Train/inference gap of BN masked in the causal LM (its train mode sees later tokens)",
+            Better("a"),
+            (MODE,),
+            a=arm("train mode", mode="train"),
+            b=arm("eval mode", mode="eval"),
+            cells=mode_cells("lines", lines, "batch_masked") + mode_cells("windows", wins, "batch_masked"),
+            counts=False,
+            **modes,
+        ),
+    )
 
 
 def _probe_subclaims(p: dict, lines, ln, bn, masked, causal) -> tuple:
@@ -111,18 +146,45 @@ def _probe_subclaims(p: dict, lines, ln, bn, masked, causal) -> tuple:
 
 def _null_pairs(p: dict, ln, sl, se, fl) -> tuple:
     """The null pairs that have a cell in this profile."""
-    return tuple(n for n in (
-        NullPair("null", ln, arm("LN rerun", norm="layer", part="null"), (LOSS,), seed_offset=NULL_OFFSET,
-                 cells=tuple(view.cell_of(*c) for c in p["null_cells"])),
-        NullPair("null-lines", arm("LN", **dict(view.cell_of(*sl).where), norm="layer"),
-                 arm("LN rerun", **{**dict(view.cell_of(*sl).where), "part": "null"}, norm="layer"),
-                 (LOSS,), seed_offset=NULL_OFFSET, cells=ALL if list(sl) in p["null_cells"] else ()),
-        NullPair("null-enc", arm("LN", **dict(view.cell_of(*se).where), norm="layer"),
-                 arm("LN rerun", **{**dict(view.cell_of(*se).where), "part": "null"}, norm="layer"),
-                 (LOSS,), seed_offset=NULL_OFFSET, cells=ALL if list(se) in p["null_cells"] else ()),
-        NullPair("null-gap", arm("LN, smallest − largest", pair="ln"), arm("rerun", pair="ln-rerun"),
-                 (GAP,), table="interaction", cells=fl, seed_offset=NULL_OFFSET),
-    ) if n.cells)  # fmt: skip
+    return tuple(
+        n
+        for n in (
+            NullPair(
+                "null",
+                ln,
+                arm("LN rerun", norm="layer", part="null"),
+                (LOSS,),
+                seed_offset=NULL_OFFSET,
+                cells=tuple(view.cell_of(*c) for c in p["null_cells"]),
+            ),
+            NullPair(
+                "null-lines",
+                arm("LN", **dict(view.cell_of(*sl).where), norm="layer"),
+                arm("LN rerun", **{**dict(view.cell_of(*sl).where), "part": "null"}, norm="layer"),
+                (LOSS,),
+                seed_offset=NULL_OFFSET,
+                cells=ALL if list(sl) in p["null_cells"] else (),
+            ),
+            NullPair(
+                "null-enc",
+                arm("LN", **dict(view.cell_of(*se).where), norm="layer"),
+                arm("LN rerun", **{**dict(view.cell_of(*se).where), "part": "null"}, norm="layer"),
+                (LOSS,),
+                seed_offset=NULL_OFFSET,
+                cells=ALL if list(se) in p["null_cells"] else (),
+            ),
+            NullPair(
+                "null-gap",
+                arm("LN, smallest − largest", pair="ln"),
+                arm("rerun", pair="ln-rerun"),
+                (GAP,),
+                table="interaction",
+                cells=fl,
+                seed_offset=NULL_OFFSET,
+            ),
+        )
+        if n.cells
+    )
 
 
 class NormPadding(Experiment):
@@ -133,63 +195,155 @@ class NormPadding(Experiment):
     profiles = {
         "quick": {
             "line_arms": [["pre", 2, n] for n in ("layer", "batch_masked", "batch_causal")]
-                         + [["pre", 4, n] for n in NORMS] + [["post", 4, n] for n in ("layer", "batch_masked")],
+            + [["pre", 4, n] for n in NORMS]
+            + [["post", 4, n] for n in ("layer", "batch_masked")],
             "window_arms": [["pre", 4, n] for n in ("layer", "batch_masked", "batch_causal")],
-            "enc_arms": [["enc-windows", "pre", 4, "layer"], ["enc-windows", "pre", 4, "batch"],
-                         ["enc-lines", "pre", 4, "layer"], ["enc-lines", "pre", 4, "batch"],
-                         ["enc-lines", "pre", 4, "batch_masked"]],
-            "null_cells": [["lines", "pre", 2], ["lines", "pre", 4], ["windows", "pre", 4],
-                           ["enc-windows", "pre", 4]],
+            "enc_arms": [
+                ["enc-windows", "pre", 4, "layer"],
+                ["enc-windows", "pre", 4, "batch"],
+                ["enc-lines", "pre", 4, "layer"],
+                ["enc-lines", "pre", 4, "batch"],
+                ["enc-lines", "pre", 4, "batch_masked"],
+            ],
+            "null_cells": [
+                ["lines", "pre", 2],
+                ["lines", "pre", 4],
+                ["windows", "pre", 4],
+                ["enc-windows", "pre", 4],
+            ],
             "sweep_arms": [["lines", "pre", 4, n] for n in ("layer", "batch", "batch_masked")]
-                          + [["enc-windows", "pre", 4, n] for n in ("layer", "batch")],
-            "scale_settings": ["enc-windows"], "scales": [32, 48], "rates": [5e-4, 1e-3],
-            "selection_seeds": [10], "rate_factors": [0.5, 1.0], "rate_extend": 1, "seeds": [0, 1],
-            "d_model": 32, "n_layers": 2, "n_heads": 2, "steps": 10, "lr": 1e-3, "warmup": 2, "min_len": 8,
-            "max_len": 48, "n_val_lines": 16, "eval_batch": 8, "stat_every": 2, "threads": 1, "seq_len": 32,
-            "mask_rate": 0.15, "mlp_batch": 64, "mlp_width": 32, "mlp_in": 16, "inv_T0": 8, "inv_K": 3,
-            "inv_neighbours": [2], "inv_draws": 1, "pad_fracs": [0.5, 0.8],
+            + [["enc-windows", "pre", 4, n] for n in ("layer", "batch")],
+            "scale_settings": ["enc-windows"],
+            "scales": [32, 48],
+            "rates": [5e-4, 1e-3],
+            "selection_seeds": [10],
+            "rate_factors": [0.5, 1.0],
+            "rate_extend": 1,
+            "seeds": [0, 1],
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 2,
+            "steps": 10,
+            "lr": 1e-3,
+            "warmup": 2,
+            "min_len": 8,
+            "max_len": 48,
+            "n_val_lines": 16,
+            "eval_batch": 8,
+            "stat_every": 2,
+            "threads": 1,
+            "seq_len": 32,
+            "mask_rate": 0.15,
+            "mlp_batch": 64,
+            "mlp_width": 32,
+            "mlp_in": 16,
+            "inv_T0": 8,
+            "inv_K": 3,
+            "inv_neighbours": [2],
+            "inv_draws": 1,
+            "pad_fracs": [0.5, 0.8],
         },
         "default": {
             "line_arms": [["pre", 2, n] for n in ("layer", "batch_masked", "batch_causal")]
-                         + [["pre", 16, n] for n in NORMS] + [["post", 16, n] for n in ("layer", "batch_masked")],
+            + [["pre", 16, n] for n in NORMS]
+            + [["post", 16, n] for n in ("layer", "batch_masked")],
             "window_arms": [["pre", 16, n] for n in ("layer", "batch_masked", "batch_causal")],
-            "enc_arms": [["enc-windows", "pre", 16, "layer"], ["enc-windows", "pre", 16, "batch"],
-                         ["enc-lines", "pre", 16, "layer"], ["enc-lines", "pre", 16, "batch"],
-                         ["enc-lines", "pre", 16, "batch_masked"]],
-            "null_cells": [["lines", "pre", 2], ["lines", "pre", 16], ["windows", "pre", 16],
-                           ["enc-windows", "pre", 16]],
+            "enc_arms": [
+                ["enc-windows", "pre", 16, "layer"],
+                ["enc-windows", "pre", 16, "batch"],
+                ["enc-lines", "pre", 16, "layer"],
+                ["enc-lines", "pre", 16, "batch"],
+                ["enc-lines", "pre", 16, "batch_masked"],
+            ],
+            "null_cells": [
+                ["lines", "pre", 2],
+                ["lines", "pre", 16],
+                ["windows", "pre", 16],
+                ["enc-windows", "pre", 16],
+            ],
             "sweep_arms": [["lines", "pre", 16, n] for n in ("layer", "batch", "batch_masked")]
-                          + [["enc-windows", "pre", 16, n] for n in ("layer", "batch")],
-            "scale_settings": ["lines", "enc-windows"], "scales": [64, 136],
-            "rates": [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3], "selection_seeds": [100, 101, 102],
-            "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
-            "seeds": [0, 1, 2, 3, 4], "d_model": 64, "n_layers": 2, "n_heads": 4, "steps": 1500, "lr": 1e-3,
-            "warmup": 150, "min_len": 8, "max_len": 96, "n_val_lines": 384, "eval_batch": 64,
-            "stat_every": 25, "threads": 0, "seq_len": 32, "mask_rate": 0.15, "mlp_batch": 512,
-            "mlp_width": 128, "mlp_in": 32, "inv_T0": 16, "inv_K": 4, "inv_neighbours": [4, 28],
-            "inv_draws": 6, "pad_fracs": [0.2, 0.4, 0.6, 0.8],
+            + [["enc-windows", "pre", 16, n] for n in ("layer", "batch")],
+            "scale_settings": ["lines", "enc-windows"],
+            "scales": [64, 136],
+            "rates": [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3],
+            "selection_seeds": [100, 101, 102],
+            "rate_factors": [0.25, 0.5, 1.0],
+            "rate_extend": 2,
+            "seeds": [0, 1, 2, 3, 4],
+            "d_model": 64,
+            "n_layers": 2,
+            "n_heads": 4,
+            "steps": 1500,
+            "lr": 1e-3,
+            "warmup": 150,
+            "min_len": 8,
+            "max_len": 96,
+            "n_val_lines": 384,
+            "eval_batch": 64,
+            "stat_every": 25,
+            "threads": 0,
+            "seq_len": 32,
+            "mask_rate": 0.15,
+            "mlp_batch": 512,
+            "mlp_width": 128,
+            "mlp_in": 32,
+            "inv_T0": 16,
+            "inv_K": 4,
+            "inv_neighbours": [4, 28],
+            "inv_draws": 6,
+            "pad_fracs": [0.2, 0.4, 0.6, 0.8],
         },
         "full": {
             "line_arms": [[pl, b, n] for pl in ("pre", "post") for b in (4, 64) for n in NORMS],
-            "window_arms": [[pl, 64, n] for pl in ("pre", "post")
-                            for n in ("layer", "batch_masked", "batch_causal")],
-            "enc_arms": [[st, pl, 64, n] for st in ("enc-windows", "enc-lines") for pl in ("pre", "post")
-                         for n in ("layer", "batch", "batch_masked")],
-            "null_cells": [["lines", "pre", 64], ["lines", "post", 64], ["windows", "pre", 64],
-                           ["enc-windows", "pre", 64], ["enc-lines", "pre", 64]],
-            "sweep_arms": [["lines", "pre", 64, n]
-                           for n in ("layer", "batch", "batch_masked")]
-                          + [["enc-windows", "pre", 64, n] for n in ("layer", "batch")],
-            "scale_settings": ["lines", "enc-windows"], "scales": [256, 512],
-            "rates": [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], "selection_seeds": [100, 101, 102],
-            "rate_factors": [0.25, 0.5, 1.0], "rate_extend": 2,
-            "seeds": [0, 1, 2, 3, 4], "d_model": 256, "n_layers": 6, "n_heads": 8, "steps": 4000, "lr": 5e-4,
-            "warmup": 400, "min_len": 8, "max_len": 96, "n_val_lines": 4096, "eval_batch": 64,
-            "stat_every": 20, "threads": 0, "seq_len": 32, "mask_rate": 0.15, "mlp_batch": 4096,
-            "mlp_width": 256, "mlp_in": 32, "inv_T0": 16, "inv_K": 8, "inv_neighbours": [8, 56],
-            "inv_draws": 10, "pad_fracs": [0.2, 0.4, 0.6, 0.8],
+            "window_arms": [
+                [pl, 64, n] for pl in ("pre", "post") for n in ("layer", "batch_masked", "batch_causal")
+            ],
+            "enc_arms": [
+                [st, pl, 64, n]
+                for st in ("enc-windows", "enc-lines")
+                for pl in ("pre", "post")
+                for n in ("layer", "batch", "batch_masked")
+            ],
+            "null_cells": [
+                ["lines", "pre", 64],
+                ["lines", "post", 64],
+                ["windows", "pre", 64],
+                ["enc-windows", "pre", 64],
+                ["enc-lines", "pre", 64],
+            ],
+            "sweep_arms": [["lines", "pre", 64, n] for n in ("layer", "batch", "batch_masked")]
+            + [["enc-windows", "pre", 64, n] for n in ("layer", "batch")],
+            "scale_settings": ["lines", "enc-windows"],
+            "scales": [256, 512],
+            "rates": [1.25e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3],
+            "selection_seeds": [100, 101, 102],
+            "rate_factors": [0.25, 0.5, 1.0],
+            "rate_extend": 2,
+            "seeds": [0, 1, 2, 3, 4],
+            "d_model": 256,
+            "n_layers": 6,
+            "n_heads": 8,
+            "steps": 4000,
+            "lr": 5e-4,
+            "warmup": 400,
+            "min_len": 8,
+            "max_len": 96,
+            "n_val_lines": 4096,
+            "eval_batch": 64,
+            "stat_every": 20,
+            "threads": 0,
+            "seq_len": 32,
+            "mask_rate": 0.15,
+            "mlp_batch": 4096,
+            "mlp_width": 256,
+            "mlp_in": 32,
+            "inv_T0": 16,
+            "inv_K": 8,
+            "inv_neighbours": [8, 56],
+            "inv_draws": 10,
+            "pad_fracs": [0.2, 0.4, 0.6, 0.8],
         },
-    }  # fmt: skip
+    }
     parts = (
         Part("lines", grid_lines, NP.padded_lm),
         Part("null", grid_null, NP.padded_lm),
@@ -229,21 +383,28 @@ class NormPadding(Experiment):
 
         return Declaration((
             SubClaim("a-fixed", "Padding: BN counting pads worse than BN masking them, one rate (causal LM, "
-                     "padded lines)", Better("a"), a=masked, b=bn, **fx("lines", lines, "batch", "batch_masked"),
+                     "padded lines)", Better("a"), a=masked, b=bn,
+                     **fx("lines", lines, "batch", "batch_masked"),
                      counts=False, note="The arms differ only in which positions enter BN's statistics."),
             SubClaim("a", "Padding: BN counting pads worse than BN masking them, each at its own best rate "
-                     f"(causal LM, padded lines, {sl[1]}-norm, batch {sl[2]})", Better("a"), a=in_lines("batch_masked"),
+                     f"(causal LM, padded lines, {sl[1]}-norm, batch {sl[2]})", Better("a"),
+                     a=in_lines("batch_masked"),
                      b=in_lines("batch"), cells=at_l, control="a-fixed", noise="null-lines", **tune),
-            SubClaim("a-enc", "Padding in the masked LM: BN counting pads worse than BN masking them, one rate",
-                     Better("a"), a=masked, b=bn, **fx("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
+            SubClaim("a-enc",
+                     "Padding in the masked LM: BN counting pads worse than BN masking them, one rate",
+                     Better("a"), a=masked, b=bn,
+                     **fx("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
                      counts=False),
-            SubClaim("b-fixed", "Batch statistics without padding or leak: BN worse than LN, masked LM on fixed "
-                     "windows, one rate", Better("a"), a=ln, b=arm("BN", norm="batch"), **fx("enc-windows", enc["enc-windows"],
+            SubClaim("b-fixed",
+                     "Batch statistics without padding or leak: BN worse than LN, masked LM on fixed "
+                     "windows, one rate", Better("a"), a=ln, b=arm("BN", norm="batch"),
+                     **fx("enc-windows", enc["enc-windows"],
                      "layer", "batch"), counts=False),
             SubClaim("b", "Batch statistics without padding or leak: BN worse than LN, each at its own best "
                      "rate (masked LM, fixed windows)", Better("a"), a=in_enc("layer"), b=in_enc("batch"),
                      cells=at_e, control="b-fixed", noise="null-enc", **tune),
-            SubClaim("b-causal", "Causal LM on fixed windows: BN with causal statistics (no leak) worse than LN, "
+            SubClaim("b-causal",
+                     "Causal LM on fixed windows: BN with causal statistics (no leak) worse than LN, "
                      "one rate", Better("a"), a=ln, b=causal, **fx("windows", wins, "layer", "batch_causal"),
                      counts=False),
             SubClaim("b-leaky", "Causal LM on fixed windows: BN (batch statistics, which leak later tokens) "
@@ -256,7 +417,8 @@ class NormPadding(Experiment):
             SubClaim("naive-fixed", "BN counting pads worse than LN, one rate (padded lines)", Better("a"),
                      a=ln, b=bn, **fx("lines", lines, "layer", "batch"), counts=False),
             SubClaim("power", "PowerNorm better than LN (the anchors' finding; padded lines, one rate)",
-                     Better("b"), a=ln, b=arm("PowerNorm", norm="power"), **fx("lines", lines, "layer", "power"),
+                     Better("b"), a=ln, b=arm("PowerNorm", norm="power"),
+                     **fx("lines", lines, "layer", "power"),
                      counts=False),
             *_probe_subclaims(p, lines, ln, bn, masked, causal),
         ), _null_pairs(p, ln, sl, se, fl))  # fmt: skip

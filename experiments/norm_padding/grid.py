@@ -96,10 +96,15 @@ def lm_config(cfg: dict, vocab: int) -> ModelConfig:
     """The causal LM's `ModelConfig` as `claims.norm_padding.build_lm` makes it for a norm of `ModelConfig`'s
     (LayerNorm, BatchNorm): what validates a profile's sizes without building the model."""
     return ModelConfig(
-        vocab_size=vocab, d_model=cfg["d_model"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
-        placement=cfg["placement"], norm=cfg["norm"], causal=True,
+        vocab_size=vocab,
+        d_model=cfg["d_model"],
+        n_layers=cfg["n_layers"],
+        n_heads=cfg["n_heads"],
+        placement=cfg["placement"],
+        norm=cfg["norm"],
+        causal=True,
         max_seq_len=max(cfg["max_len"] - 1, cfg["seq_len"]),
-    )  # fmt: skip
+    )
 
 
 def _lm_common(p):

@@ -34,7 +34,8 @@ def group_scaling(x: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
 class _PowerFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, psi2_fwd, psi2_batch, nu, w, alpha_bkw: float, eps: float):
-        """x (N, d); psi2_fwd (d,) the statistic that divides; psi2_batch (d,); nu (d,) buffer; w (N, 1) real-token weights."""
+        """x (N, d); psi2_fwd (d,) the statistic that divides; psi2_batch (d,); nu (d,) buffer; w (N, 1)
+        real-token weights."""
         z = x * torch.rsqrt(psi2_fwd + eps)
         ctx.save_for_backward(z, psi2_batch, weight, nu, w)
         ctx.alpha_bkw, ctx.eps = alpha_bkw, eps

@@ -34,11 +34,12 @@ from .powernorm import PowerNorm
 class CausalBatchNorm(TokenBatchNorm):
     """BatchNorm without the future: in training, position t of every line is normalised with the mean and
     variance over the real tokens at positions <= t of all lines of the batch, so no output depends on a
-    later token (train-mode BatchNorm's leak in a causal LM) while it still depends on its batch, and gradients
-    flow through the statistics as in BatchNorm. Eval mode uses running averages of the same statistics, one
-    per position (`pos_mean`, `pos_var`: (max_len, d), unbiased, BatchNorm's momentum), so that inference sees
-    what training saw; the whole batch's running statistics are kept too, for the statistics record. The
-    statistics at early positions pool fewer tokens (B at t = 0): noisier, as a small batch's."""
+    later token (train-mode BatchNorm's leak in a causal LM) while it still depends on its batch, and
+    gradients flow through the statistics as in BatchNorm. Eval mode uses running averages of the same
+    statistics, one per position (`pos_mean`, `pos_var`: (max_len, d), unbiased, BatchNorm's momentum), so
+    that inference sees what training saw; the whole batch's running statistics are kept too, for the
+    statistics record. The statistics at early positions pool fewer tokens (B at t = 0): noisier, as a small
+    batch's."""
 
     def __init__(self, d: int, max_len: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__(d, eps, momentum, masked=True)
@@ -100,10 +101,15 @@ def build_lm(cfg: dict, vocab: int) -> nn.Module:
     swap = cfg["norm"] in ("power", "batch_causal")
     enc = cfg["attn"] == "bidirectional"
     mc = ModelConfig(
-        vocab_size=vocab + enc, d_model=cfg["d_model"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
-        placement=cfg["placement"], norm="layer" if swap else cfg["norm"], causal=not enc,
+        vocab_size=vocab + enc,
+        d_model=cfg["d_model"],
+        n_layers=cfg["n_layers"],
+        n_heads=cfg["n_heads"],
+        placement=cfg["placement"],
+        norm="layer" if swap else cfg["norm"],
+        causal=not enc,
         max_seq_len=max(cfg["max_len"] - 1, cfg["seq_len"]),
-    )  # fmt: skip
+    )
     model = MaskedLM(mc) if enc else LM(mc)
     if swap:
 
@@ -147,7 +153,8 @@ def fixed_subset(lines: list[torch.Tensor], n: int, seed: int = 1234) -> list[to
 
 
 def line_batches(lines: list[torch.Tensor], size: int, order: str) -> list[tuple]:
-    """Consecutive groups of `size` lines, padded to each group's longest: in the given order or sorted by length."""
+    """Consecutive groups of `size` lines, padded to each group's longest: in the given order or sorted by
+    length."""
     if order == "sorted":
         lines = sorted(lines, key=lambda t: t.numel())
     return [pad_batch(lines[i : i + size]) for i in range(0, len(lines), size)]
@@ -243,7 +250,8 @@ def _logits(model64: nn.Module, x: torch.Tensor, mask: torch.Tensor, train_mode:
 
 
 def _change(ref: torch.Tensor, new: torch.Tensor) -> tuple[float, float]:
-    """Max absolute change and max per-token relative change ||new - ref|| / ||ref|| over (K, T0, V) logits."""
+    """Max absolute change and max per-token relative change ||new - ref|| / ||ref|| over (K, T0, V)
+    logits."""
     diff = new - ref
     return float(diff.abs().max()), float((diff.norm(dim=-1) / ref.norm(dim=-1)).max())
 
@@ -251,7 +259,8 @@ def _change(ref: torch.Tensor, new: torch.Tensor) -> tuple[float, float]:
 def invariance_probe(
     model: nn.Module, targets: torch.Tensor, pool: list[torch.Tensor], p: dict, gen: torch.Generator
 ) -> dict:
-    """The same K target sequences (K, T0) under different batch compositions, in float64, train and eval mode.
+    """The same K target sequences (K, T0) under different batch compositions, in float64, train and eval
+    mode.
 
     padding:    the targets right-padded to T = T0 / (1 - f) (same neighbours, only pads added);
     neighbours: the targets next to n other lines, all padded to the longest;
@@ -359,7 +368,8 @@ def _padded_lm(cfg: dict, ctx) -> dict:
             pad_seen.append(0.0)
             return task(random_windows(corpus.train, B, cfg["seq_len"], g), g)
 
-        # as many windows as lines for the masked LM (it predicts 1 in 1 / mask_rate tokens), a quarter for the LM
+        # as many windows as lines for the masked LM (it predicts 1 in 1 / mask_rate tokens), a quarter for
+        # the LM
         n_win = max(cfg["n_val_lines"] // (1 if enc else 4), cfg["eval_batch"])
         eb, sl = cfg["eval_batch"], cfg["seq_len"]
         evals = {
@@ -397,8 +407,10 @@ def bn_mlp(cfg: dict, ctx) -> dict:
 def _bn_mlp(cfg: dict, ctx) -> dict:
     gen = torch.Generator().manual_seed(cfg["seed"])
     d, w, classes = cfg["d_in"], cfg["width"], 10
-    teacher = [torch.randn(d, 4 * d, generator=gen) / math.sqrt(d),
-               torch.randn(4 * d, classes, generator=gen) / math.sqrt(4 * d)]  # fmt: skip
+    teacher = [
+        torch.randn(d, 4 * d, generator=gen) / math.sqrt(d),
+        torch.randn(4 * d, classes, generator=gen) / math.sqrt(4 * d),
+    ]
 
     def draw(n):
         x = torch.randn(n, d, generator=gen)
@@ -427,6 +439,8 @@ def _bn_mlp(cfg: dict, ctx) -> dict:
     with torch.no_grad():
         acc = float((model(test_x.to(ctx.device)).argmax(-1).cpu() == test_y).float().mean())
     return {
-        "stats": stats, "final_train_loss": float(loss.detach()), "test_acc": acc,
+        "stats": stats,
+        "final_train_loss": float(loss.detach()),
+        "test_acc": acc,
         "chance": float(torch.bincount(test_y, minlength=classes).max()) / len(test_y),
-    }  # fmt: skip
+    }

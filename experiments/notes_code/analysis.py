@@ -39,32 +39,63 @@ SHORT = {
     "no_wo": "no W^O (001 <4.7>)",
 }
 
-RUNS = Readout("runs", "ran as written", better="higher", fmt=".0f",
-               definition="1 if the snippet, as the note writes it, ran in float32 on the run's device "
-               "without an exception, else 0 (the exception is in the snippets table)")  # fmt: skip
-ERR_REF = Readout("err_ref", "relative max error against the library", fmt=".2g",
-                  definition="max|y − y_lib| ÷ max|y_lib| in float64, the snippet (changed only where it "
-                  "cannot run) against the library's module with the same weights (explicit attention "
-                  "path)")  # fmt: skip
-ERR_SDPA = Readout("err_sdpa", "relative max error against SDPA", fmt=".2g",
-                   definition="the same against the library's attention on PyTorch's "
-                   "scaled_dot_product_attention")  # fmt: skip
-REPEAT = Readout("repeat_diff", "max |y₁ − y₂|, one input twice", fmt=".2g",
-                 definition="the largest difference between two calls on the same input (eval mode, "
-                 "float64)")  # fmt: skip
-UNREG = Readout("unregistered", "weights built inside forward", "values", fmt=".0f",
-                definition="the number of parameter values modules build while the snippet runs: they are "
-                "not in its .parameters(), so no optimiser trains them")  # fmt: skip
-MISMATCH = Readout("mismatch", "mask entries that differ", fmt=".0f",
-                   definition="entries where the note's mask (True = masked) differs from the complement of "
-                   "the library's build_mask (True = may attend)")  # fmt: skip
-PE_ERR = Readout("pe_err", "max abs error of the positional table, as written", fmt=".2g",
-                 definition="max |PE_note − PE_lib| over every position and feature, the note's float32 "
-                 "table against the library's (computed in float64, stored in float32), and over the "
-                 "encoder's input after the table is added in the note's layout")  # fmt: skip
-PE_ERR64 = Readout("pe_err64", "the same, the note's formula in float64", fmt=".2g",
-                   definition="the note's formula evaluated in float64 against the library's float32 "
-                   "table")  # fmt: skip
+RUNS = Readout(
+    "runs",
+    "ran as written",
+    better="higher",
+    fmt=".0f",
+    definition="1 if the snippet, as the note writes it, ran in float32 on the run's device "
+    "without an exception, else 0 (the exception is in the snippets table)",
+)
+ERR_REF = Readout(
+    "err_ref",
+    "relative max error against the library",
+    fmt=".2g",
+    definition="max|y − y_lib| ÷ max|y_lib| in float64, the snippet (changed only where it "
+    "cannot run) against the library's module with the same weights (explicit attention "
+    "path)",
+)
+ERR_SDPA = Readout(
+    "err_sdpa",
+    "relative max error against SDPA",
+    fmt=".2g",
+    definition="the same against the library's attention on PyTorch's scaled_dot_product_attention",
+)
+REPEAT = Readout(
+    "repeat_diff",
+    "max |y₁ − y₂|, one input twice",
+    fmt=".2g",
+    definition="the largest difference between two calls on the same input (eval mode, float64)",
+)
+UNREG = Readout(
+    "unregistered",
+    "weights built inside forward",
+    "values",
+    fmt=".0f",
+    definition="the number of parameter values modules build while the snippet runs: they are "
+    "not in its .parameters(), so no optimiser trains them",
+)
+MISMATCH = Readout(
+    "mismatch",
+    "mask entries that differ",
+    fmt=".0f",
+    definition="entries where the note's mask (True = masked) differs from the complement of "
+    "the library's build_mask (True = may attend)",
+)
+PE_ERR = Readout(
+    "pe_err",
+    "max abs error of the positional table, as written",
+    fmt=".2g",
+    definition="max |PE_note − PE_lib| over every position and feature, the note's float32 "
+    "table against the library's (computed in float64, stored in float32), and over the "
+    "encoder's input after the table is added in the note's layout",
+)
+PE_ERR64 = Readout(
+    "pe_err64",
+    "the same, the note's formula in float64",
+    fmt=".2g",
+    definition="the note's formula evaluated in float64 against the library's float32 table",
+)
 SNIPPET_READOUTS = (RUNS, ERR_REF, ERR_SDPA, REPEAT, UNREG, MISMATCH, PE_ERR, PE_ERR64)
 
 
@@ -78,8 +109,14 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
         for r in part(runs, "snippets")
         for row in r["metrics"]["rows"]
     ]
-    cols = ["snippet", "unit", "exception", "registered", "unregistered_names", *(x.column for x in
-            SNIPPET_READOUTS)]  # fmt: skip
+    cols = [
+        "snippet",
+        "unit",
+        "exception",
+        "registered",
+        "unregistered_names",
+        *(x.column for x in SNIPPET_READOUTS),
+    ]
     snippets = pd.DataFrame(rows, columns=cols).astype({x.column: float for x in SNIPPET_READOUTS})
     sel, sc = set(p["selection_seeds"]), scales(p)
     labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
@@ -88,19 +125,25 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
         return "null" if c["seed"] >= null_offset else "selection" if c["seed"] in sel else "test"
 
     t = runs_table(
-        part(runs, "train"), readouts, role=role,
+        part(runs, "train"),
+        readouts,
+        role=role,
         scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
-        init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"],
+        init_loss=lambda c, m: m["val_loss"][0],
+        unigram=lambda c, m: m["unigram_xent"],
         n_params=lambda c, m: m["n_params"],
-    )  # fmt: skip
+    )
     swept = t[t.role.isin(["selection", "test"])] if len(t) else t
     choices, tuned, _ = read_sweep(
         swept, {k: {"arm": k} for k in ARMS}, {labels[k]: {"d_model": k[0], "n_layers": k[1]} for k in labels}
     )
     return {
-        "snippets": snippets, "runs": t, "tuned": tuned, "choices": choices,
+        "snippets": snippets,
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
         "first": null_at_choice(t, tuned, choices, "fixed", scale_label(sc[0])),
-    }  # fmt: skip
+    }
 
 
 def device(runs: list[dict]) -> str:
@@ -142,12 +185,14 @@ def plot_snippets(snippets: pd.DataFrame, out) -> None:
         return
     table = snippet_table(snippets).set_index("snippet")
     err = table[[ERR_REF.label, ERR_SDPA.label]].max(axis=1, skipna=True)  # NaN only where neither applies
-    cols = [("ran as written", table[RUNS.label], lambda v: v == 1, ".0f"),
-            ("rel. error vs reference", err, lambda v: v <= 1e-12, ".0e"),
-            ("|y₁ − y₂|, same input", table[REPEAT.label], lambda v: v == 0, ".2g"),
-            ("weights built per call", table[UNREG.label], lambda v: v == 0, ".0f"),
-            ("mask entries that differ", table[MISMATCH.label], lambda v: v == 0, ".0f"),
-            ("PE abs error (float32)", table[PE_ERR.label], lambda v: v <= 1e-3, ".1e")]  # fmt: skip
+    cols = [
+        ("ran as written", table[RUNS.label], lambda v: v == 1, ".0f"),
+        ("rel. error vs reference", err, lambda v: v <= 1e-12, ".0e"),
+        ("|y₁ − y₂|, same input", table[REPEAT.label], lambda v: v == 0, ".2g"),
+        ("weights built per call", table[UNREG.label], lambda v: v == 0, ".0f"),
+        ("mask entries that differ", table[MISMATCH.label], lambda v: v == 0, ".0f"),
+        ("PE abs error (float32)", table[PE_ERR.label], lambda v: v <= 1e-3, ".1e"),
+    ]
     names = [s for s in table.index if s != "library"]
     grid = np.full((len(names), len(cols)), np.nan)
     fig, axes = subplots(1, width=8.4, height=0.36 * len(names) + 1.8)
@@ -160,8 +205,9 @@ def plot_snippets(snippets: pd.DataFrame, out) -> None:
                 grid[i, j] = float(passed)
                 label = format(v, fmt) + (", expected" if s == "001-view-bare" else "")
                 ax.text(j, i, label, ha="center", va="center", fontsize=7)
-    ax.imshow(np.ma.masked_invalid(grid), cmap=ListedColormap(["#f4a6a6", "#a8dba8"]), vmin=0, vmax=1,
-              aspect="auto")  # fmt: skip
+    ax.imshow(
+        np.ma.masked_invalid(grid), cmap=ListedColormap(["#f4a6a6", "#a8dba8"]), vmin=0, vmax=1, aspect="auto"
+    )
     ax.set_facecolor("#e6e6e6")
     ax.set_xticks(range(len(cols)), [c[0] for c in cols], rotation=25, ha="right", fontsize=7.5)
     ax.set_yticks(range(len(names)), [f"{s} ({WHERE[s]})" for s in names], fontsize=7)
@@ -197,9 +243,12 @@ def plot_positions(runs: list[dict], p: dict, tol: float, tol64: float, out) -> 
     ax.plot(prof["last_position"], prof["float64"], "s-", ms=3, label="the same formula in float64")
     ax.axhline(tol, color="C0", ls=":", lw=1, label=f"bound, as written ({tol:g})")
     ax.axhline(tol64, color="C1", ls=":", lw=1, label=f"bound, float64 ({tol64:.2g})")
-    ax.set(yscale="log", xlabel="position (last of each block of positions)",
-           ylabel="max |PE_note − PE_lib| in the block",
-           title="Sinusoidal table against the library's")  # fmt: skip
+    ax.set(
+        yscale="log",
+        xlabel="position (last of each block of positions)",
+        ylabel="max |PE_note − PE_lib| in the block",
+        title="Sinusoidal table against the library's",
+    )
     ax.legend(fontsize=7)
     out.figure(
         "positions",
@@ -226,8 +275,11 @@ def plot_training(runs: list[dict], tuned: pd.DataFrame, p: dict, out) -> None:
         if len(steps):
             lr = rs[0]["config"]["lr"]
             band(ax, steps, mean, lo, hi, label=f"{label}, lr {lr:g} (n={len(rs)})", color=f"C{i}")
-    ax.set(xlabel="training step", ylabel="validation loss (nats/char)",
-           title="Each arm at its chosen rate (fresh seeds)")  # fmt: skip
+    ax.set(
+        xlabel="training step",
+        ylabel="validation loss (nats/char)",
+        title="Each arm at its chosen rate (fresh seeds)",
+    )
     if ax.get_legend_handles_labels()[0]:  # no arm chose a rate yet: nothing to name
         ax.legend(fontsize=6.5)
     out.figure(
@@ -235,8 +287,8 @@ def plot_training(runs: list[dict], tuned: pd.DataFrame, p: dict, out) -> None:
         fig,
         f"Validation loss of the small LM ({p['scales'][0][0]} wide, {p['scales'][0][1]} post-LN blocks, "
         f"{p['steps']} steps) whose attention sublayer is, in every block, the fixed module or one of the "
-        "notes' "
-        f"defects; each at its chosen peak rate, mean and 95% band over the {len(p['seeds'])} fresh seeds.",
+        f"notes' defects; each at its chosen peak rate, mean and 95% band over the {len(p['seeds'])} fresh "
+        "seeds.",
     )
 
 
@@ -244,9 +296,18 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     from tfclaims.evidence.plots import model_sweep_figure
 
     sc = scales(p)
-    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], SHORT, arm_column="arm", per="model size",
-                       each="arm",
-                       note=": the runs every comparison reads")  # fmt: skip
+    model_sweep_figure(
+        out,
+        t,
+        p,
+        sc,
+        [scale_label(s) for s in sc],
+        SHORT,
+        arm_column="arm",
+        per="model size",
+        each="arm",
+        note=": the runs every comparison reads",
+    )
 
 
 def gap(tuned: pd.DataFrame, arm: str) -> str:
@@ -268,15 +329,19 @@ def summary(snippets: pd.DataFrame, tuned: pd.DataFrame) -> dict:
             + ")"
         )
         attn = tab[tab.snippet.isin(ATTENTION + MHA)]
-        parts.append(f"each attention snippet, run after the least change, is within "
-                     f"{attn[ERR_SDPA.label].max():.1g} of SDPA in float64")  # fmt: skip
+        parts.append(
+            f"each attention snippet, run after the least change, is within "
+            f"{attn[ERR_SDPA.label].max():.1g} of SDPA in float64"
+        )
         built = tab[tab[UNREG.label] > 0]
         values = ", ".join(f"{s} {int(v)} values" for s, v in zip(built.snippet, built[UNREG.label]))
         parts.append("weights built inside forward: " + (values or "none"))
         moved = tab[tab[REPEAT.label] > 0]
         if len(moved):
-            parts.append("one input twice gives different outputs in " + ", ".join(
-                f"{s} (max diff {v:.2g})" for s, v in zip(moved.snippet, moved[REPEAT.label])))  # fmt: skip
+            parts.append(
+                "one input twice gives different outputs in "
+                + ", ".join(f"{s} (max diff {v:.2g})" for s, v in zip(moved.snippet, moved[REPEAT.label]))
+            )
     costs = {k: gap(tuned, k) for k in ARMS if k != "fixed"}
     costs = {k: v for k, v in costs.items() if v != "not measured"}  # an arm whose runs all diverged has none
     if costs:

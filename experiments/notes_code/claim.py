@@ -117,9 +117,13 @@ class NotesCode(Experiment):
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET)
         result = evaluate(self.declare(p), t)
-        out.table("snippets", view.snippet_table(t["snippets"]), "Every snippet: where it is in the notes, "
-                  "whether it ran as written and what it raised, and the worst of each reading over the "
-                  "seeds (blank: does not apply)")  # fmt: skip
+        out.table(
+            "snippets",
+            view.snippet_table(t["snippets"]),
+            "Every snippet: where it is in the notes, "
+            "whether it ran as written and what it raised, and the worst of each reading over the "
+            "seeds (blank: does not apply)",
+        )
         write_sweep_tables(out, t["choices"], sweep_curves(t["runs"], "arm"), SweepWords(per="model size"))
         out.table("runs", t["runs"], "Every training run", in_report=False)
         view.plot_snippets(t["snippets"], out)

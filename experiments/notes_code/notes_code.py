@@ -139,8 +139,10 @@ class AnnotatedMHA(nn.Module):
         if mask is not None:
             mask = mask.unsqueeze(1)  # the same mask for every head
         B = query.size(0)
-        q, k, v = (lin(x).view(B, -1, self.h, self.dk).transpose(1, 2)
-                   for lin, x in zip(self.linears, (query, key, value)))  # fmt: skip
+        q, k, v = (
+            lin(x).view(B, -1, self.h, self.dk).transpose(1, 2)
+            for lin, x in zip(self.linears, (query, key, value))
+        )
         x, _ = attention_000(q, k, v, mask=mask, dropout=self.dropout, mode=self.mode)
         return self.linears[-1](merge_heads(x, contiguous=True))
 
@@ -184,8 +186,10 @@ class NotesMHA(nn.Module):
 
     def forward(self, x_q, x_k, x_v, attn_mask):
         s, B = self.s, x_q.size(0)
-        q, k, v = (w(x).view(B, -1, s.n_heads, s.d_k).transpose(1, 2)
-                   for w, x in ((self.W_Q, x_q), (self.W_K, x_k), (self.W_V, x_v)))  # fmt: skip
+        q, k, v = (
+            w(x).view(B, -1, s.n_heads, s.d_k).transpose(1, 2)
+            for w, x in ((self.W_Q, x_q), (self.W_K, x_k), (self.W_V, x_v))
+        )
         mask = attn_mask.unsqueeze(1).repeat(1, s.n_heads, 1, 1)  # (B, h, T, S)
         context, _ = attention_004(q, k, v, mask, s.d_k)
         return self.norm(self.out(merge_heads(context, contiguous=True)) + x_q)
@@ -233,8 +237,9 @@ class NotesPositionalEncoding(nn.Module):
     """The table added to the embeddings, then dropout: batch_first=False is 004's layout (table (max_len, 1,
     d), x (T, B, d)), True is 001's (table (1, max_len, d), x (B, T, d))."""
 
-    def __init__(self, d: int, max_len: int = 5000, *, batch_first: bool, dropout: float = 0.1,
-                 dtype=torch.float32):  # fmt: skip
+    def __init__(
+        self, d: int, max_len: int = 5000, *, batch_first: bool, dropout: float = 0.1, dtype=torch.float32
+    ):
         super().__init__()
         self.batch_first, self.dropout = batch_first, nn.Dropout(p=dropout)
         pe = notes_sinusoid_table(d, max_len, dtype)

@@ -95,8 +95,14 @@ def _library_mha(x, pad, heads: int, weights, norm) -> dict[str, torch.Tensor]:
     B, T, d = x.shape
     out = {}
     for backend in ("explicit", "sdpa"):
-        cfg = ModelConfig(vocab_size=96, d_model=d, n_heads=heads, max_seq_len=T,
-                          bias=weights[0][1] is not None, attn_backend=backend)  # fmt: skip
+        cfg = ModelConfig(
+            vocab_size=96,
+            d_model=d,
+            n_heads=heads,
+            max_seq_len=T,
+            bias=weights[0][1] is not None,
+            attn_backend=backend,
+        )
         att = Attention(cfg).to(device=x.device, dtype=x.dtype)
         with torch.no_grad():
             for lin, (w, b) in zip((att.wq, att.wk, att.wv, att.wo), weights):
@@ -132,11 +138,16 @@ def _mha_row(snippet, build, call, weights, x, device, *, written: str, mode: st
             y = call(m, x)
         again = call(m, x)
         ref = weights(m, made)
-    return _row(snippet, ran, err_ref=_rel(y, ref["explicit"]), err_sdpa=_rel(y, ref["sdpa"]),
-                repeat_diff=(y - again).abs().max().item(),
-                unregistered=sum(p.numel() for _, _, p in made),
-                unregistered_names=[f"{cls}.{name} {tuple(p.shape)}" for cls, name, p in made],
-                registered=sum(p.numel() for p in m.parameters()))  # fmt: skip
+    return _row(
+        snippet,
+        ran,
+        err_ref=_rel(y, ref["explicit"]),
+        err_sdpa=_rel(y, ref["sdpa"]),
+        repeat_diff=(y - again).abs().max().item(),
+        unregistered=sum(p.numel() for _, _, p in made),
+        unregistered_names=[f"{cls}.{name} {tuple(p.shape)}" for cls, name, p in made],
+        registered=sum(p.numel() for p in m.parameters()),
+    )
 
 
 def _attention_rows(cfg: dict, ids, q, k, v, x, *, device) -> list[dict]:
@@ -201,11 +212,17 @@ def _other_rows(cfg: dict, ids, q, x, device) -> tuple[list[dict], dict]:
     want_dec = ~build_mask(T, T, causal=True, pad_mask=pad).expand(B, 1, T, T)[:, 0].cpu()
     c = ids.cpu()
     rows = [
-        _row("004-pad-mask", _attempt(lambda: pad_mask_004(c, c)),
-             mismatch=int((pad_mask_004(c, c) != want_pad).sum())),
-        _row("004-decoder-mask", _attempt(lambda: decoder_mask_004(c)),
-             mismatch=int((decoder_mask_004(c) != want_dec).sum())),
-    ]  # fmt: skip
+        _row(
+            "004-pad-mask",
+            _attempt(lambda: pad_mask_004(c, c)),
+            mismatch=int((pad_mask_004(c, c) != want_pad).sum()),
+        ),
+        _row(
+            "004-decoder-mask",
+            _attempt(lambda: decoder_mask_004(c)),
+            mismatch=int((decoder_mask_004(c) != want_dec).sum()),
+        ),
+    ]
     L = cfg["pe_len"]
     table = sinusoidal_table(L, d).to(device)  # the library's (float32, computed in float64)
     err64 = (notes_sinusoid_table(d, L, torch.float64).to(device) - table.double()).abs()  # (L, d)
@@ -222,23 +239,35 @@ def _other_rows(cfg: dict, ids, q, x, device) -> tuple[list[dict], dict]:
     per = [
         (int(i), err32[blocks == i].max().item(), err64[blocks == i].max().item()) for i in range(PE_BLOCKS)
     ]
-    profile = {"last_position": [(i + 1) * L // PE_BLOCKS - 1 for i, _, _ in per],
-               "float32": [e for _, e, _ in per], "float64": [e for _, _, e in per]}  # fmt: skip
+    profile = {
+        "last_position": [(i + 1) * L // PE_BLOCKS - 1 for i, _, _ in per],
+        "float32": [e for _, e, _ in per],
+        "float64": [e for _, _, e in per],
+    }
     ffn, lib = notes_ffn(d).to(device).double(), FFN(d, 4 * d, "relu").to(device).double()
     with torch.no_grad(), created_parameters() as made:
         lib.w1.load_state_dict(ffn[0].state_dict())
         lib.w2.load_state_dict(ffn[2].state_dict())
         err = _rel(ffn(x), lib(x))
-    rows.append(_row("ffn", _attempt(lambda: notes_ffn(d)(x32.cpu())), err_ref=err,
-                     registered=sum(p.numel() for p in ffn.parameters()),
-                     unregistered=sum(p.numel() for _, _, p in made)))  # fmt: skip
+    rows.append(
+        _row(
+            "ffn",
+            _attempt(lambda: notes_ffn(d)(x32.cpu())),
+            err_ref=err,
+            registered=sum(p.numel() for p in ffn.parameters()),
+            unregistered=sum(p.numel() for _, _, p in made),
+        )
+    )
     B, h, T, dk = q.shape
     merged = q.transpose(1, 2).reshape(B, T, h * dk)
     rows += [
         _row("001-view-bare", _attempt(lambda: merge_heads(q, contiguous=False))),
-        _row("001-view-contiguous", _attempt(lambda: merge_heads(q, contiguous=True)),
-             err_ref=_rel(merge_heads(q, contiguous=True), merged)),
-    ]  # fmt: skip
+        _row(
+            "001-view-contiguous",
+            _attempt(lambda: merge_heads(q, contiguous=True)),
+            err_ref=_rel(merge_heads(q, contiguous=True), merged),
+        ),
+    ]
     return rows, profile
 
 
@@ -278,6 +307,11 @@ def apply_arm(model: nn.Module, arm: str) -> None:
 
 def train_arm(cfg: dict, ctx) -> dict:
     """The small LM with post-LN blocks whose attention sublayer is `cfg['arm']`'s; its metrics."""
-    res, _ = train_small(cfg, ctx, model_kw={"placement": "post"}, prepare=lambda m: apply_arm(m, cfg["arm"]),
-                         desc=f"{cfg['arm']} lr {cfg['lr']:g} seed {cfg['seed']}")  # fmt: skip
+    res, _ = train_small(
+        cfg,
+        ctx,
+        model_kw={"placement": "post"},
+        prepare=lambda m: apply_arm(m, cfg["arm"]),
+        desc=f"{cfg['arm']} lr {cfg['lr']:g} seed {cfg['seed']}",
+    )
     return res

@@ -66,8 +66,16 @@ def memory_fits(mem: pd.DataFrame) -> pd.DataFrame:
     for path, g in mem.groupby("path", sort=False):
         if g.n.nunique() >= 2:
             f = loglog_fit(g.n, g.peak_bytes)
-            rows.append({"path": path, "unit": 0, "exponent": f.slope, "lo": f.slope_lo, "hi": f.slope_hi,
-                         "range": f"{g.n.min()}–{g.n.max()}"})  # fmt: skip
+            rows.append(
+                {
+                    "path": path,
+                    "unit": 0,
+                    "exponent": f.slope,
+                    "lo": f.slope_lo,
+                    "hi": f.slope_hi,
+                    "range": f"{g.n.min()}–{g.n.max()}",
+                }
+            )
     return pd.DataFrame(rows, columns=["path", "unit", "exponent", "lo", "hi", "range"])
 
 
@@ -88,17 +96,27 @@ def write_tables(t: dict, out) -> dict:
     fits. Returns the numbers the summary quotes."""
     vs = t["vs_fused"]
     worst = (
-        vs.groupby("dtype").agg(worst_log2=("log2_vs_fused", "max"), median_log2=("log2_vs_fused", "median"),
-                                cells=("log2_vs_fused", "size")).reset_index()
-    )  # fmt: skip
+        vs.groupby("dtype")
+        .agg(
+            worst_log2=("log2_vs_fused", "max"),
+            median_log2=("log2_vs_fused", "median"),
+            cells=("log2_vs_fused", "size"),
+        )
+        .reset_index()
+    )
     out.table("vs_fused", worst, "Blockwise error ÷ SDPA's error (log2), on the same inputs and dtype")
     out.table("errors", t["errors"], "Every error measured", in_report=False)
     ov = t["overflow"]
     zones = (
-        ov.groupby(["path", "zone"]).agg(cells=("finite", "size"), finite_share=("finite", "mean"),
-                                         max_logit_lo=("max_logit", "min"), max_logit_hi=("max_logit", "max"))
+        ov.groupby(["path", "zone"])
+        .agg(
+            cells=("finite", "size"),
+            finite_share=("finite", "mean"),
+            max_logit_lo=("max_logit", "min"),
+            max_logit_hi=("max_logit", "max"),
+        )
         .reset_index()
-    )  # fmt: skip
+    )
     out.table("overflow", zones, "Finite outputs with and without the running maximum, by overflow zone")
     out.table("memory", t["memory"], "Peak bytes held at once by one forward (no autograd)", in_report=False)
     out.table("fits", t["fits"], "Exponent of peak memory in n")
@@ -128,10 +146,13 @@ def plot_errors(df: pd.DataFrame, out) -> None:
                 label = PATHS[path] + (f", block {block}" if block else "")
                 (line,) = ax.plot(s.index, s["median"], marker="o", ms=3, label=label)
                 ax.fill_between(s.index, s["min"], s["max"], color=line.get_color(), alpha=0.18, lw=0)
-            ax.set(xscale="log", yscale="log", ylabel="max |o − o₆₄| ÷ max |o₆₄|",
-                   xlabel="sequence length n (tokens)" if x == "n" else "logit scale σ (std of q·k/√d)",
-                   title=f"{dt}: error vs {'n' if x == 'n' else 'logit scale'} "
-                         f"({fixed} = {val:g})")  # fmt: skip
+            ax.set(
+                xscale="log",
+                yscale="log",
+                ylabel="max |o − o₆₄| ÷ max |o₆₄|",
+                xlabel="sequence length n (tokens)" if x == "n" else "logit scale σ (std of q·k/√d)",
+                title=f"{dt}: error vs {'n' if x == 'n' else 'logit scale'} ({fixed} = {val:g})",
+            )
             log_ticks(ax, sorted(sel[x].unique()))
             ax.axhline(EPS[dt], color="grey", lw=0.8, ls=":")
     axes[0].legend(fontsize=7)
@@ -157,8 +178,13 @@ def plot_overflow(ov: pd.DataFrame, out) -> None:
         jitter = 0.04 if path == "blockwise" else -0.04
         ax.scatter(g.max_logit, g.finite + jitter, marker=marker, s=14, label=PATHS[path], alpha=0.7)
     ax.axvline(overflow_at, color="k", lw=0.8, ls="--", label=f"ln(float32 max) = {overflow_at:.2f}")
-    ax.set(xscale="log", xlabel="largest logit of the input (nats)", ylabel="output finite (1) or not (0)",
-           yticks=[0, 1], title="Blockwise sum with and without the running maximum (float32, bfloat16)")  # fmt: skip
+    ax.set(
+        xscale="log",
+        xlabel="largest logit of the input (nats)",
+        ylabel="output finite (1) or not (0)",
+        yticks=[0, 1],
+        title="Blockwise sum with and without the running maximum (float32, bfloat16)",
+    )
     ax.legend(loc="center left")
     out.figure(
         "overflow",
@@ -177,8 +203,11 @@ def plot_memory(mem: pd.DataFrame, out) -> None:
     for path, g in mem.groupby("path", sort=False):
         loglog(ax, g.n, g.peak_bytes / 2**20, label=path.replace("_", ", block "))
     log_ticks(ax, sorted(mem.n.unique()))
-    ax.set(xlabel="sequence length n (tokens)", ylabel="peak memory of one forward (MiB)",
-           title="Memory held at once against n")  # fmt: skip
+    ax.set(
+        xlabel="sequence length n (tokens)",
+        ylabel="peak memory of one forward (MiB)",
+        title="Memory held at once against n",
+    )
     ax.legend(fontsize=7)
     out.figure(
         "memory",

@@ -1,4 +1,5 @@
-"""`online_softmax`: softmax over a row can be computed block by block with a running maximum and sum, exactly."""
+"""`online_softmax`: softmax over a row can be computed block by block with a running maximum and sum,
+exactly."""
 
 from __future__ import annotations
 
@@ -17,15 +18,28 @@ FUSED_BITS = 2.0  # float32/bfloat16: blockwise error at most 2² = 4× SDPA's o
 FLOOR = 1 / 16  # each error floored at eps/16 of its dtype before the ratio (a one-hot row is exact on both)
 LINEAR, QUADRATIC = (0.9, 1.1), (1.8, 2.2)  # memory exponents: blockwise (fixed block) and explicit
 
-ERROR = Readout("error", "relative max error against float64", definition="max|o − o₆₄| ÷ max|o₆₄| over the "
-                "output, o₆₄ the float64 reference (materialised softmax)", fmt=".2g")  # fmt: skip
-VS_FUSED = Readout("log2_vs_fused", "log2(blockwise error ÷ SDPA error)", "bits", definition="on the same "
-                   f"inputs and dtype, each error plus {FLOOR:g}·eps of the dtype", fmt="+.2f")  # fmt: skip
+ERROR = Readout(
+    "error",
+    "relative max error against float64",
+    definition="max|o − o₆₄| ÷ max|o₆₄| over the output, o₆₄ the float64 reference (materialised softmax)",
+    fmt=".2g",
+)
+VS_FUSED = Readout(
+    "log2_vs_fused",
+    "log2(blockwise error ÷ SDPA error)",
+    "bits",
+    definition=f"on the same inputs and dtype, each error plus {FLOOR:g}·eps of the dtype",
+    fmt="+.2f",
+)
 FINITE = Readout(
     "finite", "output finite", definition="1 if every output element is finite, else 0", fmt=".0f"
 )
-EXPONENT = Readout("exponent", "exponent of peak memory in n", definition="least-squares slope of log peak "
-                   "bytes on log n over the measured lengths", fmt=".3f")  # fmt: skip
+EXPONENT = Readout(
+    "exponent",
+    "exponent of peak memory in n",
+    definition="least-squares slope of log peak bytes on log n over the measured lengths",
+    fmt=".3f",
+)
 
 
 def errors_grid(p):
@@ -74,33 +88,72 @@ class OnlineSoftmax(Experiment):
         low = tuple(cell(d, dtype=d) for d in ("float32", "bfloat16") if d in p["dtypes"])
         blockwise = tuple(f"blockwise_{b}" for b in p["mem_blocks"])
         exps = bound(explicit=QUADRATIC, **{b: LINEAR for b in blockwise})
-        return Declaration((
-            check("reference", f"The float64 reference equals SDPA in float64 (within {EXACT_TOL:g})", ERROR,
-                  bound(None, EXACT_TOL), table="errors", cells=(cell("sdpa", dtype="float64", path="sdpa"),)),
-            SubClaim("exact", f"Blockwise attention with a running maximum and sum equals softmax attention: in "
-                     f"float64, within {EXACT_TOL:g} at every block size, length and logit scale", bound(None,
-                     EXACT_TOL), (ERROR,), table="errors", cells=(cell("f64", dtype="float64",
-                     path="blockwise"),), where="all"),
-            SubClaim("as-fused", f"In float32 and bfloat16 its error is the fused kernel's size: at most "
-                     f"{2 ** FUSED_BITS:g}× SDPA's on the same inputs", bound(None, FUSED_BITS), (VS_FUSED,),
-                     table="vs_fused", cells=low, where="all",
-                     note="Both against float64, never against each other; the running rescaling adds at most "
-                     "one rounding per block."),
-            SubClaim("overflow", "Without the running maximum the sum overflows once a logit passes ln(largest "
-                     "float) of its accumulator (non-finite output), and not while the weighted sum cannot reach "
-                     "it; with it, every output is finite", bound(no_max_beyond=(0, 0), no_max_below=(1, 1), safe=(1, 1)),
-                     (FINITE,), table="overflow", cells=(cell("no_max_beyond", path="no_max", zone="beyond"),
-                     cell("no_max_below", path="no_max", zone="below"), cell("safe", path="blockwise")),
-                     where="all", note="Closed-form zones from each input's largest logit s: beyond, s > "
-                     "ln(max); below, s < ln(max) − ln(m·max(1, max|v|)); rows between are reported. The sum runs in "
-                     "float32 (float64 for float64 inputs): ln(max) = 88.72 (709.78)."),
-            SubClaim("memory", f"Memory beyond the inputs grows as n at a fixed block (exponent in {LINEAR[0]:g}–"
-                     f"{LINEAR[1]:g}), where the explicit path's grows as n² ({QUADRATIC[0]:g}–{QUADRATIC[1]:g}, "
-                     "the positive control)", exps, (EXPONENT,), table="fits",
-                     cells=tuple(cell(v, path=v) for v in ("explicit", *blockwise)), where="all",
-                     note="Exact byte counts of one forward without autograd: a fitted exponent is inside its "
-                     "bounds or not."),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                check(
+                    "reference",
+                    f"The float64 reference equals SDPA in float64 (within {EXACT_TOL:g})",
+                    ERROR,
+                    bound(None, EXACT_TOL),
+                    table="errors",
+                    cells=(cell("sdpa", dtype="float64", path="sdpa"),),
+                ),
+                SubClaim(
+                    "exact",
+                    f"Blockwise attention with a running maximum and sum equals softmax attention: in "
+                    f"float64, within {EXACT_TOL:g} at every block size, length and logit scale",
+                    bound(None, EXACT_TOL),
+                    (ERROR,),
+                    table="errors",
+                    cells=(cell("f64", dtype="float64", path="blockwise"),),
+                    where="all",
+                ),
+                SubClaim(
+                    "as-fused",
+                    f"In float32 and bfloat16 its error is the fused kernel's size: at most "
+                    f"{2**FUSED_BITS:g}× SDPA's on the same inputs",
+                    bound(None, FUSED_BITS),
+                    (VS_FUSED,),
+                    table="vs_fused",
+                    cells=low,
+                    where="all",
+                    note="Both against float64, never against each other; the running rescaling adds at most "
+                    "one rounding per block.",
+                ),
+                SubClaim(
+                    "overflow",
+                    "Without the running maximum the sum overflows once a logit passes ln(largest float) of "
+                    "its accumulator (non-finite output), and not while the weighted sum cannot reach it; "
+                    "with it, every output is finite",
+                    bound(no_max_beyond=(0, 0), no_max_below=(1, 1), safe=(1, 1)),
+                    (FINITE,),
+                    table="overflow",
+                    cells=(
+                        cell("no_max_beyond", path="no_max", zone="beyond"),
+                        cell("no_max_below", path="no_max", zone="below"),
+                        cell("safe", path="blockwise"),
+                    ),
+                    where="all",
+                    note="Closed-form zones from each input's largest logit s: beyond, s > ln(max); below, s "
+                    "< ln(max) − ln(m·max(1, max|v|)); rows between are reported. The sum runs in float32 "
+                    "(float64 for float64 inputs): ln(max) = 88.72 (709.78).",
+                ),
+                SubClaim(
+                    "memory",
+                    f"Memory beyond the inputs grows as n at a fixed block (exponent in {LINEAR[0]:g}–"
+                    f"{LINEAR[1]:g}), where the explicit path's grows as n² "
+                    f"({QUADRATIC[0]:g}–{QUADRATIC[1]:g}, "
+                    "the positive control)",
+                    exps,
+                    (EXPONENT,),
+                    table="fits",
+                    cells=tuple(cell(v, path=v) for v in ("explicit", *blockwise)),
+                    where="all",
+                    note="Exact byte counts of one forward without autograd: a fitted exponent is inside its "
+                    "bounds or not.",
+                ),
+            )
+        )
 
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs, FLOOR)
@@ -116,23 +169,23 @@ class OnlineSoftmax(Experiment):
             result,
             key_number=f"float64 error ≤ {nums['max_float64_error']:.1e}; worst error vs SDPA {worst}",
             summary=(
-                f"Blockwise attention with a running maximum and sum matched the float64 reference to "
-                f"{nums['max_float64_error']:.1e} (float64); in lower precision its worst error was {worst} SDPA's "
-                f"on the same inputs. Memory exponents in n: {fits}."
+                "Blockwise attention with a running maximum and sum matched the float64 reference to "
+                f"{nums['max_float64_error']:.1e} (float64); in lower precision its worst error was {worst} "
+                f"SDPA's on the same inputs. Memory exponents in n: {fits}."
             ),
             evidence={
                 "max_float64_error": nums["max_float64_error"],
                 "worst_log2_vs_fused": nums["worst_log2"],
                 "memory_exponents": nums["fits"],
-            },  # fmt: skip
+            },
             caveats=[
                 "Our blockwise path keeps scores, statistics and the accumulator in float32 and rounds the "
-                "probabilities to the input dtype before they meet V, as FlashAttention and the CPU SDPA kernel "
-                "do; an implementation that accumulated in bfloat16 would have larger errors.",
-                "Memory is measured on one forward without autograd; FlashAttention's backward recomputes the "
-                "tiles from the saved statistics (see flash_memory).",
-                "Speed is not claimed: block by block in Python the path is slower than the fused kernel; the "
-                "claim is about exactness and memory.",
+                "probabilities to the input dtype before they meet V, as FlashAttention and the CPU SDPA "
+                "kernel do; an implementation that accumulated in bfloat16 would have larger errors.",
+                "Memory is measured on one forward without autograd; FlashAttention's backward recomputes "
+                "the tiles from the saved statistics (see flash_memory).",
+                "Speed is not claimed: block by block in Python the path is slower than the fused kernel; "
+                "the claim is about exactness and memory.",
             ],
         )
 

@@ -1,6 +1,6 @@
 """Run recipes of `online_softmax`: the error of blockwise attention against a float64 reference, beside the
-fused kernel's and the explicit path's in the same dtype (`run_errors`), and the memory each path holds at once
-against n (`run_memory`).
+fused kernel's and the explicit path's in the same dtype (`run_errors`), and the memory each path holds at
+once against n (`run_memory`).
 
 Inputs: q, k, v ~ N(0, 1) per element, q multiplied by the logit scale σ, so that the scores q·k/√d have
 standard deviation σ. The error of an output is max|o − o₆₄| / max|o₆₄|, o₆₄ the float64 reference.
@@ -47,27 +47,42 @@ def run_errors(cfg: dict, ctx) -> dict:
         ref = reference_attention(q64, k64, v64)
         s_max = (q64 @ k64.transpose(-1, -2) * cfg["head_dim"] ** -0.5).max().item()
         q, k, v = (t.to(dt) for t in (q64, k64, v64))
-        # Σ exp(s)·v stays below the largest float while s_max < ln(max) − ln(m · max(1, max|v|)): finite for sure
+        # Σ exp(s)·v stays below the largest float while s_max < ln(max) − ln(m · max(1, max|v|)): finite for
+        # sure
         # (the sum runs in the accumulator's dtype: float64 for float64 inputs, else float32)
         headroom = math.log(cfg["n"] * max(1.0, v.abs().max().item()))
         at = overflow_logit(accumulator_dtype(dt))
         base = {"scale": scale, "max_logit": s_max, "overflow_at": at, "finite_below": at - headroom}
         for path, fn in (("sdpa", F.scaled_dot_product_attention), ("explicit", explicit_attention)):
             out = fn(q, k, v)
-            rows.append({**base, "path": path, "block": 0, "error": _error(out, ref),
-                         "finite": bool(torch.isfinite(out).all())})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "path": path,
+                    "block": 0,
+                    "error": _error(out, ref),
+                    "finite": bool(torch.isfinite(out).all()),
+                }
+            )
         for block in cfg["blocks"]:
             for path, running in (("blockwise", True), ("no_max", False)):
                 out = blockwise_attention(q, k, v, block, running_max=running)
                 finite = bool(torch.isfinite(out).all())
-                rows.append({**base, "path": path, "block": block, "finite": finite,
-                             "error": _error(out, ref) if finite else None})  # fmt: skip
+                rows.append(
+                    {
+                        **base,
+                        "path": path,
+                        "block": block,
+                        "finite": finite,
+                        "error": _error(out, ref) if finite else None,
+                    }
+                )
     return {"rows": rows}
 
 
 def run_memory(cfg: dict, ctx) -> dict:
-    """The most memory each forward (no autograd) holds at once beyond its inputs, at one n: the explicit path,
-    SDPA's default kernel and blockwise attention per block size."""
+    """The most memory each forward (no autograd) holds at once beyond its inputs, at one n: the explicit
+    path, SDPA's default kernel and blockwise attention per block size."""
     dt = getattr(torch, cfg["dtype"])
     shape = (1, cfg["heads"], cfg["n"], cfg["head_dim"])
     g = torch.Generator().manual_seed(0)

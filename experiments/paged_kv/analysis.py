@@ -22,8 +22,14 @@ def allocators(runs: list[dict]) -> pd.DataFrame:
     for r in part(runs, "trace"):
         for row in r["metrics"]["rows"]:
             alloc = row["allocator"] if row["allocator"] != "paged" else f"paged{row['block']}"
-            rows.append({**row, "alloc": alloc, "unit": r["config"]["seed"],
-                         "log2_batch": math.log2(row["mean_batch"])})  # fmt: skip
+            rows.append(
+                {
+                    **row,
+                    "alloc": alloc,
+                    "unit": r["config"]["seed"],
+                    "log2_batch": math.log2(row["mean_batch"]),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -35,8 +41,15 @@ def versus(alloc: pd.DataFrame, policies, block: int) -> pd.DataFrame:
     for pol in policies:
         for _, c in alloc[alloc.alloc == pol].iterrows():
             for side, src in (("contiguous", c), ("paged", paged.loc[c.unit])):
-                rows.append({"vs": pol, "side": side, "unit": c.unit, "log2_batch": src.log2_batch,
-                             "waste": src.waste})  # fmt: skip
+                rows.append(
+                    {
+                        "vs": pol,
+                        "side": side,
+                        "unit": c.unit,
+                        "log2_batch": src.log2_batch,
+                        "waste": src.waste,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -57,16 +70,20 @@ def decode(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 def summary(alloc: pd.DataFrame) -> pd.DataFrame:
     s = alloc.groupby(["alloc", "block"], sort=False).agg(
-        waste=("waste", "mean"), reserved_unwritten=("reserved_unwritten", "mean"), mean_batch=("mean_batch", "mean"),
-        tokens_per_iteration=("tokens_per_iteration", "mean"), preempted=("preempted", "mean"),
+        waste=("waste", "mean"),
+        reserved_unwritten=("reserved_unwritten", "mean"),
+        mean_batch=("mean_batch", "mean"),
+        tokens_per_iteration=("tokens_per_iteration", "mean"),
+        preempted=("preempted", "mean"),
         traces=("unit", "size"),
-    )  # fmt: skip
+    )
     return s.reset_index()
 
 
 @drawing
 def plot_allocators(alloc: pd.DataFrame, block: int, out) -> None:
-    """Waste and requests running at once: contiguous policies beside paging, and paging against block size."""
+    """Waste and requests running at once: contiguous policies beside paging, and paging against block
+    size."""
     if alloc.empty:
         return
     fig, axes = subplots(2, 1, width=5.0, height=3.5)
@@ -79,11 +96,17 @@ def plot_allocators(alloc: pd.DataFrame, block: int, out) -> None:
     for i, (w, b) in enumerate(zip(shown.waste, shown.mean_batch)):
         ax.text(w * 100 + 1, i, f"{w:.0%} wasted, {b:.1f} running", va="center", fontsize=7.5)
     ax.set_yticks(range(len(shown)), names)
-    ax.set(xlim=(0, 115), xlabel="KV memory holding no token while requests wait (%)",
-           title="Waste by allocator (mean over traces)")  # fmt: skip
+    ax.set(
+        xlim=(0, 115),
+        xlabel="KV memory holding no token while requests wait (%)",
+        title="Waste by allocator (mean over traces)",
+    )
     ax = axes[1]
-    pg = alloc[alloc.allocator == "paged"].groupby("block").agg(w=("waste", "mean"), lo=("waste", "min"),
-                                                                 hi=("waste", "max"))  # fmt: skip
+    pg = (
+        alloc[alloc.allocator == "paged"]
+        .groupby("block")
+        .agg(w=("waste", "mean"), lo=("waste", "min"), hi=("waste", "max"))
+    )
     ax.plot(pg.index, pg.w * 100, "o-", ms=3.5, label="paged")
     ax.fill_between(pg.index, pg.lo * 100, pg.hi * 100, alpha=0.2, lw=0)
     ax.axhline(4, color="k", ls=":", lw=0.8, label="Kwon et al.: under 4%")
@@ -117,8 +140,13 @@ def plot_decode(rows: pd.DataFrame, out) -> None:
         s.columns = ["median", "q25", "q75"]
         ax.plot(s.index, s["median"] * 1e3, "o-", ms=3.5, label=kind)
         ax.fill_between(s.index, s.q25 * 1e3, s.q75 * 1e3, alpha=0.2, lw=0)
-    ax.set(xscale="log", yscale="log", xlabel="context n (tokens)", ylabel="decode step (ms)",
-           title="One decoding step: contiguous against paged cache")  # fmt: skip
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="context n (tokens)",
+        ylabel="decode step (ms)",
+        title="One decoding step: contiguous against paged cache",
+    )
     log_ticks(ax, sorted(rows.n.unique()))
     ax.legend()
     out.figure(

@@ -31,7 +31,8 @@ BLOCK = 16  # vLLM's default block size: the paged allocator the claim is decide
 MAX_WASTE = 0.5  # reserving the maximum length wastes at least half the budget (Kwon et al.: 60–80%)
 PAGED_WASTE = 0.04  # paging wastes under 4% (Kwon et al.)
 LOGIT_TOL = 1e-5  # the paged and contiguous caches give the same logits
-# ShareGPT as Kwon et al. report it: mean prompt 161 and output 338 tokens; log-normal spread σ = 1 (a long tail)
+# ShareGPT as Kwon et al. report it: mean prompt 161 and output 338 tokens; log-normal spread σ = 1 (a long
+# tail)
 PROMPT_MEAN, OUTPUT_MEAN, SIGMA, MAX_LEN = 161.0, 338.0, 1.0, 2048
 
 WASTE = Readout(
@@ -49,8 +50,9 @@ BATCH = Readout(
     definition="log2 of the mean number of requests in the batch per iteration, over the whole trace",
     fmt="+.2f",
 )
-DIFF = Readout("max_logit_diff", "max |paged − contiguous logit|", definition="over every context timed",
-               fmt=".2g")  # fmt: skip
+DIFF = Readout(
+    "max_logit_diff", "max |paged − contiguous logit|", definition="over every context timed", fmt=".2g"
+)
 LOGT = rd.log_time("log time per decoding step")
 
 
@@ -76,10 +78,12 @@ class PagedKV(Experiment):
         "quick": {"n_requests": 60, "budget": 4096, "blocks": [4, BLOCK, 64], "seeds": [0, 1], "d_model": 32,
                   "n_heads": 2, "n_layers": 1, "batch": 2, "ns": [64, 256], "block": BLOCK, "warmup": 1,
                   "repeats": 3, "threads": 1},
-        "default": {"n_requests": 2000, "budget": 16384, "blocks": [1, 4, BLOCK, 64, 256], "seeds": [0, 1, 2, 3, 4],
+        "default": {"n_requests": 2000, "budget": 16384, "blocks": [1, 4, BLOCK, 64, 256],
+                    "seeds": [0, 1, 2, 3, 4],
                     "d_model": 256, "n_heads": 4, "n_layers": 4, "batch": 8, "ns": [256, 1024, 4096],
                     "block": BLOCK, "warmup": 2, "repeats": 20, "threads": 1},
-        "full": {"n_requests": 5000, "budget": 65536, "blocks": [1, 4, BLOCK, 64, 256], "seeds": [0, 1, 2, 3, 4],
+        "full": {"n_requests": 5000, "budget": 65536, "blocks": [1, 4, BLOCK, 64, 256],
+                 "seeds": [0, 1, 2, 3, 4],
                  "d_model": 1024, "n_heads": 16, "n_layers": 8, "batch": 32, "ns": [512, 2048, 8192],
                  "block": BLOCK, "warmup": 3, "repeats": 30, "threads": 0},
     }  # fmt: skip
@@ -87,37 +91,93 @@ class PagedKV(Experiment):
 
     def declare(self, p: dict) -> Declaration:
         n_aa = max(p["ns"])
-        return Declaration((
-            check("same-logits", f"Decoding through the block table gives the contiguous cache's logits (within "
-                  f"{LOGIT_TOL:g})", DIFF, bound(None, LOGIT_TOL), table="checks"),
-            SubClaim("max-wastes", f"Reserving the maximum length ({MAX_LEN}) per request wastes at least "
-                     f"{MAX_WASTE:.0%} of the KV memory while requests wait", Within(MAX_WASTE, None,
-                     f"at least {MAX_WASTE:.0%} wasted"), (WASTE,), table="allocators",
-                     b=arm("reserve the maximum", alloc="max"), where="all"),
-            SubClaim("paged-waste", f"Paging in {BLOCK}-token blocks wastes under {PAGED_WASTE:.0%}",
-                     Within(None, PAGED_WASTE, f"under {PAGED_WASTE:.0%} wasted"), (WASTE,), table="allocators",
-                     b=arm(f"paged, {BLOCK}-token blocks", alloc=f"paged{BLOCK}"), where="all"),
-            SubClaim("fits-more", "So the same budget runs more requests at once than any contiguous "
-                     "reservation, the true length included", Better("b"), (BATCH,), table="versus",
-                     a=arm("contiguous", side="contiguous"), b=arm(f"paged ({BLOCK})", side="paged"),
-                     cells=cells("vs-{vs}", vs=POLICIES), where="all"),
-            SubClaim("block-size", "Paging's waste grows with the block size (the unwritten tail of each last "
-                     "block)", Trend("block", "up"), (WASTE,), table="paged", b=arm("paged"), counts=False),
-            SubClaim("indirection", "Reading the cache through the block table costs decode time at equal batch "
-                     "and context", Better("a"), (LOGT,), table="decode", a=arm("contiguous", kind="contiguous"),
-                     b=arm("paged", kind="paged"), cells=cells("n{n}", n=p["ns"]), noise="aa", counts=False,
-                     note="Reported: our paged read gathers the blocks, then calls SDPA; vLLM's kernel reads them "
-                     "in place (Kwon et al.: 20–26% slower attention kernel than a contiguous one)."),
-        ), nulls=(
-            NullPair("aa", arm(f"contiguous, n = {n_aa}", kind="contiguous"), arm("contiguous (A/A)", kind="aa"),
-                     (LOGT,), table="decode_aa"),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                check(
+                    "same-logits",
+                    f"Decoding through the block table gives the contiguous cache's logits (within "
+                    f"{LOGIT_TOL:g})",
+                    DIFF,
+                    bound(None, LOGIT_TOL),
+                    table="checks",
+                ),
+                SubClaim(
+                    "max-wastes",
+                    f"Reserving the maximum length ({MAX_LEN}) per request wastes at least "
+                    f"{MAX_WASTE:.0%} of the KV memory while requests wait",
+                    Within(MAX_WASTE, None, f"at least {MAX_WASTE:.0%} wasted"),
+                    (WASTE,),
+                    table="allocators",
+                    b=arm("reserve the maximum", alloc="max"),
+                    where="all",
+                ),
+                SubClaim(
+                    "paged-waste",
+                    f"Paging in {BLOCK}-token blocks wastes under {PAGED_WASTE:.0%}",
+                    Within(None, PAGED_WASTE, f"under {PAGED_WASTE:.0%} wasted"),
+                    (WASTE,),
+                    table="allocators",
+                    b=arm(f"paged, {BLOCK}-token blocks", alloc=f"paged{BLOCK}"),
+                    where="all",
+                ),
+                SubClaim(
+                    "fits-more",
+                    "So the same budget runs more requests at once than any contiguous "
+                    "reservation, the true length included",
+                    Better("b"),
+                    (BATCH,),
+                    table="versus",
+                    a=arm("contiguous", side="contiguous"),
+                    b=arm(f"paged ({BLOCK})", side="paged"),
+                    cells=cells("vs-{vs}", vs=POLICIES),
+                    where="all",
+                ),
+                SubClaim(
+                    "block-size",
+                    "Paging's waste grows with the block size (the unwritten tail of each last block)",
+                    Trend("block", "up"),
+                    (WASTE,),
+                    table="paged",
+                    b=arm("paged"),
+                    counts=False,
+                ),
+                SubClaim(
+                    "indirection",
+                    "Reading the cache through the block table costs decode time at equal batch and context",
+                    Better("a"),
+                    (LOGT,),
+                    table="decode",
+                    a=arm("contiguous", kind="contiguous"),
+                    b=arm("paged", kind="paged"),
+                    cells=cells("n{n}", n=p["ns"]),
+                    noise="aa",
+                    counts=False,
+                    note="Reported: our paged read gathers the blocks, then calls SDPA; vLLM's kernel reads "
+                    "them in place (Kwon et al.: 20–26% slower attention kernel than a contiguous one).",
+                ),
+            ),
+            nulls=(
+                NullPair(
+                    "aa",
+                    arm(f"contiguous, n = {n_aa}", kind="contiguous"),
+                    arm("contiguous (A/A)", kind="aa"),
+                    (LOGT,),
+                    table="decode_aa",
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         alloc = view.allocators(runs)
         dec, aa, checks = view.decode(runs)
-        t = {"allocators": alloc, "versus": view.versus(alloc, POLICIES, BLOCK),
-             "paged": alloc[alloc.allocator == "paged"], "decode": dec, "decode_aa": aa, "checks": checks}  # fmt: skip
+        t = {
+            "allocators": alloc,
+            "versus": view.versus(alloc, POLICIES, BLOCK),
+            "paged": alloc[alloc.allocator == "paged"],
+            "decode": dec,
+            "decode_aa": aa,
+            "checks": checks,
+        }
         result = evaluate(self.declare(p), t)
         s = view.summary(alloc)
         out.table(
@@ -139,14 +199,14 @@ class PagedKV(Experiment):
             key_number=(
                 f"waste {w['max']:.0%} reserving the maximum vs {w[f'paged{BLOCK}']:.1%} paged; "
                 f"{gain['max']:.1f}× the requests at once"
-            ),  # fmt: skip
+            ),
             summary=(
                 f"On {p['n_requests']}-request traces (ShareGPT-like lengths) with a {p['budget']}-token KV "
-                f"budget, reserving the maximum length left {w['max']:.0%} of the memory without a token while "
-                f"requests waited (a power of two {w['pow2']:.0%}, the true length {w['oracle']:.0%}); paging in "
-                f"{BLOCK}-token blocks {w[f'paged{BLOCK}']:.1%}, running {gain['max']:.1f}× as many requests at "
-                f"once as maximum reservation and {gain['oracle']:.1f}× as the true-length oracle. A decoding "
-                "step through the block table took "
+                f"budget, reserving the maximum length left {w['max']:.0%} of the memory without a token "
+                f"while requests waited (a power of two {w['pow2']:.0%}, the true length {w['oracle']:.0%}); "
+                f"paging in {BLOCK}-token blocks {w[f'paged{BLOCK}']:.1%}, running {gain['max']:.1f}× as "
+                f"many requests at once as maximum reservation and {gain['oracle']:.1f}× as the true-length "
+                "oracle. A decoding step through the block table took "
                 + ", ".join(f"{c:.2f}× at n = {n}" for n, c in cost.items())
                 + " the contiguous step's time."
             ),
@@ -156,15 +216,15 @@ class PagedKV(Experiment):
                 "decode_time_ratio_paged_over_contiguous": cost,
             },
             caveats=[
-                "The trace is simulated: lengths drawn from log-normals with ShareGPT's reported means (Kwon et al.) "
-                f"and a declared spread σ = {SIGMA:g}, all requests queued at once (a saturated server), one token "
-                "per request per iteration. Waste counts reserved-but-empty slots and free slots no waiting "
-                "request fits into (external fragmentation of the first-fit contiguous allocator), as Kwon et "
-                "al.'s Figure 2 does.",
-                "Preempted paged requests are recomputed (their prompt and generated tokens refilled), as vLLM "
-                "does by default; swapping to CPU memory is not modelled.",
-                "The decode timing is our PyTorch gather, not vLLM's CUDA kernel: it bounds the indirection's cost "
-                "from above.",
+                "The trace is simulated: lengths drawn from log-normals with ShareGPT's reported means (Kwon "
+                f"et al.) and a declared spread σ = {SIGMA:g}, all requests queued at once (a saturated "
+                "server), one token per request per iteration. Waste counts reserved-but-empty slots and "
+                "free slots no waiting request fits into (external fragmentation of the first-fit contiguous "
+                "allocator), as Kwon et al.'s Figure 2 does.",
+                "Preempted paged requests are recomputed (their prompt and generated tokens refilled), as "
+                "vLLM does by default; swapping to CPU memory is not modelled.",
+                "The decode timing is our PyTorch gather, not vLLM's CUDA kernel: it bounds the "
+                "indirection's cost from above.",
             ],
         )
 

@@ -7,9 +7,10 @@ when its output is complete and its memory returns to the pool.
 
 Allocators:
 - contiguous: at admission a request reserves one contiguous region of the slot space (first fit) sized by a
-  policy: `max` (the model's maximum length, as systems that pre-allocate do), `pow2` (its true length rounded up
-  to a power of two) or `oracle` (exactly its true length, a bound no real system reaches).
-- paged: slots come in blocks of `block` tokens, taken one at a time as a request's tokens need them; a request
+  policy: `max` (the model's maximum length, as systems that pre-allocate do), `pow2` (its true length rounded
+  up to a power of two) or `oracle` (exactly its true length, a bound no real system reaches).
+- paged: slots come in blocks of `block` tokens, taken one at a time as a request's tokens need them; a
+ request
   that needs a block when none is free preempts the most recently admitted request (its blocks freed; it is
   queued again at the front, to recompute its prompt and the tokens it had generated), as vLLM does.
 

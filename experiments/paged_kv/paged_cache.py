@@ -44,13 +44,27 @@ class PagedKVCache:
 
     @classmethod
     def for_model(
-        cls, cfg: ModelConfig, batch: int, max_len: int | None = None, *, block: int = 16, dtype=torch.float32,
-        device=None, seed: int = 0,
-    ) -> PagedKVCache:  # fmt: skip
+        cls,
+        cfg: ModelConfig,
+        batch: int,
+        max_len: int | None = None,
+        *,
+        block: int = 16,
+        dtype=torch.float32,
+        device=None,
+        seed: int = 0,
+    ) -> PagedKVCache:
         return cls(
-            cfg.n_layers, batch, cfg.kv_heads, max_len or cfg.max_seq_len, cfg.dk, block=block, dtype=dtype,
-            device=device, seed=seed,
-        )  # fmt: skip
+            cfg.n_layers,
+            batch,
+            cfg.kv_heads,
+            max_len or cfg.max_seq_len,
+            cfg.dk,
+            block=block,
+            dtype=dtype,
+            device=device,
+            seed=seed,
+        )
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write (B, kv, T, dk) at the current position into its blocks; return all keys/values so far,

@@ -17,24 +17,36 @@ from .paged_cache import PagedKVCache
 
 
 def run_trace(cfg: dict, ctx) -> dict:
-    """One trace (the run's seed) through every contiguous policy and the paged allocator at each block size."""
-    reqs = trace(cfg["n_requests"], cfg["seed"], prompt_mean=cfg["prompt_mean"], output_mean=cfg["output_mean"],
-                 sigma=cfg["sigma"], max_len=cfg["max_len"])  # fmt: skip
-    rows = [{"allocator": a, "block": 0, **simulate(reqs, cfg["budget"], allocator=a, max_len=cfg["max_len"])}
-            for a in POLICIES]  # fmt: skip
+    """One trace (the run's seed) through every contiguous policy and the paged allocator at each block
+    size."""
+    reqs = trace(
+        cfg["n_requests"],
+        cfg["seed"],
+        prompt_mean=cfg["prompt_mean"],
+        output_mean=cfg["output_mean"],
+        sigma=cfg["sigma"],
+        max_len=cfg["max_len"],
+    )
+    rows = [
+        {"allocator": a, "block": 0, **simulate(reqs, cfg["budget"], allocator=a, max_len=cfg["max_len"])}
+        for a in POLICIES
+    ]
     rows += [
-        {"allocator": "paged", "block": b, **simulate(reqs, cfg["budget"], allocator="paged", max_len=cfg["max_len"],
-                                                      block=b)}
+        {
+            "allocator": "paged",
+            "block": b,
+            **simulate(reqs, cfg["budget"], allocator="paged", max_len=cfg["max_len"], block=b),
+        }
         for b in cfg["blocks"]
-    ]  # fmt: skip
+    ]
     lengths = [r.total for r in reqs]
     return {"rows": rows, "mean_length": sum(lengths) / len(lengths), "max_length": max(lengths)}
 
 
 def run_decode(cfg: dict, ctx) -> dict:
-    """One decoding step (a token per sequence, batch B) at each context n, reading a contiguous cache and a paged
-    one filled with the same values, timed round by round; the contiguous step at the largest n a second time
-    (the A/A pair)."""
+    """One decoding step (a token per sequence, batch B) at each context n, reading a contiguous cache and a
+    paged one filled with the same values, timed round by round; the contiguous step at the largest n a second
+    time (the A/A pair)."""
     dev = ctx.device
     n_max = max(cfg["ns"])
     mc = decode_config(cfg, None, n_max + 1)
@@ -60,5 +72,9 @@ def run_decode(cfg: dict, ctx) -> dict:
         fns[AA] = fns[f"contiguous|{n_max}"]
         same = [float((fns[f"contiguous|{n}"]() - fns[f"paged|{n}"]()).abs().max()) for n in cfg["ns"]]
         t = time_interleaved(fns, device=dev, warmup=cfg["warmup"], repeats=cfg["repeats"], min_sample=0)
-    return {"times": {k: v["times"] for k, v in t.items()}, "max_logit_diff": max(same), "threads": n_threads,
-            "aa_n": n_max}  # fmt: skip
+    return {
+        "times": {k: v["times"] for k, v in t.items()},
+        "max_logit_diff": max(same),
+        "threads": n_threads,
+        "aa_n": n_max,
+    }

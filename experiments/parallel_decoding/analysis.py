@@ -68,16 +68,21 @@ def observe(runs: list[dict]) -> dict[str, pd.DataFrame]:
     errors, grads, leak = [], [], []
     for r in part(runs, "exact"):
         c, m = r["config"], r["metrics"]
-        errors += [{**_where(c), "dtype": dt, "path": p, "error": max(v)}
-                   for dt, by in m["errors"].items() for p, v in by.items()]  # fmt: skip
+        errors += [
+            {**_where(c), "dtype": dt, "path": p, "error": max(v)}
+            for dt, by in m["errors"].items()
+            for p, v in by.items()
+        ]
         grads += [{**_where(c), "path": p, "grad_error": v} for p, v in m["grad_errors"].items()]
         leak.append({**_where(c), "leak": max(m["leak"])})
     tm = part(runs, "timing")[0]["metrics"]
     timing = timing_points(tm)
     top = timing[(timing.path == "forward") & (timing.n == tm["aa_n"])]
     aa = top.assign(path="aa", seconds=tm["times"][AA], log_time=np.log(tm["times"][AA]))
-    timed = [{"path": k.split("|")[0], "n": int(k.split("|")[1]), "unit": 0, "grad_error": v}
-             for k, v in tm["grad_errors"].items()]  # fmt: skip
+    timed = [
+        {"path": k.split("|")[0], "n": int(k.split("|")[1]), "unit": 0, "grad_error": v}
+        for k, v in tm["grad_errors"].items()
+    ]
     return {
         "errors": pd.DataFrame(errors),
         "grads": pd.DataFrame(grads),
@@ -103,8 +108,14 @@ def error_table(runs: list[dict]) -> pd.DataFrame:
     def put(key, err, at, same=None):
         old = rows.get(key)
         if old is None or err > old["vs float64 one pass"]:
-            rows[key] = {"dtype": key[0], "n": key[1], "path": key[2], "vs float64 one pass": err,
-                         "at position": at, "vs one pass in its dtype": same}  # fmt: skip
+            rows[key] = {
+                "dtype": key[0],
+                "n": key[1],
+                "path": key[2],
+                "vs float64 one pass": err,
+                "at position": at,
+                "vs one pass in its dtype": same,
+            }
         if same is not None:
             rows[key]["vs one pass in its dtype"] = max(same, old["vs one pass in its dtype"] if old else 0.0)
 
@@ -131,12 +142,21 @@ def ratio_rounds(timing: pd.DataFrame, n: int) -> dict[str, np.ndarray]:
 def write_tables(t: dict, runs: list[dict], out) -> dict:
     """The report's tables; returns the numbers the key number and summary quote."""
     err = error_table(runs)
-    out.table("max_errors", err, "Largest logit error per dtype, length and path (relative to the largest "
-              "|logit|), the position where it fell, and the difference from the one pass in the same dtype",
-              floatfmt=".3g")  # fmt: skip
+    out.table(
+        "max_errors",
+        err,
+        "Largest logit error per dtype, length and path (relative to the largest "
+        "|logit|), the position where it fell, and the difference from the one pass in the same dtype",
+        floatfmt=".3g",
+    )
     g = t["grads"].groupby(["n", "path"]).grad_error.max().unstack("path").reset_index()
-    out.table("gradients", g, "Float64 gradient of the mean loss, step by step against the one pass (largest "
-              "relative error over seeds and position encodings)", floatfmt=".3g")  # fmt: skip
+    out.table(
+        "gradients",
+        g,
+        "Float64 gradient of the mean loss, step by step against the one pass (largest "
+        "relative error over seeds and position encodings)",
+        floatfmt=".3g",
+    )
     tg = t["timed_grads"].pivot_table(index="n", columns="path", values="grad_error").reset_index()
     title = "Float32 gradients of the timed step paths against the one pass"
     out.table("timed_gradients", tg, title, floatfmt=".3g")
@@ -160,11 +180,15 @@ def write_tables(t: dict, runs: list[dict], out) -> dict:
     f64 = t["errors"][(t["errors"].dtype == "float64") & t["errors"].path.isin(STEP_PATHS)]
     low = t["errors"][t["errors"].dtype != "float64"].groupby("dtype").error.max()
     return {
-        "max_f64": float(f64.error.max()), "max_grad": float(t["grads"].grad_error.max()),
+        "max_f64": float(f64.error.max()),
+        "max_grad": float(t["grads"].grad_error.max()),
         "max_low": ", ".join(f"{d} {low[d]:.2g}" for d in DTYPES if d in low),
-        "leak": float(t["leak"].leak.min()), "n": n, "onepass_ms": float(med.loc[n, "onepass"]),
-        **at, "exponents": ", ".join(f"{r.series} {r['mean']:.2f}" for _, r in gr.iterrows()),
-    }  # fmt: skip
+        "leak": float(t["leak"].leak.min()),
+        "n": n,
+        "onepass_ms": float(med.loc[n, "onepass"]),
+        **at,
+        "exponents": ", ".join(f"{r.series} {r['mean']:.2f}" for _, r in gr.iterrows()),
+    }
 
 
 @drawing
@@ -186,13 +210,21 @@ def plot_positions(runs: list[dict], tol: dict, exact_tol: float, leak_min: floa
         bound = exact_tol if dt == "float64" else tol[dt]
         ax.axhline(bound, color="k", ls="--", lw=0.8, label="declared bound")
         ax.axhline(leak_min, color="grey", ls=":", lw=0.8, label="leak must exceed")
-        ax.set(yscale="log", xlabel="position t (tokens)", ylabel="max |Δlogit| ÷ max |logit|",
-               title=f"{dt}: against the float64 one pass (n = {n})")  # fmt: skip
+        ax.set(
+            yscale="log",
+            xlabel="position t (tokens)",
+            ylabel="max |Δlogit| ÷ max |logit|",
+            title=f"{dt}: against the float64 one pass (n = {n})",
+        )
     axes[1].legend(fontsize=7)  # the panel with every path
-    out.figure("positions", fig, "Logit error at each position against the float64 one-pass logits: "
-               "step-by-step decoding (prefixes, KV cache) and, in lower precision, the one pass itself; "
-               f"bands span seeds and position encodings; exact zeros drawn at {FLOOR:g}. Grey: the same "
-               "model without the causal mask against step-by-step decoding.")  # fmt: skip
+    out.figure(
+        "positions",
+        fig,
+        "Logit error at each position against the float64 one-pass logits: "
+        "step-by-step decoding (prefixes, KV cache) and, in lower precision, the one pass itself; "
+        f"bands span seeds and position encodings; exact zeros drawn at {FLOOR:g}. Grey: the same "
+        "model without the causal mask against step-by-step decoding.",
+    )
 
 
 @drawing
@@ -209,13 +241,25 @@ def plot_timing(tm: pd.DataFrame, ratio_min: float, out) -> None:
         label = f"{PATHS[b]} ÷ {PATHS[a]}"
         band(a1, ns, np.median(r, 1), r.min(1), r.max(1), label=label, color=COLORS[b])
     a1.axhline(ratio_min, color="k", ls="--", lw=0.8, label=f"{ratio_min:g}× (training, declared)")
-    a0.set(yscale="log", xlabel="sequence length n (tokens)", ylabel="seconds per call",
-           title="Training step, forward and generation")  # fmt: skip
-    a1.set(yscale="log", xlabel="sequence length n (tokens)", ylabel="time ratio (×)",
-           title="Sequential ÷ one pass")  # fmt: skip
+    a0.set(
+        yscale="log",
+        xlabel="sequence length n (tokens)",
+        ylabel="seconds per call",
+        title="Training step, forward and generation",
+    )
+    a1.set(
+        yscale="log",
+        xlabel="sequence length n (tokens)",
+        ylabel="time ratio (×)",
+        title="Sequential ÷ one pass",
+    )
     for ax in (a0, a1):
         log_ticks(ax, ns)
         ax.legend(fontsize=7)
-    out.figure("timing", fig, "Left: a training step's gradient in one teacher-forced pass against the "
-               "same gradient step by step, and one forward against greedy generation of the same number of "
-               "tokens. Right: the time ratios (bands: min–max over interleaved rounds).")  # fmt: skip
+    out.figure(
+        "timing",
+        fig,
+        "Left: a training step's gradient in one teacher-forced pass against the "
+        "same gradient step by step, and one forward against greedy generation of the same number of "
+        "tokens. Right: the time ratios (bands: min–max over interleaved rounds).",
+    )

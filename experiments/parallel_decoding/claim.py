@@ -37,18 +37,36 @@ GRAD_TOL32 = 1e-4  # check: the timed float32 gradients agree (the timing compar
 RATIO_MIN = 10.0  # at the largest n, a sequential training step at least 10× the one-pass step
 GROW_MIN = 0.5  # the sequential ÷ one-pass time ratio grows at least as n^0.5
 
-ERROR = Readout("error", "relative max error", fmt=".2g", definition="max over positions t and the "
-                "vocabulary of |logit − reference| ÷ the largest |reference logit| of the "
-                "sequence")  # fmt: skip
-LEAK = Readout("leak", "largest logit change without the mask", better="higher", fmt=".3g",
-               definition="the bidirectional one-pass logits against step-by-step decoding (float64): max "
-               "over positions and the vocabulary of the difference ÷ the largest |logit|")  # fmt: skip
-GRAD = Readout("grad_error", "relative gradient error", fmt=".2g", definition="max |g − g_one-pass| over "
-               "every parameter ÷ the largest |g_one-pass| of any parameter")  # fmt: skip
+ERROR = Readout(
+    "error",
+    "relative max error",
+    fmt=".2g",
+    definition="max over positions t and the "
+    "vocabulary of |logit − reference| ÷ the largest |reference logit| of the "
+    "sequence",
+)
+LEAK = Readout(
+    "leak",
+    "largest logit change without the mask",
+    better="higher",
+    fmt=".3g",
+    definition="the bidirectional one-pass logits against step-by-step decoding (float64): max "
+    "over positions and the vocabulary of the difference ÷ the largest |logit|",
+)
+GRAD = Readout(
+    "grad_error",
+    "relative gradient error",
+    fmt=".2g",
+    definition="max |g − g_one-pass| over every parameter ÷ the largest |g_one-pass| of any parameter",
+)
 LOGT = rd.log_time("log seconds per call")
-EXPONENT = Readout("exponent", "growth exponent of the time ratio in n", better="higher", definition="per "
-                   "interleaved round, the least-squares slope of log(t_b ÷ t_a) on log n over the timed "
-                   "lengths (1: the ratio grows as n)")  # fmt: skip
+EXPONENT = Readout(
+    "exponent",
+    "growth exponent of the time ratio in n",
+    better="higher",
+    definition="per interleaved round, the least-squares slope of log(t_b ÷ t_a) on log n over the timed "
+    "lengths (1: the ratio grows as n)",
+)
 
 
 class ParallelDecoding(Experiment):
@@ -142,8 +160,14 @@ class ParallelDecoding(Experiment):
             f"{v['cached']:.0f}× as long (ratio exponents in n: {v['exponents']}); generating {n} tokens "
             f"took {v['generate']:.0f}× one forward over them."
         )
-        limits = dict(exact_tol=EXACT_TOL, tolerances=TOL, leak_min=LEAK_MIN, ratio_min=RATIO_MIN,
-                      grow_min=GROW_MIN, grad_tol_float32=GRAD_TOL32)  # fmt: skip
+        limits = dict(
+            exact_tol=EXACT_TOL,
+            tolerances=TOL,
+            leak_min=LEAK_MIN,
+            ratio_min=RATIO_MIN,
+            grow_min=GROW_MIN,
+            grad_tol_float32=GRAD_TOL32,
+        )
         return verdict_from(
             result,
             key_number=key,
@@ -160,9 +184,9 @@ class ParallelDecoding(Experiment):
                 "On one CPU thread the one pass also computes its positions one after another inside its "
                 "matrix products: once those are compute-bound its time grows about as n, like the cached "
                 "path's n steps of about equal cost, so the cached ratio's growth measures per-call overhead "
-                "against batched products and can level off. Its exponent bound (declared for both paths before "
-                "the runs) is a test a GPU, whose one pass stays flat in n while the device has idle lanes, "
-                "would pass more easily than this CPU.",
+                "against batched products and can level off. Its exponent bound (declared for both paths "
+                "before the runs) is a test a GPU, whose one pass stays flat in n while the device has idle "
+                "lanes, would pass more easily than this CPU.",
                 "Random initialisation: the identity does not depend on the weights; the size of the leak "
                 "does.",
             ],

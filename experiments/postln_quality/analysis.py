@@ -27,11 +27,15 @@ def _gap(m: dict) -> float | None:
 
 
 GAP = Readout(
-    "gap", "held-out − training-subset loss", "nats/char", better="lower", fmt="+.3f",
+    "gap",
+    "held-out − training-subset loss",
+    "nats/char",
+    better="lower",
+    fmt="+.3f",
     definition="the final held-out loss less the final loss on fixed windows of the training subset (both in "
     "eval mode): how much of the fit does not carry to unseen text",
     fn=_gap,
-)  # fmt: skip
+)
 
 
 def cell_fields(p: dict) -> dict[str, dict]:
@@ -51,20 +55,27 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
         return "null" if c["seed"] >= null_offset else "selection" if c["seed"] in sel else "test"
 
     t = runs_table(
-        part(runs, "sweep"), readouts, role=role,
+        part(runs, "sweep"),
+        readouts,
+        role=role,
         scale=lambda c, m: label.get((c["d_model"], c["n_layers"], c["subset"])),
-        init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"],
-        final_train=lambda c, m: m.get("final_train"), epochs=lambda c, m: m.get("epochs"),
+        init_loss=lambda c, m: m["val_loss"][0],
+        unigram=lambda c, m: m["unigram_xent"],
+        final_train=lambda c, m: m.get("final_train"),
+        epochs=lambda c, m: m.get("epochs"),
         **{X: lambda c, m: math.log10(c["subset"])},
-    )  # fmt: skip
+    )
     swept = t[t.role.isin(["selection", "test"])] if len(t) else t
     choices, tuned, seeds = read_sweep(swept, {k: {"placement": k} for k in PLACEMENTS}, cf)
     first = [cell_label(scales(p)[0], k) for k in subsets(p)]
     nulls = [null_at_choice(t, tuned, choices, "pre", f) for f in first] if len(t) else []
     return {
-        "runs": t, "tuned": tuned, "choices": choices, "sensitivity": seeds,
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": seeds,
         "first": pd.concat(nulls, ignore_index=True) if nulls else t,
-    }  # fmt: skip
+    }
 
 
 def cell_table(tuned: pd.DataFrame, choices: pd.DataFrame) -> pd.DataFrame:
@@ -73,9 +84,14 @@ def cell_table(tuned: pd.DataFrame, choices: pd.DataFrame) -> pd.DataFrame:
     if tuned.empty:
         return tuned
     g = tuned.groupby(["scale", "placement"], sort=False)
-    out = g.agg(epochs=("epochs", "first"), seeds=("unit", "size"), learned=("learned", "sum"),
-                held_out=("final_val", "mean"), train_subset=("final_train", "mean"),
-                gap=("gap", "mean"))  # fmt: skip
+    out = g.agg(
+        epochs=("epochs", "first"),
+        seeds=("unit", "size"),
+        learned=("learned", "sum"),
+        held_out=("final_val", "mean"),
+        train_subset=("final_train", "mean"),
+        gap=("gap", "mean"),
+    )
     lr = choices.rename(columns={"arm": "placement"}).set_index(["scale", "placement"]).chosen_lr
     return out.join(lr).reset_index()
 

@@ -56,26 +56,70 @@ class PostlnQuality(Experiment):
         post, pre = (arm(f"{name}, at its best rate", placement=k) for k, name in PLACEMENTS.items())
         tuned = dict(table="tuned", cells=by_cell, guard=LEARNED)
         sweep = profile_sweep(p).rule()
-        return Declaration((
-            SubClaim("quality", "Post-LN ends at a lower held-out loss than Pre-LN, each at its own best "
-                     "rate, in every cell of model scale and subset size", Better("b"), (FINAL,), a=pre,
-                     b=post, where="all", noise="null-tuned", **tuned, note=sweep + " The null pair at each "
-                     "subset's first scale floors both scales of that subset; a cell where neither placement learned "
-                     "is excluded, and a placement's diverged runs drop out of the pairs."),
-            SubClaim("gap", "Reported: Post-LN's gap between held-out and training-subset loss is smaller "
-                     "than Pre-LN's (it fits the repeated text in a way that carries over better)",
-                     Better("b"), (GAP,), a=pre, b=post, counts=False, noise="null-tuned", **tuned),
-            SubClaim("data-size", "Reported: Post-LN's advantage grows with the subset (Pre-LN relatively "
-                     "better on little data read many times, Post-LN on more data read a few times)",
-                     Trend(view.X, "down"), (FINAL,), a=pre, b=post, counts=False, **tuned, note=NOTE_TREND),
-            SubClaim("repetition", "Reported: repetition bites (the positive control of the design): "
-                     "Pre-LN's gap shrinks as the subset grows", Trend(view.X, "down"), (GAP,), b=pre,
-                     counts=False, **tuned),
-        ), nulls=(
-            NullPair("null-tuned", arm("Pre-LN", placement="pre", role="test"),
-                     arm("Pre-LN rerun", placement="pre", role="null"), (FINAL, GAP), table="first",
-                     cells=cells("k{subset}", subset=subsets(p)), seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                SubClaim(
+                    "quality",
+                    "Post-LN ends at a lower held-out loss than Pre-LN, each at its own best "
+                    "rate, in every cell of model scale and subset size",
+                    Better("b"),
+                    (FINAL,),
+                    a=pre,
+                    b=post,
+                    where="all",
+                    noise="null-tuned",
+                    **tuned,
+                    note=sweep + " The null pair at each subset's first scale floors both scales of that "
+                    "subset; a cell where neither placement learned is excluded, and a placement's diverged "
+                    "runs drop out of the pairs.",
+                ),
+                SubClaim(
+                    "gap",
+                    "Reported: Post-LN's gap between held-out and training-subset loss is smaller "
+                    "than Pre-LN's (it fits the repeated text in a way that carries over better)",
+                    Better("b"),
+                    (GAP,),
+                    a=pre,
+                    b=post,
+                    counts=False,
+                    noise="null-tuned",
+                    **tuned,
+                ),
+                SubClaim(
+                    "data-size",
+                    "Reported: Post-LN's advantage grows with the subset (Pre-LN relatively "
+                    "better on little data read many times, Post-LN on more data read a few times)",
+                    Trend(view.X, "down"),
+                    (FINAL,),
+                    a=pre,
+                    b=post,
+                    counts=False,
+                    **tuned,
+                    note=NOTE_TREND,
+                ),
+                SubClaim(
+                    "repetition",
+                    "Reported: repetition bites (the positive control of the design): "
+                    "Pre-LN's gap shrinks as the subset grows",
+                    Trend(view.X, "down"),
+                    (GAP,),
+                    b=pre,
+                    counts=False,
+                    **tuned,
+                ),
+            ),
+            nulls=(
+                NullPair(
+                    "null-tuned",
+                    arm("Pre-LN", placement="pre", role="test"),
+                    arm("Pre-LN rerun", placement="pre", role="null"),
+                    (FINAL, GAP),
+                    table="first",
+                    cells=cells("k{subset}", subset=subsets(p)),
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)
@@ -83,9 +127,13 @@ class PostlnQuality(Experiment):
         result = evaluate(decl, t)
         curves = sweep_curves(t["runs"], "placement")
         write_sweep_tables(out, t["choices"], curves, SweepWords(arm="placement", per="cell"))
-        out.table("cells", view.cell_table(t["tuned"], t["choices"]), "Per cell, each placement at its "
-                  "chosen rate: epochs over the subset, fresh seeds that learned, mean held-out and "
-                  "training-subset losses and their gap (nats/char)")  # fmt: skip
+        out.table(
+            "cells",
+            view.cell_table(t["tuned"], t["choices"]),
+            "Per cell, each placement at its "
+            "chosen rate: epochs over the subset, fresh seeds that learned, mean held-out and "
+            "training-subset losses and their gap (nats/char)",
+        )
         out.table("runs", t["runs"], "Every training run with its readouts", in_report=False)
         view.plot_sweep(t, p, out)
         view.plot_curves_by_cell(runs, t, p, out)

@@ -40,8 +40,16 @@ def grid_sweep(p: dict, done) -> list[dict]:
     for k in subsets(p):
 
         def make(arm, scale, lr, seed, k=k):
-            return {"part": "sweep", "placement": arm["placement"], **run_fields(p), **scale, "subset": k,
-                    **{key: p[key] for key in DATA_KEYS}, "lr": lr, "seed": seed}  # fmt: skip
+            return {
+                "part": "sweep",
+                "placement": arm["placement"],
+                **run_fields(p),
+                **scale,
+                "subset": k,
+                **{key: p[key] for key in DATA_KEYS},
+                "lr": lr,
+                "seed": seed,
+            }
 
         runs = sweep_grid(sweep, {a: {"placement": a} for a in PLACEMENTS}, sc, make, done)
         out += runs + null_reruns(runs, sweep, sc[0], {"placement": "pre"}, NULL_OFFSET)

@@ -26,11 +26,13 @@ def train_repeated(cfg: dict, ctx) -> dict:
     gen = torch.Generator().manual_seed(TRAIN_EVAL_SEED)  # the same subset windows for every run
     seen = [block_windows(blocks, cfg["batch"], cfg["seq_len"], gen) for _ in range(cfg["eval_batches"])]
     res, _ = train_small(
-        cfg, ctx, model_kw=model_kw(cfg),
+        cfg,
+        ctx,
+        model_kw=model_kw(cfg),
         sample=lambda g: block_windows(blocks, cfg["batch"], cfg["seq_len"], g),  # windows of the subset only
         on_eval=lambda step, model: {"train": evaluate(model, seen, ctx.device)},
         desc=f"{cfg['placement']} {cfg['subset']} seed {cfg['seed']}",
-    )  # fmt: skip
+    )
     res["train_loss_eval"] = [
         v if math.isfinite(v) else None for v in (pr["train"] for pr in res.pop("probes", []))
     ]

@@ -88,9 +88,9 @@ def observe(runs: list[dict], p: dict, readouts, swept: dict) -> dict[str, pd.Da
     """runs: one row per training (and null-pair) run with its readouts, divergence step, seconds, a display
     score (ln V where it diverged), its seeds' role (selection or test), its loss at init and its swept arm;
     fixed: the fixed-rate cells' rows; tuned, choices, sensitivity: the learning-rate sweep of the `swept`
-    arms (name -> fields) read by `evidence.tuning`; mechanism: one row per number a mechanism sub-claim bounds
-    (Xavier init); amp_seeds: the log-log slope of the output change in depth per placement, init and init
-    seed; and the probes' own tables (grad_init, grad_fits, amplification, amplification_fits,
+    arms (name -> fields) read by `evidence.tuning`; mechanism: one row per number a mechanism sub-claim
+    bounds (Xavier init); amp_seeds: the log-log slope of the output change in depth per placement, init and
+    init seed; and the probes' own tables (grad_init, grad_fits, amplification, amplification_fits,
     identity_share)."""
 
     def score(c, m):
@@ -223,12 +223,23 @@ def describe_cells(df: pd.DataFrame) -> pd.DataFrame:
         ci = mean_ci(g["final_val"].dropna())
         n, k = len(g), int(g["learned"].sum())
         esc = [e for e in g["escape"] if e is not None and e == e]
-        rows.append({
-            "placement": pl, "warmup": w, "depth": d, "lr": lr, "final val": ci.mean, "±": ci.half_width,
-            "learned": f"{k}/{n}", "n_learned": k, "diverged": f"{int(g['diverged_at'].notna().sum())}/{n}",
-            "escaped": f"{len(esc)}/{n}", "median escape step": float(np.median(esc)) if esc else None,
-            "score": float(g["score"].mean()), "seconds": float(g["seconds"].mean()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "placement": pl,
+                "warmup": w,
+                "depth": d,
+                "lr": lr,
+                "final val": ci.mean,
+                "±": ci.half_width,
+                "learned": f"{k}/{n}",
+                "n_learned": k,
+                "diverged": f"{int(g['diverged_at'].notna().sum())}/{n}",
+                "escaped": f"{len(esc)}/{n}",
+                "median escape step": float(np.median(esc)) if esc else None,
+                "score": float(g["score"].mean()),
+                "seconds": float(g["seconds"].mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -253,11 +264,19 @@ def describe_grads(probes):
         prof = w2.mean(0)
         L = c["depth"]
         exp = loglog_fit(np.arange(1, L + 1), prof).slope if L >= 3 else math.nan
-        rows.append({
-            "placement": c["placement"], "init": c["init"], "depth": L, "last W² grad": last.mean,
-            "±": last.half_width, "first W² grad": float(prof[0]), "last/first": float(prof[-1] / prof[0]),
-            "exponent in l": exp, "last/first (block)": float(blk.mean(0)[-1] / blk.mean(0)[0]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "placement": c["placement"],
+                "init": c["init"],
+                "depth": L,
+                "last W² grad": last.mean,
+                "±": last.half_width,
+                "first W² grad": float(prof[0]),
+                "last/first": float(prof[-1] / prof[0]),
+                "exponent in l": exp,
+                "last/first (block)": float(blk.mean(0)[-1] / blk.mean(0)[0]),
+            }
+        )
     df = pd.DataFrame(rows).sort_values(["init", "placement", "depth"])
     return df, depth_fits(df, "last W² grad", "exponent")
 
@@ -267,8 +286,15 @@ def describe_amplification(probes):
     for r in probes:
         c = r["config"]
         ci = mean_ci(r["metrics"]["amplification"])
-        rows.append({"placement": c["placement"], "init": c["init"], "depth": c["depth"],
-                     "output change": ci.mean, "±": ci.half_width})  # fmt: skip
+        rows.append(
+            {
+                "placement": c["placement"],
+                "init": c["init"],
+                "depth": c["depth"],
+                "output change": ci.mean,
+                "±": ci.half_width,
+            }
+        )
     df = pd.DataFrame(rows).sort_values(["init", "placement", "depth"])
     return df, depth_fits(df, "output change", "slope")
 
@@ -299,15 +325,21 @@ def describe_identity(probes) -> pd.DataFrame:
                 continue
             share = np.mean(m["share"], 0)
             n = np.arange(1, len(share) + 1)
-            rows.append({
-                "placement": c["placement"], "init": init, "depth": deepest, "sublayers": len(share),
-                "factor q per sublayer": share_factor(share),
-                "power a (share ∝ n^a)": loglog_fit(n, np.clip(share, 1e-6, None)).slope,
-                "share after 2 sublayers": float(share[1]), "share at the end": float(share[-1]),
-                "predicted (independent) at the end": float(np.mean(m["predicted"], 0)[-1]),
-                "median branch/stream energy r": float(np.median(np.mean(m["ratio"], 0))),
-                "mean cos(F, stream)": float(np.mean(m["branch_cos"])),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "placement": c["placement"],
+                    "init": init,
+                    "depth": deepest,
+                    "sublayers": len(share),
+                    "factor q per sublayer": share_factor(share),
+                    "power a (share ∝ n^a)": loglog_fit(n, np.clip(share, 1e-6, None)).slope,
+                    "share after 2 sublayers": float(share[1]),
+                    "share at the end": float(share[-1]),
+                    "predicted (independent) at the end": float(np.mean(m["predicted"], 0)[-1]),
+                    "median branch/stream energy r": float(np.median(np.mean(m["ratio"], 0))),
+                    "mean cos(F, stream)": float(np.mean(m["branch_cos"])),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -327,14 +359,20 @@ def describe_signature(train) -> pd.DataFrame:
             at = [m["grad_norms"][k] for m in g if k is not None and len(m["grad_norms"]) > k]
             first, last = [x[0] for x in at], [x[-1] for x in at]
             there = steps[k] + 1 if k is not None else "?"
-            rows.append({
-                "depth": d, "lr": lr, "arm": arm_name(pl, w), "learned": learned, "runs": len(g),
-                "first block, step 0": float(np.median([m["grad_norms"][0][0] for m in g])),
-                "last block, step 0": float(np.median([m["grad_norms"][0][-1] for m in g])),
-                f"first block, step {there}": float(np.median(first)) if first else None,
-                f"last block, step {there}": float(np.median(last)) if last else None,
-                "first/last there": float(np.median(np.array(first) / np.array(last))) if first else None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "depth": d,
+                    "lr": lr,
+                    "arm": arm_name(pl, w),
+                    "learned": learned,
+                    "runs": len(g),
+                    "first block, step 0": float(np.median([m["grad_norms"][0][0] for m in g])),
+                    "last block, step 0": float(np.median([m["grad_norms"][0][-1] for m in g])),
+                    f"first block, step {there}": float(np.median(first)) if first else None,
+                    f"last block, step {there}": float(np.median(last)) if last else None,
+                    "first/last there": float(np.median(np.array(first) / np.array(last))) if first else None,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -791,8 +829,16 @@ def plot_sweep(t: dict, curves: pd.DataFrame, p: dict, params: dict, labels: dic
     if len(pre):
         ci = mean_ci(pre)
         err = [[ci.mean - ci.lo], [ci.hi - ci.mean]]
-        ax.errorbar([p["deep_control_lr"]], [ci.mean], yerr=err, fmt="D", color="C2", mec="k", mew=0.5,
-                    label="pre, no warmup, fixed rate (fresh seeds)")  # fmt: skip
+        ax.errorbar(
+            [p["deep_control_lr"]],
+            [ci.mean],
+            yerr=err,
+            fmt="D",
+            color="C2",
+            mec="k",
+            mew=0.5,
+            label="pre, no warmup, fixed rate (fresh seeds)",
+        )
     ax.set_title(f"C: L = {p['deep_depth']}, d = {p['d_model']}, {p['deep_steps']} steps")
     ax.legend(fontsize=6)
     out.figure(
@@ -805,8 +851,8 @@ def plot_sweep(t: dict, curves: pd.DataFrame, p: dict, params: dict, labels: dic
             each="arm",
             note=": the tuned comparison (A, B)",
         )
-        + f" Right: C at depth, {p['deep_steps']} steps (warmup the same share): Post-LN with warmup swept the "
-        "same way; the diamond is Pre-LN at its one fixed rate on the fresh seeds.",
+        + f" Right: C at depth, {p['deep_steps']} steps (warmup the same share): Post-LN with warmup swept "
+        "the same way; the diamond is Pre-LN at its one fixed rate on the fresh seeds.",
     )
 
 
@@ -902,14 +948,14 @@ def caveats(p: dict, deep: int, null_offset: int) -> list[str]:
     provenance of the cell rule."""
     return [
         f"Small models and short runs: d = {p['scales'][0]} and {p['scales'][1]}, {p['steps']} steps of "
-        f"{p['batch']}×{p['seq_len']} characters, depths up to {deep}, {len(p['seeds'])} fresh seeds per arm; "
-        "the anchors trained translation models (d = 512, 6–18 layers per side) for tens of thousands of "
-        "steps. A verdict holds at the widths its sub-verdict names, not beyond them. The final loss is the "
-        "primary readout; learned-at-all and the escape step are reported (with five seeds Fisher's test "
+        f"{p['batch']}×{p['seq_len']} characters, depths up to {deep}, {len(p['seeds'])} fresh seeds per "
+        "arm; the anchors trained translation models (d = 512, 6–18 layers per side) for tens of thousands "
+        "of steps. A verdict holds at the widths its sub-verdict names, not beyond them. The final loss is "
+        "the primary readout; learned-at-all and the escape step are reported (with five seeds Fisher's test "
         "cannot reach p ≤ 0.05 on learned counts alone).",
         f"The sweep: {len(p['rates'])} rates at the first width, {len(p['rate_factors'])} at the second "
-        f"(centred on the first width's choice), {len(p['selection_seeds'])} selection seeds each; a choice at "
-        "an end of its sweep (the lr_choices table's at_edge) may sit short of the arm's true optimum. "
+        f"(centred on the first width's choice), {len(p['selection_seeds'])} selection seeds each; a choice "
+        "at an end of its sweep (the lr_choices table's at_edge) may sit short of the arm's true optimum. "
         "Sensitivity is compared at the first width only, where every arm sweeps the same rates, and with "
         "three selection seeds its paired test has little power (its bootstrap intervals are in lr_choices). "
         f"C at L = {p['deep_depth']} tunes only Post-LN with warmup (over {len(p['deep_rates'])} rates, "

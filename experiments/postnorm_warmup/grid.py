@@ -20,18 +20,32 @@ SWEPT = {"post": ARMS[0], "post-warmup": ARMS[1], "pre": ARMS[2]}  # the arms of
 def model_config(cfg: dict, placement: str, depth: int, init: str, vocab: int = 96) -> ModelConfig:
     """The stack of a run config (d_model, n_heads, seq_len, emb_scale) at one placement, depth and init."""
     return ModelConfig(
-        vocab_size=vocab, d_model=cfg["d_model"], n_layers=depth, n_heads=cfg["n_heads"], max_seq_len=cfg["seq_len"],
-        placement=placement, init=init, emb_scale=cfg["emb_scale"],
-    )  # fmt: skip
+        vocab_size=vocab,
+        d_model=cfg["d_model"],
+        n_layers=depth,
+        n_heads=cfg["n_heads"],
+        max_seq_len=cfg["seq_len"],
+        placement=placement,
+        init=init,
+        emb_scale=cfg["emb_scale"],
+    )
 
 
 def train_config(cfg: dict) -> TrainConfig:
-    """AdamW with the run's betas and weight decay, linear warm-up over cfg['warmup'] steps then cosine decay."""
+    """AdamW with the run's betas and weight decay, linear warm-up over cfg['warmup'] steps then cosine
+    decay."""
     return TrainConfig(
-        steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["warmup"],
-        betas=tuple(cfg["betas"]), weight_decay=cfg["weight_decay"], eval_every=cfg["eval_every"],
-        eval_batches=cfg["eval_batches"], seed=cfg["seed"],
-    )  # fmt: skip
+        steps=cfg["steps"],
+        batch_size=cfg["batch"],
+        seq_len=cfg["seq_len"],
+        lr=cfg["lr"],
+        warmup=cfg["warmup"],
+        betas=tuple(cfg["betas"]),
+        weight_decay=cfg["weight_decay"],
+        eval_every=cfg["eval_every"],
+        eval_batches=cfg["eval_batches"],
+        seed=cfg["seed"],
+    )
 
 
 def _shared(p):
@@ -70,9 +84,14 @@ def grid_probe(p):
 
 def _run(p, placement, warm, depth, lr, seed, *, d_model=None):
     return {
-        "placement": placement, "depth": depth, "lr": lr, "warmup": p["warmup"] if warm else 0,
-        **_train_fields(p), **({} if d_model is None else {"d_model": d_model}), "seed": seed,
-    }  # fmt: skip
+        "placement": placement,
+        "depth": depth,
+        "lr": lr,
+        "warmup": p["warmup"] if warm else 0,
+        **_train_fields(p),
+        **({} if d_model is None else {"d_model": d_model}),
+        "seed": seed,
+    }
 
 
 def grid_train(p):

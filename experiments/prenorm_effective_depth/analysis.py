@@ -44,38 +44,57 @@ def _read(fn):
 
 
 LATE_UPDATE = Readout(
-    "late_update", "relative update, deeper half", better="lower", fmt=".3f",
+    "late_update",
+    "relative update, deeper half",
+    better="lower",
+    fmt=".3f",
     definition="mean over the deeper half's blocks of ‖x_l − x_(l−1)‖ / ‖x_(l−1)‖ on held-out batches",
     fn=_read(lambda m: float(np.mean(_deep(m["relative_update"])))),
-)  # fmt: skip
+)
 DECAY = Readout(
-    "update_decay", "log(deeper-half / shallower-half relative update)", better="lower", fmt="+.3f",
+    "update_decay",
+    "log(deeper-half / shallower-half relative update)",
+    better="lower",
+    fmt="+.3f",
     definition="log of the mean relative update of the deeper half's blocks over the shallower half's",
-    fn=_read(lambda m: math.log(np.mean(_deep(m["relative_update"])) / np.mean(_shallow(m["relative_update"])))),
-)  # fmt: skip
+    fn=_read(
+        lambda m: math.log(np.mean(_deep(m["relative_update"])) / np.mean(_shallow(m["relative_update"])))
+    ),
+)
 LATE_DELETE = Readout(
-    "late_delete", "loss increase from deleting one block, deeper half", "nats/char", better="lower", fmt="+.3f",
+    "late_delete",
+    "loss increase from deleting one block, deeper half",
+    "nats/char",
+    better="lower",
+    fmt="+.3f",
     definition="mean over the deeper half's blocks of the held-out loss with that block deleted, less the "
     "trained model's",
     fn=_read(lambda m: float(np.mean(_deep(m["ablation"]["deleted"])))),
-)  # fmt: skip
+)
 LATE_COSINE = Readout(
-    "late_cosine", "cosine of the stream before and after a block, deeper half", better="higher", fmt=".3f",
+    "late_cosine",
+    "cosine of the stream before and after a block, deeper half",
+    better="higher",
+    fmt=".3f",
     definition="mean over the deeper half's blocks and the tokens of cos(x_(l−1), x_l)",
     fn=_read(lambda m: float(np.mean(_deep(m["cosine"])))),
-)  # fmt: skip
+)
 LATE_SWAP = Readout(
-    "late_swap", "loss increase from swapping neighbouring blocks, deeper half", "nats/char", better="lower",
-    fmt="+.3f", definition="mean over the neighbouring pairs inside the deeper half of the held-out loss with the "
+    "late_swap",
+    "loss increase from swapping neighbouring blocks, deeper half",
+    "nats/char",
+    better="lower",
+    fmt="+.3f",
+    definition="mean over the neighbouring pairs inside the deeper half of the held-out loss with the "
     "pair swapped, less the trained model's",
     fn=_read(lambda m: float(np.mean(_deep_pairs(m))) if _deep_pairs(m) else None),
-)  # fmt: skip
+)
 READOUTS = (LATE_UPDATE, DECAY, LATE_DELETE, LATE_COSINE, LATE_SWAP)
 
 
 def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, pd.DataFrame]:
-    """runs: one row per training run with its placement, role (selection, test, or null: the null pair's seeds
-    s + null_offset), scale label, the readouts and the loss at init; tuned, choices, sensitivity: each
+    """runs: one row per training run with its placement, role (selection, test, or null: the null pair's
+    seeds s + null_offset), scale label, the readouts and the loss at init; tuned, choices, sensitivity: each
     placement's sweep read by `evidence.tuning`; first: the null pair (Pre-LN's fresh seeds at the first
     depth's chosen rate and their reruns); layers: one row per run, block and reading (test runs only)."""
     sc = scales(p)
@@ -87,19 +106,29 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
     )
     ids = set(tuned.run_id) if len(tuned) else set()
     layers = [
-        {"placement": r["config"]["placement"], "scale": labels.get((r["config"]["d_model"], r["config"]["n_layers"])),
-         "seed": r["config"]["seed"], "block": i + 1, "depth": i / max(1, len(m["relative_update"]) - 1),
-         "relative_update": m["relative_update"][i], "cosine": m["cosine"][i],
-         "deleted": m["ablation"]["deleted"][i],
-         "swapped": m["ablation"]["swapped"][i] if i < len(m["ablation"]["swapped"]) else math.nan}
-        for r in recs if r.get("run_id") in ids and _probed(m := r["metrics"])
+        {
+            "placement": r["config"]["placement"],
+            "scale": labels.get((r["config"]["d_model"], r["config"]["n_layers"])),
+            "seed": r["config"]["seed"],
+            "block": i + 1,
+            "depth": i / max(1, len(m["relative_update"]) - 1),
+            "relative_update": m["relative_update"][i],
+            "cosine": m["cosine"][i],
+            "deleted": m["ablation"]["deleted"][i],
+            "swapped": m["ablation"]["swapped"][i] if i < len(m["ablation"]["swapped"]) else math.nan,
+        }
+        for r in recs
+        if r.get("run_id") in ids and _probed(m := r["metrics"])
         for i in range(len(m["relative_update"]))
-    ]  # fmt: skip
+    ]
     return {
-        "runs": t, "tuned": tuned, "choices": choices, "sensitivity": seeds,
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": seeds,
         "first": null_at_choice(t, tuned, choices, "pre", scale_label(sc[0])),
         "layers": pd.DataFrame(layers),
-    }  # fmt: skip
+    }
 
 
 def per_block(layers: pd.DataFrame) -> pd.DataFrame:
@@ -160,20 +189,31 @@ def plot_blocks(layers: pd.DataFrame, p: dict, out) -> None:
     out.figure(
         "blocks",
         fig,
-        f"Per block of the trained stacks (rows: the two depths; each placement at its chosen learning rate, "
-        f"{len(p['seeds'])} fresh seeds, mean and range): the block's update relative to the residual stream it "
-        "received, the cosine of the stream before and after it, and the held-out loss's increase when the "
-        "block is deleted.",
+        "Per block of the trained stacks (rows: the two depths; each placement at its chosen learning rate, "
+        f"{len(p['seeds'])} fresh seeds, mean and range): the block's update relative to the residual stream "
+        "it received, the cosine of the stream before and after it, and the held-out loss's increase when "
+        "the block is deleted.",
     )
 
 
 def plot_sweep(t: dict, p: dict, out) -> None:
-    """Final loss against peak learning rate per depth, both placements, each one's chosen rate on the seeds."""
+    """Final loss against peak learning rate per depth, both placements, each one's chosen rate on the
+    seeds."""
     from tfclaims.evidence.plots import model_sweep_figure
 
     sc = scales(p)
-    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], PLACEMENTS, arm_column="placement", per="depth",
-                       each="placement", note=": the runs every comparison reads")  # fmt: skip
+    model_sweep_figure(
+        out,
+        t,
+        p,
+        sc,
+        [scale_label(s) for s in sc],
+        PLACEMENTS,
+        arm_column="placement",
+        per="depth",
+        each="placement",
+        note=": the runs every comparison reads",
+    )
 
 
 def not_learned(tuned: pd.DataFrame) -> str:
@@ -193,8 +233,8 @@ def not_learned(tuned: pd.DataFrame) -> str:
         return ""
     return (
         "Fresh seeds that did not learn: " + "; ".join(parts) + ". Under the declared guard a comparison "
-        "excludes only an arm with no learned seed, so these stay in; a model that learned nothing has little "
-        "to lose by deleting a block, which narrows that cell's differences."
+        "excludes only an arm with no learned seed, so these stay in; a model that learned nothing has "
+        "little to lose by deleting a block, which narrows that cell's differences."
     )
 
 
@@ -208,9 +248,9 @@ def summary(tuned: pd.DataFrame) -> str:
         if {"pre", "post"} <= set(m.index):  # a placement whose runs all diverged has no reading
             pre, post = m.loc["pre"], m.loc["post"]
             parts.append(
-                f"at {scale} the deeper half's blocks change the stream by {pre.late_update:.3f} of its norm in "
-                f"Pre-LN against {post.late_update:.3f} in Post-LN, and deleting one costs {pre.late_delete:+.3f} "
-                f"against {post.late_delete:+.3f} nats/char"
+                f"at {scale} the deeper half's blocks change the stream by {pre.late_update:.3f} of its norm "
+                f"in Pre-LN against {post.late_update:.3f} in Post-LN, and deleting one costs "
+                f"{pre.late_delete:+.3f} against {post.late_delete:+.3f} nats/char"
             )
     return (
         ("Each placement at its own best rate: " + "; ".join(parts) + ".") if parts else "Nothing compared."

@@ -1,5 +1,5 @@
-"""`prenorm_effective_depth`: a Pre-LN stack's deeper blocks add ever smaller updates to its residual stream, so
-it behaves like a shallower, wider network than a Post-LN stack of the same depth."""
+"""`prenorm_effective_depth`: a Pre-LN stack's deeper blocks add ever smaller updates to its residual stream,
+so it behaves like a shallower, wider network than a Post-LN stack of the same depth."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ class PrenormEffectiveDepth(Experiment):
                                  selection_seeds=[100, 101], rate_factors=[0.5, 1.0], rate_extend=1,
                                  probe_batches=4),
         "full": train_profile("full", omit=SCALED, seeds=[0, 1, 2, 3, 4], scales=[[256, 12], [256, 24]],
-                              rates=[2.5e-4, 5e-4, 1e-3, 2e-3], selection_seeds=[100, 101], rate_factors=[0.5, 1.0],
+                              rates=[2.5e-4, 5e-4, 1e-3, 2e-3], selection_seeds=[100, 101],
+                              rate_factors=[0.5, 1.0],
                               rate_extend=1, probe_batches=16),
     }  # fmt: skip
     parts = (Part("sweep", grid_sweep, PD.train_probe, staged=True),)
@@ -49,25 +50,33 @@ class PrenormEffectiveDepth(Experiment):
         tuned = dict(table="tuned", cells=by_depth, guard=LEARNED, noise="null-tuned", where="all")
         sweep = profile_sweep(p).rule()
         return Declaration((
-            SubClaim("updates", "Pre-LN's deeper blocks change the residual stream less than Post-LN's (update "
-                     "relative to the stream)", Better("a"), (LATE_UPDATE,), a=pre, b=post, **tuned, note=sweep),
+            SubClaim("updates",
+                     "Pre-LN's deeper blocks change the residual stream less than Post-LN's (update "
+                     "relative to the stream)", Better("a"), (LATE_UPDATE,), a=pre, b=post, **tuned,
+                     note=sweep),
             SubClaim("decay", "Pre-LN's updates shrink with depth: its deeper half's relative updates are "
-                     "smaller than its shallower half's", Within(None, 0.0, "below 0: smaller in the deeper half"),
+                     "smaller than its shallower half's",
+                     Within(None, 0.0, "below 0: smaller in the deeper half"),
                      (DECAY,), b=pre, **tuned),
-            SubClaim("delete", "Deleting one of Pre-LN's deeper blocks costs less held-out loss than deleting one "
+            SubClaim("delete",
+                     "Deleting one of Pre-LN's deeper blocks costs less held-out loss than deleting one "
                      "of Post-LN's", Better("a"), (LATE_DELETE,), a=pre, b=post, **tuned,
-                     note="The probe batches are held-out windows apart from the validation windows that chose "
-                     "the rates."),
-            SubClaim("similar", "Pre-LN's stream is more alike before and after a deeper block than Post-LN's",
+                     note="The probe batches are held-out windows apart from the validation windows that "
+                          "chose the rates."),
+            SubClaim("similar",
+                     "Pre-LN's stream is more alike before and after a deeper block than Post-LN's",
                      Better("a"), (LATE_COSINE,), a=pre, b=post, **tuned),
-            SubClaim("swap", "Reported: swapping two neighbouring deeper blocks costs Pre-LN less than Post-LN",
+            SubClaim("swap",
+                     "Reported: swapping two neighbouring deeper blocks costs Pre-LN less than Post-LN",
                      Better("a"), (LATE_SWAP,), a=pre, b=post, counts=False, **tuned),
-            SubClaim("quality", f"Reported: the placements end at the same held-out loss (±{QUALITY_MARGIN:g} "
+            SubClaim("quality",
+                     f"Reported: the placements end at the same held-out loss (±{QUALITY_MARGIN:g} "
                      "nats/char), each at its best rate", equivalent(QUALITY_MARGIN), (FINAL,), a=pre, b=post,
                      counts=False, **tuned),
         ), nulls=(
             NullPair("null-tuned", arm("Pre-LN", placement="pre", role="test"),
-                     arm("Pre-LN rerun", placement="pre", role="null"), (*view.READOUTS, FINAL), table="first",
+                     arm("Pre-LN rerun", placement="pre", role="null"), (*view.READOUTS, FINAL),
+                     table="first",
                      seed_offset=NULL_OFFSET),
         ))  # fmt: skip
 
@@ -77,8 +86,12 @@ class PrenormEffectiveDepth(Experiment):
         result = evaluate(decl, t)
         curves = sweep_curves(t["runs"], "placement")
         write_sweep_tables(out, t["choices"], curves, SweepWords(arm="placement", per="depth"))
-        out.table("blocks", view.per_block(t["layers"]), "Per block, each placement at its chosen rate: mean and "
-                  "range over the fresh seeds", in_report=False)  # fmt: skip
+        out.table(
+            "blocks",
+            view.per_block(t["layers"]),
+            "Per block, each placement at its chosen rate: mean and range over the fresh seeds",
+            in_report=False,
+        )
         out.table("runs", t["runs"], "Every training run with its readouts", in_report=False)
         view.plot_blocks(t["layers"], p, out)
         view.plot_sweep(t, p, out)
@@ -101,26 +114,27 @@ class PrenormEffectiveDepth(Experiment):
                 "quality_gap": gaps,
             },
             caveats=[
-                "Block 1 reads the embeddings (drawn N(0, 0.02²)), which are far smaller than the stream they "
-                "become, so its relative update is large in both placements and weighs on the decay sub-claim's "
-                "shallower half. Without block 1, the log of the deeper half's mean relative update over the "
-                f"shallower half's is {beyond_txt or 'not available'} (fresh seeds' means; reported, not counted).",
+                "Block 1 reads the embeddings (drawn N(0, 0.02²)), which are far smaller than the stream "
+                "they become, so its relative update is large in both placements and weighs on the decay "
+                "sub-claim's shallower half. Without block 1, the log of the deeper half's mean relative "
+                f"update over the shallower half's is {beyond_txt or 'not available'} (fresh seeds' means; "
+                "reported, not counted).",
                 "Post-LN's final held-out loss less Pre-LN's, each at its best rate: "
                 + (", ".join(f"{scale} {gap:+.3f}" for scale, gap in gaps.items()) or "not available")
-                + f" nats/char (the quality sub-claim, reported; ±{QUALITY_MARGIN:g} counts as the same). Where "
-                "it is far from 0 the per-block readings compare stacks trained to different points.",
+                + f" nats/char (the quality sub-claim, reported; ±{QUALITY_MARGIN:g} counts as the same). "
+                "Where it is far from 0 the per-block readings compare stacks trained to different points.",
                 *filter(None, [view.not_learned(t["tuned"])]),
                 f"Character LMs of width {p['scales'][0][0]} at depths "
                 + " and ".join(str(L) for _, L in p["scales"])
-                + f", {p['steps']} steps: the anchors read LLMs of tens of layers (Gromov et al. removed up to "
-                "half of a 70B model's deeper layers). Which blocks a shallow stack can spare is a smaller "
-                "question than theirs.",
-                "Post-LN's stream is renormalised after every block, so its relative update measures a block's "
-                "change of a unit-scale stream; Pre-LN's is the update's size against a stream that grows with "
-                "depth. Both read the same quantity, ‖x_l − x_{l−1}‖ / ‖x_{l−1}‖; the deletion and swap costs "
-                "are the placement-free readings.",
-                "Both placements train with the shared recipe's linear warm-up (10% of the steps), which lets "
-                "Post-LN train at these depths; postnorm_warmup tests what happens without it.",
+                + f", {p['steps']} steps: the anchors read LLMs of tens of layers (Gromov et al. removed up "
+                "to half of a 70B model's deeper layers). Which blocks a shallow stack can spare is a "
+                "smaller question than theirs.",
+                "Post-LN's stream is renormalised after every block, so its relative update measures a "
+                "block's change of a unit-scale stream; Pre-LN's is the update's size against a stream that "
+                "grows with depth. Both read the same quantity, ‖x_l − x_{l−1}‖ / ‖x_{l−1}‖; the deletion "
+                "and swap costs are the placement-free readings.",
+                "Both placements train with the shared recipe's linear warm-up (10% of the steps), which "
+                "lets Post-LN train at these depths; postnorm_warmup tests what happens without it.",
             ],
         )
 

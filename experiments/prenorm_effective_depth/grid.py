@@ -1,7 +1,7 @@
 """prenorm_effective_depth's training runs: Pre-LN and Post-LN, each with its own learning-rate sweep at two
-depths (`grids.sweep`: selection seeds, then the chosen rate on fresh seeds, the deeper stack's sweep around the
-shallower one's choice), and Pre-LN at its first-depth choice rerun at seeds s + NULL_OFFSET (the null pair).
-Every run also probes its trained model (`claims.prenorm_effective_depth`)."""
+depths (`grids.sweep`: selection seeds, then the chosen rate on fresh seeds, the deeper stack's sweep around
+the shallower one's choice), and Pre-LN at its first-depth choice rerun at seeds s + NULL_OFFSET (the null
+pair). Every run also probes its trained model (`claims.prenorm_effective_depth`)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,15 @@ def grid_sweep(p: dict, done) -> list[dict]:
     sweep, sc = profile_sweep(p), scales(p)
 
     def make(arm, scale, lr, seed):
-        return {"part": "sweep", "placement": arm["placement"], **run_fields(p), **scale, "lr": lr,
-                **{k: p[k] for k in PROBE_KEYS}, "seed": seed}  # fmt: skip
+        return {
+            "part": "sweep",
+            "placement": arm["placement"],
+            **run_fields(p),
+            **scale,
+            "lr": lr,
+            **{k: p[k] for k in PROBE_KEYS},
+            "seed": seed,
+        }
 
     out = sweep_grid(sweep, {k: {"placement": k} for k in PLACEMENTS}, sc, make, done)
     return out + null_reruns(out, sweep, sc[0], {"placement": "pre"}, NULL_OFFSET)

@@ -1,6 +1,6 @@
-"""Run recipe of `prenorm_effective_depth`: train one small LM with its norms before (Pre-LN) or after (Post-LN)
-each residual branch, then read its residual stream layer by layer and the loss it loses without each block
-(`measure.residual_stream`), on fixed held-out batches."""
+"""Run recipe of `prenorm_effective_depth`: train one small LM with its norms before (Pre-LN) or after
+(Post-LN) each residual branch, then read its residual stream layer by layer and the loss it loses without
+each block (`measure.residual_stream`), on fixed held-out batches."""
 
 from __future__ import annotations
 

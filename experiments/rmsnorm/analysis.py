@@ -25,10 +25,11 @@ def observe(
     """alone: one row per width d, implementation (`impl`; `aa` is the built-in LayerNorm's copy timed again)
     and interleaved round of the norm timed alone; step: one row per model (d_model, n_layers),
     implementation and round of the whole training step; in both only the rounds whose copy probe reached
-    `contended` × its timing call's median (`tables.uncontended`), the same rounds for every implementation; runs: one row per training run with its role
-    (selection, test, or null: the null pairs' seeds s + null_offset), scale label and loss at init; tuned,
-    choices, sensitivity: each norm's learning-rate sweep read by `evidence.tuning`; first: the tuned null
-    pair (LayerNorm's fresh seeds at the first scale's chosen rate and their reruns)."""
+    `contended` × its timing call's median (`tables.uncontended`), the same rounds for every implementation;
+    runs: one row per training run with its role (selection, test, or null: the null pairs' seeds s +
+    null_offset), scale label and loss at init; tuned, choices, sensitivity: each norm's learning-rate sweep
+    read by `evidence.tuning`; first: the tuned null pair (LayerNorm's fresh seeds at the first scale's chosen
+    rate and their reruns)."""
     micro = part(runs, "norm_alone")[0]["metrics"]
     impls = [*micro["impls"], aa]
     alone = [
@@ -70,10 +71,14 @@ def observe(
         swept, {n: {"norm": n} for n in NORMS}, {scale_label(s): s for s in sc}
     )
     return {
-        "alone": pd.DataFrame(alone), "step": pd.DataFrame(step), "runs": train, "tuned": tuned,
-        "choices": choices, "sensitivity": seeds,
+        "alone": pd.DataFrame(alone),
+        "step": pd.DataFrame(step),
+        "runs": train,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": seeds,
         "first": null_at_choice(train, tuned, choices, "layer", scale_label(sc[0])),
-    }  # fmt: skip
+    }
 
 
 def by_cell(result, sub_id: str) -> dict:
@@ -154,17 +159,18 @@ def _training_tables(t: dict, result, out) -> None:
         "training",
         tdf,
         "Training runs: final validation loss (nats/char); learned = the run did not diverge and ended at "
-        "least the declared margin below the unigram cross-entropy; role: selection (the sweep's seeds), test "
-        "(the fixed design and each norm's chosen rate), null (LayerNorm at seed + 1000)",
+        "least the declared margin below the unigram cross-entropy; role: selection (the sweep's seeds), "
+        "test (the fixed design and each norm's chosen rate), null (LayerNorm at seed + 1000)",
         in_report=False,
     )
     out.table(
         "quality",
-        comparison_table([*result.of("quality"), *result.of("quality-fixed"), *result.of("range"),
-                          *result.floors]),
-        "Validation loss, RMSNorm (b) − LayerNorm (a): each at its own best rate per scale (counted), both at "
-        "the profile's rate (reported), and the learning-rate sensitivity; the null pairs last",
-    )  # fmt: skip
+        comparison_table(
+            [*result.of("quality"), *result.of("quality-fixed"), *result.of("range"), *result.floors]
+        ),
+        "Validation loss, RMSNorm (b) − LayerNorm (a): each at its own best rate per scale (counted), both "
+        "at the profile's rate (reported), and the learning-rate sensitivity; the null pairs last",
+    )
     write_sweep_tables(out, t["choices"], sweep_curves(t["runs"], "norm"), SweepWords(arm="norm"))
 
 
@@ -196,7 +202,8 @@ def _step_table(runs, result, families: dict, step: pd.DataFrame, aa: str, out) 
         "step",
         sdf,
         "Whole training step: median time, saving 1 − t_RMS/t_LN (from the mean paired log ratio over the "
-        "interleaved rounds kept, as in the norm_alone table) with its CI at Holm's level (across model sizes), the norms' estimated share of "
+        "interleaved rounds kept, as in the norm_alone table) with its CI at Holm's level (across model "
+        "sizes), the norms' estimated share of "
         "the LN step, and the saving that share allows (share × the saving of the norms timed alone at the "
         "model's shape): a step cannot save more than it spends in its norms",
     )
@@ -232,8 +239,8 @@ def describe(result, v: dict, p: dict) -> tuple[str, str]:
     def steps(name):
         return "; ".join(
             f"d={int(r['d_model'])}, {int(r['layers'])} layers: {r[f'{name} saving']:+.1%} "
-            f"[{r[f'{name} saving lo']:+.1%}, {r[f'{name} saving hi']:+.1%}] (its norms' share allows at most "
-            f"{r[f'{name} saving the share allows']:+.1%})"
+            f"[{r[f'{name} saving lo']:+.1%}, {r[f'{name} saving hi']:+.1%}] (its norms' share allows at "
+            f"most {r[f'{name} saving the share allows']:+.1%})"
             for _, r in sdf.iterrows()
         )
 
@@ -259,8 +266,9 @@ def describe(result, v: dict, p: dict) -> tuple[str, str]:
         + (f", fused by torch.compile {rng(mdf['LN/RMS fused'])}" if fused else "")
         + f" (>1: RMSNorm faster); the whole training step with eager norms saves {steps('eager')}.{bw_txt} "
         f"PyTorch's built-in functions on this device give {rng(mdf['LN/RMS built-in'])} ({kern}) and a step "
-        f"saving of {steps('built-in')}: a finding about its kernels, not counted. Validation loss, RMSNorm − "
-        f"LayerNorm, each at its own best rate: {q}; at one rate (reported): {qf.text(' nats') if qf else '—'}."
+        f"saving of {steps('built-in')}: a finding about its kernels, not counted. Validation loss, RMSNorm "
+        f"− LayerNorm, each at its own best rate: {q}; at one rate (reported): "
+        f"{qf.text(' nats') if qf else '—'}."
     )
     key = (
         f"norm alone LN/RMS eager {rng(mdf['LN/RMS eager'])}"
@@ -372,5 +380,15 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     from tfclaims.evidence.plots import model_sweep_figure
 
     sc = scales(p)
-    model_sweep_figure(out, t, p, sc, [scale_label(s) for s in sc], NORMS, arm_column="norm", per="scale", each="norm",
-                       note=": the tuned quality comparison")  # fmt: skip
+    model_sweep_figure(
+        out,
+        t,
+        p,
+        sc,
+        [scale_label(s) for s in sc],
+        NORMS,
+        arm_column="norm",
+        per="scale",
+        each="norm",
+        note=": the tuned quality comparison",
+    )

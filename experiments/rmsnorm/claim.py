@@ -49,10 +49,19 @@ def norm_alone_grid(p: dict) -> list[dict]:
 
 def step_grid(p: dict) -> list[dict]:
     cfgs = [
-        {"d_model": d, "n_layers": L, "n_heads": h, "seq_len": p["step_seq"], "batch": p["step_batch"],
-         "repeats": p["step_repeats"], "threads": p["threads"], "bw_bytes": p["bw_bytes"], "seed": 0}
+        {
+            "d_model": d,
+            "n_layers": L,
+            "n_heads": h,
+            "seq_len": p["step_seq"],
+            "batch": p["step_batch"],
+            "repeats": p["step_repeats"],
+            "threads": p["threads"],
+            "bw_bytes": p["bw_bytes"],
+            "seed": 0,
+        }
         for d, L, h in p["step_models"]
-    ]  # fmt: skip
+    ]
     for c in cfgs:
         model_config(c, 96)  # validate sizes before anything runs
     return cfgs
@@ -106,8 +115,8 @@ class RMSNormSpeed(Experiment):
             "step": dict(table="step", cells=models, noise="aa-step"),
         }
         rounds = (
-            f"Rounds whose copy probe (taken before the round) fell below {CONTENDED:.0%} of the timing call's "
-            "median probe were contended: dropped from every implementation."
+            f"Rounds whose copy probe (taken before the round) fell below {CONTENDED:.0%} of the timing "
+            "call's median probe were contended: dropped from every implementation."
         )
         found = (
             "Reported, not counted: a finding about PyTorch's kernels on the device, not the algorithm (the "
@@ -129,7 +138,8 @@ class RMSNormSpeed(Experiment):
         by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
         first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
         tuned = {n: arm(f"{name}, at its best rate", norm=n) for n, name in NORMS.items()}
-        sens = dict(table="sensitivity", cells=first, counts=False, note="At the first scale, where both norms "
+        sens = dict(table="sensitivity", cells=first, counts=False,
+                    note="At the first scale, where both norms "
                     "sweep the same rates; paired by selection seed (two seeds: weak power).")  # fmt: skip
         return Declaration((
             faster("alone", "eager", alone), *fused, faster("step", "eager", step),
@@ -142,7 +152,8 @@ class RMSNormSpeed(Experiment):
                      noise="null-tuned", note=profile_sweep(p).rule() + " The null pair at the first scale's "
                      "chosen rate floors both scales."),
             SubClaim("range", "RMSNorm tolerates a wider range of rates than LayerNorm (lower sensitivity)",
-                     Better("b"), (SENSITIVITY,), a=arm("LayerNorm", arm="layer"), b=arm("RMSNorm", arm="rms"),
+                     Better("b"), (SENSITIVITY,), a=arm("LayerNorm", arm="layer"),
+                     b=arm("RMSNorm", arm="rms"),
                      **sens),
         ), nulls=(
             NullPair("aa-alone", arm("LayerNorm, built-in", impl="layer"), arm("LayerNorm, built-in (again)",
@@ -187,9 +198,9 @@ class RMSNormSpeed(Experiment):
                 "step spent in them differs.",
                 "Timing comparisons pair the rounds of one interleaved call and treat rounds as independent; "
                 "rounds taken seconds apart share slow drifts of the machine's load, which the A/A pair "
-                "beside each cell measures (its largest |95% CI bound| is that cell's noise floor). A round taken "
-                f"while a large copy ran below {CONTENDED:.0%} of its call's median bandwidth is dropped from every "
-                "implementation (the tables say how many rounds each cell kept).",
+                "beside each cell measures (its largest |95% CI bound| is that cell's noise floor). A round "
+                f"taken while a large copy ran below {CONTENDED:.0%} of its call's median bandwidth is "
+                "dropped from every implementation (the tables say how many rounds each cell kept).",
                 f"Small models (d_model {p['d_model']}, {p['n_layers']} layers, {p['steps']} steps, "
                 f"{len(p['seeds'])} seeds) for the quality comparison; the anchors trained to convergence. "
                 f"Equivalence within ±{QUALITY_MARGIN} nats is what this setup can show; no positive control "

@@ -1,7 +1,7 @@
 """rmsnorm's training runs: LayerNorm and RMSNorm at the profile's rate (the fixed design) with the null pair,
-and each norm's learning-rate sweep at two scales (the first the fixed design's size, so a chosen rate equal to
-the profile's reuses its runs), with a null pair at the first scale's chosen rate, each validated before any
-run."""
+and each norm's learning-rate sweep at two scales (the first the fixed design's size, so a chosen rate equal
+to the profile's reuses its runs), with a null pair at the first scale's chosen rate, each validated before
+any run."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def scales(p: dict) -> list[dict]:
     out = model_config_scales(p)
     if (out[0]["d_model"], out[0]["n_layers"]) != (p["d_model"], p["n_layers"]):
         raise ConfigError(
-            f"scales: the first must be the fixed design's [{p['d_model']}, {p['n_layers']}], got {p['scales']!r}"
+            f"scales: the first must be the fixed design's [{p['d_model']}, {p['n_layers']}], got "
+            f"{p['scales']!r}"
         )
     return out
 

@@ -6,8 +6,9 @@ library's layers call) and the standard formulas in eager elementwise ops; and, 
 CPU, Triton kernels on a GPU), so that each family compares like with like. Every timing goes through
 `timing.time_probed`, which interleaves the implementations round by round and measures a large copy's
 bandwidth before each round (the probe: what a neighbouring process left of the memory system); the per-round
-times and probes are kept so the analysis can pair rounds and drop the contended ones. Each timing call also times the built-in LayerNorm callable a second
-time under another name (`AA`): an A/A pair, what the timer alone gives when nothing differs.
+times and probes are kept so the analysis can pair rounds and drop the contended ones. Each timing call also
+times the built-in LayerNorm callable a second time under another name (`AA`): an A/A pair, what the timer
+alone gives when nothing differs.
 
 Every recipe is `recipe(cfg, ctx) -> metrics`.
 """
@@ -67,10 +68,15 @@ def norm_alone(cfg: dict, ctx) -> dict:
             fns = {k: grad_call(build_norm(k, d, dev), x, gy) for k in impls}
             fns[AA] = fns["layer"]
             t = time_probed(fns, _probe(cfg, dev), device=dev, repeats=cfg["repeats"])
-            rows.append({
-                "d": d, "bytes": compulsory_bytes(cfg["tokens"], d), "load": t[AA]["load"],
-                "probe": t[AA]["probe"], **_timed(t),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "d": d,
+                    "bytes": compulsory_bytes(cfg["tokens"], d),
+                    "load": t[AA]["load"],
+                    "probe": t[AA]["probe"],
+                    **_timed(t),
+                }
+            )
         d = cfg["widths"][len(cfg["widths"]) // 2]
         x = torch.randn(cfg["tokens"], d, device=dev, requires_grad=True)
         ops = {}
@@ -82,9 +88,12 @@ def norm_alone(cfg: dict, ctx) -> dict:
             bwd = kernels(lambda y=y, m=m: torch.autograd.grad(y, [x, *m.parameters()], torch.ones_like(y)))
             ops[k] = {"forward": fwd, "backward": bwd}
         return {
-            "rows": rows, "impls": list(impls), "kernels": ops, "kernel_width": d,
+            "rows": rows,
+            "impls": list(impls),
+            "kernels": ops,
+            "kernel_width": d,
             "threads": torch.get_num_threads(),
-        }  # fmt: skip
+        }
 
 
 def step_model(impl: str, cfg: dict, vocab: int) -> LM:

@@ -153,7 +153,8 @@ def observe(
     tuned_recs = [r for r in lruns if r.get("run_id") in ids]
     sin = [r for r in tuned_recs if r["config"]["pos"] == "sinusoidal"]
     windows = runs_table(
-        [{**r, "config": {**r["config"], "k": k, "scale": labels[(r["config"]["d_model"], r["config"]["n_layers"])]}}
+        [{**r, "config": {**r["config"], "k": k, "scale": labels[(r["config"]["d_model"], r["config"][
+            "n_layers"])]}}
          for r in sin for k in (0, *ks)],
         (guard,),
         window_loss=lambda c, m: shifted_loss(m, c["k"], T),
@@ -168,7 +169,8 @@ def observe(
         if r["config"]["pos"] in ("rope", "none") and v is not None
     ]
     ratios = [
-        {"pos": r["config"]["pos"], "unit": r["config"]["seed"], "ratio_err": r["metrics"]["norm_ratio"]["init"] / RATIO - 1}
+        {"pos": r["config"]["pos"], "unit": r["config"]["seed"],
+         "ratio_err": r["metrics"]["norm_ratio"]["init"] / RATIO - 1}
         for r in tuned_recs
         if r["config"]["pos"] in ("sinusoidal", "learned") and r["metrics"].get("norm_ratio")
     ]  # fmt: skip
@@ -193,8 +195,14 @@ def observe(
 
 def _copy(runs, p: dict, guard) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     recs, cols = part(runs, "copy"), copy_measures(p)
-    t = runs_table(recs, (guard,), **cols, role=_roles(set(p["copy_selection_seeds"]), set(p["tuned_seeds"])),
-                   final_val=lambda c, m: final_and_init(m)[0], init_loss=lambda c, m: m["val_loss"][0])  # fmt: skip
+    t = runs_table(
+        recs,
+        (guard,),
+        **cols,
+        role=_roles(set(p["copy_selection_seeds"]), set(p["tuned_seeds"])),
+        final_val=lambda c, m: final_and_init(m)[0],
+        init_loss=lambda c, m: m["val_loss"][0],
+    )
     if not len(t):
         empty = pd.DataFrame(columns=["pos", "k", "unit", "learned", *cols])
         windows = pd.DataFrame(columns=["pos", "k", "shift", "unit", "learned", "copy_window_acc"])
@@ -223,8 +231,12 @@ def _learned(runs, guard, thresholds) -> pd.DataFrame:
     for r in part(runs, "learned"):
         c, m = r["config"], r["metrics"]
         null = c["seed"] >= NULL_OFFSET
-        base = {"part": "null" if null else "learned", "unit": c["seed"], "run_id": r.get("run_id"),
-                "learned": guard.fn(m)}  # fmt: skip
+        base = {
+            "part": "null" if null else "learned",
+            "unit": c["seed"],
+            "run_id": r.get("run_id"),
+            "learned": guard.fn(m),
+        }
         r2 = m["final_table"]["toeplitz_r2"]
         prev = m["probes"][-2]["toeplitz_r2"] if len(m["probes"]) > 1 else None
         rows.append({**base, "table": "trained", "r2": r2, "res1": res1(m["final_table"]), "r2_prev": prev})
@@ -266,7 +278,7 @@ def write_tables(runs, t: dict, result, p: dict, out) -> pd.DataFrame:
                 t["copy_curves"].assign(task="copy"),
             ],
             ignore_index=True,
-        ),  # fmt: skip
+        ),
         SweepWords(per="task and scale (the copy task: per distance k, in the arm's name)"),
     )
     tab = _length_table(t["tuned"], p, out)
@@ -309,10 +321,10 @@ def _copy_table(copy: pd.DataFrame, p: dict, out) -> None:
     out.table(
         "copy",
         pd.DataFrame(rows),
-        f"The copy task (output the token k back; {p['copy_symbols']} symbols, trained at T = {p['copy_len']}): "
-        "copy accuracy within T (positions k .. T − 1), beyond T (T .. 4T − 1) and the drop, each arm at its "
-        "own best rate, mean ± 95% CI over the fresh seeds that learned; n/a: learned embeddings have no rows "
-        "beyond T",
+        f"The copy task (output the token k back; {p['copy_symbols']} symbols, trained at T = "
+        f"{p['copy_len']}): copy accuracy within T (positions k .. T − 1), beyond T (T .. 4T − 1) and the "
+        "drop, each arm at its own best rate, mean ± 95% CI over the fresh seeds that learned; n/a: learned "
+        "embeddings have no rows beyond T",
     )
 
 
@@ -365,8 +377,12 @@ def _length_table(tuned: pd.DataFrame, p, out) -> pd.DataFrame:
         c for c in src if c.startswith(("increase", "moved")) or (c.startswith("loss") and c != "loss 1×")
     }
     keep = ["scale", "pos", "lr", "unit", "learned", *src.values()]
-    out.table("length_runs", tuned[[c for c in keep if c in tuned]], "Length part, each arm at its chosen rate, "
-              "per fresh run (nats/char; shares in [0, 1])", in_report=False)  # fmt: skip
+    out.table(
+        "length_runs",
+        tuned[[c for c in keep if c in tuned]],
+        "Length part, each arm at its chosen rate, per fresh run (nats/char; shares in [0, 1])",
+        in_report=False,
+    )
     rows, shown = [], []
     for scale, g in tuned.groupby("scale", sort=False):
         for pos in ARMS:
@@ -392,9 +408,9 @@ def _length_table(tuned: pd.DataFrame, p, out) -> pd.DataFrame:
         pd.DataFrame(shown),
         f"Trained at T = {T} characters, each arm at its own best rate, evaluated on {max(mults)}T-character "
         "windows: window-mean validation loss at each length (nats/char), its increase over 1×, the change "
-        "when the first T characters are moved to start at kT, and the offset-only share of the first layer's "
-        "position-only logits (at initialisation and trained); mean ± 95% CI over the fresh seeds that "
-        "learned. n/a: learned embeddings have no rows beyond T.",
+        "when the first T characters are moved to start at kT, and the offset-only share of the first "
+        "layer's position-only logits (at initialisation and trained); mean ± 95% CI over the fresh seeds "
+        "that learned. n/a: learned embeddings have no rows beyond T.",
     )
     return pd.DataFrame(rows)
 
@@ -482,7 +498,8 @@ def plot_learned(learned_runs, p, out) -> None:
         fig,
         "Cosine similarity between position encodings: sinusoidal (left) and learned absolute embeddings "
         f"after training (middle, seed {learned_runs[0]['config']['seed']}; {T} positions, d = "
-        f"{learned_runs[0]['config']['d_model']}). Right: during training, the share of the learned Gram matrix's variance explained "
+        f"{learned_runs[0]['config']['d_model']}). Right: during training, the share of the learned Gram "
+        "matrix's variance explained "
         "by the offset alone, and the residual of the best linear map PE(p) → PE(p+1); convergence is "
         "judged on the last two probes.",
     )
@@ -555,14 +572,13 @@ def plot_length(runs, length: pd.DataFrame, p, out) -> None:
     out.figure(
         "length",
         fig,
-        f"At {mine.scale.iloc[0]}, each arm at its own best rate. Left: window-mean validation loss at 1×, 2× "
-        f"and 4× the training length T = {T} (the same text at "
-        f"each length: prefixes of {max(mults)}T-character windows), mean and 95% band over the seeds that "
-        "learned; learned embeddings have no rows beyond T. Middle: loss at each position of the window "
-        "(moving average), the dotted line at T. Right: share of the variance of the first layer's "
-        "position-only attention logits (causal cells, pooled over heads) explained by the offset i − j "
-        "alone, at initialisation (hollow) and after training (filled), seeds as dots with mean and 95% CI; "
-        "RoPE's is 1 by construction.",
+        f"At {mine.scale.iloc[0]}, each arm at its own best rate. Left: window-mean validation loss at 1×, "
+        f"2× and 4× the training length T = {T} (the same text at each length: prefixes of "
+        f"{max(mults)}T-character windows), mean and 95% band over the seeds that learned; learned "
+        "embeddings have no rows beyond T. Middle: loss at each position of the window (moving average), the "
+        "dotted line at T. Right: share of the variance of the first layer's position-only attention logits "
+        "(causal cells, pooled over heads) explained by the offset i − j alone, at initialisation (hollow) "
+        "and after training (filled), seeds as dots with mean and 95% CI; RoPE's is 1 by construction.",
     )
 
 
@@ -700,7 +716,8 @@ RATIO_ERR = Readout(
     "ratio_err",
     "‖position‖/‖token‖ at init ÷ (1/√2) − 1",
     definition="mean position-row norm over the first T positions over the mean token-row norm as added "
-    "(×√d), at step 0, relative to Vaswani et al.'s 1/√2 (the rows are random draws: about 1% apart at d = 64)",
+    "(×√d), at step 0, relative to Vaswani et al.'s 1/√2 (the rows are random draws: about 1% apart "
+    "at d = 64)",
 )
 COPY_DROP = Readout(
     "copy_drop",
@@ -743,7 +760,8 @@ def plot_all(runs, t: dict, p: dict, tol: float, out) -> None:
 
 @drawing
 def plot_sweep(t: dict, p: dict, out) -> None:
-    """Final loss against peak rate per scale for the four arms, each at its chosen rate on the fresh seeds."""
+    """Final loss against peak rate per scale for the four arms, each at its chosen rate on the fresh
+    seeds."""
     from tfclaims.evidence.plots import lr_sweeps
     from tfclaims.plotting import subplots
 
@@ -779,8 +797,11 @@ def plot_copy(runs, copy: pd.DataFrame, p: dict, out) -> None:
     ok = set(copy.run_id[copy.learned.astype(bool)])
     for ax, k in zip(axes, ks):
         for pos in ARMS:
-            ys = [r["metrics"]["acc_by_position"] for r in part(runs, "copy")
-                  if r.get("run_id") in ok and r["config"]["pos"] == pos and r["config"]["k"] == k]  # fmt: skip
+            ys = [
+                r["metrics"]["acc_by_position"]
+                for r in part(runs, "copy")
+                if r.get("run_id") in ok and r["config"]["pos"] == pos and r["config"]["k"] == k
+            ]
             if not ys:
                 continue
             w = max(1, T // 16)  # a moving average over T/16 positions
@@ -789,21 +810,33 @@ def plot_copy(runs, copy: pd.DataFrame, p: dict, out) -> None:
             )
             cis = [mean_ci(sm[:, j]) for j in range(sm.shape[1])]
             x = np.arange(sm.shape[1]) + k + (w - 1) / 2
-            band(ax, x, [c.mean for c in cis], [c.lo for c in cis], [c.hi for c in cis], label=LABEL[pos],
-                 color=COLOR[pos], marker=None)  # fmt: skip
+            band(
+                ax,
+                x,
+                [c.mean for c in cis],
+                [c.lo for c in cis],
+                [c.hi for c in cis],
+                label=LABEL[pos],
+                color=COLOR[pos],
+                marker=None,
+            )
         ax.axvline(T, color="k", lw=0.8, ls=":")
-        ax.set(xlabel="position (tokens)", ylabel="copy accuracy (fraction)", title=f"Copy the token {k} back",
-               ylim=(-0.03, 1.03))  # fmt: skip
+        ax.set(
+            xlabel="position (tokens)",
+            ylabel="copy accuracy (fraction)",
+            title=f"Copy the token {k} back",
+            ylim=(-0.03, 1.03),
+        )
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(fontsize=7)
     out.figure(
         "copy",
         fig,
-        f"The copy task: accuracy at each position of random {max(p['mults'])}T-token sequences ({p['copy_symbols']} "
-        f"symbols; chance {1 / p['copy_symbols']:.2f}), trained at T = {T} (dotted line), each arm at its own best "
-        f"rate; mean and 95% band over the fresh seeds that learned ({max(1, T // 16)}-position moving average). "
-        "Learned embeddings stop at T.",
-    )  # fmt: skip
+        f"The copy task: accuracy at each position of random {max(p['mults'])}T-token sequences "
+        f"({p['copy_symbols']} symbols; chance {1 / p['copy_symbols']:.2f}), trained at T = {T} (dotted "
+        "line), each arm at its own best rate; mean and 95% band over the fresh seeds that learned "
+        f"({max(1, T // 16)}-position moving average). Learned embeddings stop at T.",
+    )
 
 
 def headline(result, t: dict, tab: pd.DataFrame, p: dict) -> tuple[str, str]:
@@ -833,12 +866,12 @@ def headline(result, t: dict, tab: pd.DataFrame, p: dict) -> tuple[str, str]:
         f"Checks: M_k reproduces PE(p+k) from PE(p) at every position to {err:.1g} (float32 table entries), "
         f"and PE(p)·PE(p+k) is the same for every p up to {spread:.1g}·d/2. Every arm at its own best rate "
         f"({len(p['tuned_seeds'])} fresh seeds, norms matched), trained at T = {T}: at {first} the first "
-        f"layer's position-only logits are offset-only by a share of {share}; from 1× to {n2}× the loss rises "
-        f"by {rise}, NoPE {num('none', inc, '+.2f')} nats/char (extra, per scale: {result.per_cell('extra')}). "
-        f"Copying the token k back, sinusoidal's accuracy drop beyond T less RoPE's: {copy}. Reported beside "
-        f"the verdict: a window moved to start at {k1} changes the sinusoidal model's loss by "
-        f"{num('sinusoidal', f'moved to {k1}', '+.2f')} (moved: {v['moved']}); at 1×, sinusoidal "
-        f"{num('sinusoidal', 'loss 1×', '.3f')} vs learned {num('learned', 'loss 1×', '.3f')} nats/char "
-        f"(anchor: {v['anchor']}); the trained learned table: {table} (learned: {v['learned']})."
+        f"layer's position-only logits are offset-only by a share of {share}; from 1× to {n2}× the loss "
+        f"rises by {rise}, NoPE {num('none', inc, '+.2f')} nats/char (extra, per scale: "
+        f"{result.per_cell('extra')}). Copying the token k back, sinusoidal's accuracy drop beyond T less "
+        f"RoPE's: {copy}. Reported beside the verdict: a window moved to start at {k1} changes the "
+        f"sinusoidal model's loss by {num('sinusoidal', f'moved to {k1}', '+.2f')} (moved: {v['moved']}); at "
+        f"1×, sinusoidal {num('sinusoidal', 'loss 1×', '.3f')} vs learned {num('learned', 'loss 1×', '.3f')} "
+        f"nats/char (anchor: {v['anchor']}); the trained learned table: {table} (learned: {v['learned']})."
     )
     return f"{key}; learned table: {table}", summary

@@ -79,8 +79,9 @@ HAS_ROWS = CellRule("the arm has runs with the measure", lambda rows_a, rows_b: 
 
 NULL_NOTE = " The null pair (sinusoidal at its first-scale choice, rerun) floors both scales."
 COPY_NOTE = (
-    " The copy task runs at the first scale only. Accuracy within T is read over positions k .. T − 1, beyond T "
-    "over T .. 4T − 1 of longer sequences; the drop is within − beyond. Learned embeddings have no rows beyond T."
+    " The copy task runs at the first scale only. Accuracy within T is read over positions k .. T − 1, "
+    "beyond T over T .. 4T − 1 of longer sequences; the drop is within − beyond. Learned embeddings have no "
+    "rows beyond T."
 )
 EXTRA_NOTE = (
     "RoPE is the comparison because its attention depends on content and offset only: beyond T it meets the "
@@ -108,10 +109,10 @@ def caveats(p: dict) -> list[str]:
         "with the rotations M_k, which training has to find. The offset-only share measures how far it did, "
         "for that term alone: content terms, token–position cross terms, LayerNorm's per-token scale and "
         "later layers are left out, and a model may reach relative attention through them too.",
-        "Every trained arm uses Vaswani et al.'s parametrisation (tokens drawn N(0, 1/d) and scaled by √d; learned "
-        "positions stored at N(0, 1/(2d)) and scaled by √d), so that position rows start at 1/√2 the length of "
-        "token rows in both additive arms (checked per run). With this recipe's default N(0, 0.02) tokens the "
-        "sinusoidal table would start 4.4× longer than tokens and a learned table 8× shorter.",
+        "Every trained arm uses Vaswani et al.'s parametrisation (tokens drawn N(0, 1/d) and scaled by √d; "
+        "learned positions stored at N(0, 1/(2d)) and scaled by √d), so that position rows start at 1/√2 the "
+        "length of token rows in both additive arms (checked per run). With this recipe's default N(0, 0.02) "
+        "tokens the sinusoidal table would start 4.4× longer than tokens and a learned table 8× shorter.",
         "RoPE's offset-only share is 1 by construction (its content-free logits are one query and one key, "
         "rotated): it checks the measure and is not a finding. NoPE has no position logits.",
         f"Learned embeddings have rows only for the T = {p['seq_len']} trained positions: that arm is built "
@@ -123,11 +124,11 @@ def caveats(p: dict) -> list[str]:
         "window (T characters placed at T or 3T) has no new distance at all and shows the sinusoidal "
         "model's reliance on absolute position directly.",
         f"Small scale: character LMs at {', '.join(f'd = {d}, {n} layers' for d, n in p['scales'])}, "
-        f"{p['len_steps']} steps at T = {p['seq_len']}; larger models, trained longer, may learn more relative "
-        "structure, and the original paper's hypothesis concerned translation models.",
-        f"The learned-table part trains as long as the length part ({p['len_steps']} steps) over {p['pe_len']} "
-        "positions at the learned arm's chosen rate; the learning-rate schedule decays to a tenth, so a table "
-        "that stops changing at the end may be frozen rather than converged.",
+        f"{p['len_steps']} steps at T = {p['seq_len']}; larger models, trained longer, may learn more "
+        "relative structure, and the original paper's hypothesis concerned translation models.",
+        f"The learned-table part trains as long as the length part ({p['len_steps']} steps) over "
+        f"{p['pe_len']} positions at the learned arm's chosen rate; the learning-rate schedule decays to a "
+        "tenth, so a table that stops changing at the end may be frozen rather than converged.",
         f"The copy task uses random sequences over {p['copy_symbols']} symbols at the first scale only; each "
         "(arm, k) chooses its rate on one selection seed.",
     ]
@@ -139,32 +140,82 @@ class SinusoidalRelative(Experiment):
     headline = "copy-relative"  # the answers table's number
     order = 12
     profiles = {
-        "quick": train_profile("quick", omit=(*SCALED, "steps", "eval_every"), d_models=[16, 64],
-                               max_len=256, offsets=[1, 3, 50], pe_len=48,
-                               len_steps=12, len_eval_every=6, len_eval_batches=1, scales=[[16, 1], [32, 1]],
-                               rates=[2e-3, 4e-3], selection_seeds=[10], tuned_seeds=[0, 1],
-                               rate_factors=[0.5, 1.0], rate_extend=1, copy_ks=[1, 3], copy_len=16,
-                               copy_steps=12, copy_eval_every=6, copy_symbols=8, copy_rates=[2e-3, 4e-3],
-                               copy_selection_seeds=[10], **LENGTH),
-        "default": train_profile("default", omit=(*SCALED, "steps", "eval_every"), d_models=[64, 512],
-                                 max_len=2048,
-                                 offsets=[1, 2, 5, 10, 50, 100, 500, 1000], pe_len=128, len_steps=800,
-                                 len_eval_every=100, len_eval_batches=8, scales=[[64, 2], [128, 2]],
-                                 rates=[1e-3, 2e-3, 4e-3, 8e-3], selection_seeds=[100, 101],
-                                 tuned_seeds=[0, 1, 2, 3, 4], rate_factors=[0.25, 0.5, 1.0], rate_extend=1,
-                                 copy_ks=[1, 4, 16], copy_len=64, copy_steps=600, copy_eval_every=100,
-                                 copy_symbols=16, copy_rates=[1e-3, 2e-3, 4e-3, 8e-3],
-                                 copy_selection_seeds=[100], **LENGTH),
-        "full": train_profile("full", omit=(*SCALED, "steps", "eval_every"), d_models=[64, 512, 4096],
-                              max_len=8192,
-                              offsets=[1, 2, 5, 10, 50, 100, 500, 1000, 4000], pe_len=512, len_steps=3000,
-                              len_eval_every=500, len_eval_batches=16, scales=[[256, 4], [512, 4]],
-                              rates=[2.5e-4, 5e-4, 1e-3, 2e-3], selection_seeds=[100, 101],
-                              tuned_seeds=[0, 1, 2, 3, 4], rate_factors=[0.25, 0.5, 1.0], rate_extend=1,
-                              copy_ks=[1, 4, 16, 64], copy_len=256, copy_steps=2000, copy_eval_every=250,
-                              copy_symbols=64, copy_rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
-                              copy_selection_seeds=[100], **LENGTH),
-    }  # fmt: skip
+        "quick": train_profile(
+            "quick",
+            omit=(*SCALED, "steps", "eval_every"),
+            d_models=[16, 64],
+            max_len=256,
+            offsets=[1, 3, 50],
+            pe_len=48,
+            len_steps=12,
+            len_eval_every=6,
+            len_eval_batches=1,
+            scales=[[16, 1], [32, 1]],
+            rates=[2e-3, 4e-3],
+            selection_seeds=[10],
+            tuned_seeds=[0, 1],
+            rate_factors=[0.5, 1.0],
+            rate_extend=1,
+            copy_ks=[1, 3],
+            copy_len=16,
+            copy_steps=12,
+            copy_eval_every=6,
+            copy_symbols=8,
+            copy_rates=[2e-3, 4e-3],
+            copy_selection_seeds=[10],
+            **LENGTH,
+        ),
+        "default": train_profile(
+            "default",
+            omit=(*SCALED, "steps", "eval_every"),
+            d_models=[64, 512],
+            max_len=2048,
+            offsets=[1, 2, 5, 10, 50, 100, 500, 1000],
+            pe_len=128,
+            len_steps=800,
+            len_eval_every=100,
+            len_eval_batches=8,
+            scales=[[64, 2], [128, 2]],
+            rates=[1e-3, 2e-3, 4e-3, 8e-3],
+            selection_seeds=[100, 101],
+            tuned_seeds=[0, 1, 2, 3, 4],
+            rate_factors=[0.25, 0.5, 1.0],
+            rate_extend=1,
+            copy_ks=[1, 4, 16],
+            copy_len=64,
+            copy_steps=600,
+            copy_eval_every=100,
+            copy_symbols=16,
+            copy_rates=[1e-3, 2e-3, 4e-3, 8e-3],
+            copy_selection_seeds=[100],
+            **LENGTH,
+        ),
+        "full": train_profile(
+            "full",
+            omit=(*SCALED, "steps", "eval_every"),
+            d_models=[64, 512, 4096],
+            max_len=8192,
+            offsets=[1, 2, 5, 10, 50, 100, 500, 1000, 4000],
+            pe_len=512,
+            len_steps=3000,
+            len_eval_every=500,
+            len_eval_batches=16,
+            scales=[[256, 4], [512, 4]],
+            rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
+            selection_seeds=[100, 101],
+            tuned_seeds=[0, 1, 2, 3, 4],
+            rate_factors=[0.25, 0.5, 1.0],
+            rate_extend=1,
+            copy_ks=[1, 4, 16, 64],
+            copy_len=256,
+            copy_steps=2000,
+            copy_eval_every=250,
+            copy_symbols=64,
+            copy_rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
+            copy_selection_seeds=[100],
+            **LENGTH,
+        ),
+    }
     parts = (
         Part("identity", identity_grid, SR.identity_run),
         Part("length", grid_length, SR.length_run, staged=True),
@@ -206,7 +257,8 @@ class SinusoidalRelative(Experiment):
             check("matched", "Both additive arms start with ‖position‖/‖token‖ = 1/√2 (Vaswani et al.'s "
                   f"ratio, ±{RATIO_TOL:.0%})", view.RATIO_ERR, bound(-RATIO_TOL, RATIO_TOL), table="ratios",
                   cells=(cell("sinusoidal", pos="sinusoidal"), cell("learned", pos="learned"))),
-            SubClaim("copy-relative", "Copying the token k back, sinusoidal positions keep their accuracy beyond "
+            SubClaim("copy-relative",
+                     "Copying the token k back, sinusoidal positions keep their accuracy beyond "
                      f"the training length as a relative encoding does (RoPE, −{COPY_MARGIN:g})",
                      Within(None, COPY_MARGIN, f"at most RoPE's drop + {COPY_MARGIN:g}"), (view.COPY_DROP,),
                      a=arm("RoPE, at its best rate", pos="rope"), b=arm("sinusoidal, at its best rate",

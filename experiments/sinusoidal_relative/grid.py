@@ -35,8 +35,12 @@ def length_fields(p: dict) -> dict:
     """The length part's recipe: the small LM's sizes, its own steps and evaluation."""
     if not (p["len_steps"] > 0 and min(p["mults"]) == 1 and all(m >= 1 for m in p["shift_mults"])):
         raise ConfigError("len_steps must be positive, mults start at 1, shift_mults at least 1")
-    return {**run_fields(p), "steps": p["len_steps"], "eval_every": p["len_eval_every"],
-            **{k: p[k] for k in LENGTH_KEYS}}  # fmt: skip
+    return {
+        **run_fields(p),
+        "steps": p["len_steps"],
+        "eval_every": p["len_eval_every"],
+        **{k: p[k] for k in LENGTH_KEYS},
+    }
 
 
 def grid_length(p: dict, done) -> list[dict]:
@@ -79,8 +83,13 @@ def grid_learned(p: dict, done) -> list[dict]:
 def copy_sweep(p: dict) -> Sweep:
     """The copy task's sweep: its own rates and selection seeds, the length part's fresh seeds, one scale."""
     try:
-        return Sweep(tuple(p["copy_rates"]), tuple(p["copy_selection_seeds"]), tuple(p["tuned_seeds"]),
-                     (1.0,), p["rate_extend"])  # fmt: skip
+        return Sweep(
+            tuple(p["copy_rates"]),
+            tuple(p["copy_selection_seeds"]),
+            tuple(p["tuned_seeds"]),
+            (1.0,),
+            p["rate_extend"],
+        )
     except EvidenceError as e:
         raise ConfigError(str(e)) from None
 
@@ -89,9 +98,16 @@ def copy_fields(p: dict) -> dict:
     """The copy task's recipe: the small LM's sizes at the first scale, its own length, steps and symbols."""
     if not (0 < min(p["copy_ks"]) and max(p["copy_ks"]) < p["copy_len"] and p["copy_symbols"] >= 2):
         raise ConfigError("copy_ks must lie in [1, copy_len) and copy_symbols be at least 2")
-    return {**run_fields(p), **scales(p)[0], "seq_len": p["copy_len"], "steps": p["copy_steps"],
-            "eval_every": p["copy_eval_every"], "symbols": p["copy_symbols"], "mults": p["mults"],
-            "shift_mults": p["shift_mults"]}  # fmt: skip
+    return {
+        **run_fields(p),
+        **scales(p)[0],
+        "seq_len": p["copy_len"],
+        "steps": p["copy_steps"],
+        "eval_every": p["copy_eval_every"],
+        "symbols": p["copy_symbols"],
+        "mults": p["mults"],
+        "shift_mults": p["shift_mults"],
+    }
 
 
 def grid_copy(p: dict, done) -> list[dict]:

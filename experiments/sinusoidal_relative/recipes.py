@@ -1,15 +1,16 @@
 """Run recipes of `sinusoidal_relative`: what the sinusoidal table is (exact identities of `offset_dot`,
-`shift_matrix`, `toeplitz_r2`; `identity_run`), what a learned table becomes (`learned_run`), and how each kind
-of position information extrapolates in length (`length_run`).
+`shift_matrix`, `toeplitz_r2`; `identity_run`), what a learned table becomes (`learned_run`), and how each
+kind of position information extrapolates in length (`length_run`).
 
 The length part: the small character LM trained with one kind of position
 information (learned, sinusoidal, rotary or none) at the training length T, then evaluated on windows of up to
-`max(mults)`·T characters, on T-windows moved to absolute positions it never saw, and probed for how much of its
-first layer's position-only attention logits depends on the offset i − j alone.
+`max(mults)`·T characters, on T-windows moved to absolute positions it never saw, and probed for how much of
+its first layer's position-only attention logits depends on the offset i − j alone.
 
 Learned embeddings have no rows beyond the positions they were trained on, so that arm is built with
-max_seq_len = T and evaluated at 1× only; the other arms hold no trainable position parameters (a fixed buffer or
-nothing), so building them with max_seq_len = max(mults)·T changes neither their parameters nor their training.
+max_seq_len = T and evaluated at 1× only; the other arms hold no trainable position parameters (a fixed buffer
+or nothing), so building them with max_seq_len = max(mults)·T changes neither their parameters nor their
+training.
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ def frequencies(d: int) -> torch.Tensor:
 
 
 def shift_matrix(k: int, d: int, dtype=torch.float64) -> torch.Tensor:
-    """M_k (d, d) with PE[p + k] = M_k @ PE[p] for every p (column vectors; rows: PE[p + k] = PE[p] @ M_k.T)."""
+    """M_k (d, d) with PE[p + k] = M_k @ PE[p] for every p (column vectors; rows: PE[p + k] = PE[p] @
+    M_k.T)."""
     a = k * frequencies(d)
     c, s = torch.cos(a), torch.sin(a)
     m = torch.zeros(d, d, dtype=torch.float64)
@@ -194,9 +196,9 @@ def shift_fit_residual(table: torch.Tensor, k: int) -> float | None:
 
 
 def toeplitz_r2(table: torch.Tensor) -> float | None:
-    """Share of the variance of the Gram matrix G[p, q] = P[p] . P[q] over pairs p != q explained by the offset
-    q - p alone (G replaced by its mean along each diagonal). 1 means dot products depend only on the offset;
-    the main diagonal (the squared norms) is left out, so a random table scores about 0."""
+    """Share of the variance of the Gram matrix G[p, q] = P[p] . P[q] over pairs p != q explained by the
+    offset q - p alone (G replaced by its mean along each diagonal). 1 means dot products depend only on the
+    offset; the main diagonal (the squared norms) is left out, so a random table scores about 0."""
     P = table.double()
     if not torch.isfinite(P).all():
         return None
@@ -218,7 +220,8 @@ SHIFT_K = (1, 4, 16)  # offsets for the least-squares shift map on a (T, d) tabl
 
 def table_stats(P: torch.Tensor) -> dict:
     """The relative-structure measures of a position table P (T, d): the offset R² of its Gram matrix and the
-    residual of the best linear shift map for each offset k with more rows than columns (string keys, as JSON)."""
+    residual of the best linear shift map for each offset k with more rows than columns (string keys, as
+    JSON)."""
     T, d = P.shape
     return {
         "toeplitz_r2": toeplitz_r2(P),
@@ -243,15 +246,20 @@ def shift_identity_rows(max_len: int, d_models, offsets) -> list[dict]:
             m = shift_matrix(k, d)
             dots = (pe[:-k].double() * pe[k:].double()).sum(-1)  # (L - k,)
             closed = offset_dot(k, d)
-            rows.append({
-                "d": d, "k": k,
-                "err32": float((pe[:-k] @ m.float().T - pe[k:]).abs().max()),
-                "err64": float((pe[:-k].double() @ m.T - pe[k:].double()).abs().max()),
-                "orth_err": float((m.T @ m - eye).abs().max()),
-                "compose_err": float((m @ shift_matrix(1, d) - shift_matrix(k + 1, d)).abs().max()),
-                "dot_mean": float(dots.mean()), "dot_spread": float(dots.max() - dots.min()),
-                "dot_closed": float(closed), "dot_closed_err": float((dots - closed).abs().max()),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "d": d,
+                    "k": k,
+                    "err32": float((pe[:-k] @ m.float().T - pe[k:]).abs().max()),
+                    "err64": float((pe[:-k].double() @ m.T - pe[k:].double()).abs().max()),
+                    "orth_err": float((m.T @ m - eye).abs().max()),
+                    "compose_err": float((m @ shift_matrix(1, d) - shift_matrix(k + 1, d)).abs().max()),
+                    "dot_mean": float(dots.mean()),
+                    "dot_spread": float(dots.max() - dots.min()),
+                    "dot_closed": float(closed),
+                    "dot_closed_err": float((dots - closed).abs().max()),
+                }
+            )
     return rows
 
 
@@ -276,9 +284,13 @@ def learned_run(cfg: dict, ctx) -> dict:
         return table_stats(model.stack.pos.weight.detach().cpu())
 
     res, model = train_small(
-        cfg, ctx, model_kw={"pos": "learned", "emb_scale": True}, prepare=match_norms, on_eval=probe,
+        cfg,
+        ctx,
+        model_kw={"pos": "learned", "emb_scale": True},
+        prepare=match_norms,
+        on_eval=probe,
         desc=f"learned positions seed {cfg['seed']}",
-    )  # fmt: skip
+    )
     P = model.stack.pos.weight.detach().cpu()
     sin = sinusoidal_table(*P.shape)
     stride = max(1, P.shape[0] // 64)
@@ -328,11 +340,17 @@ def copy_run(cfg: dict, ctx) -> dict:
     val = [copy_batch(gen, cfg["batch"], T, k, n) for _ in range(cfg["eval_batches"])]
     long = [copy_batch(gen, cfg["batch"], T_eval, k, n) for _ in range(cfg["eval_batches"])]
     res, model = train_small(
-        cfg, ctx, model_kw={"pos": pos, "max_seq_len": T if pos == "learned" else T_eval, "emb_scale": True},
-        prepare=match_norms, sample=lambda g: copy_batch(g, cfg["batch"], T, k, n), val_batches=val,
-        on_eval=lambda step, model: {"acc": float(torch.tensor(copy_accuracy(model, val, ctx.device)).nanmean())},
+        cfg,
+        ctx,
+        model_kw={"pos": pos, "max_seq_len": T if pos == "learned" else T_eval, "emb_scale": True},
+        prepare=match_norms,
+        sample=lambda g: copy_batch(g, cfg["batch"], T, k, n),
+        val_batches=val,
+        on_eval=lambda step, model: {
+            "acc": float(torch.tensor(copy_accuracy(model, val, ctx.device)).nanmean())
+        },
         desc=f"copy k={k} {pos} seed {cfg['seed']}",
-    )  # fmt: skip
+    )
     res["chance_xent"] = math.log(n)  # the loss of a uniform guess over the symbols
     if res.get("diverged_at") is not None:
         return res

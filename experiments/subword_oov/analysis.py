@@ -19,35 +19,68 @@ SUBWORD = ("bpe", "wordpiece")
 LABELS = {"word": "word", "bpe": "byte-level BPE", "wordpiece": "WordPiece"}
 SETS = {"modern": "held-out plays, training spelling", "folio": "the same plays, First-Folio spelling"}
 
-UNK_PCT = Readout("unk_pct", "held-out pre-tokens with an [UNK]", "%", fmt=".3f",
-                  definition="occurrences of held-out pre-tokens (words and punctuation runs) whose encoding "
-                  "holds an [UNK], over all")  # fmt: skip
+UNK_PCT = Readout(
+    "unk_pct",
+    "held-out pre-tokens with an [UNK]",
+    "%",
+    fmt=".3f",
+    definition="occurrences of held-out pre-tokens (words and punctuation runs) whose encoding "
+    "holds an [UNK], over all",
+)
 UNK_TYPE_PCT = Readout("unk_type_pct", "held-out pre-token types with an [UNK]", "%", fmt=".3f")
 UNK_TOKEN_PCT = Readout("unk_token_pct", "held-out tokens that are [UNK]", "%", fmt=".3f")
-CUT = Readout("log10_cut", "log10(word [UNK] share ÷ subword [UNK] share)", better="higher", fmt=".2f",
-              definition="of held-out pre-tokens, at the same size; each count floored at one pre-token, so "
-              "that none is a division by zero")  # fmt: skip
-STEP = Readout("step", "word [UNK] share ÷ the next smaller size's", definition="on the same held-out text",
-               fmt=".3f")  # fmt: skip
-LENGTH = Readout("length_ratio", "subword tokens ÷ word tokens", fmt=".3f", definition="on the same held-out "
-                 "text at the same size (the word vocabulary gives one token per pre-token)")  # fmt: skip
+CUT = Readout(
+    "log10_cut",
+    "log10(word [UNK] share ÷ subword [UNK] share)",
+    better="higher",
+    fmt=".2f",
+    definition="of held-out pre-tokens, at the same size; each count floored at one pre-token, so "
+    "that none is a division by zero",
+)
+STEP = Readout(
+    "step", "word [UNK] share ÷ the next smaller size's", definition="on the same held-out text", fmt=".3f"
+)
+LENGTH = Readout(
+    "length_ratio",
+    "subword tokens ÷ word tokens",
+    fmt=".3f",
+    definition="on the same held-out text at the same size (the word vocabulary gives one token per "
+    "pre-token)",
+)
 SIZE_GAP = Readout("size_gap", "entries − declared size", fmt=".0f")
 TOKEN_GAP = Readout("token_gap", "whole-text tokens − per-type sum", fmt=".0f")
-UNK_GAP = Readout("unk_gap", "pre-tokens with an [UNK] − those that must have one", fmt=".0f",
-                  definition="must: outside the word vocabulary; for WordPiece, holding a character unseen "
-                  "in training (or longer than its limit); for the byte-level BPE, none")  # fmt: skip
+UNK_GAP = Readout(
+    "unk_gap",
+    "pre-tokens with an [UNK] − those that must have one",
+    fmt=".0f",
+    definition="must: outside the word vocabulary; for WordPiece, holding a character unseen "
+    "in training (or longer than its limit); for the byte-level BPE, none",
+)
 ROUNDTRIP = Readout("roundtrip_errors", "held-out pre-token types the BPE does not decode back", fmt=".0f")
 UNK_TOKENS = Readout("unk_tokens", "[UNK] tokens", fmt=".0f")
-LEARNER = Readout("learner_mismatch", "merges where the frequency rule differs from Hugging Face's BPE "
-                  "trainer", fmt=".0f", definition="position by position over the first K, on characters "
-                  "without a prefix")  # fmt: skip
-HF_WORDPIECE = Readout("hf_mismatch", "new tokens where Hugging Face's WordPiece trainer differs from the "
-                       "frequency rule", definition="position by position over its first K",
-                       fmt=".0f")  # fmt: skip
-OVERLAP = Readout("overlap", "share of the likelihood rule's first K tokens that the frequency rule also "
-                  "makes in its first K", fmt=".3f")  # fmt: skip
-RARER = Readout("log10_rarer", "log10(median pair count of the frequency rule's first K merges ÷ the "
-                "likelihood rule's)", better="higher", fmt=".2f")  # fmt: skip
+LEARNER = Readout(
+    "learner_mismatch",
+    "merges where the frequency rule differs from Hugging Face's BPE trainer",
+    fmt=".0f",
+    definition="position by position over the first K, on characters without a prefix",
+)
+HF_WORDPIECE = Readout(
+    "hf_mismatch",
+    "new tokens where Hugging Face's WordPiece trainer differs from the frequency rule",
+    definition="position by position over its first K",
+    fmt=".0f",
+)
+OVERLAP = Readout(
+    "overlap",
+    "share of the likelihood rule's first K tokens that the frequency rule also makes in its first K",
+    fmt=".3f",
+)
+RARER = Readout(
+    "log10_rarer",
+    "log10(median pair count of the frequency rule's first K merges ÷ the likelihood rule's)",
+    better="higher",
+    fmt=".2f",
+)
 
 
 def rate_rows(runs: list[dict]) -> pd.DataFrame:
@@ -57,19 +90,29 @@ def rate_rows(runs: list[dict]) -> pd.DataFrame:
         c, m = r["config"], r["metrics"]
         for h, s in m["sets"].items():
             occ = s["occurrences"]
-            rows.append({
-                "heldout": h, "kind": c["kind"], "size": c["size"], "unit": 0,
-                "unk_pct": 100 * s["unk_occurrences"] / occ,
-                "unk_type_pct": 100 * s["unk_types"] / s["types"],
-                "unk_token_pct": 100 * s["unk_tokens"] / s["tokens"],
-                "tokens_per_char": s["tokens"] / s["chars"], "tokens_per_word": s["tokens"] / occ,
-                "used_pct": 100 * s["used"] / m["vocab_size"],
-                "unk_occurrences": s["unk_occurrences"], "occurrences": occ, "tokens": s["tokens"],
-                "size_gap": m["vocab_size"] - c["size"], "token_gap": s["whole_text_tokens"] - s["tokens"],
-                "unk_gap": s["unk_occurrences"] - s["predicted_unk"],
-                "roundtrip_errors": s["roundtrip_errors"], "unk_tokens": s["unk_tokens"],
-                "unk_examples": s["unk_examples"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "heldout": h,
+                    "kind": c["kind"],
+                    "size": c["size"],
+                    "unit": 0,
+                    "unk_pct": 100 * s["unk_occurrences"] / occ,
+                    "unk_type_pct": 100 * s["unk_types"] / s["types"],
+                    "unk_token_pct": 100 * s["unk_tokens"] / s["tokens"],
+                    "tokens_per_char": s["tokens"] / s["chars"],
+                    "tokens_per_word": s["tokens"] / occ,
+                    "used_pct": 100 * s["used"] / m["vocab_size"],
+                    "unk_occurrences": s["unk_occurrences"],
+                    "occurrences": occ,
+                    "tokens": s["tokens"],
+                    "size_gap": m["vocab_size"] - c["size"],
+                    "token_gap": s["whole_text_tokens"] - s["tokens"],
+                    "unk_gap": s["unk_occurrences"] - s["predicted_unk"],
+                    "roundtrip_errors": s["roundtrip_errors"],
+                    "unk_tokens": s["unk_tokens"],
+                    "unk_examples": s["unk_examples"],
+                }
+            )
     return pd.DataFrame(rows).sort_values(["heldout", "kind", "size"]).reset_index(drop=True)
 
 
@@ -94,8 +137,15 @@ def word_steps(rates: pd.DataFrame) -> pd.DataFrame:
     for h, g in rates[rates.kind == "word"].groupby("heldout"):
         g = g.sort_values("size")
         for (_, a), (_, b) in zip(g.iloc[:-1].iterrows(), g.iloc[1:].iterrows()):
-            rows.append({"heldout": h, "size": b["size"], "from_size": a["size"], "unit": 0,
-                         "step": max(b.unk_occurrences, 1) / max(a.unk_occurrences, 1)})  # fmt: skip
+            rows.append(
+                {
+                    "heldout": h,
+                    "size": b["size"],
+                    "from_size": a["size"],
+                    "unit": 0,
+                    "step": max(b.unk_occurrences, 1) / max(a.unk_occurrences, 1),
+                }
+            )
     return pd.DataFrame(rows, columns=["heldout", "size", "from_size", "unit", "step"])
 
 
@@ -123,12 +173,16 @@ def merge_rows(runs: list[dict]) -> pd.DataFrame:
         freq, lik = m["rules"]["frequency"], m["rules"]["likelihood"]
         f_new, l_new = new_tokens(freq), new_tokens(lik)
         med = statistics.median(x["pair"] for x in freq) / statistics.median(x["pair"] for x in lik)
-        rows.append({
-            "unit": 0, "merges": k, "overlap": len(set(l_new) & set(f_new)) / len(l_new),
-            "log10_rarer": math.log10(med),
-            "hf_mismatch": _mismatch(m["hf_wordpiece"], f_new[: len(m["hf_wordpiece"])]),
-            "learner_mismatch": _mismatch([list(x) for x in m["plain"]], [list(x) for x in m["hf_bpe"]]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "unit": 0,
+                "merges": k,
+                "overlap": len(set(l_new) & set(f_new)) / len(l_new),
+                "log10_rarer": math.log10(med),
+                "hf_mismatch": _mismatch(m["hf_wordpiece"], f_new[: len(m["hf_wordpiece"])]),
+                "learner_mismatch": _mismatch([list(x) for x in m["plain"]], [list(x) for x in m["hf_bpe"]]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -146,14 +200,24 @@ def write_tables(t: dict, runs: list[dict], out, shown: int) -> dict:
     r = t["rates"]
     cols = ["heldout", "kind", "size", "unk_pct", "unk_type_pct", "unk_token_pct", "tokens_per_char",
             "tokens_per_word", "used_pct"]  # fmt: skip
-    out.table("rates", r[cols], "Held-out [UNK] shares (%), tokens per character and per pre-token, and the "
-              "share of the vocabulary the held-out text uses (%)")  # fmt: skip
+    out.table(
+        "rates",
+        r[cols],
+        "Held-out [UNK] shares (%), tokens per character and per pre-token, and the "
+        "share of the vocabulary the held-out text uses (%)",
+    )
     big = r[(r["size"] == r["size"].max()) & (r.unk_occurrences > 0)]
-    unk = pd.DataFrame([
-        {"heldout": x.heldout, "kind": x.kind, "size": x.size,
-         "most frequent pre-tokens with an [UNK]": ", ".join(f"{w} ×{c}" for w, c in x.unk_examples)}
-        for x in big.itertuples()
-    ])  # fmt: skip
+    unk = pd.DataFrame(
+        [
+            {
+                "heldout": x.heldout,
+                "kind": x.kind,
+                "size": x.size,
+                "most frequent pre-tokens with an [UNK]": ", ".join(f"{w} ×{c}" for w, c in x.unk_examples),
+            }
+            for x in big.itertuples()
+        ]
+    )
     if len(unk):
         out.table("unk_words", unk, "What each vocabulary could not encode at its largest size")
     mr = part(runs, "merges")
@@ -163,19 +227,41 @@ def write_tables(t: dict, runs: list[dict], out, shown: int) -> dict:
         rows = []
         for i in range(min(shown, len(rules["frequency"]), len(rules["likelihood"]))):
             f, li = rules["frequency"][i], rules["likelihood"][i]
-            rows.append({"rank": i + 1, "frequency rule": _merge(f), "pair count": f["pair"],
-                         "likelihood rule": _merge(li), "pair count ": li["pair"],
-                         "score": li["pair"] / (li["left_count"] * li["right_count"]),
-                         "HF WordPiece trainer": _short(hf[i]) if i < len(hf) else "—"})  # fmt: skip
-        out.table("merges", pd.DataFrame(rows), "The first merges of the frequency rule (BPE) and the "
-                  "likelihood rule (WordPiece) on the same training pre-tokens, beside Hugging Face's "
-                  "WordPiece trainer")  # fmt: skip
+            rows.append(
+                {
+                    "rank": i + 1,
+                    "frequency rule": _merge(f),
+                    "pair count": f["pair"],
+                    "likelihood rule": _merge(li),
+                    "pair count ": li["pair"],
+                    "score": li["pair"] / (li["left_count"] * li["right_count"]),
+                    "HF WordPiece trainer": _short(hf[i]) if i < len(hf) else "—",
+                }
+            )
+        out.table(
+            "merges",
+            pd.DataFrame(rows),
+            "The first merges of the frequency rule (BPE) and the "
+            "likelihood rule (WordPiece) on the same training pre-tokens, beside Hugging Face's "
+            "WordPiece trainer",
+        )
         letters = [m for m in rules["likelihood"] if re.fullmatch(r"(##)?[A-Za-z]+", m["token"])][:shown]
-        out.table("likelihood_letters", pd.DataFrame([
-            {"rank": rules["likelihood"].index(m) + 1, "merge": _merge(m), "pair count": m["pair"],
-             "count of left": m["left_count"], "count of right": m["right_count"]}
-            for m in letters
-        ]), "The likelihood rule's first merges that make a token of letters only")  # fmt: skip
+        out.table(
+            "likelihood_letters",
+            pd.DataFrame(
+                [
+                    {
+                        "rank": rules["likelihood"].index(m) + 1,
+                        "merge": _merge(m),
+                        "pair count": m["pair"],
+                        "count of left": m["left_count"],
+                        "count of right": m["right_count"],
+                    }
+                    for m in letters
+                ]
+            ),
+            "The likelihood rule's first merges that make a token of letters only",
+        )
     word = r[r.kind == "word"].set_index(["heldout", "size"]).unk_pct
     most = {"unk": ("unk_occurrences", "max"), "of": ("occurrences", "max")}
     sub = r[r.kind.isin(SUBWORD)].groupby("heldout").agg(**most)
@@ -217,9 +303,13 @@ def plot_rates(rates: pd.DataFrame, out) -> None:
             log_ticks(ax, d["size"].unique())
             ax.set(xlabel="vocabulary size (entries)", ylabel=label, title=f"{h}: {SETS[h]}")
             ax.legend(fontsize=7)
-    out.figure("rates", fig, "Held-out [UNK] share (top) and its cost, tokens per character (bottom), "
-               "against vocabulary size: word, byte-level BPE and WordPiece vocabularies of equal size "
-               "fitted on the training works.")  # fmt: skip
+    out.figure(
+        "rates",
+        fig,
+        "Held-out [UNK] share (top) and its cost, tokens per character (bottom), "
+        "against vocabulary size: word, byte-level BPE and WordPiece vocabularies of equal size "
+        "fitted on the training works.",
+    )
 
 
 @drawing
@@ -233,9 +323,17 @@ def plot_merges(runs: list[dict], out) -> None:
     ax = axes[0]
     for rule, label in (("frequency", "frequency rule (BPE)"), ("likelihood", "likelihood rule (WordPiece)")):
         ax.plot(range(1, len(rules[rule]) + 1), [m["pair"] for m in rules[rule]], lw=1.2, label=label)
-    ax.set(yscale="log", xlabel="merge rank", ylabel="count of the merged pair (occurrences)",
-           title="What each rule merges first, on the same training pre-tokens")  # fmt: skip
+    ax.set(
+        yscale="log",
+        xlabel="merge rank",
+        ylabel="count of the merged pair (occurrences)",
+        title="What each rule merges first, on the same training pre-tokens",
+    )
     ax.legend(fontsize=8)
-    out.figure("merges", fig, "Count of the pair each merge joins, by rank: the frequency rule takes the "
-               "commonest pair; the likelihood rule takes pairs whose parts rarely occur apart, however rare "
-               "the pair.")  # fmt: skip
+    out.figure(
+        "merges",
+        fig,
+        "Count of the pair each merge joins, by rank: the frequency rule takes the "
+        "commonest pair; the likelihood rule takes pairs whose parts rarely occur apart, however rare "
+        "the pair.",
+    )

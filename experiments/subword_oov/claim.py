@@ -38,8 +38,12 @@ def merges_grid(p):
 
 
 def _cells(p, kinds):
-    return tuple(cell(f"{h}-{k}-{s}", heldout=h, kind=k, size=s) for h in view.HELDOUT for k in kinds
-                 for s in p["sizes"])  # fmt: skip
+    return tuple(
+        cell(f"{h}-{k}-{s}", heldout=h, kind=k, size=s)
+        for h in view.HELDOUT
+        for k in kinds
+        for s in p["sizes"]
+    )
 
 
 CONTROL = CellRule(
@@ -116,11 +120,17 @@ class SubwordOOV(Experiment):
         view.plot_merges(runs, out)
         lo, hi = min(p["sizes"]), max(p["sizes"])
         word = nums["word_unk_pct"]
-        span = "; ".join(f"{h} {word[f'{h}/{lo}']:.1f}% → {word[f'{h}/{hi}']:.1f}%" for h in view.HELDOUT
-                         if f"{h}/{lo}" in word and f"{h}/{hi}" in word)  # fmt: skip
+        span = "; ".join(
+            f"{h} {word[f'{h}/{lo}']:.1f}% → {word[f'{h}/{hi}']:.1f}%"
+            for h in view.HELDOUT
+            if f"{h}/{lo}" in word and f"{h}/{hi}" in word
+        )
         sub = ", ".join(f"{h} at most {u:,} of {n:,}" for h, (u, n) in nums["subword_max_unk"].items())
-        cost = " and ".join(f"{a:.2f}–{b:.2f} at {n} entries" for n, (a, b)
-                            in nums["subword_tokens_per_word"].items() if n in (lo, hi))  # fmt: skip
+        cost = " and ".join(
+            f"{a:.2f}–{b:.2f} at {n} entries"
+            for n, (a, b) in nums["subword_tokens_per_word"].items()
+            if n in (lo, hi)
+        )
         m = t["merges"]
         rarer = f"{10 ** float(m.log10_rarer.iloc[0]):,.0f}×" if len(m) else "not run"
         return verdict_from(

@@ -85,5 +85,9 @@ def run_merges(cfg: dict, ctx) -> dict:
     counts, k = word_counts(texts), cfg["merges"]
     rules = {r: [asdict(m) for m in learn_merges(counts, k, r)] for r in RULES}
     plain = [[m.left, m.right] for m in learn_merges(counts, k, "frequency", prefix=None, specials=())]
-    return {"rules": rules, "hf_wordpiece": hf_wordpiece_tokens(texts, k), "plain": plain,
-            "hf_bpe": [list(m) for m in hf_char_merges(texts, k)]}  # fmt: skip
+    return {
+        "rules": rules,
+        "hf_wordpiece": hf_wordpiece_tokens(texts, k),
+        "plain": plain,
+        "hf_bpe": [list(m) for m in hf_char_merges(texts, k)],
+    }

@@ -112,8 +112,12 @@ def train(kind: str, texts: list[str], size: int):
             trainer = trainers.WordLevelTrainer(vocab_size=size, special_tokens=[UNK], show_progress=False)
         elif kind == "bpe":
             tok = Tokenizer(models.BPE(unk_token=UNK))
-            trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=[UNK], show_progress=False,
-                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+            trainer = trainers.BpeTrainer(
+                vocab_size=size,
+                special_tokens=[UNK],
+                show_progress=False,
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            )
         else:
             pieces = [PREFIX + c for c in text_alphabet(texts)]  # fixed ids: see the module's note
             tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix=PREFIX))

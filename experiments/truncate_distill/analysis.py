@@ -30,15 +30,29 @@ def _share(m: dict) -> float | None:
     return (u - s) / (u - t)
 
 
-SHARE = Readout("share", "share of the teacher's gain over the unigram level", better="higher", fmt=".3f",
-                definition="(unigram − student's final loss) / (unigram − teacher's final loss), the teacher "
-                "of the same seed", fn=_share)  # fmt: skip
-COUNT_ERR = Readout("count_error", "built model − closed form", "parameters", fmt="+.0f",
-                    definition="parameters of the model built on the meta device less the closed "
-                    "form")  # fmt: skip
-PARAM_RATIO = Readout("param_ratio", "parameters over the teacher's", better="lower", fmt=".3f",
-                      definition="the closed-form count of the student over the teacher's at the same "
-                      "size")  # fmt: skip
+SHARE = Readout(
+    "share",
+    "share of the teacher's gain over the unigram level",
+    better="higher",
+    fmt=".3f",
+    definition="(unigram − student's final loss) / (unigram − teacher's final loss), the teacher "
+    "of the same seed",
+    fn=_share,
+)
+COUNT_ERR = Readout(
+    "count_error",
+    "built model − closed form",
+    "parameters",
+    fmt="+.0f",
+    definition="parameters of the model built on the meta device less the closed form",
+)
+PARAM_RATIO = Readout(
+    "param_ratio",
+    "parameters over the teacher's",
+    better="lower",
+    fmt=".3f",
+    definition="the closed-form count of the student over the teacher's at the same size",
+)
 EXTRA = ("teacher", "cut")  # rows added to the tuned table: the teacher, and the cut model before fine-tuning
 
 
@@ -56,8 +70,17 @@ def _extra_rows(students: pd.DataFrame, tuned: pd.DataFrame, readouts, unigram: 
                 "teacher_final": r.teacher_final,
                 "diverged_at": None,
             }
-            rows.append({"student": name, "arm": name, "keep": r.keep, "scale": label, "unit": r.unit,
-                         "role": "test", **{rd.column: rd.fn(m) for rd in readouts}})  # fmt: skip
+            rows.append(
+                {
+                    "student": name,
+                    "arm": name,
+                    "keep": r.keep,
+                    "scale": label,
+                    "unit": r.unit,
+                    "role": "test",
+                    **{rd.column: rd.fn(m) for rd in readouts},
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -72,10 +95,11 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> d
     if len(counts):
         teacher = counts[counts.model == "teacher"].set_index("size")
         counts = counts.assign(
-            unit=0, count_error=counts.params - counts.closed,
+            unit=0,
+            count_error=counts.params - counts.closed,
             param_ratio=counts.closed / counts["size"].map(teacher.closed),
             flop_ratio=counts.flops / counts["size"].map(teacher.flops),
-        )  # fmt: skip
+        )
     timing = [
         row
         for rec in part(runs, "timing")
@@ -89,14 +113,24 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> d
         return "null" if c["rerun"] else "selection" if c["seed"] in sel else "test"
 
     t = runs_table(
-        student_records(runs), readouts, role=role, scale=lambda c, m: scale_label(c["keep"], L),
-        init_loss=lambda c, m: m["init_loss"], unigram=lambda c, m: m["unigram_xent"],
+        student_records(runs),
+        readouts,
+        role=role,
+        scale=lambda c, m: scale_label(c["keep"], L),
+        init_loss=lambda c, m: m["init_loss"],
+        unigram=lambda c, m: m["unigram_xent"],
         teacher_final=lambda c, m: m["teacher_final"],
-    )  # fmt: skip
+    )
     if t.empty:
         empty = pd.DataFrame()
-        return {"counts": counts, "timing": pd.DataFrame(timing), "runs": t, "tuned": empty, "choices": empty,
-                "first": empty}  # fmt: skip
+        return {
+            "counts": counts,
+            "timing": pd.DataFrame(timing),
+            "runs": t,
+            "tuned": empty,
+            "choices": empty,
+            "first": empty,
+        }
     labels = {scale_label(k, L): {"keep": k} for k in depths(p)}
     choices, tuned, _ = read_sweep(t[t.role.isin(["selection", "test"])], ARMS, labels)
     if len(tuned):
@@ -105,9 +139,13 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int, aa: str) -> d
         )
     first = scale_label(depths(p)[0], L)
     return {
-        "counts": counts, "timing": pd.DataFrame(timing), "runs": t, "tuned": tuned, "choices": choices,
+        "counts": counts,
+        "timing": pd.DataFrame(timing),
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
         "first": null_at_choice(t, tuned, choices, "plain", first),
-    }  # fmt: skip
+    }
 
 
 def counts_summary(counts: pd.DataFrame) -> pd.DataFrame:
@@ -131,10 +169,17 @@ def students_summary(tuned: pd.DataFrame) -> pd.DataFrame:
     if tuned.empty:
         return tuned
     g = tuned.groupby(["scale", "arm"])
-    out = pd.DataFrame({"seeds": g.final_val.count(), "final_val": g.final_val.mean(),
-                        "min": g.final_val.min(), "max": g.final_val.max(), "share": g.share.mean(),
-                        "share_min": g.share.min(),
-                        "lr": g.lr.first() if "lr" in tuned else None})  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "seeds": g.final_val.count(),
+            "final_val": g.final_val.mean(),
+            "min": g.final_val.min(),
+            "max": g.final_val.max(),
+            "share": g.share.mean(),
+            "share_min": g.share.min(),
+            "lr": g.lr.first() if "lr" in tuned else None,
+        }
+    )
     return out.reset_index()
 
 
@@ -146,10 +191,20 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     if not len(runs):
         return
     curves = sweep_curves(runs, "student")
-    sweep_figure(out, p, curves, t["tuned"], [scale_label(k, L) for k in ks], ARM_LABELS,
-                 titles=[f"Students of {k} of {L} layers" for k in ks],
-                 measured="Final validation loss against peak learning rate", per="depth", each="student arm",
-                 unigram=runs.unigram.iloc[0], size=(4.2, 3.4))  # fmt: skip
+    sweep_figure(
+        out,
+        p,
+        curves,
+        t["tuned"],
+        [scale_label(k, L) for k in ks],
+        ARM_LABELS,
+        titles=[f"Students of {k} of {L} layers" for k in ks],
+        measured="Final validation loss against peak learning rate",
+        per="depth",
+        each="student arm",
+        unigram=runs.unigram.iloc[0],
+        size=(4.2, 3.4),
+    )
 
 
 @drawing
@@ -171,8 +226,9 @@ def plot(t: dict, p: dict, out) -> None:
                 x = i + (j - 1) * 0.2
                 if len(v):
                     ax.plot([x] * len(v), v, ".", color=f"C{j}", alpha=0.5)
-                    ax.plot([x], [v.mean()], "o", color=f"C{j}", mec="k", mew=0.5,
-                            label=label if i == 0 else None)  # fmt: skip
+                    ax.plot(
+                        [x], [v.mean()], "o", color=f"C{j}", mec="k", mew=0.5, label=label if i == 0 else None
+                    )
         ax.axhline(0, color="0.5", ls=":", lw=1, label="the teacher")
         ax.set_xticks(range(len(ks)), [f"k = {k} of {L}" for k in ks])
         ax.set_ylabel("final loss − the teacher's (nats/char)")
@@ -217,9 +273,11 @@ def summary(t: dict) -> str:
             d = m.loc[(scale, "distil"), "final_val"] - m.loc[(scale, "plain"), "final_val"]
             sh = m.loc[(scale, "distil"), "share"]
             if math.isfinite(d):  # an arm whose fresh runs all diverged has no mean
-                share = (f"recovers {sh:.1%} of the teacher's gain over the unigram level"
-                         if math.isfinite(sh) else "has no share (the teacher did not beat the unigram "
-                         "level)")  # fmt: skip
+                share = (
+                    f"recovers {sh:.1%} of the teacher's gain over the unigram level"
+                    if math.isfinite(sh)
+                    else "has no share (the teacher did not beat the unigram level)"
+                )
                 parts.append(
                     f"{scale}: with − without distillation {d:+.3f} nats/char, the distilled student " + share
                 )
@@ -228,7 +286,12 @@ def summary(t: dict) -> str:
     ts = timing_summary(t["timing"])
     if len(ts):
         cols = [c for c in ts.columns if c.startswith("teacher / ") and "teacher" not in c[10:]]
-        parts.append("the teacher's forward takes " + ", ".join(
-            f"{r[c]:.2f}× the time of the student of {c[10:]} at size {r['size']}"
-            for _, r in ts.iterrows() for c in cols))  # fmt: skip
+        parts.append(
+            "the teacher's forward takes "
+            + ", ".join(
+                f"{r[c]:.2f}× the time of the student of {c[10:]} at size {r['size']}"
+                for _, r in ts.iterrows()
+                for c in cols
+            )
+        )
     return "; ".join(parts) + "."

@@ -55,18 +55,51 @@ class TruncateDistill(Experiment):
     headline = "distil"  # the answers table's number
     order = 30
     profiles = {
-        "quick": _profile("quick", n_layers=2, keep=[1], student_steps=8, student_eval_every=4,
-                          rates=[1.5e-3, 3e-3], selection_seeds=[10], timed=["trained"], threads=1,
-                          repeats=3),
-        "default": _profile("default", n_layers=6, steps=TEACHER_STEPS, lr=TEACHER_LR, eval_every=200,
-                            eval_batches=8, seeds=[0, 1, 2, 3, 4, 5], keep=[3, 2],
-                            student_steps=STUDENT_STEPS, student_eval_every=50,
-                            rates=[1e-3, 2e-3, 4e-3, 8e-3], selection_seeds=[100, 101], timed=TIMED,
-                            threads=1, repeats=10),
-        "full": _profile("full", n_layers=12, steps=5000, eval_every=500, seeds=[0, 1, 2, 3, 4], keep=[6, 4],
-                         student_steps=1500, student_eval_every=250, rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
-                         selection_seeds=[100, 101], timed=[*TIMED, "bert-large"], threads=0, repeats=20),
-    }  # fmt: skip
+        "quick": _profile(
+            "quick",
+            n_layers=2,
+            keep=[1],
+            student_steps=8,
+            student_eval_every=4,
+            rates=[1.5e-3, 3e-3],
+            selection_seeds=[10],
+            timed=["trained"],
+            threads=1,
+            repeats=3,
+        ),
+        "default": _profile(
+            "default",
+            n_layers=6,
+            steps=TEACHER_STEPS,
+            lr=TEACHER_LR,
+            eval_every=200,
+            eval_batches=8,
+            seeds=[0, 1, 2, 3, 4, 5],
+            keep=[3, 2],
+            student_steps=STUDENT_STEPS,
+            student_eval_every=50,
+            rates=[1e-3, 2e-3, 4e-3, 8e-3],
+            selection_seeds=[100, 101],
+            timed=TIMED,
+            threads=1,
+            repeats=10,
+        ),
+        "full": _profile(
+            "full",
+            n_layers=12,
+            steps=5000,
+            eval_every=500,
+            seeds=[0, 1, 2, 3, 4],
+            keep=[6, 4],
+            student_steps=1500,
+            student_eval_every=250,
+            rates=[2.5e-4, 5e-4, 1e-3, 2e-3],
+            selection_seeds=[100, 101],
+            timed=[*TIMED, "bert-large"],
+            threads=0,
+            repeats=20,
+        ),
+    }
     parts = (
         Part("counts", counts_grid, TD.run_counts),
         Part("timing", timing_grid, TD.run_timing, timed=True),
@@ -128,13 +161,23 @@ class TruncateDistill(Experiment):
         decl = self.declare(p)
         t = view.observe(runs, p, (FINAL, LEARNED, view.SHARE), NULL_OFFSET, AA)
         result = evaluate(decl, t)
-        out.table("students", view.students_summary(t["tuned"]), "Fresh seeds per depth: the teacher, the "
-                  "cut model before fine-tuning, and each arm at its chosen rate (final loss, share of the "
-                  "teacher's gain over the unigram level)")  # fmt: skip
-        out.table("counts", view.counts_summary(t["counts"]), "Parameters and forward FLOPs per window, "
-                  "teacher and students, and their ratios to the teacher")  # fmt: skip
-        out.table("timing", view.timing_summary(t["timing"]), "Seconds per token of a forward (median over "
-                  "rounds) and the teacher's time over each model's")  # fmt: skip
+        out.table(
+            "students",
+            view.students_summary(t["tuned"]),
+            "Fresh seeds per depth: the teacher, the "
+            "cut model before fine-tuning, and each arm at its chosen rate (final loss, share of the "
+            "teacher's gain over the unigram level)",
+        )
+        out.table(
+            "counts",
+            view.counts_summary(t["counts"]),
+            "Parameters and forward FLOPs per window, teacher and students, and their ratios to the teacher",
+        )
+        out.table(
+            "timing",
+            view.timing_summary(t["timing"]),
+            "Seconds per token of a forward (median over rounds) and the teacher's time over each model's",
+        )
         curves = sweep_curves(t["runs"], "student")
         write_sweep_tables(out, t["choices"], curves, SweepWords(per="depth", reads="final validation loss"))
         out.table("runs", t["runs"], "Every student", in_report=False)
@@ -154,7 +197,7 @@ class TruncateDistill(Experiment):
                 "speed_min": SPEED_MIN,
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
-            },  # fmt: skip
+            },
             caveats=[
                 "The notes speak of BERT fine-tuned on a task, judged by its score there; here the teacher "
                 "and its students are character LMs judged by held-out loss, and the share of the teacher's "

@@ -69,8 +69,12 @@ def student_records(records: list[dict]) -> list[dict]:
             if cfg["rerun"]:
                 cfg["seed"] = c["seed"] + NULL_OFFSET
             init = sm["val_loss"][0]  # None: cut from a teacher that diverged; it counts at the unigram level
-            met = {**sm, "unigram_xent": m["unigram_xent"], "teacher_final": m["teacher"]["final_val"],
-                   "init_loss": m["unigram_xent"] if init is None else init}  # fmt: skip
+            met = {
+                **sm,
+                "unigram_xent": m["unigram_xent"],
+                "teacher_final": m["teacher"]["final_val"],
+                "init_loss": m["unigram_xent"] if init is None else init,
+            }
             out.append({"config": cfg, "metrics": met, "run_id": r.get("run_id")})
     return out
 

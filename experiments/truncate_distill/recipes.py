@@ -32,9 +32,16 @@ def run_counts(cfg: dict, ctx) -> dict:
             with torch.device("meta"):
                 c, kind, m = _build(name, cfg, L)
             head = matmul_flops(T, c.d_model, c.vocab_size) if kind == "lm" else 0
-            rows.append({"size": name, "model": model, "depth": L, "params": n_params(m),
-                         "closed": model_params(c, lm_head=kind == "lm"),
-                         "flops": L * block_flops(c, T) + head})  # fmt: skip
+            rows.append(
+                {
+                    "size": name,
+                    "model": model,
+                    "depth": L,
+                    "params": n_params(m),
+                    "closed": model_params(c, lm_head=kind == "lm"),
+                    "flops": L * block_flops(c, T) + head,
+                }
+            )
     return {"rows": rows}
 
 
@@ -55,8 +62,14 @@ def run_timing(cfg: dict, ctx) -> dict:
                 fns = {model: _forward(_build(name, cfg, L)[2], idx) for model, L in size_depths(name, cfg)}
             fns[AA] = fns["teacher"]
             t = time_interleaved(fns, device=dev, repeats=cfg["repeats"], warmup=cfg["warmup"], min_sample=0)
-            rows.append({"size": name, "tokens": cfg["batch_timing"] * T, "times": {k: v["times"] for k, v in
-                         t.items()}, "load": t["teacher"]["load"]})  # fmt: skip
+            rows.append(
+                {
+                    "size": name,
+                    "tokens": cfg["batch_timing"] * T,
+                    "times": {k: v["times"] for k, v in t.items()},
+                    "load": t["teacher"]["load"],
+                }
+            )
     return {"rows": rows, "threads": n_threads}
 
 
@@ -79,9 +92,14 @@ def _student(cfg: dict, s: dict, teacher: LM, corpus, ctx) -> dict:
     }
     distil = s["student"] == "distil"
     res = train_student(
-        student, train_config({**cfg, **fields}), corpus, ctx.device, teacher=teacher if distil else None,
-        alpha=cfg["alpha"] if distil else 0.0, tau=cfg["tau"],
-    )  # fmt: skip
+        student,
+        train_config({**cfg, **fields}),
+        corpus,
+        ctx.device,
+        teacher=teacher if distil else None,
+        alpha=cfg["alpha"] if distil else 0.0,
+        tau=cfg["tau"],
+    )
     return {**res, "n_params": n_params(student)}
 
 

@@ -78,12 +78,18 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
 
     trained = [r for name in ("train", "null", "small") for r in part(runs, name)]
     t = runs_table(
-        trained, readouts, params=lambda c, m: m["n_params"], unigram=lambda c, m: m["unigram_xent"],
-        init_loss=lambda c, m: m["val_loss"][0], role=role, select_loss=lambda c, m: early_select(m),
+        trained,
+        readouts,
+        params=lambda c, m: m["n_params"],
+        unigram=lambda c, m: m["unigram_xent"],
+        init_loss=lambda c, m: m["val_loss"][0],
+        role=role,
+        select_loss=lambda c, m: early_select(m),
         regime=lambda c, m: "small-data" if c["part"] == "small" else "one-pass",
-        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])), epochs=lambda c, m: m.get("epochs"),
+        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+        epochs=lambda c, m: m.get("epochs"),
         early_step=lambda c, m: (m.get("early") or {}).get("step"),
-    )  # fmt: skip
+    )
     arms = {a: {"arm": a} for a in SWEPT}
     by = {scale_label(s): s for s in sc}
     choices, tuned, seeds = [], [], []
@@ -103,14 +109,24 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
         vd = int(arms_.loc["tied", "V"] * arms_.loc["tied", "d"])
         counts.append({"model": _slug(model), "unit": 0, "excess": saved - vd})
         inst += [
-            {"arm": a, "unit": 0, "instantiated_excess": int(arms_.loc[a, "instantiated"] - arms_.loc[a, "closed_form"])}
+            {
+                "arm": a,
+                "unit": 0,
+                "instantiated_excess": int(arms_.loc[a, "instantiated"] - arms_.loc[a, "closed_form"]),
+            }
             for a in arms_.index
             if not pd.isna(arms_.loc[a, "instantiated"])
-        ]  # fmt: skip
+        ]
     return {
-        "runs": t, "tuned": tuned, "choices": choices, "sensitivity": pd.concat(seeds, ignore_index=True),
-        "first": first, "counts": pd.DataFrame(counts), "instantiated": pd.DataFrame(inst), "count_rows": cdf,
-    }  # fmt: skip
+        "runs": t,
+        "tuned": tuned,
+        "choices": choices,
+        "sensitivity": pd.concat(seeds, ignore_index=True),
+        "first": first,
+        "counts": pd.DataFrame(counts),
+        "instantiated": pd.DataFrame(inst),
+        "count_rows": cdf,
+    }
 
 
 def parameter_table(cdf: pd.DataFrame) -> pd.DataFrame:
@@ -125,11 +141,19 @@ def parameter_table(cdf: pd.DataFrame) -> pd.DataFrame:
             if "tied-wide" in arms.index
             else "—"
         )
-        rows.append({
-            "model": model, "V": int(t["V"]), "d": int(t["d"]), "tied params": int(t["closed_form"]),
-            "untied params": int(u["closed_form"]), "saved": saved, "V·d": int(t["V"] * t["d"]),
-            "saved / untied": saved / u["closed_form"], "tied-wide params (d_ff)": wide,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": model,
+                "V": int(t["V"]),
+                "d": int(t["d"]),
+                "tied params": int(t["closed_form"]),
+                "untied params": int(u["closed_form"]),
+                "saved": saved,
+                "V·d": int(t["V"] * t["d"]),
+                "saved / untied": saved / u["closed_form"],
+                "tied-wide params (d_ff)": wide,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -144,23 +168,24 @@ def write_tables(t: dict, result, pdf: pd.DataFrame, p: dict, below: float, out)
         "tuned",
         comparison_table([*tuned, *(f for f in result.floors if f.sub_claim != "null")]),
         "Tied (b) − untied (a), each at its own best rate on the fresh seeds, per regime and scale: final "
-        f"validation loss and steps to a validation loss of unigram − {below} nats in one pass over the text; "
-        "early-stopped test loss after many epochs of a small subset with dropout; learning-rate sensitivity "
-        "(selection seeds, first scale). The null pairs of each regime last",
+        f"validation loss and steps to a validation loss of unigram − {below} nats in one pass over the "
+        "text; early-stopped test loss after many epochs of a small subset with dropout; learning-rate "
+        "sensitivity (selection seeds, first scale). The null pairs of each regime last",
     )
     fixed = [c for s in ("convergence-fixed", "final-fixed", "equal-params") for c in result.of(s)]
     out.table(
         "training",
         comparison_table([*fixed, *(f for f in result.floors if f.sub_claim == "null")]),
         f"At one rate ({p['lr']:g}, d = {p['d_model']}, {p['n_layers']} layers): steps to target (log-rank; "
-        "restricted mean steps) and final validation loss (nats/token, paired by seed), each arm (b) − untied "
-        f"(a), {len(p['seeds'])} seeds; the null pair last",
+        "restricted mean steps) and final validation loss (nats/token, paired by seed), each arm (b) − "
+        f"untied (a), {len(p['seeds'])} seeds; the null pair last",
     )
     curves = curve_table(t["runs"][t["runs"].regime == "one-pass"], ["scale", "arm"])
     small = curve_table(t["runs"][t["runs"].regime == "small-data"], ["scale", "arm"], loss="select_loss")
     words = SweepWords(
         per="regime and scale",
-        reads="final validation loss (one pass) or early-stopped selection-half loss (small data), nats/token",
+        reads="final validation loss (one pass) or early-stopped selection-half loss (small data), "
+        "nats/token",
     )
     curves = pd.concat(
         [curves.assign(regime="one-pass"), small.assign(regime="small-data")], ignore_index=True
@@ -235,8 +260,8 @@ def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below:
     out.figure(
         "tying",
         fig,
-        f"The fixed-rate design (d = {p['d_model']}, {p['n_layers']} layers, both arms at {p['lr']:g}). Left: "
-        f"validation loss during training per arm (mean and 95% band over {len(p['seeds'])} seeds), "
+        f"The fixed-rate design (d = {p['d_model']}, {p['n_layers']} layers, both arms at {p['lr']:g}). "
+        f"Left: validation loss during training per arm (mean and 95% band over {len(p['seeds'])} seeds), "
         "with the unigram level and the target of 'steps to target'. Middle: final validation loss of each "
         "arm minus untied, per seed, with the null pair's 95% CI as the noise floor. Right: the parameters "
         "tying saves (V·d) as a share of the untied model, for this subword model and published "
@@ -254,10 +279,12 @@ def plot_sweeps(t: dict, p: dict, out) -> None:
     sc = scales(p)
     fig, axes = subplots(len(sc), 2, width=4.6, height=3.6)
     runs, labels = t["runs"], {"untied": "untied", "tied": "tied"}
-    for r, (regime, loss, what) in enumerate((
-        ("one-pass", "final_val", "final validation loss"),
-        ("small-data", "select_loss", "early-stopped selection-half loss"),
-    )):  # fmt: skip
+    for r, (regime, loss, what) in enumerate(
+        (
+            ("one-pass", "final_val", "final validation loss"),
+            ("small-data", "select_loss", "early-stopped selection-half loss"),
+        )
+    ):
         curves = curve_table(runs[runs.regime == regime], ["scale", "arm"], loss=loss)
         for c, s in enumerate(sc):
             ax, label = axes[r * len(sc) + c], scale_label(s)
@@ -277,8 +304,8 @@ def plot_sweeps(t: dict, p: dict, out) -> None:
             p,
             f"Loss against peak learning rate, {p['steps']} steps",
             per=f"regime (top: one pass over the text, final validation loss; bottom: {p['subset_tokens']:,} "
-            f"tokens for many epochs with dropout {p['dropout']:g}, early-stopped loss on the selection half) and "
-            "scale (columns)",
+            f"tokens for many epochs with dropout {p['dropout']:g}, early-stopped loss on the selection "
+            "half) and scale (columns)",
             each="arm",
             fresh="tuned_seeds",
             note=" (top: final loss; bottom: the selection-half loss)",
@@ -304,9 +331,9 @@ def summary(result, own, pdf: pd.DataFrame) -> tuple[str, str]:
     fixed = ", ".join(f"{c.metric} {c.short('+.3g')} ({c.decision})" for c in result.of("final-fixed"))
     text = (
         f"Tying removes V·d parameters exactly (checked): {own['saved / untied']:.1%} of this subword model "
-        f"(V = {own['V']}, d = {own['d']}){g2_txt}. Each arm at its own best learning rate, tied − untied: in "
-        f"one pass over the text, final validation loss {result.per_cell('final')} and steps to the target "
-        f"{result.per_cell('convergence', '+.0f')}; after many epochs of a small subset with dropout, "
+        f"(V = {own['V']}, d = {own['d']}){g2_txt}. Each arm at its own best learning rate, tied − untied: "
+        f"in one pass over the text, final validation loss {result.per_cell('final')} and steps to the "
+        f"target {result.per_cell('convergence', '+.0f')}; after many epochs of a small subset with dropout, "
         f"early-stopped test loss {result.per_cell('small-data')}. At one shared rate (reported): {fixed}."
     )
     return key, text
@@ -319,24 +346,25 @@ def overfitting(t: dict, p: dict) -> str:
         return "The small-data regime has no fresh runs yet."
     last = int((small == p["steps"]).sum())
     return (
-        f"Small data over-fitted little: the early-stopping step of its fresh runs has median {small.median():.0f} "
-        f"of {p['steps']}, and {last} of {len(small)} stopped at the last evaluation. Tying's regularisation, "
-        "the anchors' mechanism in this regime, had little over-fitting to act on; a smaller subset or longer "
-        "training would reach it."
+        "Small data over-fitted little: the early-stopping step of its fresh runs has median "
+        f"{small.median():.0f} of {p['steps']}, and {last} of {len(small)} stopped at the last evaluation. "
+        "Tying's regularisation, the anchors' mechanism in this regime, had little over-fitting to act on; a "
+        "smaller subset or longer training would reach it."
     )
 
 
 def caveats(p: dict, tok: dict, t: dict) -> list[str]:
     return [
         overfitting(t, p),
-        f"Byte-level BPE trained on the training works: V = {tok['vocab_size']}, {tok['chars_per_token']:.2f} "
+        f"Byte-level BPE trained on the training works: V = {tok['vocab_size']}, "
+        f"{tok['chars_per_token']:.2f} "
         "characters per token on the validation works. GPT-2 uses V = 50257 and d = 768; here V·d is a "
         "similar share of the model, but the model is 10^2–10^3 times smaller.",
         f"One pass: {p['steps']} steps of {p['batch']} × {p['seq_len']} tokens (about "
         f"{p['steps'] * p['batch'] * p['seq_len'] / 1e6:.2f}M tokens, under one epoch), no dropout. Small "
-        f"data: the first {p['subset_tokens']:,} training tokens for the same steps, dropout {p['dropout']:g} "
-        "on the embeddings and each sublayer's output; the anchors' LSTMs on Penn Treebank (929k tokens, V = "
-        "10k, 40 epochs) see far more tokens per vocabulary entry.",
+        f"data: the first {p['subset_tokens']:,} training tokens for the same steps, dropout "
+        f"{p['dropout']:g} on the embeddings and each sublayer's output; the anchors' LSTMs on Penn Treebank "
+        "(929k tokens, V = 10k, 40 epochs) see far more tokens per vocabulary entry.",
         "Scales: " + ", ".join(f"d = {s['d_model']}, {s['n_layers']} layers" for s in scales(p)) + " (the "
         "second has over 4× the parameters of the first in both arms); the fixed-rate design is at d = "
         f"{p['d_model']}, {p['n_layers']} layers.",

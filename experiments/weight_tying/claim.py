@@ -43,14 +43,20 @@ TARGET_BELOW_UNIGRAM = 1.0  # nats: "steps to target" counts steps to the unigra
 LEARN_MARGIN = 0.10  # nats below the unigram cross-entropy: the run learned
 
 FINAL = rd.final_loss("nats/token")
-# a small-data run over-fits: it learned if its early-stopped loss (selection half) is below unigram; a one-pass
+# a small-data run over-fits: it learned if its early-stopped loss (selection half) is below unigram; a
+# one-pass
 # run, if its final loss is
 LEARNED = rd.learned(LEARN_MARGIN, key=view.learned_loss, what="final loss (small data: early-stopped loss)")
 EARLY = Readout(
-    "early_test", "early-stopped test loss", "nats/token", "lower", "paired",
+    "early_test",
+    "early-stopped test loss",
+    "nats/token",
+    "lower",
+    "paired",
     "the loss on the test half of the validation works at the evaluation step whose loss on the selection "
-    "half is lowest (a diverged run has none)", fn=view.early_test,
-)  # fmt: skip
+    "half is lowest (a diverged run has none)",
+    fn=view.early_test,
+)
 SENSITIVITY = rd.sensitivity("nats")
 EXCESS = Readout(
     "excess", "untied − tied parameters − V·d", definition="closed form (tfclaims.measure.counting)"
@@ -153,7 +159,8 @@ class WeightTying(Experiment):
             SubClaim("equal-params", "At equal parameter count: tied with a wider FFN against untied (one "
                      "rate)", Better("b"), (steps, FINAL), a=UNTIED, b=WIDE, margin=MARGIN, **fixed,
                      note=f"The ±{MARGIN:g}-nat TOST is the final loss's; the log-rank test has no margin."),
-            SubClaim("convergence", "Faster convergence in one pass over the text (steps to the target loss), "
+            SubClaim("convergence",
+                     "Faster convergence in one pass over the text (steps to the target loss), "
                      "each arm at its own best rate", Better("b"), (steps,), control="convergence-fixed",
                      **one),
             SubClaim("final", "Lower final validation loss in one pass over the text, each arm at its own "
@@ -162,7 +169,8 @@ class WeightTying(Experiment):
             SubClaim("small-data", "Lower held-out loss after many epochs of a small subset with dropout "
                      "(Press & Wolf's regime), early-stopped, each arm at its own best rate", Better("b"),
                      (EARLY,), margin=MARGIN, **small),
-            SubClaim("range", "Tied tolerates a wider range of rates than untied (lower sensitivity, one pass)",
+            SubClaim("range",
+                     "Tied tolerates a wider range of rates than untied (lower sensitivity, one pass)",
                      Better("b"), (SENSITIVITY,), a=arm("untied", arm="untied", regime="one-pass"),
                      b=arm("tied", arm="tied", regime="one-pass"), **sens),
         ), nulls=(

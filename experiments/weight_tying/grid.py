@@ -22,8 +22,8 @@ SMALL_KEYS = ("subset_tokens", "dropout")
 
 @cache
 def vocab_size(vocab: int) -> int:
-    """The trained tokenizer's vocabulary: the tokenizer `data.bpe.load_bpe_corpus` trains, trained here without
-    torch (a few seconds, once per process, not per grid call)."""
+    """The trained tokenizer's vocabulary: the tokenizer `data.bpe.load_bpe_corpus` trains, trained here
+    without torch (a few seconds, once per process, not per grid call)."""
     from tfclaims.data.files import VAL_WORKS, corpus_files
     from tfclaims.data.vocab import MAX_VOCAB, MIN_VOCAB, _tokenizer, train_tokenizer
 
@@ -99,8 +99,15 @@ def early_and_init(m: dict) -> tuple[float | None, float]:
 
 def tuned_run(p: dict, regime: str, arm: str, scale: dict, lr: float, seed: int) -> dict:
     """One run of the sweep: its part (the regime's recipe), the recipe's fields at the scale and rate."""
-    return {"part": REGIMES[regime], "arm": arm, **subword_fields(p), **scale, "lr": lr,
-            **regime_fields(p, regime), "seed": seed}  # fmt: skip
+    return {
+        "part": REGIMES[regime],
+        "arm": arm,
+        **subword_fields(p),
+        **scale,
+        "lr": lr,
+        **regime_fields(p, regime),
+        "seed": seed,
+    }
 
 
 def _sweep(p: dict, regime: str, done) -> list[dict]:

@@ -37,20 +37,37 @@ def tying_model_kw(cfg: dict) -> dict:
 
 
 def tying_counts(cfg: dict, ctx) -> dict:
-    """Parameters of each arm (closed form and instantiated) for the subword LM, tied vs untied closed form for
-    published configurations, and the tokenizer's vocabulary and compression."""
+    """Parameters of each arm (closed form and instantiated) for the subword LM, tied vs untied closed form
+    for published configurations, and the tokenizer's vocabulary and compression."""
     corpus = load_bpe_corpus(cfg["vocab"])
     rows = []
     for arm in TYING_ARMS:
         mc = model_config(cfg, corpus.vocab_size, **tying_model_kw({**cfg, "arm": arm}))
-        rows.append({"model": f"subword LM (this project), d = {mc.d_model}", "arm": arm, "V": mc.vocab_size,
-                     "d": mc.d_model, "d_ff": mc.ff, "closed_form": model_params(mc),
-                     "instantiated": n_params(LM(mc))})  # fmt: skip
+        rows.append(
+            {
+                "model": f"subword LM (this project), d = {mc.d_model}",
+                "arm": arm,
+                "V": mc.vocab_size,
+                "d": mc.d_model,
+                "d_ff": mc.ff,
+                "closed_form": model_params(mc),
+                "instantiated": n_params(LM(mc)),
+            }
+        )
     for name in cfg["presets"]:
         for arm in ("tied", "untied"):
             mc = PRESETS[name].replace(tie_weights=arm == "tied")
-            rows.append({"model": name, "arm": arm, "V": mc.vocab_size, "d": mc.d_model, "d_ff": mc.ff,
-                         "closed_form": model_params(mc), "instantiated": None})  # fmt: skip
+            rows.append(
+                {
+                    "model": name,
+                    "arm": arm,
+                    "V": mc.vocab_size,
+                    "d": mc.d_model,
+                    "d_ff": mc.ff,
+                    "closed_form": model_params(mc),
+                    "instantiated": None,
+                }
+            )
     return {"rows": rows, "tokenizer": corpus.describe()}
 
 
@@ -72,11 +89,15 @@ def tying_train_small(cfg: dict, ctx) -> dict:
     select = eval_windows(corpus.val[:half], n, b, t, seed=1234)
     test = eval_windows(corpus.val[half:], n, b, t, seed=1235)
     res, _ = train_small(
-        cfg, ctx, model_kw=tying_model_kw(cfg), prepare=partial(add_dropout, p=cfg["dropout"]),
+        cfg,
+        ctx,
+        model_kw=tying_model_kw(cfg),
+        prepare=partial(add_dropout, p=cfg["dropout"]),
         on_eval=lambda step, model: {"test_loss": evaluate(model, test, ctx.device)},
-        sample=lambda gen: random_windows(data, b, t, gen), val_batches=select,
+        sample=lambda gen: random_windows(data, b, t, gen),
+        val_batches=select,
         desc=f"{cfg['arm']} small-data seed {cfg['seed']}",
-    )  # fmt: skip
+    )
     res["epochs"] = cfg["steps"] * b * t / data.numel()
     if res.get("diverged_at") is None:
         i = min(range(len(res["val_loss"])), key=res["val_loss"].__getitem__)

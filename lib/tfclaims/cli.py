@@ -1,5 +1,5 @@
-"""Command line: `python -m tfclaims {run,reproduce,report,list,show,plan,check-results,bench}` and the experiment
-scripts.
+"""Command line: `python -m tfclaims {run,reproduce,report,list,show,plan,check-results,bench}` and the
+experiment scripts.
 
 Exit codes: 0 ok, 1 a run failed (logged, the others kept), 2 bad input (one line on stderr).
 `--help` (of any command), `list` and `show` import no torch: the harness modules are imported by the commands
@@ -41,7 +41,8 @@ class UsageError(Exception):
     """Bad input that the command line finds itself: one line, exit code 2 (as the harness's BadInput)."""
 
 
-# The harness's user errors, by module. Each is caught once its module is loaded (a module never imported raised
+# The harness's user errors, by module. Each is caught once its module is loaded (a module never imported
+# raised
 # nothing), so that catching them imports nothing.
 _USER_ERRORS = (
     ("harness.plan", "BadInput"),
@@ -107,7 +108,8 @@ def read_claim(path: Path) -> Claim:
     """The claim a claim file declares, read from its source: the class whose literal `claim_id` is the
     claim's id (its folder's name), with its `title` and `order` (or Experiment's). A file that does not
     compile fails with the error its import would raise; a file whose id, title or order is not a literal is
-    imported (with torch), which also raises the registry's error for a file without exactly one such class."""
+    imported (with torch), which also raises the registry's error for a file without exactly one such
+    class."""
     source = path.read_bytes()
     compile(source, str(path), "exec", dont_inherit=True)  # every error its import meets before running it
     classes = [_literals(n.body) for n in ast.parse(source, str(path)).body if isinstance(n, ast.ClassDef)]
@@ -168,7 +170,8 @@ def report_root(arg: str | None, results: Path) -> Path:
             if chosen.resolve() == rep.resolve() and results.resolve() != home:
                 raise UsageError(
                     f"--report-dir {_shown(chosen)}: that is the report of {_shown(home)}, not of "
-                    f"{_shown(results)}; leave it out (the report goes beside the results) or give another folder"
+                    f"{_shown(results)}; leave it out (the report goes beside the results) or give "
+                    "another folder"
                 )
         return chosen
     if results.resolve() in own:
@@ -213,7 +216,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def _override(text: str) -> tuple[str, object]:
-    """'k=v' with v read as a Python literal; 'nan' and 'inf' as floats (checked against the profile later)."""
+    """'k=v' with v read as a Python literal; 'nan' and 'inf' as floats (checked against the profile
+    later)."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"--set takes key=value, got {text!r}")
     k, v = text.split("=", 1)
@@ -321,7 +325,8 @@ def add_slurm_options(g) -> None:
         "--slurm-poll",
         type=float,
         default=None,
-        help="seconds between two looks at the jobs' states (one sacct call; default 15; $TFCLAIMS_SLURM_POLL_S)",
+        help="seconds between two looks at the jobs' states (one sacct call; default 15; "
+        "$TFCLAIMS_SLURM_POLL_S)",
     )
     g.add_argument(
         "--slurm-array-parallelism",
@@ -332,7 +337,8 @@ def add_slurm_options(g) -> None:
     g.add_argument(
         "--submitit-cluster",
         default=None,
-        help="submitit backend for --launcher slurm: slurm (default), or local to run the jobs on this machine",
+        help="submitit backend for --launcher slurm: slurm (default), or local to run the jobs on "
+        "this machine",
     )
     g.add_argument("--log-dir", default=None, help="job logs (default: logs/)")
     g.add_argument(
@@ -340,8 +346,8 @@ def add_slurm_options(g) -> None:
         action="store_const",
         const=True,
         default=None,
-        help="when the sweep is interrupted (Ctrl-C, SIGTERM), cancel its SLURM jobs; by default they run on, "
-        "record their runs, and are named with the scancel line ($TFCLAIMS_SLURM_CANCEL=1)",
+        help="when the sweep is interrupted (Ctrl-C, SIGTERM), cancel its SLURM jobs; by default they run "
+        "on, record their runs, and are named with the scancel line ($TFCLAIMS_SLURM_CANCEL=1)",
     )
 
 
@@ -350,8 +356,8 @@ def add_launcher_option(ap) -> None:
     ap.add_argument(
         "--launcher",
         default=os.environ.get("TFCLAIMS_LAUNCHER", "auto"),
-        help=f"one of {', '.join(launchers)} (default: auto = one single-threaded worker per core for training "
-        "runs on the CPU, in process for timing claims and on a GPU; or $TFCLAIMS_LAUNCHER)",
+        help=f"one of {', '.join(launchers)} (default: auto = one single-threaded worker per core for "
+        "training runs on the CPU, in process for timing claims and on a GPU; or $TFCLAIMS_LAUNCHER)",
     )
 
 
@@ -503,7 +509,8 @@ def _claim_shown(claim_id: str) -> str:
 
 
 def read_result(root: Path, claim: str) -> dict:
-    """A claim's result.json, read as JSON alone; an unknown claim, a missing or a corrupt file is bad input."""
+    """A claim's result.json, read as JSON alone; an unknown claim, a missing or a corrupt file is bad
+    input."""
     path = root / claim / "result.json"
     if not _plain(claim) or not path.is_file():
         if claim_file(claim) is None:
@@ -521,8 +528,8 @@ def read_result(root: Path, claim: str) -> dict:
 
 
 def show_lines(res: dict, root: Path, width: int = 100) -> list[str]:
-    """What `show` prints of a result: its answer, verdict, what the notes say, the key and anchor numbers, each
-    effect sub-claim and check, the caveats, and where it came from and is reported."""
+    """What `show` prints of a result: its answer, verdict, what the notes say, the key and anchor numbers,
+    each effect sub-claim and check, the caveats, and where it came from and is reported."""
     row, lines = answer_row(res), []
     cid = row["claim_id"]
 
@@ -602,8 +609,8 @@ def plan_lines(plan: Plan, runs_dir: Path, width: int = 100) -> list[str]:
     w = max(len(p.part or "-") for p in [*rows, PartPlan("part")])
     lines = [
         _fill(
-            f"{plan.claim_id}, profile {plan.profile}, device {plan.device}: {total.runs} runs, {total.cached} "
-            f"cached, {total.missing} to run (records: {_shown(runs_dir)})",
+            f"{plan.claim_id}, profile {plan.profile}, device {plan.device}: {total.runs} runs, "
+            f"{total.cached} cached, {total.missing} to run (records: {_shown(runs_dir)})",
             width,
         ),
         "",
@@ -613,8 +620,8 @@ def plan_lines(plan: Plan, runs_dir: Path, width: int = 100) -> list[str]:
     notes = []
     if plan.grows:
         notes.append(
-            f"Staged ({', '.join(plan.staged)}): the grid grows from finished runs. Counted here up to the first "
-            "stage with runs to make; later stages are added as those finish, so more runs may follow."
+            f"Staged ({', '.join(plan.staged)}): the grid grows from finished runs. Counted here up to the "
+            "first stage with runs to make; later stages are added as those finish, so more runs may follow."
         )
     elif not total.missing:
         notes.append(
@@ -622,8 +629,8 @@ def plan_lines(plan: Plan, runs_dir: Path, width: int = 100) -> list[str]:
         )
     if total.missing:
         notes.append(
-            f"Time to run: the durations on record of the same configs on {plan.device} (else the median of their "
-            "part's records), one run after another; parallel workers divide it."
+            f"Time to run: the durations on record of the same configs on {plan.device} (else the median of "
+            "their part's records), one run after another; parallel workers divide it."
         )
     lines += [""] + [_fill(n, width) for n in notes]
     lines += ["", f"--set keys (profile {plan.profile}; KEY=VALUE, a Python literal of the same type):"]
@@ -685,7 +692,8 @@ def _plan(args) -> int:
     return 0
 
 
-# -- smoke: every claim's quick profile on a device -------------------------------------------------------------
+# -- smoke: every claim's quick profile on a device
+# -------------------------------------------------------------
 
 
 def _smoke(args) -> int:
@@ -738,8 +746,8 @@ def build_parser() -> Parser:
         "--results-dir", default=None, help="results folder (default: results/, or $TFCLAIMS_RESULTS)"
     )
     plan_help = (
-        "the runs `run` with the same options would need: per part, how many are cached and how long the others "
-        "took on record; the --set keys with their values (imports torch to build the grid)"
+        "the runs `run` with the same options would need: per part, how many are cached and how long the "
+        "others took on record; the --set keys with their values (imports torch to build the grid)"
     )
     p_plan = sub.add_parser("plan", help=plan_help, description=plan_help[0].upper() + plan_help[1:] + ".")
     p_plan.add_argument("name", help="claim id (see `list`)")
@@ -804,7 +812,8 @@ def _dispatch(args) -> int:
         for line in problems:
             print(line, file=sys.stderr)
         print(
-            f"check-results: {len(exps) - len({p.split(':')[0] for p in problems})}/{len(exps)} claims up to date"
+            f"check-results: {len(exps) - len({p.split(':')[0] for p in problems})}/{len(exps)} claims "
+            "up to date"
         )
         return 1 if problems else 0
     if args.cmd == "bench":

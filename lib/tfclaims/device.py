@@ -1,7 +1,7 @@
 """Device choice, seeding, and the environment recorded with every result.
 
-Importing it imports no torch (`tfclaims plan` resolves the device type with `device_type`); the functions that
-need torch import it when called."""
+Importing it imports no torch (`tfclaims plan` resolves the device type with `device_type`); the functions
+that need torch import it when called."""
 
 from __future__ import annotations
 

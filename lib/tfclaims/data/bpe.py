@@ -74,8 +74,16 @@ def load_bpe_corpus(vocab_size: int = DEFAULT_VOCAB) -> BPECorpus:
     if path.exists():
         try:
             d = torch.load(path, weights_only=True)
-            return BPECorpus(d["train"], d["val"], d["tokenizer"], d["vocab_size"], d["train_chars"],
-                             d["val_chars"], tuple(d["train_works"]), tuple(d["val_works"]))  # fmt: skip
+            return BPECorpus(
+                d["train"],
+                d["val"],
+                d["tokenizer"],
+                d["vocab_size"],
+                d["train_chars"],
+                d["val_chars"],
+                tuple(d["train_works"]),
+                tuple(d["val_works"]),
+            )
         except Exception:
             path.unlink(missing_ok=True)  # a damaged cache is rebuilt
     texts = {p.name: p.read_text(encoding="utf-8", errors="replace") for p in files}
@@ -89,14 +97,29 @@ def load_bpe_corpus(vocab_size: int = DEFAULT_VOCAB) -> BPECorpus:
     def encode(text):
         return torch.tensor(tok.encode(text).ids, dtype=torch.int32)
 
-    corpus = BPECorpus(encode(train_text), encode(val_text), tj, tok.get_vocab_size(), len(train_text),
-                       len(val_text), train_works, val_works)  # fmt: skip
+    corpus = BPECorpus(
+        encode(train_text),
+        encode(val_text),
+        tj,
+        tok.get_vocab_size(),
+        len(train_text),
+        len(val_text),
+        train_works,
+        val_works,
+    )
     atomic_torch_save(
-        {"train": corpus.train, "val": corpus.val, "tokenizer": tj, "vocab_size": corpus.vocab_size,
-         "train_chars": corpus.train_chars, "val_chars": corpus.val_chars, "train_works": list(train_works),
-         "val_works": list(val_works)},
+        {
+            "train": corpus.train,
+            "val": corpus.val,
+            "tokenizer": tj,
+            "vocab_size": corpus.vocab_size,
+            "train_chars": corpus.train_chars,
+            "val_chars": corpus.val_chars,
+            "train_works": list(train_works),
+            "val_works": list(val_works),
+        },
         path,
-    )  # fmt: skip
+    )
     atomic_write_text(path.with_suffix(".tokenizer.json"), tj)  # inspectable beside the tensors
     return corpus
 

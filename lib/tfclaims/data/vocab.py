@@ -13,8 +13,8 @@ MIN_VOCAB, MAX_VOCAB = 512, 65535  # 256 bytes + merges; ids are stored as int32
 
 
 def _tokenizer(tj: str):
-    """A trained tokenizer from its JSON, reading text literally: '<pad>' in a text is five characters, not the
-    padding token (the flag is not part of the JSON, so it is set at every load)."""
+    """A trained tokenizer from its JSON, reading text literally: '<pad>' in a text is five characters, not
+    the padding token (the flag is not part of the JSON, so it is set at every load)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(tj)

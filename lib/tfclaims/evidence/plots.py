@@ -122,7 +122,8 @@ def lr_sweep(
 ) -> None:
     """Final loss against peak learning rate for each swept arm at one scale: `curves` (arm, lr, mean, min,
     max over the selection seeds; `tuning.curve_table`) as lines with their range, and each arm's fresh seeds
-    at its chosen rate (`tuned`: arm, lr and the `loss` column) as a star with its 95% CI. Arms in `labels`' order."""
+    at its chosen rate (`tuned`: arm, lr and the `loss` column) as a star with its 95% CI. Arms in `labels`'
+    order."""
     from .stats import mean_ci
 
     for i, (arm, label) in enumerate(labels.items()):
@@ -155,27 +156,43 @@ def lr_sweep(
     ax.set(xlabel="peak learning rate", ylabel=ylabel)
 
 
-def sweep_caption(p: dict, measured: str, *, per: str, each: str, fresh: str = "seeds", note: str = "",
-                  capped: bool = True) -> str:  # fmt: skip
-    """The caption of every claim's `lr-sweep` figure, in one wording: `measured` (the loss plotted against the
-    peak learning rate, with the design's setting), `per` (what a panel is), `each` (what an arm is), the
+def sweep_caption(
+    p: dict, measured: str, *, per: str, each: str, fresh: str = "seeds", note: str = "", capped: bool = True
+) -> str:
+    """The caption of every claim's `lr-sweep` figure, in one wording: `measured` (the loss plotted against
+    the peak learning rate, with the design's setting), `per` (what a panel is), `each` (what an arm is), the
     profile key of the fresh seeds, and `note` (what the stars are read by, after "mean ± 95% CI"). `capped`:
     the lines cap a failed run at the loss at init (`tuning.curve_table`)."""
     cap = "; a failed run counts at the loss at init" if capped else ""
     return (
-        f"{measured}, per {per}. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: their "
-        f"range{cap}). Stars: each {each} at its chosen rate on the {len(p[fresh])} fresh seeds, mean ± 95% "
-        f"CI{note}."
+        f"{measured}, per {per}. Lines: mean over the {len(p['selection_seeds'])} selection seeds (band: "
+        f"their range{cap}). Stars: each {each} at its chosen rate on the {len(p[fresh])} fresh seeds, mean "
+        f"± 95% CI{note}."
     )
 
 
 @drawing
-def sweep_figure(out, p: dict, curves, tuned, labels, arms: dict, *, titles, measured: str, per: str, each: str,
-                 note: str = "", unigram: float | None = None, size=(4.6, 3.6), **kw) -> None:  # fmt: skip
+def sweep_figure(
+    out,
+    p: dict,
+    curves,
+    tuned,
+    labels,
+    arms: dict,
+    *,
+    titles,
+    measured: str,
+    per: str,
+    each: str,
+    note: str = "",
+    unigram: float | None = None,
+    size=(4.6, 3.6),
+    **kw,
+) -> None:
     """A claim's `lr-sweep` figure: one `lr_sweep` panel per scale (its table label in `labels`, its title in
     `titles`) of the selection seeds' `curves` (`tuning.curve_table`, arms in the column `arm`) and the fresh
-    seeds in `tuned`, captioned by `sweep_caption` (`measured`, `per`, `each`, `note`); `kw` goes to `lr_sweep`
-    (the loss column and the axis label)."""
+    seeds in `tuned`, captioned by `sweep_caption` (`measured`, `per`, `each`, `note`); `kw` goes to
+    `lr_sweep` (the loss column and the axis label)."""
     from ..plotting import subplots
 
     fig, axes = subplots(len(labels), width=size[0], height=size[1])
@@ -186,8 +203,9 @@ def sweep_figure(out, p: dict, curves, tuned, labels, arms: dict, *, titles, mea
     out.figure("lr-sweep", fig, sweep_caption(p, measured, per=per, each=each, note=note))
 
 
-def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_column: str, per: str, each: str,
-                       note: str = "") -> None:  # fmt: skip
+def model_sweep_figure(
+    out, t: dict, p: dict, sc, labels, arms: dict, *, arm_column: str, per: str, each: str, note: str = ""
+) -> None:
     """The `lr-sweep` figure (`sweep_figure`) of a claim whose sweep scales are models ([d_model, n_layers]
     each, `sc`, with their table labels `labels`), from the runs table (`t["runs"]`, arms in the column
     `arm_column`) and the fresh seeds (`t["tuned"]`)."""
@@ -197,13 +215,36 @@ def model_sweep_figure(out, t: dict, p: dict, sc, labels, arms: dict, *, arm_col
     curves = sweep_curves(runs, arm_column)
     titles = [f"d = {s['d_model']}, L = {s['n_layers']}" for s in sc]
     measured = f"Final validation loss against peak learning rate, {p['steps']} steps"
-    sweep_figure(out, p, curves, t["tuned"], labels, arms, titles=titles, measured=measured, per=per, each=each,
-                 note=note, unigram=runs.unigram.iloc[0])  # fmt: skip
+    sweep_figure(
+        out,
+        p,
+        curves,
+        t["tuned"],
+        labels,
+        arms,
+        titles=titles,
+        measured=measured,
+        per=per,
+        each=each,
+        note=note,
+        unigram=runs.unigram.iloc[0],
+    )
 
 
 @drawing
-def tuned_curves_figure(out, records: list[dict], tuned, labels, arms: dict, *, titles, per: str, each: str,
-                        unigram: float | None = None, ylabel: str = "validation loss (nats/char)") -> None:  # fmt: skip
+def tuned_curves_figure(
+    out,
+    records: list[dict],
+    tuned,
+    labels,
+    arms: dict,
+    *,
+    titles,
+    per: str,
+    each: str,
+    unigram: float | None = None,
+    ylabel: str = "validation loss (nats/char)",
+) -> None:
     """A claim's `curves` figure: one panel per scale (its table label in `labels`, its title in `titles`)
     with each arm's held-out loss during training at its chosen rate, mean over the fresh seeds in `tuned`
     (arm, scale, run_id) and a 95% band (`evidence.curves`), arms in `arms`' order (name -> label)."""
@@ -226,6 +267,7 @@ def tuned_curves_figure(out, records: list[dict], tuned, labels, arms: dict, *, 
     out.figure(
         "curves",
         fig,
-        f"Held-out loss during training, per {per}: each {each} at its chosen learning rate, mean over its fresh "
-        "seeds with a 95% band (Student's t; the legend gives the seeds); runs that diverged are left out.",
+        f"Held-out loss during training, per {per}: each {each} at its chosen learning rate, mean over its "
+        "fresh seeds with a 95% band (Student's t; the legend gives the seeds); runs that diverged are left "
+        "out.",
     )

@@ -25,10 +25,14 @@ def sensitivity(unit: str = "nats", loss: str = "final loss") -> Readout:
     """Wortsman et al.'s learning-rate sensitivity of one selection seed's sweep (`tuning.read_sweep`'s seeds
     table, column `sensitivity`); `loss` names the loss the sweep chooses by."""
     return Readout(
-        "sensitivity", "learning-rate sensitivity", unit, "lower", "paired",
+        "sensitivity",
+        "learning-rate sensitivity",
+        unit,
+        "lower",
+        "paired",
         f"Wortsman et al.'s: over the sweep's rates, the mean excess of one selection seed's {loss} over its "
         "best, a failed run counted at the loss at init",
-    )  # fmt: skip
+    )
 
 
 def final_loss(

@@ -195,8 +195,8 @@ def render_sub(sc: SubClaim) -> str:
         )
     if sc.control is not None:
         out.append(
-            f"Positive control: ({sc.control}); where it detected the claimed effect beyond its margin (in the "
-            "claimed direction), an equivalent comparison here refutes, otherwise it is undecided."
+            f"Positive control: ({sc.control}); where it detected the claimed effect beyond its margin (in "
+            "the claimed direction), an equivalent comparison here refutes, otherwise it is undecided."
         )
     elif isinstance(sc.claim, Better) and sc.margin is not None:
         out.append("No positive control: an equivalent comparison is undecided, never refuting.")

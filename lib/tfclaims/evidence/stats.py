@@ -24,7 +24,8 @@ class CI:
 
 @functools.lru_cache(maxsize=4096)
 def t_quantile(q: float, df: int):
-    """Student's t quantile, memoised: analyses ask for the same few (level, seeds) pairs thousands of times."""
+    """Student's t quantile, memoised: analyses ask for the same few (level, seeds) pairs thousands of
+    times."""
     return stats.t.ppf(q, df)
 
 

@@ -1,7 +1,7 @@
-"""The per-arm per-cell summary every claim publishes (`arms.csv`): for each arm of each declared comparison and
-null pair, in each of its cells and on each readout, how many units it has, how many gave no value (a run that
-diverged or was not finished), how many learned (where the sub-claim guards on it), and the mean with its 95%
-interval. Written by the runner from the evaluation, so no claim writes it by hand."""
+"""The per-arm per-cell summary every claim publishes (`arms.csv`): for each arm of each declared comparison
+and null pair, in each of its cells and on each readout, how many units it has, how many gave no value (a run
+that diverged or was not finished), how many learned (where the sub-claim guards on it), and the mean with its
+95% interval. Written by the runner from the evaluation, so no claim writes it by hand."""
 
 from __future__ import annotations
 
@@ -37,9 +37,19 @@ def _row(table: str, df: pd.DataFrame, cell: Cell, arm: Arm, r: Readout, guard: 
     if guard is not None and guard.column in rows.columns:
         learned = int(rows[guard.column].fillna(False).astype(bool).sum())
     mean, lo, hi = _interval(values, r)
-    return {"table": table, "cell": cell.label, "arm": arm.label, "readout": r.column, "unit": r.unit,
-            "units": len(rows), "missing": len(rows) - len(values), "learned": learned,
-            "mean": mean, "ci_lo": lo, "ci_hi": hi}  # fmt: skip
+    return {
+        "table": table,
+        "cell": cell.label,
+        "arm": arm.label,
+        "readout": r.column,
+        "unit": r.unit,
+        "units": len(rows),
+        "missing": len(rows) - len(values),
+        "learned": learned,
+        "mean": mean,
+        "ci_lo": lo,
+        "ci_hi": hi,
+    }
 
 
 @indexed()

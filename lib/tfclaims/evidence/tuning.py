@@ -26,8 +26,8 @@ class Sweep:
     rates: the first scale's rates, ×2 apart; selection: the seeds that choose each arm's rate; fresh: the
     seeds that compare the arms at their chosen rates; factors: a later scale sweeps the arm's first-scale
     choice times these (fewer rates, centred where the optimum at 4× the parameters is expected: ×1 to ×½);
-    extend: while an arm's choice is the highest (lowest) rate it swept, the next rate ×2 (÷2) joins its sweep,
-    at most this many times, so that a choice sits inside the sweep rather than at its end."""
+    extend: while an arm's choice is the highest (lowest) rate it swept, the next rate ×2 (÷2) joins its
+    sweep, at most this many times, so that a choice sits inside the sweep rather than at its end."""
 
     rates: tuple[float, ...]
     selection: tuple[int, ...]
@@ -53,9 +53,9 @@ class Sweep:
         sub-claim's own declaration, rendered beside this by `evidence.rules`."""
         wide = f"widens it by one ×2 step, at most {self.extend} times" if self.extend else "is kept"
         return (
-            f"Each arm's rate is chosen on the selection seeds (lowest mean {chosen_by}, a failed run counted "
-            f"at the loss at init; a choice at an end of the sweep {wide}) and the arms are compared on the "
-            "fresh seeds; a later scale, where there is one, sweeps the first scale's choice "
+            f"Each arm's rate is chosen on the selection seeds (lowest mean {chosen_by}, a failed run "
+            f"counted at the loss at init; a choice at an end of the sweep {wide}) and the arms are compared "
+            "on the fresh seeds; a later scale, where there is one, sweeps the first scale's choice "
             + ", ".join(f"×{f:g}" for f in self.factors)
             + "."
         )
@@ -156,7 +156,8 @@ def read_sweep(
     role: str = "role",
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """A sweep's three tables from an observation table with one row per run (arms and scales: name -> the
-    fields that select them; columns: those fields, `rate`, `unit` (the seed), `role` ('selection' or 'test'), the loss and the loss at init).
+    fields that select them; columns: those fields, `rate`, `unit` (the seed), `role` ('selection' or 'test'),
+    the loss and the loss at init).
 
     choices: per (arm, scale) the chosen rate, whether it sits at an end of the sweep, and the sensitivity
     with its bootstrap interval; tuned: the test rows at each arm's chosen rate, with columns `arm` and
@@ -176,11 +177,19 @@ def read_sweep(
             best = choose(curve)
             est, lo, hi = sensitivity_interval(grid.to_numpy())
             rates = sorted(curve)
-            choices.append({
-                "arm": name, "scale": label, "chosen_lr": best, "at_edge": best in (rates[0], rates[-1]),
-                "rates": len(rates), "loss_at_chosen": float(np.mean(curve[best])), "sensitivity": est,
-                "sensitivity_lo": lo, "sensitivity_hi": hi,
-            })  # fmt: skip
+            choices.append(
+                {
+                    "arm": name,
+                    "scale": label,
+                    "chosen_lr": best,
+                    "at_edge": best in (rates[0], rates[-1]),
+                    "rates": len(rates),
+                    "loss_at_chosen": float(np.mean(curve[best])),
+                    "sensitivity": est,
+                    "sensitivity_lo": lo,
+                    "sensitivity_hi": hi,
+                }
+            )
             test = here[(here[role] == "test") & (here[rate] == best)]
             tuned.append(test.assign(arm=name, scale=label))
             for u in grid.columns:
@@ -207,8 +216,9 @@ def curve_table(
     sel = df[df[role] == "selection"]
     sel = sel.assign(capped=[capped(v, i) for v, i in zip(sel[loss], sel[init])])
     g = sel.groupby([*by, rate])
-    out = pd.DataFrame({"seeds": g.size(), "mean": g.capped.mean(), "min": g.capped.min(),
-                        "max": g.capped.max()})  # fmt: skip
+    out = pd.DataFrame(
+        {"seeds": g.size(), "mean": g.capped.mean(), "min": g.capped.min(), "max": g.capped.max()}
+    )
     if "learned" in sel.columns:
         out["learned"] = g.learned.sum()
     return out.reset_index()
@@ -217,8 +227,9 @@ def curve_table(
 def sweep_table(
     df: pd.DataFrame, arms: Mapping[str, Mapping], scales: Mapping[str, Mapping], **kw
 ) -> pd.DataFrame:
-    """The `lr_sweep` table of a sweep that `read_sweep` reads (the same `arms` and `scales`: name -> the fields
-    that select them): `curve_table` per scale, arm and rate, named as in `lr_choices`; `kw` to `curve_table`."""
+    """The `lr_sweep` table of a sweep that `read_sweep` reads (the same `arms` and `scales`: name -> the
+    fields that select them): `curve_table` per scale, arm and rate, named as in `lr_choices`; `kw` to
+    `curve_table`."""
     parts = [
         curve_table(here, [], **kw).assign(scale=label, arm=name)
         for label, scale in scales.items()
@@ -240,8 +251,16 @@ def sweep_curves(runs: pd.DataFrame, arm_column: str, by: str = "scale") -> pd.D
     return curve_table(swept, [by, arm_column]).rename(columns={arm_column: "arm"})
 
 
-def null_at_choice(runs: pd.DataFrame, tuned: pd.DataFrame, choices: pd.DataFrame, arm: str, scale: str,
-                   *, rate: str = "lr", role: str = "role") -> pd.DataFrame:  # fmt: skip
+def null_at_choice(
+    runs: pd.DataFrame,
+    tuned: pd.DataFrame,
+    choices: pd.DataFrame,
+    arm: str,
+    scale: str,
+    *,
+    rate: str = "lr",
+    role: str = "role",
+) -> pd.DataFrame:
     """A tuned comparison's null pair: `arm`'s fresh runs at its chosen rate on `scale` (from `tuned`) and its
     reruns there (role 'null' in `runs`) at the same rate; empty reruns while the sweep has chosen nothing."""
     chosen = choices[(choices.arm == arm) & (choices.scale == scale)] if len(choices) else choices
@@ -270,9 +289,13 @@ def model_sweep_runs(
         return "null" if c["seed"] >= null_offset else "selection" if c["seed"] in sel else "test"
 
     t = runs_table(
-        records, readouts, role=role, scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
-        init_loss=lambda c, m: m["val_loss"][0], unigram=lambda c, m: m["unigram_xent"],
-    )  # fmt: skip
+        records,
+        readouts,
+        role=role,
+        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+        init_loss=lambda c, m: m["val_loss"][0],
+        unigram=lambda c, m: m["unigram_xent"],
+    )
     scales = {v: {"d_model": k[0], "n_layers": k[1]} for k, v in labels.items()}
     return (t, *read_sweep(t[t.role.isin(["selection", "test"])] if len(t) else t, arms, scales))
 
@@ -288,15 +311,17 @@ class SweepWords:
 
 
 def write_sweep_tables(out, choices: pd.DataFrame, curves: pd.DataFrame, words: SweepWords) -> None:
-    """A tuned claim's standard tables: `lr_choices` (each arm's chosen rate per cell, whether it sits at an end
-    of the sweep, its learning-rate sensitivity) and `lr_sweep` (the selection seeds' loss per cell, arm and
+    """A tuned claim's standard tables: `lr_choices` (each arm's chosen rate per cell, whether it sits at an
+    end of the sweep, its learning-rate sensitivity) and `lr_sweep` (the selection seeds' loss per cell, arm
+    and
     rate: the lines of the `lr-sweep` figure; in result.json, not in the report)."""
     out.table(
         "lr_choices",
         choices,
         f"Each {words.arm}'s chosen peak learning rate per {words.per} (lowest mean {words.reads} on the "
-        "selection seeds), whether it sits at an end of the sweep, and its learning-rate sensitivity (Wortsman "
-        "et al.: mean excess over the best rate across the sweep) with a 95% bootstrap interval over seeds",
+        "selection seeds), whether it sits at an end of the sweep, and its learning-rate sensitivity "
+        "(Wortsman et al.: mean excess over the best rate across the sweep) with a 95% bootstrap interval "
+        "over seeds",
     )
     if len(curves):
         out.table(

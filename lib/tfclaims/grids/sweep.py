@@ -36,8 +36,8 @@ def profile_sweep(p: dict, fresh: str = "seeds") -> Sweep:
 
 
 def model_scales(p: dict, keys: tuple[str, str] = ("d_model", "n_layers")) -> list[dict]:
-    """A profile's `scales`, each [width, depth], as the run-config fields `keys`; validated: positive integers,
-    distinct, at least one (a configuration error otherwise, one line before any run)."""
+    """A profile's `scales`, each [width, depth], as the run-config fields `keys`; validated: positive
+    integers, distinct, at least one (a configuration error otherwise, one line before any run)."""
     out = []
     for s in p["scales"]:
         if not (

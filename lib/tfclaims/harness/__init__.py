@@ -1,1 +1,2 @@
-"""Running claims: the experiment interface, registry, the code a run reaches, provenance, runner, launchers."""
+"""Running claims: the experiment interface, registry, the code a run reaches, provenance, runner,
+launchers."""

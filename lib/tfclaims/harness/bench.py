@@ -20,14 +20,24 @@ from ..train.loop import make_optimizer
 
 
 def reference_model(cfg: ModelConfig) -> tuple[nn.Module, str]:
-    """Hugging Face GPT-2 built from a config (no weights downloaded), else torch's TransformerEncoder as a causal LM."""
+    """Hugging Face GPT-2 built from a config (no weights downloaded), else torch's TransformerEncoder as a
+    causal LM."""
     try:
         import transformers
 
         hf = transformers.GPT2Config(
-            vocab_size=cfg.vocab_size, n_positions=cfg.max_seq_len, n_embd=cfg.d_model, n_layer=cfg.n_layers, n_head=cfg.n_heads,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=cfg.norm_eps, bos_token_id=0, eos_token_id=0,
-        )  # fmt: skip
+            vocab_size=cfg.vocab_size,
+            n_positions=cfg.max_seq_len,
+            n_embd=cfg.d_model,
+            n_layer=cfg.n_layers,
+            n_head=cfg.n_heads,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            layer_norm_epsilon=cfg.norm_eps,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
         model = transformers.GPT2LMHeadModel(hf)
         model.config._attn_implementation = "sdpa"
         return _HF(model), f"transformers {transformers.__version__} GPT2LMHeadModel (sdpa)"
@@ -104,9 +114,10 @@ def _loaded(load: list, threads: int) -> bool:
 
 
 def decode_attention(device, rounds: int) -> list[dict]:
-    """One decoding step's attention (one query per sequence over a filled cache) at long contexts, for MHA and
-    MQA with both backends: compulsory bytes (K and V read once) per second against a large copy's, and the
-    roofline (bytes ÷ copy bandwidth against FLOPs ÷ a measured GEMM peak) that says which of the two binds."""
+    """One decoding step's attention (one query per sequence over a filled cache) at long contexts, for MHA
+    and MQA with both backends: compulsory bytes (K and V read once) per second against a large copy's, and
+    the roofline (bytes ÷ copy bandwidth against FLOPs ÷ a measured GEMM peak) that says which of the two
+    binds."""
     from ..measure.counters import copy_bandwidth, gemm_peak
     from ..nn.attention import Attention
 
@@ -127,9 +138,57 @@ def decode_attention(device, rounds: int) -> list[dict]:
             nbytes, flops = 2 * B * kv * S * 64 * 4, 4 * B * 8 * S * 64  # QK^T and PV for 8 query heads
             t_mem, t_cmp = nbytes / bw, flops / peak
             for name, r in t.items():
-                rows.append({"B": B, "S": S, "kv": kv, "backend": name, "median": r["median"], "of_bw": t_mem / r["median"],
-                             "bound": "memory" if t_mem >= t_cmp else "compute", "of_roofline": max(t_mem, t_cmp) / r["median"]})  # fmt: skip
+                rows.append(
+                    {
+                        "B": B,
+                        "S": S,
+                        "kv": kv,
+                        "backend": name,
+                        "median": r["median"],
+                        "of_bw": t_mem / r["median"],
+                        "bound": "memory" if t_mem >= t_cmp else "compute",
+                        "of_roofline": max(t_mem, t_cmp) / r["median"],
+                    }
+                )
     return rows, bw, peak
+
+
+def _print_decode(device, rounds: int) -> None:
+    """Decode attention's bytes/s against a copy's and its place on the roofline."""
+    print(
+        "\ndecode attention (one query per sequence over a filled cache, float32), compulsory bytes/s "
+        "vs a copy:"
+    )
+    rows, bw, peak = decode_attention(device, rounds)
+    print(
+        f"  copy bandwidth {bw / 1e9:.1f} GB/s (read + write), GEMM peak {peak / 1e9:.1f} GFLOP/s (1024³ "
+        "fp32 matmul)"
+    )
+    for r in rows:
+        print(
+            f"  B={r['B']:3d} S={r['S']:5d} {'MHA' if r['kv'] == 8 else 'MQA'} "
+            f"{r['backend']:9s}{r['median'] * 1e3:9.3f} ms  "
+            f"{r['of_bw']:6.0%} of copy bandwidth; {r['bound']}-bound, {r['of_roofline']:4.0%} of the "
+            "roofline"
+        )
+
+
+def _print_throughput(corpus, t, device) -> list:
+    """Training tokens/s of the library LM at a few shapes; the load averages seen while timing."""
+    loads: list = []
+    print("\ntraining throughput on the corpus (library LM, sdpa backend):")
+    for d, L, T, B in ((64, 2, 64, 32), (128, 4, 64, 32), (128, 4, 128, 16), (128, 16, 64, 32)):
+        c = ModelConfig(vocab_size=corpus.vocab_size, d_model=d, n_layers=L, n_heads=4, max_seq_len=T)
+        m = LM(c).to(device)
+        opt = make_optimizer(m, t)
+        xb, yb = (a.to(device) for a in random_windows(corpus.train, B, T, torch.Generator().manual_seed(1)))
+        r = _alternating({"step": _step_fn(m, opt, xb, yb)}, device, 8)["step"]
+        loads += r["load"]
+        print(
+            f"  d={d:4d} L={L:3d} T={T:4d} B={B:3d}: {_spread(r['times'])} ms/step, "
+            f"{B * T / r['median']:9.0f} tokens/s"
+        )
+    return loads
 
 
 def main(rounds: int = 21) -> int:
@@ -150,10 +209,12 @@ def main(rounds: int = 21) -> int:
     n_ours, n_ref = sum(p.numel() for p in ours.parameters()), sum(p.numel() for p in ref.parameters())
     threads = torch.get_num_threads()
     print(
-        f"device {device}, threads {threads}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY')}, torch {torch.__version__}"
+        f"device {device}, threads {threads}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY')}, torch "
+        f"{torch.__version__}"
     )
     print(
-        f"config: d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, batch {t.batch_size} x {t.seq_len} tokens"
+        f"config: d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, batch {t.batch_size} x "
+        f"{t.seq_len} tokens"
     )
     print(f"reference: {ref_name}; parameters: library {n_ours:,}, reference {n_ref:,}")
 
@@ -182,34 +243,19 @@ def main(rounds: int = 21) -> int:
         print(f"{name:18s}{_spread(lib):>24s}{_spread(ref_t):>24s}{_ratio(lib, ref_t):>26s}")
     print("ratio >= 1.0 means the library is at least as fast as the reference at the same maths")
 
-    print(
-        "\ndecode attention (one query per sequence over a filled cache, float32), compulsory bytes/s vs a copy:"
-    )
-    rows, bw, peak = decode_attention(device, rounds)
-    print(
-        f"  copy bandwidth {bw / 1e9:.1f} GB/s (read + write), GEMM peak {peak / 1e9:.1f} GFLOP/s (1024³ fp32 matmul)"
-    )
-    for r in rows:
-        print(f"  B={r['B']:3d} S={r['S']:5d} {'MHA' if r['kv'] == 8 else 'MQA'} {r['backend']:9s}{r['median'] * 1e3:9.3f} ms  "
-              f"{r['of_bw']:6.0%} of copy bandwidth; {r['bound']}-bound, {r['of_roofline']:4.0%} of the roofline")  # fmt: skip
-
-    print("\ntraining throughput on the corpus (library LM, sdpa backend):")
-    for d, L, T, B in ((64, 2, 64, 32), (128, 4, 64, 32), (128, 4, 128, 16), (128, 16, 64, 32)):
-        c = ModelConfig(vocab_size=corpus.vocab_size, d_model=d, n_layers=L, n_heads=4, max_seq_len=T)
-        m = LM(c).to(device)
-        opt = make_optimizer(m, t)
-        xb, yb = (a.to(device) for a in random_windows(corpus.train, B, T, torch.Generator().manual_seed(1)))
-        r = _alternating({"step": _step_fn(m, opt, xb, yb)}, device, 8)["step"]
-        loads += r["load"]
-        print(
-            f"  d={d:4d} L={L:3d} T={T:4d} B={B:3d}: {_spread(r['times'])} ms/step, {B * T / r['median']:9.0f} tokens/s"
-        )
+    _print_decode(device, rounds)
+    loads += _print_throughput(corpus, t, device)
     if _loaded(loads, threads):
-        print(f"\nWARNING: the machine was loaded (1-minute load average up to {max(x or 0 for x in loads):.2f} on {os.cpu_count()} cores with "
-              f"{threads} timing thread(s)): another process shared the cores, so these times and ratios are not reliable; rerun on a quiet machine.")  # fmt: skip
+        print(
+            "\nWARNING: the machine was loaded (1-minute load average up to "
+            f"{max(x or 0 for x in loads):.2f} on {os.cpu_count()} cores with "
+            f"{threads} timing thread(s)): another process shared the cores, so these times and ratios are "
+            "not reliable; rerun on a quiet machine."
+        )
     else:
         print(
-            f"\nload average stayed at most {max(x or 0 for x in loads):.2f} on {os.cpu_count()} cores: no other busy process seen"
+            f"\nload average stayed at most {max(x or 0 for x in loads):.2f} on {os.cpu_count()} cores: no "
+            "other busy process seen"
         )
     return 0
 

@@ -4,8 +4,9 @@ A claim file (`experiments/<id>/claim.py`) subclasses `Experiment` and declares:
   claim_id, title, statement (the claim in our words), notes_say, anchors, method, profiles {quick, default,
   full}; parts: the kinds of run it makes, each a `Part(name, grid, run)`: grid(p) -> run configs (plain JSON
   dicts, each with its own 'seed' where seeds matter) and run(cfg, ctx) -> metrics, a recipe that lives in the
-  claim's folder (`recipes.py`, or a module-level function of the claim file) or in the library; declare(p) -> `evidence.declare.Declaration`,
-  its sub-claims as data, fixed before running (the rule text is rendered from it); and analyse(runs, p, out)
+  claim's folder (`recipes.py`, or a module-level function of the claim file) or in the library; declare(p) ->
+  `evidence.declare.Declaration`, its sub-claims as data, fixed before running (the rule text is rendered from
+  it); and analyse(runs, p, out)
   -> Verdict: observation tables from the records, `evidence.evaluate` over them, the claim's own tables and
   figures, `verdict_from` the evaluation.
 The runner does the rest: caching (keyed by the code each part's recipe reaches), atomic records,
@@ -277,7 +278,8 @@ class Experiment:
         raise KeyError(f"{self.claim_id} has no part {name!r}")
 
     def timed(self, cfg: dict) -> bool:
-        """Whether the run of `cfg` measures wall-clock time: the claim's `times_code`, or its part's `timed`."""
+        """Whether the run of `cfg` measures wall-clock time: the claim's `times_code`, or its part's
+        `timed`."""
         return self.times_code or (bool(self.parts) and self.part(cfg.get("part", self.parts[0].name)).timed)
 
     def run_one(self, cfg: dict, ctx: RunContext) -> dict:
@@ -316,11 +318,21 @@ def verdict_from(
     """The Verdict of an evaluation: its sub-verdicts (checks and effects), comparisons and null pairs; the
     summary starts with what each counted effect found."""
     subs = [
-        SubVerdict(s.statement, s.verdict, s.detail, s.comparisons, id=s.id, kind=s.kind, counts=s.counts,
-                   reported=s.reported, holds=s.holds, claimed=result.declaration.sub(s.id).claimed,
-                   roles=s.roles)
+        SubVerdict(
+            s.statement,
+            s.verdict,
+            s.detail,
+            s.comparisons,
+            id=s.id,
+            kind=s.kind,
+            counts=s.counts,
+            reported=s.reported,
+            holds=s.holds,
+            claimed=result.declaration.sub(s.id).claimed,
+            roles=s.roles,
+        )
         for s in result.subs
-    ]  # fmt: skip
+    ]
     found = "; ".join(
         f"({s.id}) {s.statement}: {s.verdict}" for s in result.subs if s.kind == "effect" and s.counts
     )

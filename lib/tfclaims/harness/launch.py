@@ -103,7 +103,8 @@ class Launcher:
 
     @classmethod
     def from_options(cls, name: str = "local", env: dict | None = None, **options) -> Launcher:
-        """Options given (not None) override TFCLAIMS_SLURM_* / TFCLAIMS_SUBMITIT_CLUSTER, which override defaults."""
+        """Options given (not None) override TFCLAIMS_SLURM_* / TFCLAIMS_SUBMITIT_CLUSTER, which override
+        defaults."""
         env = os.environ if env is None else env
         kw: dict = {"name": name}
         for f in fields(cls):
@@ -122,9 +123,10 @@ class Launcher:
         return self.name in ("local", "auto")
 
     def resolve(self, *, times_code: bool, device: torch.device, n_tasks: int) -> Launcher:
-        """`auto`, decided per sweep: one single-threaded worker per CPU core for training runs on the CPU (torch's
-        intra-op threads buy little at these sizes while two processes use both cores), in process otherwise —
-        for claims that time code (a run needs the machine to itself), on a GPU, or when one run is pending."""
+        """`auto`, decided per sweep: one single-threaded worker per CPU core for training runs on the CPU
+        (torch's intra-op threads buy little at these sizes while two processes use both cores), in process
+        otherwise — for claims that time code (a run needs the machine to itself), on a GPU, or when one run
+        is pending."""
         if self.name != "auto":
             return self
         cores = os.cpu_count() or 1
@@ -235,9 +237,9 @@ class Launcher:
         jobs = _submit(ex, _Job(fn), groups, folder)
         n_known = sum(t.estimate_s is not None for t in tasks)
         print(
-            f"{claim_id}: SLURM job {jobs[0].job_id.split('_')[0]}: {len(groups)} job(s) for {len(tasks)} run(s) "
-            f"({n_known} with a recorded duration, packed to about {self.job_min:g} min a job; the rest one a "
-            f"job); each asks for {_describe(req)}; logs in {folder}/{_log_pattern(jobs)}/",
+            f"{claim_id}: SLURM job {jobs[0].job_id.split('_')[0]}: {len(groups)} job(s) for {len(tasks)} "
+            f"run(s) ({n_known} with a recorded duration, packed to about {self.job_min:g} min a job; the "
+            f"rest one a job); each asks for {_describe(req)}; logs in {folder}/{_log_pattern(jobs)}/",
             file=sys.stderr,
         )
         watch = _Watch(self, ex, fn, claim_id, Path(tasks[0].path).parent.parent, tasks[0].sweep_id)

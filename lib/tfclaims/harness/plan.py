@@ -114,7 +114,8 @@ def resolve_profile(exp: Experiment, profile: str, seeds=None, overrides: dict |
             raise BadInput("--set seeds=...: use --seeds (e.g. --seeds 5 or --seeds 0,3,7)")
         if k not in p:
             raise BadInput(
-                f"--set {k}: {exp.claim_id} profile {profile!r} has no parameter {k!r} (it has: {', '.join(sorted(p))})"
+                f"--set {k}: {exp.claim_id} profile {profile!r} has no parameter {k!r} (it has: "
+                f"{', '.join(sorted(p))})"
             )
         _check_value(k, v, p[k])
         p[k] = v
@@ -167,7 +168,8 @@ def check_grid(exp: Experiment, configs: list[dict]) -> None:
 
 @dataclass(frozen=True)
 class RunKey:
-    """What names one run's record: its config hash (with the device type), its part's code hash, its run id."""
+    """What names one run's record: its config hash (with the device type), its part's code hash, its run
+    id."""
 
     config_hash: str
     code_hash: str

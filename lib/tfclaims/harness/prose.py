@@ -9,7 +9,8 @@ The file is a title line and one `## ` section per field, in any order:
     ## Anchors            one `- ` item per anchor (continuation lines indented)
     ## Anchor number      the anchors' headline number
     ## Method             how the experiment measures it (paragraphs)
-    ## Regime             whether the committed profile reaches the claim's regime (scale, device): one sentence
+    ## Regime             whether the committed profile reaches the claim's regime (scale, device):
+                          one sentence
 
 A section's lines join with single spaces into one string (blank lines too: paragraphs are for the reader).
 Every section is a template filled from the experiment module's constants: `{NULL_OFFSET}` or `{MARGIN:g}` is
@@ -90,8 +91,14 @@ def write(title_line: str, fields: Mapping, breaks: Mapping[str, list[str]] | No
         out += ["", f"## {head}"]
         if key == "anchors":
             for item in fields[key]:
-                out += textwrap.wrap(item, WIDTH, initial_indent="- ", subsequent_indent="  ",
-                                     break_long_words=False, break_on_hyphens=False)  # fmt: skip
+                out += textwrap.wrap(
+                    item,
+                    WIDTH,
+                    initial_indent="- ",
+                    subsequent_indent="  ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
             continue
         paras, text = [], fields[key]
         for b in (breaks or {}).get(key, []):

@@ -23,7 +23,8 @@ from .experiment import Experiment, Recipe
 from .reach import PKG_DIR, Definition, code_digest, reached, sha
 from .sameness import first_difference
 
-# Where the project is published: CITATION.cff's repository-code and the figures' URLs (a test keeps them equal).
+# Where the project is published: CITATION.cff's repository-code and the figures' URLs (a test keeps them
+# equal).
 REPOSITORY = "https://github.com/tfclaims/tfclaims"
 
 

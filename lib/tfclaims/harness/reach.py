@@ -172,8 +172,8 @@ if sys.version_info >= (3, 12):
         """Python 3.12's unparser writing f-strings as 3.10 and 3.11 write them, so that a definition's text
         (and every run id) does not depend on the interpreter. PEP 701 let 3.12 reuse the enclosing quote
         inside a replacement field, and its unparser does (f'{', '.join(x)}' where 3.11 wrote
-        f"{', '.join(x)}"): here the quote is again chosen to appear in no part, constant or replacement field,
-        and a replacement field's expression is written avoiding backslashes, as 3.11 did."""
+        f"{', '.join(x)}"): here the quote is again chosen to appear in no part, constant or replacement
+        field, and a replacement field's expression is written avoiding backslashes, as 3.11 did."""
 
         def __init__(self, *, _avoid_backslashes: bool = False):
             super().__init__()

@@ -287,7 +287,8 @@ def claim_lock(claim_dir: Path, claim_id: str):
 
 @dataclass(frozen=True)
 class _Sweep:
-    """What every round of one sweep shares: the claim, where its records go, and how its runs are launched."""
+    """What every round of one sweep shares: the claim, where its records go, and how its runs are
+    launched."""
 
     exp: Experiment
     profile: str
@@ -329,7 +330,8 @@ def _sweep(s: _Sweep, p: dict, configs: list[dict]):
     log(f"{exp.claim_id}: {len(configs)} runs ({reused} reused, {made} run, {failed} failed)")
     if failed:
         log(
-            f"{exp.claim_id}: analysis skipped because {failed} run(s) failed; result.json left as it was (records in {runs_dir})"
+            f"{exp.claim_id}: analysis skipped because {failed} run(s) failed; result.json left as it was "
+            f"(records in {runs_dir})"
         )
         return 1, None
 
@@ -399,7 +401,8 @@ def _round(s: _Sweep, configs: list[dict], handled: set):
             continue  # another sweep's (a job that outlived an interrupted sweep): says nothing of this one
         lost += 1
         log(
-            f"run {task.run_id} of {exp.claim_id} failed ({rec.get('error')}); its earlier good record is kept"
+            f"run {task.run_id} of {exp.claim_id} failed ({rec.get('error')}); its earlier good "
+            "record is kept"
         )
     return paths, len(tasks), lost
 
@@ -449,9 +452,9 @@ def _sha_join(hashes) -> str:
 
 
 ARMS_TITLE = (
-    "Each arm the rule compares, per cell and readout: units, units without a value (diverged or unfinished), "
-    "units that learned (where the comparison guards on it), and the mean with its 95% interval (Student's t; "
-    "Clopper-Pearson for a yes/no readout)"
+    "Each arm the rule compares, per cell and readout: units, units without a value (diverged or "
+    "unfinished), units that learned (where the comparison guards on it), and the mean with its 95% interval "
+    "(Student's t; Clopper-Pearson for a yes/no readout)"
 )
 
 
@@ -604,8 +607,8 @@ def load_result(path: Path) -> dict:
 
 def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[str]:
     """Re-run the analysis on the committed records: a decision, text or number that would change (beyond
-    `sameness`'s tolerance), in result.json or in a table or figure it publishes, is a problem. So check-results
-    passes exactly where `make reproduce` would leave every committed file as it is."""
+    `sameness`'s tolerance), in result.json or in a table or figure it publishes, is a problem. So
+    check-results passes exactly where `make reproduce` would leave every committed file as it is."""
     claim_dir = results_root / exp.claim_id
     records = []
     order = grid_run_ids(exp, res.get("params", {}), res.get("device", "cpu"), claim_dir / "runs")
@@ -619,9 +622,13 @@ def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[
     with tempfile.TemporaryDirectory() as tmp:
         try:
             fresh = analyse_records(
-                exp, records, res.get("params", {}), Path(tmp), {**res, "device": res.get("device", "cpu")},
+                exp,
+                records,
+                res.get("params", {}),
+                Path(tmp),
+                {**res, "device": res.get("device", "cpu")},
                 torch.device("cpu"),
-            )  # fmt: skip
+            )
         except Exception as e:  # an analysis that no longer runs on its own records is stale too
             return [f"re-analysis of the committed runs fails: {type(e).__name__}: {e}"]
         diff = differences(res, fresh)
@@ -643,7 +650,8 @@ def reanalysis_problems(exp: Experiment, res: dict, results_root: Path) -> list[
 def stale_results(
     experiments: dict[str, Experiment], results_root: Path, reanalyse: bool = False
 ) -> list[str]:
-    """Claims whose committed result.json is missing or was produced by code or settings that no longer match."""
+    """Claims whose committed result.json is missing or was produced by code or settings that no longer
+    match."""
     problems = []
     for cid, exp in experiments.items():
         path = results_root / cid / "result.json"

@@ -36,8 +36,21 @@ class Outcome:
 
 def command(claim: str, device: str, results: Path) -> list[str]:
     """The child's command line: the quick profile of one claim into `results`, no report."""
-    return [sys.executable, "-m", "tfclaims", "run", claim, "--profile", "quick", "--device", device,
-            "--results-dir", str(results), "--no-report", "--no-progress"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "tfclaims",
+        "run",
+        claim,
+        "--profile",
+        "quick",
+        "--device",
+        device,
+        "--results-dir",
+        str(results),
+        "--no-report",
+        "--no-progress",
+    ]
 
 
 def _tail(text: str, n: int = TAIL_LINES) -> str:
@@ -48,9 +61,12 @@ def run_claim(claim: str, device: str, results: Path, timeout: float) -> Outcome
     """One claim's quick profile in a child process (its own session, so a timeout kills its workers too)."""
     t0 = time.perf_counter()
     with subprocess.Popen(
-        command(claim, device, results), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        command(claim, device, results),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
-    ) as p:  # fmt: skip
+    ) as p:
         try:
             out, _ = p.communicate(timeout=timeout)
             rc: int | None = p.returncode

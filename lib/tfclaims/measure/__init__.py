@@ -1,1 +1,2 @@
-"""Measuring: wall time, threads, counted FLOPs and bytes, closed-form counts, calibration, attention costs."""
+"""Measuring: wall time, threads, counted FLOPs and bytes, closed-form counts, calibration, attention
+costs."""

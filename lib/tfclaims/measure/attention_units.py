@@ -1,5 +1,5 @@
-"""The sizes, configs and closed forms behind `attention_cost` (flash_memory's) (torch-free: the grids and analyses of
-`attention_complexity` and `flash_memory` read them before anything runs)."""
+"""The sizes, configs and closed forms behind `attention_cost` (flash_memory's) (torch-free: the grids and
+analyses of `attention_complexity` and `flash_memory` read them before anything runs)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from .counting import (
     ffn_flops,
 )
 
-# ---------------------------------------------------------------------------------------------- FLOPs and time
+# ---------------------------------------------------------------------------------------------- FLOPs and
+# time
 # What is timed: the library's modules (non-causal, batch 1, no grad) and their parts.
 UNITS = {
     "attention_explicit": "attention module, explicit (n×n scores materialised)",
@@ -84,7 +85,8 @@ VARIANTS = {
 
 
 # What each fused SDPA kernel keeps beside q, k, v and its output, by its autograd node (read from the saved
-# tensors of every kernel on an H100 and on the CPU): the float32 log-sum-exp of every score row, its row count
+# tensors of every kernel on an H100 and on the CPU): the float32 log-sum-exp of every score row, its row
+# count
 # rounded up to a multiple (CUDA's memory-efficient kernel pads it to 32), and the random-number state that
 # dropout would need (a seed and an offset: uint64[2] + uint64 for flash, two int64 for the others), in bytes.
 KERNEL_KEEPS = {
@@ -109,8 +111,10 @@ def hand_bytes(variant: str, B: int, h: int, n: int, dk: int, *, itemsize: int =
     math:     the same, computed in float32 whatever the input type (SDPA's MATH kernel upcasts half types).
     fused:    q, k, v, the output (B,h,n,dk) and the float32 log-sum-exp of every score row (B,h,n), with the
               kernel's padding of those rows and its random-number state (`KERNEL_KEEPS`).
-    masks:    masked_fill keeps the boolean mask (n×n); the fused kernel keeps the mask converted to q's dtype.
-    module:   also the input x (saved by W_q, W_k, W_v: one storage) and the input of W_o (B,n,d); the CPU fused
+    masks:    masked_fill keeps the boolean mask (n×n); the fused kernel keeps the mask converted to q's
+    dtype.
+    module:   also the input x (saved by W_q, W_k, W_v: one storage) and the input of W_o (B,n,d); the CPU
+    fused
               kernel returns its output laid out as (B,n,h,dk), so W_o's input is a view of the kept output.
     """
     d, it = h * dk, itemsize

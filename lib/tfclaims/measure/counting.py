@@ -92,7 +92,8 @@ def attention_flops(c: ModelConfig, T: int, S: int | None = None, batch: int = 1
 
 
 def ffn_flops(c: ModelConfig, T: int, batch: int = 1) -> int:
-    """Dense FFN: 2 (3 for SwiGLU) d x d_ff matmuls per token; MoE: top_k experts per token plus the router."""
+    """Dense FFN: 2 (3 for SwiGLU) d x d_ff matmuls per token; MoE: top_k experts per token plus the
+    router."""
     mats = 3 if c.ffn == "swiglu" else 2
     one = mats * matmul_flops(batch * T, c.d_model, c.ff)
     if c.n_experts:
@@ -112,7 +113,8 @@ def lm_forward_flops(c: ModelConfig, T: int, S: int | None = None, batch: int = 
 def score_crossover_length(c: ModelConfig) -> float:
     """Sequence length n at which a block's QK^T + PV FLOPs equal its projections + FFN FLOPs.
 
-    Per token, scores cost 4*n*h*dk against (projections + FFN) per token: 24 d^2 -> n = 6d for MHA with d_ff = 4d.
+    Per token, scores cost 4*n*h*dk against (projections + FFN) per token: 24 d^2 -> n = 6d for MHA with d_ff
+    = 4d.
     """
     return (attention_projection_flops(c, 1) + ffn_flops(c, 1)) / attention_score_flops(c, 1, 1)
 

@@ -1,10 +1,10 @@
 """A callable replayed from a CUDA graph: the GPU time of its kernels without the launch of each.
 
-A decoding step runs hundreds of small kernels (a few per layer for a single token), and on a GPU an eager step
-waits on their launches rather than on memory: on an H100, 32 greedy steps of `gqa_throughput`'s full-profile
-decoder (16 layers, d = 2048, batch 1, context 512) took 0.25 s eager and 0.045 s replayed from a graph. The
-claims about memory traffic (`gqa_throughput`, `kv_cache`) time their steps replayed. On the CPU a callable runs
-as it is (its launch cost is part of the step)."""
+A decoding step runs hundreds of small kernels (a few per layer for a single token), and on a GPU an eager
+step waits on their launches rather than on memory: on an H100, 32 greedy steps of `gqa_throughput`'s
+full-profile decoder (16 layers, d = 2048, batch 1, context 512) took 0.25 s eager and 0.045 s replayed from a
+graph. The claims about memory traffic (`gqa_throughput`, `kv_cache`) time their steps replayed. On the CPU a
+callable runs as it is (its launch cost is part of the step)."""
 
 from __future__ import annotations
 

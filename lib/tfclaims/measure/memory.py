@@ -1,9 +1,9 @@
 """The most memory a call holds at once, beyond what existed before it.
 
-On CUDA: the allocator's peak (`torch.cuda.max_memory_allocated` after a reset) less what was allocated before.
-On the CPU, where torch keeps no allocator statistics, the profiler's memory timeline: every storage's
-allocation and free in time order (torch's `MemoryProfileTimeline`, what `export_memory_timeline` draws), summed;
-its peak less the total at its start. Summing each operator's net allocation at its start time instead
+On CUDA: the allocator's peak (`torch.cuda.max_memory_allocated` after a reset) less what was allocated
+before. On the CPU, where torch keeps no allocator statistics, the profiler's memory timeline: every storage's
+allocation and free in time order (torch's `MemoryProfileTimeline`, what `export_memory_timeline` draws),
+summed; its peak less the total at its start. Summing each operator's net allocation at its start time instead
 undercounts: a tensor freed inside a later operator is netted out before the peak it was part of.
 """
 
@@ -35,7 +35,8 @@ def cpu_peak(fn) -> int:
 
 
 def cuda_call_peak(fn) -> int:
-    """Peak CUDA bytes allocated while fn() runs, beyond what was allocated before it (its result included)."""
+    """Peak CUDA bytes allocated while fn() runs, beyond what was allocated before it (its result
+    included)."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()

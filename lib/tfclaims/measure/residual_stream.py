@@ -2,9 +2,10 @@
 
 `stream_states` reads the stream between blocks: x_0 (the embeddings) and x_l, the output of block l. From
 them, per block: its update relative to the stream it received, ‖x_l − x_(l−1)‖ / ‖x_(l−1)‖ (Frobenius norms
-over the tokens of a batch), and the cosine of x_(l−1) and x_l per token. `ablation_losses` evaluates the model
-with each block deleted (the stream passes it unchanged) and with each pair of neighbouring blocks swapped.
-These are the readings behind "Pre-LN adds width and removes depth" (Liu et al. 2020; Gromov et al. 2024).
+over the tokens of a batch), and the cosine of x_(l−1) and x_l per token. `ablation_losses` evaluates the
+model with each block deleted (the stream passes it unchanged) and with each pair of neighbouring blocks
+swapped. These are the readings behind "Pre-LN adds width and removes depth" (Liu et al. 2020; Gromov et al.
+2024).
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ import torch
 def intra_op_threads(n: int):
     """Run with n intra-op CPU threads (0: leave torch's setting), restoring the previous count afterwards.
 
-    One thread keeps timing exponents free of thread-pool effects (small ops do not parallelise, large ones do)
-    and keeps a busy neighbouring process from stalling a thread barrier, which can slow small ops a hundredfold.
+    One thread keeps timing exponents free of thread-pool effects (small ops do not parallelise, large ones
+    do) and keeps a busy neighbouring process from stalling a thread barrier, which can slow small ops a
+    hundredfold.
     """
     prev = torch.get_num_threads()
     if n:

@@ -27,10 +27,14 @@ from ..device import synchronize
 
 # aten ops that only allocate, view or copy; what is left are the ops that compute
 BOOKKEEPING = {
-    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided",
-    "aten::expand", "aten::fill_", "aten::ones_like", "aten::zeros_like", "aten::zero_", "aten::zeros", "aten::resize_", "aten::contiguous",
-    "aten::clone", "aten::copy_", "aten::to", "aten::_to_copy", "aten::result_type", "aten::type_as", "aten::detach", "aten::t",
-    "aten::transpose", "aten::unsqueeze", "aten::squeeze", "aten::_unsafe_view", "aten::alias", "aten::lift_fresh", "aten::select",
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::view", "aten::reshape",
+               "aten::_reshape_alias", "aten::as_strided",
+    "aten::expand", "aten::fill_", "aten::ones_like", "aten::zeros_like", "aten::zero_", "aten::zeros",
+               "aten::resize_", "aten::contiguous",
+    "aten::clone", "aten::copy_", "aten::to", "aten::_to_copy", "aten::result_type", "aten::type_as",
+               "aten::detach", "aten::t",
+    "aten::transpose", "aten::unsqueeze", "aten::squeeze", "aten::_unsafe_view", "aten::alias",
+               "aten::lift_fresh", "aten::select",
     "aten::slice", "aten::ones", "aten::new_empty_strided", "aten::new_zeros", "aten::empty_permuted",
 }  # fmt: skip
 
@@ -116,10 +120,15 @@ def time_probed(
         ts = [t[name]["times"][0] for t in rounds]
         q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0]] * 3
         out[name] = {
-            "median": statistics.median(ts), "q25": q[0], "q75": q[2], "times": ts,
-            "positions": [t[name]["positions"][0] for t in rounds], "inner": [t[name]["inner"] for t in rounds],
-            "probe": probes, "load": [load0, _load()],
-        }  # fmt: skip
+            "median": statistics.median(ts),
+            "q25": q[0],
+            "q75": q[2],
+            "times": ts,
+            "positions": [t[name]["positions"][0] for t in rounds],
+            "inner": [t[name]["inner"] for t in rounds],
+            "probe": probes,
+            "load": [load0, _load()],
+        }
     return out
 
 

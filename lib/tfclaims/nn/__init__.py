@@ -1,1 +1,2 @@
-"""The model library: configs and published presets, attention with its KV cache, positions, norms, blocks, models."""
+"""The model library: configs and published presets, attention with its KV cache, positions, norms, blocks,
+models."""

@@ -60,7 +60,8 @@ class KVCache:
 def build_mask(
     T: int, S: int, *, causal: bool, offset: int = 0, pad_mask: torch.Tensor | None = None, device=None
 ) -> torch.Tensor | None:
-    """Boolean mask (B|1, 1, T, S): query i sits at absolute position offset+i; pad_mask (B, S) marks real keys."""
+    """Boolean mask (B|1, 1, T, S): query i sits at absolute position offset+i; pad_mask (B, S) marks real
+    keys."""
     mask = None
     if causal and not (T == 1 and offset == S - 1):  # a single newest query sees every key
         q_pos = torch.arange(T, device=device).unsqueeze(1) + offset
@@ -134,7 +135,8 @@ class Attention(nn.Module):
 
         A query row with no allowed key (a padding query of a causal model whose pads come before its tokens)
         has every logit −inf and comes out NaN, where SDPA gives zeros; through a second layer the NaN reaches
-        real tokens (0 · NaN). Pad after the tokens, or use SDPA, for such batches (`masking` measures both)."""
+        real tokens (0 · NaN). Pad after the tokens, or use SDPA, for such batches (`masking` measures
+        both)."""
         B, h, T, dk = q.shape
         g = h // self.kv
         S = k.shape[2]

@@ -188,18 +188,35 @@ def _gpt2(d: int, layers: int, heads: int) -> ModelConfig:
 
 def _bert(d: int, layers: int, heads: int) -> ModelConfig:
     return ModelConfig(
-        vocab_size=30522, d_model=d, n_layers=layers, n_heads=heads, max_seq_len=512, placement="post",
-        causal=False, n_token_types=2, emb_norm=True, norm_eps=1e-12,
-    )  # fmt: skip
+        vocab_size=30522,
+        d_model=d,
+        n_layers=layers,
+        n_heads=heads,
+        max_seq_len=512,
+        placement="post",
+        causal=False,
+        n_token_types=2,
+        emb_norm=True,
+        norm_eps=1e-12,
+    )
 
 
 def _vaswani(d: int, heads: int, **kw) -> ModelConfig:
     """The original Transformer's encoder stack (post-LN, ReLU, 6 layers); decoder blocks add cross-attention
     (see `measure.counting`)."""
     return ModelConfig(
-        vocab_size=37000, d_model=d, n_layers=6, n_heads=heads, max_seq_len=512, placement="post", ffn="relu",
-        causal=False, pos="sinusoidal", emb_scale=True, **kw,
-    )  # fmt: skip
+        vocab_size=37000,
+        d_model=d,
+        n_layers=6,
+        n_heads=heads,
+        max_seq_len=512,
+        placement="post",
+        ffn="relu",
+        causal=False,
+        pos="sinusoidal",
+        emb_scale=True,
+        **kw,
+    )
 
 
 # Named presets: the published sizes, used both for closed-form counting and for instantiation.
@@ -213,7 +230,8 @@ PRESETS: dict[str, ModelConfig] = {
     "transformer-base": _vaswani(512, 8),
     "transformer-big": _vaswani(1024, 16, d_ff=4096),
     "llama-7b": llama_like(
-        vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008, tie_weights=False, max_seq_len=2048,
+        vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008, tie_weights=False,
+                           max_seq_len=2048,
         norm_eps=1e-6,
     ),
     "llama2-70b": llama_like(

@@ -97,7 +97,8 @@ def make_variant(kind: str, d: int, eps: float = 1e-5) -> nn.Module:
 
 def swap_norms(model: nn.Module, kind: str) -> int:
     """Replace every library LayerNorm/RMSNorm inside `model` by a fresh `kind` variant of the same width
-    and eps (gain 1, bias 0, as at init). Call before the optimiser is built. Returns how many were swapped."""
+    and eps (gain 1, bias 0, as at init). Call before the optimiser is built. Returns how many were
+    swapped."""
     targets = [(name, m) for name, m in model.named_modules() if isinstance(m, (LayerNorm, RMSNorm))]
     for name, m in targets:
         parent_name, _, attr = name.rpartition(".")

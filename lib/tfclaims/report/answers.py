@@ -2,10 +2,10 @@
 module), for the README's and the report's answers table, `verdicts.json`, the summary figure and `tfclaims
 show`.
 
-A claim's headline is the sub-claim its experiment names (`Experiment.headline`; else its first counted effect):
-its comparisons give the key number in plain units (a time ratio for log-time readouts, a difference in the
-readout's units otherwise) and the answer at the second scale. Each comparison is also oriented so that a
-positive number means "as the note says" (`oriented`), for the summary figure."""
+A claim's headline is the sub-claim its experiment names (`Experiment.headline`; else its first counted
+effect): its comparisons give the key number in plain units (a time ratio for log-time readouts, a difference
+in the readout's units otherwise) and the answer at the second scale. Each comparison is also oriented so that
+a positive number means "as the note says" (`oriented`), for the summary figure."""
 
 from __future__ import annotations
 
@@ -262,18 +262,27 @@ def _undecided_tail(result: dict, sub: dict) -> str:
     c = max(cmps, key=lambda c: c.get("mde") or 0.0)
     diff, noise, lo, hi = c["diff"], c.get("noise"), c.get("lo"), c.get("hi")
     if noise and abs(diff) <= noise:
-        return f"; the effect ({_f(diff)}) is inside the noise floor (±{_f(noise)}): more samples or a quieter setup would narrow the floor"
+        return (
+            f"; the effect ({_f(diff)}) is inside the noise floor (±{_f(noise)}): more samples or a "
+            "quieter setup would narrow the floor"
+        )
     if (lo is not None or hi is not None) and c.get("ci_low") is not None and c.get("ci_high") is not None:
         dist = min(
             v for v in (diff - lo if lo is not None else math.inf, hi - diff if hi is not None else math.inf)
         )
         half = (c["ci_high"] - c["ci_low"]) / 2
         if dist > 0 and half > dist:
-            return f"; its interval (±{_f(half)}) reaches the claimed bound ({_f(dist)} away): ≈{(half / dist) ** 2:.0f}× the samples would place it"
+            return (
+                f"; its interval (±{_f(half)}) reaches the claimed bound ({_f(dist)} away): "
+                f"≈{(half / dist) ** 2:.0f}× the samples would place it"
+            )
     if c.get("mde"):
         target = max(abs(diff), c.get("margin") or 0.0)
         if target > 0 and c["mde"] > target:
-            return f"; detectable here ≥ {_f(c['mde'])} against an effect of {_f(target)}: ≈{(c['mde'] / target) ** 2:.0f}× the samples"
+            return (
+                f"; detectable here ≥ {_f(c['mde'])} against an effect of {_f(target)}: "
+                f"≈{(c['mde'] / target) ** 2:.0f}× the samples"
+            )
         return f"; detectable here ≥ {_f(c['mde'])}"
     return ""
 
@@ -318,8 +327,12 @@ def answer(result: dict) -> str:
     elif v == "refuted":
         out = "False: " + "; ".join(by["refuted"])
     elif v == "mixed":
-        parts = [("holds", by["supported"]), ("holds in part", by["mixed"]), ("fails", by["refuted"]),
-                 ("undecided", by["inconclusive"])]  # fmt: skip
+        parts = [
+            ("holds", by["supported"]),
+            ("holds in part", by["mixed"]),
+            ("fails", by["refuted"]),
+            ("undecided", by["inconclusive"]),
+        ]
         out = "Partly. " + " ".join(f"{w.capitalize()}: {'; '.join(xs)}." for w, xs in parts if xs)
     else:
         # what did come out, then what would decide the first undecided part (the headline if it is one)
@@ -389,7 +402,8 @@ def headline_oriented(result: dict) -> tuple[dict | None, Oriented | None]:
     ]
     if not live:
         return None, None
-    # the comparison that shows what the sub-verdict says (its own reading where recorded), then the smallest p
+    # the comparison that shows what the sub-verdict says (its own reading where recorded), then the smallest
+    # p
     want = {"supported": "support", "refuted": "refute"}.get(sub["verdict"])
     claimed, roles = sub.get("claimed") or "b_better", sub.get("roles") or {}
     agree = [c for c in live if want and (roles.get(c["id"]) or role(c, claimed)) == want]

@@ -162,7 +162,8 @@ def render_bib(
             digest = file_digest(path)
             ref, unpinned = figure_ref(path, digest, kept.get(fig_id), r.get("git_commit"))
             note = latex_escape(
-                f"Claim {cid}, verdict {r['verdict']}, profile {r['profile']}; {commit_text(r.get('git_commit'))}"
+                f"Claim {cid}, verdict {r['verdict']}, profile {r['profile']}; "
+                f"{commit_text(r.get('git_commit'))}"
                 + (f"; figure file SHA-256 {digest}" if digest else "")
                 + (f"; {unpinned}" if unpinned else "")
             )

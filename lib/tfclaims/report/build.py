@@ -161,10 +161,17 @@ def answers_rows(results: list[dict], link) -> list[list[str]]:
     rows = [ANSWER_HEAD]
     for r in results:
         a = answer_row(r)
-        rows.append([
-            f"[`{a['claim_id']}`]({link(a['claim_id'])}) {_badge_md(a['verdict'])}", a["note"], a["answer"],
-            a["number"], a["anchor"], a["regime"] or "—", a["second_scale"],
-        ])  # fmt: skip
+        rows.append(
+            [
+                f"[`{a['claim_id']}`]({link(a['claim_id'])}) {_badge_md(a['verdict'])}",
+                a["note"],
+                a["answer"],
+                a["number"],
+                a["anchor"],
+                a["regime"] or "—",
+                a["second_scale"],
+            ]
+        )
     return rows
 
 
@@ -210,18 +217,20 @@ def _front_blocks(
             "p",
             f"Each claim comes from a set of study notes on Transformers. Every verdict follows from a rule "
             f"written in the experiment before it ran; the numbers, figures and rules are generated from "
-            f"`{folder_label(results_root)}`. Results as of {_as_of(results)} (the latest analysis among them).",
+            f"`{folder_label(results_root)}`. Results as of {_as_of(results)} (the latest analysis "
+            "among them).",
         ),
         ("h3", "The answers in detail", "answers-detail"),
         (
             "p",
-            "One row per claim, written from its `result.json`. **Answer**: the verdict in words (True, False, "
-            "Partly: which counted parts hold and which fail, or Cannot tell at this scale: what this run could "
-            "detect). **Key number**: the headline sub-claim's comparison in plain units with its interval "
-            "(b / a time ratio for timings, b − a otherwise). **Regime reached here?**: whether the committed "
-            "runs are at the scale and device the claim is about. **At the second scale**: the same comparison "
-            "(or the first counted one tested per scale) at the larger training scale. Every sub-claim is in the "
-            "claim's section (click its name); the same rows are in `report/verdicts.json`.",
+            "One row per claim, written from its `result.json`. **Answer**: the verdict in words (True, "
+            "False, Partly: which counted parts hold and which fail, or Cannot tell at this scale: what this "
+            "run could detect). **Key number**: the headline sub-claim's comparison in plain units with its "
+            "interval (b / a time ratio for timings, b − a otherwise). **Regime reached here?**: whether the "
+            "committed runs are at the scale and device the claim is about. **At the second scale**: the "
+            "same comparison (or the first counted one tested per scale) at the larger training scale. Every "
+            "sub-claim is in the claim's section (click its name); the same rows are in "
+            "`report/verdicts.json`.",
         ),
         ("answers", answers_rows(results, lambda cid: f"#{cid}")),
     ]
@@ -232,9 +241,9 @@ def _front_blocks(
                 answers_fig,
                 "fig-answers",
                 "Each claim's headline comparison, oriented so that right means the note's claim holds: the "
-                "claimed arm's advantage in units of its noise floor (grey band: ±1 floor, what chance gives), or "
-                "for an interval claim the distance inside the interval in half-widths (black tick: its edge). "
-                "Colour: the claim's verdict; diamonds: exact numbers without an interval.",
+                "claimed arm's advantage in units of its noise floor (grey band: ±1 floor, what chance "
+                "gives), or for an interval claim the distance inside the interval in half-widths (black "
+                "tick: its edge). Colour: the claim's verdict; diamonds: exact numbers without an interval.",
             )
         )
     B += coverage_blocks(results, lambda cid: f"#{cid}")
@@ -254,7 +263,7 @@ def _glance_blocks(results: list[dict], results_root: Path) -> list:
             "Scale (per run)",
             "Seeds",
             "Device",
-        ]  # fmt: skip
+        ]
     ]
     for r in results:
         rows.append(
@@ -286,8 +295,8 @@ def _glance_blocks(results: list[dict], results_root: Path) -> list:
                 "🔴 **refuted**: the opposite is shown and the claim nowhere, or the two arms are equivalent "
                 "within a margin declared before running (two one-sided tests) and a positive control in the "
                 "same setup detected an effect of the margin's size.",
-                "🟠 **mixed**: supported in part of the measured range (or in some sub-claims) and refuted in "
-                "another (named in the detail).",
+                "🟠 **mixed**: supported in part of the measured range (or in some sub-claims) and refuted "
+                "in another (named in the detail).",
                 "⚪ **inconclusive**: anything else — including a null that this scale cannot resolve; the "
                 "detail gives the smallest effect it could have detected.",
                 "Each **comparison** is arm b − arm a over units (seeds, timing rounds; paired where the "
@@ -377,10 +386,18 @@ def _evidence_blocks(r: dict, results_root: Path, rel) -> list:
             (
                 "table",
                 [["Sub-claim", "Verdict", "In the verdict", "Holds in", "Detail"]]
-                + [[_sub_name(s), _badge_md(s["verdict"]), "yes" if s.get("counts", True) else "reported",
-                    ", ".join(s.get("holds", [])) or "—", s["detail"]] for s in effects],
+                + [
+                    [
+                        _sub_name(s),
+                        _badge_md(s["verdict"]),
+                        "yes" if s.get("counts", True) else "reported",
+                        ", ".join(s.get("holds", [])) or "—",
+                        s["detail"],
+                    ]
+                    for s in effects
+                ],
             )
-        )  # fmt: skip
+        )
     if checks:
         B.append(("h3", "Checks (identities the harness relies on; a failing check stops the claim)"))
         B.append(
@@ -391,9 +408,21 @@ def _evidence_blocks(r: dict, results_root: Path, rel) -> list:
             )
         )
     if r.get("comparisons"):
-        B += _table_block("Comparisons", comparison_rows(r["comparisons"]), (f"results/{cid}/comparisons.csv", rel("comparisons.csv")) if (results_root / cid / "comparisons.csv").exists() else None)  # fmt: skip
+        B += _table_block(
+            "Comparisons",
+            comparison_rows(r["comparisons"]),
+            (f"results/{cid}/comparisons.csv", rel("comparisons.csv"))
+            if (results_root / cid / "comparisons.csv").exists()
+            else None,
+        )
     if r.get("noise_floor"):
-        B += _table_block("Noise floor (null pairs)", comparison_rows(r["noise_floor"]), (f"results/{cid}/noise_floor.csv", rel("noise_floor.csv")) if (results_root / cid / "noise_floor.csv").exists() else None)  # fmt: skip
+        B += _table_block(
+            "Noise floor (null pairs)",
+            comparison_rows(r["noise_floor"]),
+            (f"results/{cid}/noise_floor.csv", rel("noise_floor.csv"))
+            if (results_root / cid / "noise_floor.csv").exists()
+            else None,
+        )
     return B
 
 
@@ -445,10 +474,10 @@ def _closing_blocks(report_root: Path, summary_fig: str | None) -> list:
                 summary_fig,
                 "fig-summary",
                 "Every claim (shaded row, coloured by its verdict) and each of its sub-claims: the deciding "
-                "comparison (arm b − arm a) with its CI, in units of the row's threshold (its declared margin, else "
-                "its noise floor, else its CI half-width); grey band: the noise floor of a null pair; ticks: the "
-                "declared margin. The effect in its own units is printed at the right. Left and right are b − a, "
-                "not for and against: the answers figure above orients each claim.",
+                "comparison (arm b − arm a) with its CI, in units of the row's threshold (its declared "
+                "margin, else its noise floor, else its CI half-width); grey band: the noise floor of a null "
+                "pair; ticks: the declared margin. The effect in its own units is printed at the right. Left "
+                "and right are b − a, not for and against: the answers figure above orients each claim.",
             )
         )
     return B
@@ -624,13 +653,15 @@ def _html_body(blocks, cites: dict[str, str] | None = None) -> list[str]:
             body.append(_html_table(b[1], "first-screen"))
         elif k == "verdict":
             body.append(
-                f'<p><span class="badge" style="background:{BADGE.get(b[1], "#444")}">{b[1]}</span> {_inline_html(b[2])}</p>'
+                f'<p><span class="badge" style="background:{BADGE.get(b[1], "#444")}">{b[1]}</span> '
+                f"{_inline_html(b[2])}</p>"
             )
         elif k == "figure":
             fig_id, svg = b[4], b[5]
             src = _svg_uri(svg) if svg.is_file() else b[1]
             cite = (
-                f'<details class="cite"><summary>Cite this figure</summary><pre>{html.escape(cites[fig_id])}</pre>'
+                '<details class="cite"><summary>Cite this '
+                f"figure</summary><pre>{html.escape(cites[fig_id])}</pre>"
                 "</details>"
                 if fig_id in cites
                 else ""
@@ -664,27 +695,33 @@ for(const r of document.getElementById('answers-table').tBodies[0].rows){const t
 r.hidden=!(t.includes(q)&&(!v||r.cells[0].textContent.includes(v)));}}
 if(document.getElementById('answers-table')){document.getElementById('answers-filter').addEventListener('input',filterAnswers);
 document.getElementById('answers-verdict').addEventListener('change',filterAnswers);}
-"""
+"""  # noqa: E501 (a minified script)
 
 
 def render_html(blocks, cites: dict[str, str] | None = None) -> str:
     body = _html_body(blocks, cites)
     style = (
-        "body{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;line-height:1.5;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}"
+        "body{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 "
+        "1em;line-height:1.5;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:4px "
+        "8px;vertical-align:top}"
         "th{background:#f4f4f4}img{max-width:100%}figure{margin:1.5em 0}figcaption{font-size:.9em;color:#444}"
         "blockquote{border-left:4px solid #ccc;margin:1em 0;padding:.2em 1em;color:#333;background:#fafafa}"
-        ".badge{color:#fff;border-radius:4px;padding:2px 8px;font-weight:600;white-space:nowrap}code{background:#f2f2f2;padding:0 3px}"
+        ".badge{color:#fff;border-radius:4px;padding:2px "
+        "8px;font-weight:600;white-space:nowrap}code{background:#f2f2f2;padding:0 3px}"
         ".scroll{overflow-x:auto;max-width:100%}h1,h2,h3,p,li,figcaption,blockquote{overflow-wrap:anywhere}"
         "details{margin:1em 0}summary{cursor:pointer;font-weight:600}"
-        "th[title=sort]{cursor:pointer}th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}"
+        "th[title=sort]{cursor:pointer}th[data-dir=asc]::after{content:' "
+        "▲'}th[data-dir=desc]::after{content:' ▼'}"
         ".cite pre{white-space:pre-wrap;font-size:.8em;background:#f6f6f6;padding:.5em}"
         "#answers-table td{min-width:7em}.filter input{width:16em}tr[hidden]{display:none}"
-        "#first-screen{margin:.4em 0;font-size:.8em}#first-screen td,#first-screen th{white-space:nowrap;padding:0 6px}"
+        "#first-screen{margin:.4em 0;font-size:.8em}#first-screen td,#first-screen "
+        "th{white-space:nowrap;padding:0 6px}"
         "h1{margin:.3em 0 .2em}"
     )
     return (
-        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Transformer claims, tested</title><style>{style}</style></head>\n<body>\n'
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Transformer claims, '
+        f"tested</title><style>{style}</style></head>\n<body>\n"
         + "\n".join(body)
         + f"\n<script>{SCRIPT}</script>\n</body></html>\n"
     )
@@ -719,10 +756,14 @@ def coverage_blocks(results: list[dict], link) -> list[tuple]:
     table = coverage_rows(rows, verdicts, link, _badge_md)
     return [
         ("h2", "How much of the notes is checked", "coverage"),
-        ("p", coverage_summary(rows, verdicts) + " Each row restates one testable claim of the notes (claims "
-         "repeated across notes are one row); a tested row shows the verdict of the claim id that tests it."),
+        (
+            "p",
+            coverage_summary(rows, verdicts) + " Each row restates one testable claim of the notes (claims "
+            "repeated across notes are one row); a tested row shows the verdict of the claim id that "
+            "tests it.",
+        ),
         *_table_block("Every testable claim in the notes", table, None),
-    ]  # fmt: skip
+    ]
 
 
 def readme_coverage(results: list[dict]) -> str:
@@ -760,15 +801,17 @@ def banner(results: list[dict], results_root: Path) -> str | None:
         return None
     if where == (REPO_ROOT / "results" / "full").resolve() and profiles == ["full"] and not custom:
         return (
-            "**Full profile.** These are the `full` profile's results (one GPU), published in `results/full/` "
-            "beside the default profile's (`results/`, `report/`, the README), which they never replace."
+            "**Full profile.** These are the `full` profile's results (one GPU), published in "
+            "`results/full/` beside the default profile's (`results/`, `report/`, the README), which they "
+            "never replace."
         )
     runs = f"{profiles[0]} profile's" if len(profiles) == 1 else f"{', '.join(profiles)} profiles'"
     return (
-        f"**Not the published results.** This report shows the {runs} results in `{folder_label(results_root)}`"
+        f"**Not the published results.** This report shows the {runs} results in "
+        f"`{folder_label(results_root)}`"
         + (", some with --set or --seeds" if custom else "")
-        + ". The project publishes the default profile's in `results/` and `report/`; a quick run checks that "
-        "the harness works, and its verdicts are not evidence."
+        + ". The project publishes the default profile's in `results/` and `report/`; a quick run checks "
+        "that the harness works, and its verdicts are not evidence."
     )
 
 

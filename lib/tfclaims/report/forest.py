@@ -2,9 +2,10 @@
 
 Effects come in many units (nats, log seconds, slopes, bytes), so each row is drawn in units of its own
 threshold: the comparison's declared margin where it has one, else its noise floor (the null pair's
-spread), else its CI half-width (each CI at the level Holm tested it at). On that scale ±1 is "as large as the threshold"; the effect in its
-own units is printed at the right of the row. Each sub-verdict shows its deciding comparison: the one
-with the smallest (Holm-adjusted) p among those with an interval, else its first numeric one."""
+spread), else its CI half-width (each CI at the level Holm tested it at). On that scale ±1 is "as large as the
+threshold"; the effect in its own units is printed at the right of the row. Each sub-verdict shows its
+deciding comparison: the one with the smallest (Holm-adjusted) p among those with an interval, else its first
+numeric one."""
 
 from __future__ import annotations
 
@@ -61,8 +62,9 @@ def _row(claim: str, sub: dict, cmp: dict | None) -> Row:
         scale, unit = None, ""
     ci = f" [{_fmt(lo)}, {_fmt(hi)}]" if lo is not None and hi is not None and hi > lo else ""
     floor = f", floor ±{_fmt(noise)}" if noise else ""
-    text = "\n".join(textwrap.wrap(f"{_fmt(diff)}{ci}{floor} · {cmp.get('metric', '')}", 46, max_lines=2,
-                                   placeholder=" …"))  # fmt: skip
+    text = "\n".join(
+        textwrap.wrap(f"{_fmt(diff)}{ci}{floor} · {cmp.get('metric', '')}", 46, max_lines=2, placeholder=" …")
+    )
     if scale is None:
         return Row(label, sub["verdict"], text=text, excluded=cmp.get("decision") == "excluded")
     return Row(
@@ -139,7 +141,11 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
     right.tick_params(length=0)
     ax.tick_params(axis="y", length=0)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_xlabel("effect (arm b − arm a) in units of the row's threshold: its declared margin, else its noise floor,\nelse its CI half-width (symmetric log scale); left and right are b − a, not against and for the note")  # fmt: skip
+    ax.set_xlabel(
+        "effect (arm b − arm a) in units of the row's threshold: its declared margin, else its noise "
+        "floor,\nelse its CI half-width (symmetric log scale); left and right are b − a, not against and for "
+        "the note"
+    )
     ax.set_title(
         "Every claim and sub-claim: the deciding comparison, its CI, noise floor and margin",
         fontsize=11,
@@ -156,7 +162,9 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
         mlines.Line2D([], [], color="#9e9e9e", lw=6, alpha=0.5, label="noise floor (null pair)"),
         mlines.Line2D([], [], color="k", marker="|", lw=0, ms=9, label="± declared margin"),
     ]
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)  # fmt: skip
+    ax.legend(
+        handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False
+    )
     return save_figure(fig, folder, name)
 
 
@@ -219,8 +227,15 @@ def plot_answers(results: list[dict], folder: Path, name: str = "answers") -> tu
         mlines.Line2D([], [], color="#757575", marker="d", lw=0, label="exact (no interval)"),
     ]
     # the legend above the axes, over the two direction labels (tight_layout keeps room for it)
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False,
-              borderaxespad=1.6)  # fmt: skip
+    ax.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+        borderaxespad=1.6,
+    )
     return save_figure(fig, folder, name)
 
 

@@ -22,6 +22,11 @@ def kv_list(h: int) -> list[int]:
 def decode_config(cfg: dict, kv: int | None, max_len: int, backend: str = "sdpa") -> ModelConfig:
     """The decoding model of a run config (d_model, n_layers, n_heads) with `kv` K/V heads (None: MHA)."""
     return ModelConfig(
-        vocab_size=96, d_model=cfg["d_model"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"], n_kv_heads=kv,
-        max_seq_len=max_len, attn_backend=backend,
-    )  # fmt: skip
+        vocab_size=96,
+        d_model=cfg["d_model"],
+        n_layers=cfg["n_layers"],
+        n_heads=cfg["n_heads"],
+        n_kv_heads=kv,
+        max_seq_len=max_len,
+        attn_backend=backend,
+    )

@@ -9,9 +9,12 @@ from ..data.vocab import DEFAULT_VOCAB
 from ..nn.config import ModelConfig, TrainConfig
 
 TRAIN_PROFILES: dict[str, dict] = {
-    "quick": {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "batch": 8, "steps": 12, "lr": 3e-3, "eval_every": 6, "eval_batches": 2, "seeds": [0, 1]},
-    "default": {"d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 64, "batch": 32, "steps": 180, "lr": 3e-3, "eval_every": 45, "eval_batches": 4, "seeds": [0, 1, 2]},
-    "full": {"d_model": 256, "n_layers": 4, "n_heads": 8, "seq_len": 128, "batch": 64, "steps": 3000, "lr": 1e-3, "eval_every": 250, "eval_batches": 16, "seeds": [0, 1, 2, 3, 4]},
+    "quick": {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "batch": 8, "steps": 12, "lr": 3e-3,
+              "eval_every": 6, "eval_batches": 2, "seeds": [0, 1]},
+    "default": {"d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 64, "batch": 32, "steps": 180,
+                "lr": 3e-3, "eval_every": 45, "eval_batches": 4, "seeds": [0, 1, 2]},
+    "full": {"d_model": 256, "n_layers": 4, "n_heads": 8, "seq_len": 128, "batch": 64, "steps": 3000,
+             "lr": 1e-3, "eval_every": 250, "eval_batches": 16, "seeds": [0, 1, 2, 3, 4]},
 }  # fmt: skip
 TRAIN_KEYS = (
     "d_model",
@@ -26,9 +29,14 @@ TRAIN_KEYS = (
 )
 
 SUBWORD_PROFILES: dict[str, dict] = {
-    "quick": {"vocab": DEFAULT_VOCAB, "d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "batch": 8, "steps": 12, "lr": 3e-3, "eval_every": 6, "eval_batches": 2, "seeds": [0, 1]},
-    "default": {"vocab": DEFAULT_VOCAB, "d_model": 128, "n_layers": 4, "n_heads": 4, "seq_len": 128, "batch": 32, "steps": 600, "lr": 2e-3, "eval_every": 50, "eval_batches": 8, "seeds": list(range(8))},
-    "full": {"vocab": DEFAULT_VOCAB, "d_model": 384, "n_layers": 6, "n_heads": 6, "seq_len": 256, "batch": 64, "steps": 5000, "lr": 1e-3, "eval_every": 250, "eval_batches": 32, "seeds": list(range(8))},
+    "quick": {"vocab": DEFAULT_VOCAB, "d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "batch": 8,
+              "steps": 12, "lr": 3e-3, "eval_every": 6, "eval_batches": 2, "seeds": [0, 1]},
+    "default": {"vocab": DEFAULT_VOCAB, "d_model": 128, "n_layers": 4, "n_heads": 4, "seq_len": 128,
+                "batch": 32, "steps": 600, "lr": 2e-3, "eval_every": 50, "eval_batches": 8,
+                "seeds": list(range(8))},
+    "full": {"vocab": DEFAULT_VOCAB, "d_model": 384, "n_layers": 6, "n_heads": 6, "seq_len": 256,
+             "batch": 64, "steps": 5000, "lr": 1e-3, "eval_every": 250, "eval_batches": 32,
+             "seeds": list(range(8))},
 }  # fmt: skip
 SUBWORD_KEYS = ("vocab", *TRAIN_KEYS)
 
@@ -76,13 +84,20 @@ def model_config(cfg: dict, vocab_size: int, **overrides) -> ModelConfig:
 def train_config(cfg: dict) -> TrainConfig:
     """AdamW with 10% linear warm-up then cosine decay; seeded by the run's seed (data order)."""
     return TrainConfig(
-        steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"], warmup=cfg["steps"] // 10,
-        eval_every=cfg["eval_every"], eval_batches=cfg["eval_batches"], seed=cfg.get("seed", 0),
-    )  # fmt: skip
+        steps=cfg["steps"],
+        batch_size=cfg["batch"],
+        seq_len=cfg["seq_len"],
+        lr=cfg["lr"],
+        warmup=cfg["steps"] // 10,
+        eval_every=cfg["eval_every"],
+        eval_batches=cfg["eval_batches"],
+        seed=cfg.get("seed", 0),
+    )
 
 
 def model_kw(cfg: dict) -> dict:
     """ModelConfig overrides of a run that compares norm placements: its placement, and an untied output head
     for every placement (tied to the embedding with no final norm, a Post-LN stack starts out predicting the
-    current token and trains worse for it: see postnorm_warmup), so the head is not what the arms differ in."""
+    current token and trains worse for it: see postnorm_warmup), so the head is not what the arms differ
+    in."""
     return {"placement": cfg["placement"], "tie_weights": False}

@@ -7,8 +7,9 @@ Two views of the same text: characters (`TRAIN_PROFILES`, 85 symbols), and byte-
 is 31% of it), where with 85 characters it is 5%. A subword run config carries `vocab`; that is the switch.
 
 A claim's run config carries the recipe's fields (`train.profiles`: `run_fields` / `subword_fields`) plus its
-own switches and a seed; `train_small` builds the model (ModelConfig overrides, then an optional `prepare(model)` hook,
-e.g. to swap modules), trains it with `train.loop.train_lm` and returns the metrics and the trained model.
+own switches and a seed; `train_small` builds the model (ModelConfig overrides, then an optional
+`prepare(model)` hook, e.g. to swap modules), trains it with `train.loop.train_lm` and returns the metrics and
+the trained model.
 """
 
 from __future__ import annotations
@@ -43,9 +44,17 @@ def train_small(
     if prepare is not None:
         prepare(model)
     res = train_lm(
-        model, train_config(cfg), corpus, ctx.device, label_smoothing=label_smoothing, on_eval=on_eval,
-        sample=sample, val_batches=val_batches, progress=ctx.progress, desc=desc,
-    )  # fmt: skip
+        model,
+        train_config(cfg),
+        corpus,
+        ctx.device,
+        label_smoothing=label_smoothing,
+        on_eval=on_eval,
+        sample=sample,
+        val_batches=val_batches,
+        progress=ctx.progress,
+        desc=desc,
+    )
     for k in ("grad_norms", "grad_steps"):
         res.pop(k, None)
     if not res["probes"]:
