@@ -144,17 +144,7 @@ class AlbertSharing(Experiment):
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
             },
-            caveats=[
-                "Lan et al. measured the quality cost of sharing on downstream tasks after pre-training "
-                "(about 1.5–2.5 points of average score at base size); here it is the held-out loss of small "
-                "character LMs at equal depth and steps, which reads the same direction, not the same size.",
-                "The character vocabulary (85 symbols) leaves nothing to factorise in the trained models: "
-                "the quality part tests sharing alone; the counts part covers both at the published sizes.",
-                "Time is an encoder forward on the CPU, one thread. A shared block's weights can stay in "
-                "cache across depths where unshared ones cannot, which could make sharing faster on small "
-                "stacks; the timed sizes include BERT-base's (d = 768, 12 layers), whose block (7M "
-                "parameters) does not fit a CPU's cache.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

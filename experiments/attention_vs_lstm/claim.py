@@ -143,15 +143,7 @@ class AttentionVsLSTM(Experiment):
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
             },
-            caveats=[
-                "Throughput is one layer's training step on a CPU thread, where an LSTM's sequential steps "
-                "cost little beyond their arithmetic; on a GPU, which runs attention's positions in parallel "
-                "and an LSTM's steps one kernel at a time, attention's advantage is larger (Vaswani et al.'s "
-                "claim is about sequential operations, O(1) against O(n)).",
-                "The recall models are one Transformer block (RoPE positions, so offsets are as easy to "
-                "express at every position) and one LSTM layer of about its parameters; a deeper LSTM or a "
-                "larger hidden state would carry longer distances, as would more training.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

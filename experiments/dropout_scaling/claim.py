@@ -162,24 +162,7 @@ class DropoutScaling(Experiment):
                 else "No trained run learned: the inference modes were not compared."
             ),
             evidence={"first_site_projection": first.to_dict(), "unscaled_minus_eval": gap},
-            caveats=[
-                "What the loss can show here is bounded by the architecture: with dropout on the embedding "
-                "and on every residual branch of a Pre-LN stack, multiplying all of them by 1/(1−p) "
-                "multiplies the whole residual stream by that factor; each block's LayerNorm removes it from "
-                "the branches' inputs and the final LayerNorm from the logits. So the missing scaling is "
-                "visible in the activations and cancels in the loss up to LayerNorm's ε. A network with no "
-                "normalisation after its dropout sites, or dropout on the attention weights, would decide "
-                "the mismatch sub-claim.",
-                "No model is trained without the scaling: a model trained with unscaled dropout is, up to a "
-                "weight scaling of each site's last linear map, this one; evaluated uncorrected it sees each "
-                "site's output 1/(1−p) times larger than in training on average, which is what the 'no "
-                "scaling' variant computes. (With AdamW the weight scaling also changes those weights' "
-                "effective learning rate, which this mapping ignores.)",
-                "Srivastava et al.'s original dropout scaled the weights by (1 − p) at test time instead; "
-                "the two are the same function. Only the inference mode is compared here, not the training "
-                "quality of dropout rates, which is a learning-rate-tuned comparison this claim does not "
-                "make.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

@@ -218,32 +218,7 @@ class FFNShare(Experiment):
             key_number=view.key_number(t, result, decl, AT_LEAST),
             summary=view.summary(t, result, decl, xo, TOL, AT_LEAST),
             evidence={"tolerance": TOL, "at_least": AT_LEAST, **view.evidence(t, result, decl, xo)},
-            caveats=[
-                "A counting claim: every decision reads deterministic numbers against declared bounds, so "
-                "there are no seeds, no statistical test and no noise floor (a null pair would be identical "
-                "by construction). The counts are a check (closed form = instantiated); the shares are "
-                "effects.",
-                "Norm parameters are excluded from the share (as in the notes' count of the MLP and "
-                "attention modules); the table also gives FFN / block with norms. A parallel block has the "
-                "same attention and FFN matrices as a sequential one and one norm fewer, so its share is "
-                "unchanged.",
-                "Biased textbook blocks sit a hair under 2/3 ((8d² + 5d) / (12d² + 9d)), so a floor of "
-                "exactly 2/3 would fail GPT-2; the notes' 66% does not.",
-                "Encoder–decoders (the original Transformer, T5 v1.1) are rows of their encoder block; their "
-                "decoder blocks, with cross-attention, are judged for the 66% wording. The original "
-                "Transformer's whole-model count assumes one shared 37k-token embedding; T5 v1.1's output "
-                "head is untied and each stack's first block holds a 32-bucket relative-position bias "
-                "(counted in the total, not in a block).",
-                "Gemma-7B's and T5's gated GELU FFNs are counted as SwiGLU (the same three d × d_ff "
-                "matrices); Gemma's attention is 4096 wide against d = 3072, which is why it lies under the "
-                "gated MHA curve.",
-                "Mixtral's share counts all 8 experts; per token only the top-2 are active (column 'active "
-                "FFN'), and its FLOPs count the active ones.",
-                "FLOPs are per token and per block, matmuls only; contexts beyond a model's trained length "
-                "(GPT-2's 1,024, BERT's 512) are the arithmetic of its widths, not a model that runs there. "
-                "Mistral-7B-v0.1's 4096-token window caps the keys a query sees, so its attention never "
-                "overtakes its FFN.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

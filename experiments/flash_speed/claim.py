@@ -164,33 +164,7 @@ class FlashSpeed(Experiment):
                 },
                 "backends": bk.to_dict("records"),
             },
-            caveats=[
-                "On the CPU, SDPA's flash backend is PyTorch's tiled CPU kernel "
-                "(_scaled_dot_product_flash_attention_for_cpu). It runs FlashAttention's algorithm (blocks "
-                "of queries against blocks of keys with a running maximum and sum, the scores never written "
-                "whole, the backward recomputing them from the log-sum-exp), but there is no "
-                "programmer-managed SRAM: the fast memory is the CPU's cache hierarchy, and part of its "
-                "advantage is fusion itself (no separate softmax pass, no n×n allocation). It is not Dao et "
-                "al.'s GPU kernel, and the CPU has no memory-efficient or cuDNN kernel: those backends raise "
-                "there, and the record says so.",
-                "Causal masking: the explicit and MATH paths compute all n² scores and then mask them, while "
-                "the fused kernels skip the blocks above the diagonal, so the causal speed-up includes about "
-                "half the FLOPs saved beside any saving of memory traffic; the no-mask cells measure the "
-                "traffic argument alone.",
-                f"This profile: {threads} CPU thread(s) where on the CPU, {p['heads']} heads of "
-                f"{p['head_dim']}, {p['dtype']}, n up to {top}; the forward is timed without autograd "
-                "(inference). Dao et al. timed an A100 in fp16 at batch 8 with 12 heads; the full profile "
-                "(one GPU, bfloat16, 16k tokens per call up to n = 16k) is the regime of their numbers.",
-                "The A/A pair (the explicit forward+backward at the largest n timed twice under two names) "
-                "gates every comparison at that n: a ratio shown beyond its bound but within the A/A spread "
-                "is undecided.",
-                "What the IO count predicts: standard attention reads and writes Θ(n·d + n²) elements of "
-                "slow memory, FlashAttention Θ(n²·d²/M) for a fast memory of M elements, so the ratio of "
-                "their traffic tends to a constant (M/d²) as n grows. A speed-up that grows with n can come "
-                "from the n×n tensors leaving the faster levels of memory (on the CPU the per-core caches "
-                "before the last-level one), from allocating and first touching n×n buffers on every call, "
-                "and from fixed costs amortised; not from the asymptotic count.",
-            ],
+            caveats=self.caveats(p, threads=threads, top=top),
         )
 
 

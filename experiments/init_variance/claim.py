@@ -157,16 +157,7 @@ class InitVariance(Experiment):
                 f"with Xavier and ReLU (the gradient's: {xr[1]:.3f}), and {kr[0]:.3f} with Kaiming and ReLU."
             ),
             evidence={"factors": s[["init", "act", "forward_factor", "backward_factor"]].to_dict("records")},
-            caveats=[
-                "At init only: the claim is about the variance the init sets; He et al.'s training "
-                "consequence (a 30-layer ReLU net stalls with Xavier and trains with Kaiming) is not rerun "
-                "here.",
-                "Square layers (fan-in = fan-out), where Xavier's 2/(fan_in + fan_out) is 1/n. The notes put "
-                "the standard deviation at the harmonic mean of the two dimensions; the variance is the "
-                "inverse of their arithmetic mean.",
-                "Kaiming here is He et al.'s ReLU form (gain √2, fan-in) for every activation, as the claim "
-                "compares; PyTorch's calculate_gain gives other gains for tanh (5/3).",
-            ],
+            caveats=self.caveats(p),
         )
 
 

@@ -225,17 +225,7 @@ class Masking(Experiment):
                 "at 65504."
             ),
             evidence=nums,
-            caveats=[
-                "A fully masked row has no right answer: masked_fill with a finite fill makes it uniform "
-                "over the masked keys, −inf makes it NaN in explicit softmax, SDPA returns zeros, and a "
-                "finite fill added exactly (SDPA adds an additive mask in float32) leaves the row's own "
-                "softmax, as if unmasked.",
-                "Pads before a decoder's tokens are tested with rotary positions, which shift no relative "
-                "offset; with a learned absolute table the pads would move every position, which the masks "
-                "do not undo.",
-                "The invariance is float32 on the CPU kernels; a GPU kernel may block the key sum "
-                "differently, within the same rounding.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

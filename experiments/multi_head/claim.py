@@ -99,21 +99,7 @@ class MultiHead(Experiment):
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
             },
-            caveats=[
-                f"Character LMs of width {p['scales'][0][0]}, {p['steps']} steps on a CPU; Vaswani et al. "
-                "compared head counts in translation models of width 512 trained for 100,000 steps. Whether "
-                "a small model uses several heads differently from one is what this scale can say, no more.",
-                "How far training had got: the held-out loss fell over the last evaluation interval by "
-                f"{drop} nats/char (each arm at its chosen rate, mean over its fresh seeds; the curves "
-                "figure), so the arms are compared part-way to convergence, as the anchor's were not.",
-                "What the design can detect is printed beside the comparison (the smallest difference it "
-                "detects with 80% power, from the fresh seeds' spread); where that is larger than the "
-                "smallest effect of interest, the comparison cannot decide the claim at this budget, "
-                "whichever way its estimate points.",
-                "The smallest effect of interest converts the paper's perplexity per word piece to nats per "
-                f"character at about {PIECE_CHARS} characters a piece; it is reported as an "
-                "equivalence margin.",
-            ],
+            caveats=self.caveats(p, drop=drop),
         )
 
 

@@ -178,15 +178,7 @@ class OnlineSoftmax(Experiment):
                 "worst_log2_vs_fused": nums["worst_log2"],
                 "memory_exponents": nums["fits"],
             },
-            caveats=[
-                "Our blockwise path keeps scores, statistics and the accumulator in float32 and rounds the "
-                "probabilities to the input dtype before they meet V, as FlashAttention and the CPU SDPA "
-                "kernel do; an implementation that accumulated in bfloat16 would have larger errors.",
-                "Memory is measured on one forward without autograd; FlashAttention's backward recomputes "
-                "the tiles from the saved statistics (see flash_memory).",
-                "Speed is not claimed: block by block in Python the path is slower than the fused kernel; "
-                "the claim is about exactness and memory.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

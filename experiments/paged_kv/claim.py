@@ -215,17 +215,7 @@ class PagedKV(Experiment):
                 "batch_gain_paged_over": gain,
                 "decode_time_ratio_paged_over_contiguous": cost,
             },
-            caveats=[
-                "The trace is simulated: lengths drawn from log-normals with ShareGPT's reported means (Kwon "
-                f"et al.) and a declared spread σ = {SIGMA:g}, all requests queued at once (a saturated "
-                "server), one token per request per iteration. Waste counts reserved-but-empty slots and "
-                "free slots no waiting request fits into (external fragmentation of the first-fit contiguous "
-                "allocator), as Kwon et al.'s Figure 2 does.",
-                "Preempted paged requests are recomputed (their prompt and generated tokens refilled), as "
-                "vLLM does by default; swapping to CPU memory is not modelled.",
-                "The decode timing is our PyTorch gather, not vLLM's CUDA kernel: it bounds the "
-                "indirection's cost from above.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

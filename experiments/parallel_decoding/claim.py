@@ -173,23 +173,7 @@ class ParallelDecoding(Experiment):
             key_number=key,
             summary=summary,
             evidence={**v, **limits},
-            caveats=[
-                "Times are one CPU thread, batch 1, small models: the one pass's advantage comes from one "
-                "call of large matrix products instead of n calls of small ones. On a GPU, which runs the "
-                "positions of a pass in parallel, the gap is larger; the exactness holds on any device.",
-                "The prefix path recomputes every prefix (n²/2 token-passes), so part of its ratio is extra "
-                "arithmetic; the cached path does the one pass's arithmetic in n steps, and its ratio is the "
-                "cost of taking positions in order alone (plus keeping each step's view of the cache for the "
-                "backward).",
-                "On one CPU thread the one pass also computes its positions one after another inside its "
-                "matrix products: once those are compute-bound its time grows about as n, like the cached "
-                "path's n steps of about equal cost, so the cached ratio's growth measures per-call overhead "
-                "against batched products and can level off. Its exponent bound (declared for both paths "
-                "before the runs) is a test a GPU, whose one pass stays flat in n while the device has idle "
-                "lanes, would pass more easily than this CPU.",
-                "Random initialisation: the identity does not depend on the weights; the size of the leak "
-                "does.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

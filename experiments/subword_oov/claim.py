@@ -144,15 +144,7 @@ class SubwordOOV(Experiment):
                 f"rule's first merges join pairs {rarer} rarer (median count) than the frequency rule's."
             ),
             evidence=nums,
-            caveats=[
-                "One corpus of one language and period: the held-out plays share the training works' author "
-                "and (in the modern text) spelling; the First-Folio text is the harder case. Other languages "
-                "and scripts, and text far from the training works, would leave more unknown words.",
-                "WordPiece here is Hugging Face's trainer (frequency merges); a vocabulary trained with the "
-                "likelihood score has the same alphabet, so the same [UNK]s.",
-                "Fewer unknown words is not better modelling: the subword vocabularies pay with longer "
-                "sequences, and this claim measures no downstream model.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

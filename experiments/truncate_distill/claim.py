@@ -198,24 +198,7 @@ class TruncateDistill(Experiment):
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
             },
-            caveats=[
-                "The notes speak of BERT fine-tuned on a task, judged by its score there; here the teacher "
-                "and its students are character LMs judged by held-out loss, and the share of the teacher's "
-                "gain over the unigram level stands in for a share of its score: the same direction, not the "
-                "same scale as DistilBERT's 97% of GLUE.",
-                "The cut students have trained longer than the teacher: their blocks had the teacher's steps "
-                "and then their own fine-tuning, so a share near or above 100% can come from the extra "
-                "steps; the student from scratch, trained for the fine-tuning steps alone, is the reference "
-                "without them.",
-                "Sanh et al. initialised DistilBERT from every other layer of BERT and distilled during "
-                "pre-training with a cosine loss on hidden states besides; the notes (and this test) keep "
-                "the first k layers and distil on the output distribution only.",
-                "DistilBERT's 40% fewer parameters rounds 66M over 110M; counted exactly, BERT-base cut to "
-                "6 layers holds 66.4M of its 108.9M (0.609 without the pooler, 0.606 with it); the bound of "
-                "the params sub-claim was taken from the rounded figure.",
-                f"The teacher trains at a fixed rate ({p['lr']:g} in this profile), not a swept one: it is "
-                "the same for every arm of a seed, so it moves all of them together.",
-            ],
+            caveats=self.caveats(p),
         )
 
 

@@ -239,6 +239,7 @@ class Experiment:
     rule: str = ""  # rendered from declare(p) where the experiment declares its sub-claims
     profiles: dict[str, dict] = {}
     parts: tuple[Part, ...] = ()
+    caveat_templates: tuple[str, ...] = ()  # claim.md's `## Caveats`, filled by `caveats`
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -252,6 +253,13 @@ class Experiment:
             raise prose.ProseError(f"{cls.__name__}: {twice} given both in the class and in {md.name}")
         for k, v in fields.items():
             setattr(cls, k, v)
+
+    def caveats(self, p: dict, **facts) -> list[str]:
+        """The caveats of `## Caveats` in the claim's markdown, each filled from the claim module's constants,
+        the profile's settings (`{p[steps]}`) and the numbers the analysis passes as `facts` (`{drop}`)."""
+        names = {**vars(sys.modules[type(self).__module__]), "p": p, **facts}
+        where = f"{self.claim_id}: ## Caveats"
+        return [prose.fill(t, names, where) for t in self.caveat_templates]
 
     def grid(self, p: dict, done: list[dict] | tuple = ()) -> list[dict]:
         """Every part's configs, each tagged with its part's name. A staged part is given `done`, the ok

@@ -32,14 +32,19 @@ SECTIONS = {
     "Anchor number": "anchor_number",
     "Method": "method",
     "Regime": "regime",
+    "Caveats": "caveat_templates",
 }
+LISTS = ("anchors", "caveat_templates")  # sections of `- ` items (continuation lines indented)
+# Filled when the claim is analysed (`Experiment.caveats`), from the module's constants, the profile's
+# settings `p` and what the analysis measured; the other sections are filled when the claim file is loaded.
+DEFERRED = ("caveat_templates",)
 
 
 class ProseError(ValueError):
     """A claim's markdown is malformed: the message names the file and the fault, in one line."""
 
 
-def _fill(text: str, names: Mapping, where: str) -> str:
+def fill(text: str, names: Mapping, where: str) -> str:
     try:
         return string.Formatter().vformat(text, (), names)
     except (KeyError, IndexError, ValueError, AttributeError) as e:
@@ -66,18 +71,27 @@ def read(path: Path, names: Mapping) -> dict:
     out: dict = {}
     for key, lines in fields.items():
         where = f"{path} ({key})"
-        if key == "anchors":
+        if key in LISTS:
             items: list[list[str]] = []
             for line in lines:
                 if line.startswith("- "):
                     items.append([line[2:]])
                 elif line.strip():
                     if not items:
-                        raise ProseError(f"{where}: an anchor starts with '- '")
+                        raise ProseError(f"{where}: an item starts with '- '")
                     items[-1].append(line)
-            out[key] = [_fill(" ".join(x.strip() for x in item), names, where) for item in items]
+            texts = [" ".join(x.strip() for x in item) for item in items]
+            if key in DEFERRED:
+                for t in texts:  # the template's syntax now; its names when it is filled
+                    try:
+                        list(string.Formatter().parse(t))
+                    except ValueError as e:
+                        raise ProseError(f"{where}: {e}") from None
+                out[key] = tuple(texts)
+            else:
+                out[key] = [fill(t, names, where) for t in texts]
         else:
-            out[key] = _fill(" ".join(x.strip() for x in lines if x.strip()), names, where)
+            out[key] = fill(" ".join(x.strip() for x in lines if x.strip()), names, where)
     return out
 
 
@@ -89,7 +103,7 @@ def write(title_line: str, fields: Mapping, breaks: Mapping[str, list[str]] | No
         if key not in fields:
             continue
         out += ["", f"## {head}"]
-        if key == "anchors":
+        if key in LISTS:
             for item in fields[key]:
                 out += textwrap.wrap(
                     item,
