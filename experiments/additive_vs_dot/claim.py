@@ -238,30 +238,7 @@ class AdditiveVsDot(Experiment):
                 "quality_margin": QUALITY_MARGIN,
                 "chosen_rates": t["choices"].to_dict("records") if len(t["choices"]) else [],
             },
-            caveats=[
-                "The variance statement holds for the scaled dot product too: the notes' comparison is with "
-                "the unscaled one, whose Var ∝ d is checked as the identity the Monte Carlo relies on.",
-                f"A synthetic retrieval task with one attention layer (one query against {p['pairs']} "
-                f"key-value slots drawn from {p['n_keys']} keys; {p['n_values']} values), each kind trained "
-                f"{p['steps']} steps at its own best rate, compared on the held-out loss at that equal "
-                "budget; the anchors' BLEU differences come from LSTM encoder-decoders trained to "
-                "convergence. The task's size was set from one pilot run per kind at d = 16, 64 and 256 "
-                "(seed 900, rate 3e-3, batch 64; used nowhere else), after the earlier sizes had saturated: "
-                "there the kinds still differed at d = 16 and 64, while at d = 256 every kind but the "
-                "unscaled dot product reached 0.97–0.99 accuracy.",
-                view.task_outcomes(task)
-                + " A kind that learned where the other did not is an outcome of the "
-                "comparison, counted, not excluded; settled = accuracy moved by at most 0.02 over the last "
-                "20% of training. Whether a kind that stayed at chance would learn with a longer budget is "
-                "not tested.",
-                "An earlier design (32 pairs of 128 keys, one rate for every kind, three seeds) ended at "
-                "accuracy 1.000 for every run at d = 64 and 256 and left d = 16 (additive 0.28 against the "
-                "scaled dot product's 0.93 in accuracy, no run settled) out as unconverged: it could not "
-                "separate the kinds. Every width now counts, at each kind's own rate.",
-                "Timings on CPU with PyTorch's kernels; the additive layer materialises a (n, n, d) tensor "
-                "(chunked), so its memory grows as n²·d where the dot product's score matrix is n². The A/A "
-                "pair beside each cell shows what the timer gives when nothing differs.",
-            ],
+            caveats=self.caveats(p, outcomes=view.task_outcomes(task)),
         )
 
 

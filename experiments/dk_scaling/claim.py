@@ -210,22 +210,13 @@ class DkScaling(Experiment):
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
             },
-            caveats=[
-                f"Small models and short training ({p['steps']} steps, d_model = {p['d_model']}, "
-                f"{p['n_layers']} layers) on a character LM; the anchors used LSTM translation models "
-                f"trained to convergence.",
-                "Head size is varied at fixed d_model, so attention width h·d_k grows with d_k; W_q and W_k "
-                "are re-initialised so that q and k components have unit variance whatever the width.",
-                "Adam rescales updates per parameter, which lets the q/k projections shrink their scale; an "
-                "optimiser without that may suffer more.",
-                "The law, saturation and additive sub-claims read a seeded Monte Carlo (no noise floor); the "
-                "noise floor is the training null pair.",
-                f"The sweep runs at d_k = {p['sweep_dk']} only (the d_k trend is read at the fixed rate), "
-                f"{len(p['rates'])} rates at the first width and {len(p['rate_factors'])} at the second, "
-                f"{len(p['selection_seeds'])} selection seeds each; a choice at an end of its sweep (at_edge "
-                "in lr_choices) may sit short of the arm's optimum.",
-                view.dk_steps_text(t),
-            ],
+            caveats=self.caveats(
+                p,
+                dk_steps=view.dk_steps_text(t),
+                n_factors=len(p["rate_factors"]),
+                n_rates=len(p["rates"]),
+                n_selection=len(p["selection_seeds"]),
+            ),
         )
 
 

@@ -174,37 +174,12 @@ class FlashMemory(Experiment):
                     "margins": {"fused": FUSED_MARGIN, "explicit": NAIVE_MARGIN},
                 }
             ),
-            caveats=[
-                "Saved-for-backward bytes count the tensors autograd keeps between forward and backward "
-                "(activation memory), not temporary buffers during a kernel; the peak-memory part also "
-                "counts those buffers and the input gradients. On the CPU it is read from the profiler's "
-                "memory timeline (every storage's allocation and free in time order); the earlier reading, "
-                "each operator's net allocation at its start, undercounted (two n×n tensors in the explicit "
-                "backward, which holds three). The peak-live sub-claim checks that the tensors alive at once "
-                "explain every peak before its ratio is set beside the anchors'.",
-                "Byte counts are deterministic (the same on every run and seed): every decision is an "
-                "exact number against declared bounds, and there is no noise floor.",
-                "FlashAttention's 10×/20× were GPU memory footprints including dropout masks and their "
-                "implementation's buffers; our ratio depends on the head size: (3·n·d_k + n²)/(4·n·d_k + "
-                "n) per head.",
-                f"The fused and explicit paths give the same gradients up to {grads:.2g} (float32)."
+            caveats=self.caveats(
+                p,
+                gradients=f"The fused and explicit paths give the same gradients up to {grads:.2g} (float32)."
                 if grads is not None
                 else "Gradients were not compared.",
-                "The hand formulas follow the kernel that ran (recorded per row): CUDA's kernels also keep "
-                "their random-number state (16 or 24 bytes) and the memory-efficient one pads the "
-                "log-sum-exp rows to a multiple of 32, as read from their saved tensors on an H100. In an "
-                "earlier full-profile run there (bfloat16, cuDNN's kernel chosen by default), the "
-                "sub-verdicts were the default profile's on the CPU except two: peak held (the fused peak's "
-                "exponent 1.000 over n = 1,024–16,384, where on the CPU a constant working set bends it "
-                "below 1 at the default profile's sizes), and peak-live failed in its explicit cells, at "
-                "1.35× three n×n tensors. Read op by op from the CUDA allocator on an H200 (float32 and "
-                "bfloat16, n = 2,048 and 4,096), the fourth n×n tensor is a buffer that softmax's backward "
-                "kernel allocates while it writes dS, with P and dP alive: the explicit peak was 4.03 and "
-                "4.02 n×n tensors (4.28 with the bfloat16 causal mask). On CUDA the live set counts it.",
-                "In the library, padding masks (and prefilling a KV cache in chunks) pass a mask tensor to "
-                "SDPA; only the unpadded causal case uses is_causal. Training with padding therefore keeps "
-                "an n×n float mask per batch element for backward.",
-            ],
+            ),
         )
 
 

@@ -286,41 +286,15 @@ class GQAThroughput(Experiment):
                 "aa_noise_bound_log": [min(aa), max(aa)] if aa else None,
                 "declared_backend": "sdpa",
             },
-            caveats=[
-                f"Decoding is timed on one CPU thread (the read bandwidth too, {bw:.1f} GB/s); the papers' "
-                "5–12× come from accelerators, where the arithmetic that MQA leaves (every query head still "
-                "scores every cached key) is cheap next to memory traffic. On a CPU core the skinny "
-                "matrix-vector products of attention run slowly, so MQA's speed-up can saturate below the "
-                "byte ratio (table 'decode_summary' sets the two side by side). The byte model counts only "
-                "compulsory reads; the weights may partly be served "
-                "from the cache.",
-                "Timings share the machine with whatever else runs; variants are interleaved within each "
-                "cell so that drift hits them alike. Each cell's A/A pair (MHA at sdpa timed twice in the "
-                "same rounds) is the noise floor of its sdpa comparisons"
-                + (f" (largest |CI bound| on log time {min(aa):.3f}–{max(aa):.3f})" if aa else "")
-                + "; no A/A copy was timed at explicit, so its comparisons have none.",
-                "On a GPU a decoding step launches a few kernels per layer, and eager, their launch overhead "
-                "rather than the bytes read sets its time: in an earlier run on an H100 the full profile's "
-                "32 greedy steps took 0.25 s eager and 0.045 s replayed from a CUDA graph at batch 1, "
-                "context 512 (MHA and MQA alike), and 0.21 s against 0.07 s for MQA at batch 64, context "
-                "4,096, where MHA, bound by its 35 GB cache, took 0.41 s either way. On CUDA every decoder "
-                "call is therefore timed replayed from a graph (records: 'cuda_graph'); cells still below "
-                "half the read bandwidth are left out of the tracking sub-claims by the memory-bound rule. "
-                "Where the weights and caches of every K/V head count do not fit the GPU together, each head "
-                "count is timed in its own rounds (record 'memory').",
-                "Both backends were timed in every cell (table 'backends'); reading each variant at its "
-                "faster backend, as the previous analysis did, chose the backend on the rounds then tested.",
-                "Shazeer's MQA widened the FFN to keep the parameter count, which would keep prefill and "
-                "training times level; the decoding models here were not widened, so those phases lose "
-                "MQA's share of the parameters.",
-                "Quality is measured on small character LMs ("
-                + ", ".join(f"d = {d}, {L} layers" for d, L in p["scales"])
-                + f"; {p['sweep_steps']} steps, {len(p['tuned_seeds'])} fresh seeds); the conversion is "
-                f"uptrained for {max(1, round(p['uptrain_frac'] * p['sweep_steps']))} steps "
-                f"({p['uptrain_frac']:.0%} of pre-training, Ainslie et al.'s share), so its numbers describe "
-                f"this scale. The fixed-rate design (d = {p['lm_d_model']}, {p['steps']} steps, "
-                f"{len(p['seeds'])} seeds, one rate) is reported beside it.",
-            ],
+            caveats=self.caveats(
+                p,
+                aa_range=f" (largest |CI bound| on log time {min(aa):.3f}–{max(aa):.3f})" if aa else "",
+                bw=bw,
+                n_seeds=len(p["seeds"]),
+                n_tuned=len(p["tuned_seeds"]),
+                scale_list=", ".join((f"d = {d}, {L} layers" for d, L in p["scales"])),
+                uptrain_steps=max(1, round(p["uptrain_frac"] * p["sweep_steps"])),
+            ),
         )
 
 

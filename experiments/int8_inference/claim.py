@@ -152,19 +152,7 @@ class Int8Inference(Experiment):
                 "engines": engines,
                 "tutorial_speedup": TUTORIAL_SPEEDUP,
             },
-            caveats=[
-                "Quantisation is post-training and dynamic, as in PyTorch's BERT tutorial, not Q8BERT's "
-                "quantisation-aware fine-tuning; only the Linear layers are quantised (the LM head with "
-                "them, untied from the float32 embedding it shares in the float32 model).",
-                f"Quantised kernels run on the CPU only (engine: {', '.join(engines)}): on the GPU profile "
-                "the models train on the GPU and every copy, the float32 reference included, is read and "
-                "timed on the CPU.",
-                "The timed models carry initial weights, not trained ones: a kernel's time does not depend "
-                "on the values. Timing covers one forward pass of whole windows (no KV cache, no decoding).",
-                "Quality is the next-character loss of small character LMs on held-out Shakespeare, where "
-                "Q8BERT and the tutorial read fine-tuned BERT-base's GLUE and SQuAD scores; a loss change "
-                "within the margin is what this setup shows, not the size of a downstream score change.",
-            ],
+            caveats=self.caveats(p, engine_list=", ".join(engines)),
         )
 
 

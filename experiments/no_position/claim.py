@@ -154,24 +154,7 @@ class NoPosition(Experiment):
                 "lr_choices": t["choices"].to_dict("records"),
                 "probe_layers": layers.to_dict("records"),
             },
-            caveats=[
-                "The probe is linear in the hidden state and predicts the position itself: a model may hold "
-                "position in a form a linear map does not read (a function of 1/t, say), so a low gain "
-                "bounds what a linear read-out finds, not what the model knows. A positive gain, in turn, is "
-                "absolute position, not order: a one-layer model without positions can count its prefix and "
-                "still be blind to its order (the prefix check).",
-                "Training windows start anywhere in the text and carry no beginning-of-sequence token, which "
-                "Kazemnejad et al.'s construction of absolute position uses; what position a NoPE model "
-                "finds here comes from the causal mask alone.",
-                "Character LMs at "
-                + ", ".join(f"d = {d}, {L} layers" for d, L in p["scales"])
-                + f" and a one-layer control at d = {p['control'][0]}, {p['steps']} steps of "
-                f"{p['seq_len']}-character windows, where Haviv et al. trained 125M–1.3B-parameter models on "
-                "subwords; whether NoPE's gap closes with scale is beyond this run.",
-                "Every arm uses Vaswani et al.'s parametrisation (token embeddings scaled by √d, learned "
-                "positions at the sinusoidal table's scale; `sinusoidal_relative`), so no arm starts with "
-                "its positions drowned by, or drowning, its tokens.",
-            ],
+            caveats=self.caveats(p, scale_list=", ".join((f"d = {d}, {L} layers" for d, L in p["scales"]))),
         )
 
 

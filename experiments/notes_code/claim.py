@@ -142,29 +142,12 @@ class NotesCode(Experiment):
                 "learn_margin": LEARN_MARGIN,
                 "lr_choices": t["choices"].to_dict("records"),
             },
-            caveats=[
-                "The snippets are restated by their behaviour, not run from the notes' text: as printed, "
-                "both of 000's blocks also mix tab and space indentation, which Python 3 refuses to compile "
-                "(TabError) before any error measured here; 004's encoder and decoder layers call a "
-                "feed-forward class the note never defines.",
-                "Whether a snippet runs depends on the device; this run's was "
-                f"{view.device(runs)}. On a torch without CUDA, 004 §attention's .cuda() fails; on a GPU it "
-                "runs, while 004 Bert Q2's layers, built on the CPU, then meet a GPU input (the full "
-                "profile, on a GPU, records both).",
-                "000's copy helper is bound, where the change lets it run, as deep copies of one linear "
-                "layer (the Annotated Transformer's definition, which the note's code follows): its four "
-                f"projections then start equal ({view.equal_init(runs)} here) until they are re-initialised "
-                "or trained apart.",
-                "004's attention scales by the module-level d_k rather than the query's size: right only "
-                "while the settings match the tensors (they do here and in the note).",
-                "Leaving the output projection out (001 <4.7>, reported) changed the held-out loss by "
-                f"{view.gap(t['tuned'], 'no_wo')} nats/char against the fix here: with d = h·d_k the next "
-                "layer's projections can absorb a linear map, though the heads then enter the residual "
-                "stream unmixed; what it does at a larger scale or over longer training is not measured.",
-                f"Training: a {p['scales'][0][0]}-wide, {p['scales'][0][1]}-block character LM, "
-                f"{p['steps']} steps, post-LN as the notes' modules are; what a defect costs at this scale, "
-                "not at BERT's.",
-            ],
+            caveats=self.caveats(
+                p,
+                device=view.device(runs),
+                equal_init=view.equal_init(runs),
+                no_wo_gap=view.gap(t["tuned"], "no_wo"),
+            ),
         )
 
 

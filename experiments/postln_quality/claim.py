@@ -151,18 +151,9 @@ class PostlnQuality(Experiment):
                 "lr_choices": t["choices"].to_dict("records"),
                 "diverged_runs": int(len(diverged)),
             },
-            caveats=[
-                f"Character LMs of width {p['scales'][0][0]} at depths "
-                + " and ".join(str(L) for _, L in p["scales"])
-                + f", {p['steps']} steps: the anchors' evidence is BLEU of translation models of six and "
-                "more layers trained to convergence on corpora of 10⁵ sentence pairs and more, whose 'small "
-                "data' is still far larger than either subset here.",
-                "Both placements train with the shared recipe's linear warm-up (10% of the steps) and an "
-                "untied output head; postnorm_warmup tests what Post-LN does without warm-up.",
-                "No dropout and no early stopping: 'final' is the loss at the last step, so a placement that "
-                "overfits late is charged for it.",
-                "Runs that diverged (dropped from the comparisons): " + (failed or "none") + ".",
-            ],
+            caveats=self.caveats(
+                p, depths=" and ".join((str(L) for _, L in p["scales"])), failed_or_none=failed or "none"
+            ),
         )
 
 

@@ -190,25 +190,14 @@ class RMSNormSpeed(Experiment):
                 "copy_bandwidth": v["bw"],
                 "step_savings": v["sdf"].filter(regex="d_model|saving").to_dict("records"),
             },
-            caveats=[
-                f"CPU timings (torch {v['torch']}, {v['threads']} intra-op thread(s) for timing, to keep a "
-                "busy neighbouring process from stalling a thread barrier). Which kernels run depends on the "
-                "PyTorch version and device (see the kernel table): this compares these implementations, not "
-                "the two algorithms' lower bounds; on a GPU both norms are memory-bound and the share of a "
-                "step spent in them differs.",
-                "Timing comparisons pair the rounds of one interleaved call and treat rounds as independent; "
-                "rounds taken seconds apart share slow drifts of the machine's load, which the A/A pair "
-                "beside each cell measures (its largest |95% CI bound| is that cell's noise floor). A round "
-                f"taken while a large copy ran below {CONTENDED:.0%} of its call's median bandwidth is "
-                "dropped from every implementation (the tables say how many rounds each cell kept).",
-                f"Small models (d_model {p['d_model']}, {p['n_layers']} layers, {p['steps']} steps, "
-                f"{len(p['seeds'])} seeds) for the quality comparison; the anchors trained to convergence. "
-                f"Equivalence within ±{QUALITY_MARGIN} nats is what this setup can show; no positive control "
-                "checks that it would detect a quality difference of that size.",
-                fused if p["fused"] else "This profile leaves out the fused (torch.compile) family.",
-                "Timings were taken interleaved to spread background load over all variants; absolute times "
-                "vary with the machine's load, the ratios less.",
-            ],
+            caveats=self.caveats(
+                p,
+                fused_text=fused
+                if p["fused"]
+                else "This profile leaves out the fused (torch.compile) family.",
+                n_seeds=len(p["seeds"]),
+                versions=v,
+            ),
         )
 
 
