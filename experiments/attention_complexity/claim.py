@@ -133,41 +133,6 @@ def _cells(p: dict) -> dict:
     return {k: tuple(v) for k, v in out.items()}
 
 
-def _caveats(p: dict) -> list[str]:
-    """What the verdict does not show, and why."""
-    return [
-        "One CPU thread, batch 1 (on a GPU the full profile runs enough sequences per call that batch "
-        "× heads × n reaches 2^17 query rows, and times per sequence), float32, no autograd; other "
-        "processes may add noise (the A/A "
-        "pairs show what timing noise alone gives). On a GPU, fused kernels and tensor cores move "
-        "every crossover.",
-        "The FLOP convention counts matmuls only. The softmax and the reads and writes of the n×n "
-        "matrix are O(h·n²) and not in the count; they are why the explicit path costs more than "
-        "its FLOPs suggest, and why head count changes time (at small head size the per-entry "
-        "softmax work and the traffic of the h·n² scores, not the n²·d multiply-adds, set the "
-        "time).",
-        "Causal attention: the MATH and explicit paths compute all n² scores and mask them (no "
-        "FLOPs saved, as counted); the fused CPU kernel with is_causal skips masked blocks, which "
-        "this claim's timings (non-causal) do not use.",
-        "An exponent is fitted in each timing round (rounds are timed across all sizes in turn, so "
-        f"a change of machine speed between rounds does not bend it) and the {p['repeats']} rounds "
-        "are the units of the test; the exponents table also gives one fit over every repeat.",
-        "The n and d exponents are judged over the sizes whose working set fits the last-level cache "
-        "(the algorithm); where the explicit path's S and P no longer fit, every score is written to "
-        "and read back from DRAM, and the exponent there (reported) carries the memory system. The "
-        "cache size is read from the operating system (sysfs; a GPU's L2 from its properties); on a "
-        "virtual machine it is the host's, shared with the other cores and processes, so the boundary "
-        "is approximate within a factor of two, which is why the two ranges are fitted apart rather "
-        "than one size dropped.",
-        "Fits use the sizes where QKᵀ+PV hold ≥ 80% of the counted FLOPs; below that the exponent "
-        "is lower because the projections and FFN (linear in n) weigh in, which the FLOP-predicted "
-        "exponent (the reference) accounts for.",
-        "FLOP counts and the crossover are exact checks of deterministic numbers: they have no "
-        "noise floor. The A/A floor gates the heads comparisons: equivalence is shown by the TOST, "
-        "and a ratio outside the margin but within the floor is undecided.",
-    ]
-
-
 class AttentionComplexity(Experiment):
     claim_id = "attention_complexity"
     title = "Self-attention costs O(n²·d); multi-head costs the same as one head"
@@ -297,7 +262,7 @@ class AttentionComplexity(Experiment):
                     "gpt2_per_token": tab["gpt2"].to_dict("records"),
                 }
             ),
-            caveats=_caveats(p),
+            caveats=self.caveats(p),
         )
 
 

@@ -215,7 +215,7 @@ class EmbeddingScale(Experiment):
                 "var_scaled_xavier": xs["var_table"].tolist(),
                 "lr_choices": t["choices"].to_dict("records"),
             },
-            caveats=view.caveats(p),
+            caveats=self.caveats(p, **view.caveat_facts(p)),
         )
 
 

@@ -104,37 +104,15 @@ def generate_grid(p):
     return [{"gen_ns": p["gen_ns"], "prompt": p["prompt"], **base, "repeats": p["gen_repeats"]}]
 
 
-def _caveats(p: dict, reached: str, mech, floor) -> list[str]:
-    """What the verdict does not show, and why; `mech` is the mechanism's comparison and `floor` the A/A
-    pair's largest |CI bound| (None: none)."""
-    return [
-        f"The exponents come from a small model (d = {p['d_model']}, {p['n_layers']} layers) on one "
-        "CPU thread, batch 1, whose cached step is dominated by fixed costs (projections, FFN, head, "
-        "per-operation overhead): its exponent below 1 cannot tell O(1) from O(n), so it is "
-        "reported, not counted; linearity is judged on the larger model whose cache outgrows the "
-        "last-level cache.",
-        "The mechanism's prediction divides by the rate at which one core streams a large tensor "
-        "through a sum (bytes read, nothing written), since a cached step only reads its cache. The "
-        f"step reaches {reached} of that rate (table 'achieved cache read'; measured b ÷ predicted b "
-        f"{mech.diff if mech.diff is not None else float('nan'):.2f}): attention reads K and V head by "
-        "head in matrix-vector products, which stream less efficiently than a sum; the declared band "
-        "0.5–2 bounds that factor. On a GPU the band may not hold: in an earlier full-profile run on an "
-        "H100 (steps eager, float32, batch 1) the cached step at 65,536 positions read its 8.6 GB cache "
-        "in 50 ms, 172 GB/s against the 3.05 TB/s a sum reads, since SDPA gives one query row only "
-        "batch × heads = 8 thread blocks (no split over the keys, as flash-decoding kernels do), and "
-        "the step stayed linear in n. On CUDA the steps are now timed replayed from CUDA graphs "
-        "(records: 'cuda_graphs'), which removes launch overhead, not that limit.",
-        "The uncached step uses the fused causal kernel, which skips the masked half of the scores; "
-        "counted FLOPs follow the no-discount convention (the MATH kernel computes every score).",
-        "The uncached forward computes logits at every position, as `LM.generate(use_cache=False)` "
-        "does; a tuned implementation would project only the last position, which changes a "
-        "constant, not the n² term.",
-        f"The timing noise floor is the A/A pair at n = {max(p['ns'])} (cached step timed twice in "
-        f"the same rounds: log-ratio within ±{floor or float('nan'):.3g}); it floors the "
-        "cached-vs-uncached comparison at every n. The exponents and the linear slope have no "
-        "separate floor: their spread over rounds is in their CI. The counting and memory checks are "
-        "exact and have no noise floor.",
-    ]
+def _caveat_facts(p: dict, reached: str, mech, floor) -> dict:
+    """The numbers the caveats (claim.md) are filled with; `mech` is the mechanism's comparison and `floor`
+    the A/A pair's largest |CI bound| (None: none)."""
+    return {
+        "floor_value": floor or float("nan"),
+        "mech_diff": mech.diff if mech.diff is not None else float("nan"),
+        "n_max": max(p["ns"]),
+        "reached": reached,
+    }
 
 
 class KVCacheClaim(Experiment):
@@ -285,7 +263,7 @@ class KVCacheClaim(Experiment):
                 "logit_tol": LOGIT_TOL,
                 "slope_band": list(SLOPE_BAND),
             },
-            caveats=_caveats(p, reached, mech, floor),
+            caveats=self.caveats(p, **_caveat_facts(p, reached, mech, floor)),
         )
 
 

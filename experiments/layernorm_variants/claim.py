@@ -89,29 +89,9 @@ def null_grid(p):
     return [swap_config(p, std, "torch", s + NULL_OFFSET, null=True) for std in PAIRS for s in p["seeds"]]
 
 
-def caveats(p: dict, stars: dict, notes: dict, same: dict) -> list[str]:
+def caveat_facts(p: dict, stars: dict, notes: dict, same: dict) -> dict:
     shift = {s: 0.5 * math.log10(p["eps"] / NOTES_EPS[s]) for s in PAIRS}
-    return [
-        "σ* scales with √eps when both layers use the same eps (the eps term competes with σ², so the "
-        "crossover sits near σ ∝ √eps): at the notes' own 1e-6 (LayerNorm) and 1e-8 (RMSNorm) it would move "
-        f"down by {shift['layer']:.1f} and {shift['rms']:.1f} orders of magnitude from eps = {p['eps']:g} "
-        f"(closed form at d = {p['d_model']}: LN {same['layer']:.2g}, RMS {same['rms']:.2g}, from "
-        f"{stars['layer']:.2g} and {stars['rms']:.2g}). Against torch's default eps = {p['eps']:g} inside "
-        "the root, though, the larger eps sets the crossover: the notes' layers at their own eps differ "
-        f"from torch's by more than 1% below σ* = {notes['layer']:.2g} (LN) and {notes['rms']:.2g} (RMS), "
-        "about where the same-eps comparison puts it.",
-        f"The swap margin ±{SWAP_MARGIN:g} nats/char was fixed before running; the swap measures the "
-        "formula's effect on fixed trained weights, which is what loading a checkpoint into the other "
-        "implementation does. It does not say how training itself responds to the formula (the model can "
-        "adapt its gains to a constant factor such as sqrt((d−1)/d)); the retraining comparison beside it "
-        "is context only, read against its own noise floor (the sub-claim's detail).",
-        "bf16 here means the whole model cast to bfloat16 on this device's kernels (torch's fused layers "
-        "accumulate in float32 internally, the hand-written formulas round each intermediate to bf16); "
-        "mixed-precision autocast, which keeps norms in float32, would show less.",
-        f"Small models and short training ({p['steps']} steps, d_model = {p['d_model']}, {p['n_layers']} "
-        f"layers, {len(p['seeds'])} seeds); activations in deeper or longer-trained models, or in fp16, may "
-        "reach smaller scales.",
-    ]
+    return {"n_seeds": len(p["seeds"]), "notes": notes, "same": same, "shift": shift, "stars": stars}
 
 
 class LayerNormVariants(Experiment):
@@ -228,7 +208,7 @@ class LayerNormVariants(Experiment):
             result,
             key_number=key,
             summary=summary,
-            caveats=caveats(p, stars, notes, same),
+            caveats=self.caveats(p, **caveat_facts(p, stars, notes, same)),
             evidence={
                 "width_effect": 1 - math.sqrt((d - 1) / d),
                 "sigma_star": stars,

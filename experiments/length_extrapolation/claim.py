@@ -118,28 +118,19 @@ class LengthExtrapolation(Experiment):
         evidence = {"learn_margin": LEARN_MARGIN, "works_margin": WORKS_MARGIN, "kept_tolerance": KEPT_TOL,
                     "lr_choices": t["choices"].to_dict("records")}  # fmt: skip
         summary = f"{key}. {view.at_twice(t, p)}"
-        return verdict_from(result, key_number=key, summary=summary, caveats=caveats(p), evidence=evidence)
+        return verdict_from(
+            result,
+            key_number=key,
+            summary=summary,
+            caveats=self.caveats(p, **caveat_facts(p)),
+            evidence=evidence,
+        )
 
 
-def caveats(p: dict) -> list[str]:
+def caveat_facts(p: dict) -> dict:
     n, T = max(p["mults"]), p["seq_len"]
     sizes = ", ".join(f"d = {d}, {L} layers" for d, L in p["scales"])
-    return [
-        f"Small scale: character LMs ({sizes}) trained for {p['steps']} steps at T = {T}, evaluated up to "
-        f"{n}T = {n * T} characters; Press et al. trained subword LMs of 247M to 1.3B parameters at 512 to "
-        "3,072 tokens.",
-        "The loss at n× is the mean over a whole window of n·T characters, its first T positions included, "
-        "as Press et al. score a window; the per-position curves show where within the window a model loses.",
-        "All arms use sinusoidal_relative's parametrisation (tokens drawn N(0, 1/d), scaled by √d; learned "
-        "rows stored at N(0, 1/(2d)) and scaled by √d); ALiBi and RoPE add nothing to the tokens.",
-        f"The extension's training is short ({p['ft_steps']} steps at 2T, {p['ft_factor']:g}× the arm's "
-        "chosen peak rate, warm-up and decay as in the recipe) and the same for both tables; rows beyond 2T "
-        "are never trained, so the 4× and 8× losses of the trained extensions are reported, not claimed.",
-        "The works sub-claim compares the extended model over 2T windows with the same model, unextended, "
-        "over T windows: the extra training itself may lower the loss, and the longer context may too.",
-        "RoPE's comparisons with ALiBi and the sinusoids are reported, not counted: the notes do not mention "
-        "it. Note 004's other point, that learned tables need more parameters and data, is not tested here.",
-    ]
+    return {"T": T, "n": n, "sizes": sizes, "tokens": n * T}
 
 
 if __name__ == "__main__":

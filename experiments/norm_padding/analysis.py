@@ -456,61 +456,20 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     )
 
 
-def caveats(p: dict, null_offset: int) -> list[str]:
+def caveat_facts(p: dict, null_offset: int) -> dict:
     def widths(setting: str) -> str:
         ds = p["scales"] if setting in p["scale_settings"] else p["scales"][:1]
         return " and ".join(f"d = {d}" for d in ds)
 
-    return [
-        f"Setting differs from the anchors: a character LM and a masked LM ({p['n_layers']} layers, d = "
-        f"{p['d_model']}, {p['steps']} steps; pre-norm, and post-norm, the anchors' placement, in some "
-        "fixed-rate cells) instead of an encoder-decoder translation model trained to convergence.",
-        "Tuned (each norm at its own best rate): a at "
-        + widths("lines")
-        + ", b at "
-        + widths("enc-windows")
-        + f". The other comparisons are at one rate ({p['lr']:g}), as the previous design's."
-        + (
-            ""
-            if "lines" in p["scale_settings"]
-            else " A second width for the padded lines (about 25 more minutes on two cores) "
-            "does not fit the default profile's budget."
-        ),
-        "Batch size is counted in lines; BatchNorm's statistics pool every position of the batch (hundreds "
-        "to thousands of tokens), far more samples than a vision batch, so 'small batch' here is small in "
-        "lines, not in positions.",
-        "In a causal LM, train-mode BatchNorm lets an output see later tokens through the batch statistics; "
-        "training can exploit that leak and eval mode (running statistics, the reported validation loss) "
-        "cannot, so a train/inference gap or a small-batch effect of such a BN mixes the leak with what the "
-        "notes claim. The counted comparisons avoid it: a compares two BNs that leak alike, b is read in a "
-        "bidirectional masked LM (nothing to leak: the targets are masked in the input), c and d use BN with "
-        "causal statistics (position t normalised over positions ≤ t of the batch). The leaky versions are "
-        "reported beside them (b-leaky, c-leaky, d-leaky).",
-        "BN with causal statistics is a leak-free stand-in, not a standard layer: its early positions pool "
-        "fewer tokens (the batch size at t = 0). The previous design's leak-free arm (each batch normalised "
-        "with the previous batch's statistics, no gradient through them) learned in 0 of 5 seeds in both "
-        "settings and is replaced.",
-        "The masked LM masks 15% of real characters (all replaced by a mask token; no 80/10/10) and is read "
-        "on the masked characters only, against the same unigram level as the causal LM. It sees about a "
-        "sixth of the causal LM's targets per step, so at these step counts it is early in training, where "
-        "the norm that leaves the unigram plateau first can win; training to convergence may rank the norms "
-        "differently.",
-        "PowerNorm follows the authors' released code (group scaling per head makes its forward pass "
-        "per-token; after the warm-up it uses running statistics only), with the two pad-related "
-        "departures stated in `experiments.norm_padding.powernorm`.",
-        "No positive control detects an effect of the margin's size in the fixed-rate cells, so a cell "
-        "equivalent within the margin counts as undecided, never as refuting; a tuned comparison refutes "
-        "only where its fixed-rate control saw the claimed effect beyond the margin.",
-        f"The null pair (LN at seeds + {null_offset}) floors the eval-mode loss in each declared null cell "
-        "(a cell without one has no floor) and the tuned comparisons of its setting; LN's smallest − largest "
-        "batch difference floors the small-batch interaction. The train/inference gap has none (both "
-        "readouts come from one run); the fluctuation comparison is unpaired, its seed spread is its noise.",
-        "The invariance and leak probes are exact float64 numbers: the identities the library relies on "
-        "(LN, eval mode, masked pads, causal statistics) are checks that stop the claim if they fail; BN's "
-        "dependence on pads and its leak are effects against bounds, reported beside the verdict.",
-        "The window models' validation loss is on windows, not lines, and the masked LM's on masked "
-        "characters: neither is comparable with the line models.",
-    ]
+    return {
+        "enc_widths": widths("enc-windows"),
+        "line_widths": widths("lines"),
+        "null_offset": null_offset,
+        "second_width": ""
+        if "lines" in p["scale_settings"]
+        else " A second width for the padded lines (about 25 more minutes on two cores) does not fit the "
+        "default profile's budget.",
+    }
 
 
 # ---------------------------------------------------------------------------- tables

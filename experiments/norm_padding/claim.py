@@ -451,7 +451,7 @@ class NormPadding(Experiment):
                 "invariance": inv,
                 "lr_choices": t["choices"].to_dict("records"),
             },
-            caveats=view.caveats(p, NULL_OFFSET),
+            caveats=self.caveats(p, **view.caveat_facts(p, NULL_OFFSET)),
         )
 
 

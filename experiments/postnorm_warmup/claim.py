@@ -335,7 +335,7 @@ class PostnormWarmup(Experiment):
                 f"identity share falls by q = {found['post_identity_factor']:.2f} per sublayer (note: 0.5)."
             ),
             evidence={"unigram_xent": U, **NUMBERS, **found, "lr_choices": t["choices"].to_dict("records")},
-            caveats=view.caveats(p, deep, NULL_OFFSET),
+            caveats=self.caveats(p, **view.caveat_facts(p, deep, NULL_OFFSET)),
         )
         for s in v.sub_verdicts:
             s.detail += view.extra_detail(s.id, t, sig, deep)

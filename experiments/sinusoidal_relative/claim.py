@@ -98,40 +98,11 @@ LEARNED_NOTE = (
 )
 
 
-def caveats(p: dict) -> list[str]:
-    return [
-        "The identity is exact mathematics; the measurement checks the library's table and the construction "
-        "of M_k, limited by the float32 rounding of the table's entries. Its checks are deterministic (no "
-        "seeds, no noise floor).",
-        "Linearity of PE(p+k) in PE(p) does not by itself make a model use relative positions: after the "
-        "token embedding is added and the sum is normalised and projected, attention sees "
-        "(x+PE(p))ᵀW_qᵀW_k(y+PE(q)), and the position–position term is relative only if W_qᵀW_k commutes "
-        "with the rotations M_k, which training has to find. The offset-only share measures how far it did, "
-        "for that term alone: content terms, token–position cross terms, LayerNorm's per-token scale and "
-        "later layers are left out, and a model may reach relative attention through them too.",
-        "Every trained arm uses Vaswani et al.'s parametrisation (tokens drawn N(0, 1/d) and scaled by √d; "
-        "learned positions stored at N(0, 1/(2d)) and scaled by √d), so that position rows start at 1/√2 the "
-        "length of token rows in both additive arms (checked per run). With this recipe's default N(0, 0.02) "
-        "tokens the sinusoidal table would start 4.4× longer than tokens and a learned table 8× shorter.",
-        "RoPE's offset-only share is 1 by construction (its content-free logits are one query and one key, "
-        "rotated): it checks the measure and is not a finding. NoPE has no position logits.",
-        f"Learned embeddings have rows only for the T = {p['seq_len']} trained positions: that arm is built "
-        "with max_seq_len = T and its 2× and 4× cells are not applicable, not failures. The other arms hold "
-        f"no trainable position parameters, so building them with max_seq_len = {max(p['mults'])}T changes "
-        "neither their parameters nor their training (a test checks this).",
-        "Longer windows bring two new things: absolute positions never trained on, and distances never "
-        "trained on. RoPE meets only the second, so the comparison with RoPE isolates the first; the moved "
-        "window (T characters placed at T or 3T) has no new distance at all and shows the sinusoidal "
-        "model's reliance on absolute position directly.",
-        f"Small scale: character LMs at {', '.join(f'd = {d}, {n} layers' for d, n in p['scales'])}, "
-        f"{p['len_steps']} steps at T = {p['seq_len']}; larger models, trained longer, may learn more "
-        "relative structure, and the original paper's hypothesis concerned translation models.",
-        f"The learned-table part trains as long as the length part ({p['len_steps']} steps) over "
-        f"{p['pe_len']} positions at the learned arm's chosen rate; the learning-rate schedule decays to a "
-        "tenth, so a table that stops changing at the end may be frozen rather than converged.",
-        f"The copy task uses random sequences over {p['copy_symbols']} symbols at the first scale only; each "
-        "(arm, k) chooses its rate on one selection seed.",
-    ]
+def caveat_facts(p: dict) -> dict:
+    return {
+        "mult_max": max(p["mults"]),
+        "scale_list": ", ".join((f"d = {d}, {n} layers" for d, n in p["scales"])),
+    }
 
 
 class SinusoidalRelative(Experiment):
@@ -312,7 +283,7 @@ class SinusoidalRelative(Experiment):
             result,
             key_number=key,
             summary=summary,
-            caveats=caveats(p),
+            caveats=self.caveats(p, **caveat_facts(p)),
             evidence={
                 "tolerance": TOL,
                 "check_tolerance": CHECK_TOL,

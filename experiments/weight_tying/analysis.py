@@ -353,23 +353,10 @@ def overfitting(t: dict, p: dict) -> str:
     )
 
 
-def caveats(p: dict, tok: dict, t: dict) -> list[str]:
-    return [
-        overfitting(t, p),
-        f"Byte-level BPE trained on the training works: V = {tok['vocab_size']}, "
-        f"{tok['chars_per_token']:.2f} "
-        "characters per token on the validation works. GPT-2 uses V = 50257 and d = 768; here V·d is a "
-        "similar share of the model, but the model is 10^2–10^3 times smaller.",
-        f"One pass: {p['steps']} steps of {p['batch']} × {p['seq_len']} tokens (about "
-        f"{p['steps'] * p['batch'] * p['seq_len'] / 1e6:.2f}M tokens, under one epoch), no dropout. Small "
-        f"data: the first {p['subset_tokens']:,} training tokens for the same steps, dropout "
-        f"{p['dropout']:g} on the embeddings and each sublayer's output; the anchors' LSTMs on Penn Treebank "
-        "(929k tokens, V = 10k, 40 epochs) see far more tokens per vocabulary entry.",
-        "Scales: " + ", ".join(f"d = {s['d_model']}, {s['n_layers']} layers" for s in scales(p)) + " (the "
-        "second has over 4× the parameters of the first in both arms); the fixed-rate design is at d = "
-        f"{p['d_model']}, {p['n_layers']} layers.",
-        "The untied head starts at the embedding's init scale (normal, std 0.02), so the arms differ only in "
-        "sharing; the parameter-matched arm spends the V·d extra parameters in the FFN instead.",
-        "Steps to target are compared by a log-rank test (unpaired; a run that never reaches the target is "
-        "censored): the difference is of restricted mean steps.",
-    ]
+def caveat_facts(p: dict, tok: dict, t: dict) -> dict:
+    return {
+        "overfitting": overfitting(t, p),
+        "scale_list": ", ".join(f"d = {s['d_model']}, {s['n_layers']} layers" for s in scales(p)),
+        "tok": tok,
+        "tokens_m": p["steps"] * p["batch"] * p["seq_len"] / 1e6,
+    }

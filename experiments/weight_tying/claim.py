@@ -210,7 +210,7 @@ class WeightTying(Experiment):
                 "lr_choices": t["choices"].to_dict("records"),
                 "epochs_small_data": view.epochs(t),
             },
-            caveats=view.caveats(p, tok, t),
+            caveats=self.caveats(p, **view.caveat_facts(p, tok, t)),
         )
 
 
