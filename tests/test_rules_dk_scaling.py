@@ -70,11 +70,10 @@ def train_metrics(final, seed, n_layers):
 def records(train, logit=None, *, params=P, qknorm=None, by_rate=None, **mc):
     """train(dk, scaled, seed) -> final validation loss before the shared jitter (the training part, the null
     pair and the learning-rate sweep, whatever the rate); logit(s, seed) -> that of the logit part's arm with
-    initial logit std s (default: the scaled arm at ref_dk, i.e. no effect of the logit scale); qknorm(lr,
-    seed)
-    -> the unscaled qk-layernorm arm's (default: as unscaled); by_rate(part, scaled, lr, seed), when given,
-    sets every training run's loss instead; `mc` goes to mc_rows. The staged grid grows as the runner grows
-    it."""
+    initial logit std s (default: the scaled arm at ref_dk, i.e. no effect of the logit scale);
+    qknorm(lr, seed) -> the unscaled qk-layernorm arm's (default: as unscaled); by_rate(part, scaled, lr,
+    seed), when given, sets every training run's loss instead; `mc` goes to mc_rows. The staged grid grows as
+    the runner grows it."""
     return grown(EXP, params, lambda c: _metrics(c, train, logit, qknorm, by_rate, mc))
 
 

@@ -3,9 +3,9 @@ matched-norm checks (a failure stops the claim); the length part, where each arm
 NoPE) sweeps its learning rate on selection seeds at two scales and is compared at its own chosen rate on
 fresh seeds, gated by the null pair (the sinusoidal arm rerun at seeds + 1000 at the first scale); the copy
 task (per arm and k, swept alike), whose runs that never left the uniform guess are excluded; the
-learned-table sub-claim's guard, convergence gate (a declared cell rule) and thresholds; the staged grid. Then
-the measures
-themselves: the offset-only share in closed form, and the length recipe's pieces on tiny models.
+learned-table sub-claim's guard, convergence gate (a declared cell rule) and thresholds; the staged grid.
+Then the measures themselves: the offset-only share in closed form, and the length recipe's pieces on tiny
+models.
 
 The records grow as the runner grows them (`EXP.grid(p, done)` until it stops changing). Each arm's final loss
 is a bowl around its own best rate (`BEST`, `COPY_BEST`: different arms, different rates); every run away from

@@ -2,15 +2,14 @@
 trained with it, how train mode and eval mode compare (`run_train`).
 
 The trained model's probe, on fixed held-out batches:
-- eval mode's loss; the loss of the probabilities averaged over K dropout masks (MC dropout) for K = 1, 2, 4,
- …;
+- eval mode's loss; the loss of the probabilities averaged over K dropout masks (MC dropout) for K = 1, 2,
+  4, …;
 - at every dropout site (the embedding and each sublayer's output), the mean over the K masks of the
- train-mode
-  output projected on the eval-mode output (⟨mean, eval⟩ / ⟨eval, eval⟩: 1 when eval mode is the expectation);
+  train-mode output projected on the eval-mode output (⟨mean, eval⟩ / ⟨eval, eval⟩: 1 when eval mode is the
+  expectation);
 - the loss without the 1/(1−p) scaling: eval mode with every site's output multiplied by 1/(1−p). A model
- trained
-  with unscaled dropout (whose branch outputs a weight scaling maps onto this one's exactly) sees, uncorrected
-  at inference, activations 1/(1−p) times larger than in training on average; this is that model.
+  trained with unscaled dropout (whose branch outputs a weight scaling maps onto this one's exactly) sees,
+  uncorrected at inference, activations 1/(1−p) times larger than in training on average; this is that model.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ Allocators:
   policy: `max` (the model's maximum length, as systems that pre-allocate do), `pow2` (its true length rounded
   up to a power of two) or `oracle` (exactly its true length, a bound no real system reaches).
 - paged: slots come in blocks of `block` tokens, taken one at a time as a request's tokens need them; a
- request
-  that needs a block when none is free preempts the most recently admitted request (its blocks freed; it is
-  queued again at the front, to recompute its prompt and the tokens it had generated), as vLLM does.
+  request that needs a block when none is free preempts the most recently admitted request (its blocks
+  freed; it is queued again at the front, to recompute its prompt and the tokens it had generated), as vLLM
+  does.
 
 Waste, as Kwon et al. count it: the share of the budget not holding any token's keys and values while requests
 are waiting (the server is saturated): slots reserved but not yet (or never) written, the unwritten tail of

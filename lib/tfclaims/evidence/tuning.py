@@ -313,8 +313,7 @@ class SweepWords:
 def write_sweep_tables(out, choices: pd.DataFrame, curves: pd.DataFrame, words: SweepWords) -> None:
     """A tuned claim's standard tables: `lr_choices` (each arm's chosen rate per cell, whether it sits at an
     end of the sweep, its learning-rate sensitivity) and `lr_sweep` (the selection seeds' loss per cell, arm
-    and
-    rate: the lines of the `lr-sweep` figure; in result.json, not in the report)."""
+    and rate: the lines of the `lr-sweep` figure; in result.json, not in the report)."""
     out.table(
         "lr_choices",
         choices,

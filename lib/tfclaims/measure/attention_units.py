@@ -113,9 +113,9 @@ def hand_bytes(variant: str, B: int, h: int, n: int, dk: int, *, itemsize: int =
               kernel's padding of those rows and its random-number state (`KERNEL_KEEPS`).
     masks:    masked_fill keeps the boolean mask (n×n); the fused kernel keeps the mask converted to q's
     dtype.
-    module:   also the input x (saved by W_q, W_k, W_v: one storage) and the input of W_o (B,n,d); the CPU
-    fused
-              kernel returns its output laid out as (B,n,h,dk), so W_o's input is a view of the kept output.
+    module:   also the input x (saved by W_q, W_k, W_v: one storage) and the input of W_o (B,n,d); the
+              CPU fused kernel returns its output laid out as (B,n,h,dk), so W_o's input is a view of the kept
+              output.
     """
     d, it = h * dk, itemsize
     naive = it * B * h * (3 * n * dk + n * n)
