@@ -30,9 +30,11 @@ def test_a_tuned_claim_writes_the_standard_sweep_tables(path):
     if "lr_choices" in tables:  # both tables, the sweep as data (its figure is in the report)
         assert "lr_sweep" in tables and tables["lr_sweep"]["markdown"] is None
         sweep = pd.read_csv(path.parent / "lr_sweep.csv")
-        assert {"arm", "lr", "seeds", "mean", "min", "max"} <= set(sweep.columns) and len(sweep)
+        assert list(sweep.columns[:6]) == ["scale", "arm", "lr", "seeds", "mean", "min"] and len(sweep)
         chosen = pd.read_csv(path.parent / "lr_choices.csv")
         assert set(chosen.arm.astype(str)) <= set(sweep.arm.astype(str))  # the same arm names in both
+        pairs = lambda df: set(zip(df.scale.astype(str), df.arm.astype(str)))  # noqa: E731
+        assert pairs(chosen) <= pairs(sweep)  # and the same scale labels
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.parent.name)

@@ -10,7 +10,14 @@ from tfclaims.evidence.curves import curve, plot_curves
 from tfclaims.evidence.plots import arm_bands, drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import COMPARISON_COLUMNS, comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import (
+    SweepWords,
+    curve_table,
+    fixed_rate,
+    read_sweep,
+    width_scales,
+    write_sweep_tables,
+)
 
 TRAIN_COLUMNS = tuple(c for c in COMPARISON_COLUMNS if c != "metric")  # one metric: no column for it
 TRAINED = ("train", "logit", "null")
@@ -153,7 +160,7 @@ def dk_steps_text(t: dict) -> str:
 
 def write_sweep(t: dict, p: dict, out) -> None:
     words = SweepWords(per=f"width (at d_k = {p['sweep_dk']})")
-    write_sweep_tables(out, t["choices"], curve_table(t["sweep"], ["arm", "d_model"]), words)
+    write_sweep_tables(out, t["choices"], width_scales(curve_table(t["sweep"], ["arm", "d_model"])), words)
 
 
 @drawing

@@ -10,7 +10,14 @@ from tfclaims.evidence.declare import Readout
 from tfclaims.evidence.plots import arm_bands, drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import (
+    SweepWords,
+    curve_table,
+    fixed_rate,
+    read_sweep,
+    width_scales,
+    write_sweep_tables,
+)
 
 INIT_NAME = {"normal": "N(0, 0.02²)", "xavier": "N(0, 1/d)"}
 TRAINED = ("train", "control", "null")
@@ -125,7 +132,7 @@ def caveat_facts(p: dict) -> dict:
 
 def write_sweep(t: dict, out) -> None:
     write_sweep_tables(
-        out, t["choices"], curve_table(t["sweep"], ["arm", "d_model"]), SweepWords(per="width")
+        out, t["choices"], width_scales(curve_table(t["sweep"], ["arm", "d_model"])), SweepWords(per="width")
     )
 
 

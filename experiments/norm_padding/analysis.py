@@ -12,7 +12,14 @@ from tfclaims.evidence.declare import Cell, Readout, cell
 from tfclaims.evidence.plots import drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, fixed_rate, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import (
+    SweepWords,
+    curve_table,
+    fixed_rate,
+    read_sweep,
+    width_scales,
+    write_sweep_tables,
+)
 from tfclaims.nn.config import ConfigError
 
 from .grid import (  # the design's settings and arms, shared with the run configs
@@ -410,7 +417,7 @@ def summary(t: dict, fl: pd.DataFrame, inv: dict, p: dict, key: str) -> str:
 
 
 def write_sweep(t: dict, out) -> None:
-    curves = curve_table(t["sweep"], ["arm", "d_model"], loss="eval_mixed")
+    curves = width_scales(curve_table(t["sweep"], ["arm", "d_model"], loss="eval_mixed"))
     words = SweepWords(arm="swept arm", per="width", reads="eval-mode validation loss (nats/char)")
     write_sweep_tables(out, t["choices"], curves, words)
 

@@ -16,7 +16,7 @@ from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.plots import drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import loglog_fit, mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, write_sweep_tables
+from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, width_scales, write_sweep_tables
 
 from .grid import deep_warmup
 
@@ -803,7 +803,7 @@ def sweep_curves(t: dict) -> pd.DataFrame:
 
 
 def write_sweep(t: dict, curves: pd.DataFrame, p: dict, out) -> None:
-    write_sweep_tables(out, t["choices"], curves, SweepWords(per="width"))
+    write_sweep_tables(out, t["choices"], width_scales(curves), SweepWords(per="width"))
 
 
 @drawing

@@ -242,6 +242,13 @@ def sweep_table(
     return out[["scale", "arm", *[c for c in out.columns if c not in ("scale", "arm")]]]
 
 
+def width_scales(curves: pd.DataFrame, width: str = "d_model") -> pd.DataFrame:
+    """A `curve_table` of a sweep whose scales are widths, in the `lr_sweep` schema: the width as the scale
+    label `d<width>` (as `lr_choices` names it) in a column `scale`, then `arm`, then the rest."""
+    out = curves.assign(scale=[f"d{w}" for w in curves[width]]).drop(columns=width)
+    return out[["scale", "arm", *[c for c in out.columns if c not in ("scale", "arm")]]]
+
+
 def sweep_curves(runs: pd.DataFrame, arm_column: str, by: str = "scale") -> pd.DataFrame:
     """The `lr_sweep` table of a runs table (roles 'selection' and 'test'): `curve_table` per cell (`by`), arm
     and rate, with the arm in a column named `arm` whatever the claim calls it."""
