@@ -244,9 +244,11 @@ def sweep_table(
 
 def width_scales(curves: pd.DataFrame, width: str = "d_model") -> pd.DataFrame:
     """A `curve_table` of a sweep whose scales are widths, in the `lr_sweep` schema: the width as the scale
-    label `d<width>` (as `lr_choices` names it) in a column `scale`, then `arm`, then the rest."""
+    label `d<width>` (as `lr_choices` names it) in a column `scale`, then `arm`, the rate and its statistics,
+    then any other column the table was grouped by."""
     out = curves.assign(scale=[f"d{w}" for w in curves[width]]).drop(columns=width)
-    return out[["scale", "arm", *[c for c in out.columns if c not in ("scale", "arm")]]]
+    first = [c for c in ("scale", "arm", "lr", "seeds", "mean", "min", "max", "learned") if c in out.columns]
+    return out[[*first, *[c for c in out.columns if c not in first]]]
 
 
 def sweep_curves(runs: pd.DataFrame, arm_column: str, by: str = "scale") -> pd.DataFrame:
