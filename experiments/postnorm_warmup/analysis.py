@@ -803,7 +803,10 @@ def sweep_curves(t: dict) -> pd.DataFrame:
 
 
 def write_sweep(t: dict, curves: pd.DataFrame, p: dict, out) -> None:
-    write_sweep_tables(out, t["choices"], width_scales(curves), SweepWords(per="width"))
+    table = width_scales(curves)
+    deep = (table.depth == p["deep_depth"]) & (table.steps == p["deep_steps"])
+    table.loc[deep, "scale"] = deep_label(p)  # C's sweep at depth, named as lr_choices names it
+    write_sweep_tables(out, t["choices"], table, SweepWords(per="width"))
 
 
 @drawing
