@@ -535,7 +535,7 @@ def test_embedding_scale_rule_a_diverged_run_counts_at_the_loss_at_init_in_the_c
     v = analyse(EXP, recs, P, tmp_path)
     assert choices(v)[("× sqrt(d)", "d32")] == LR
     sweep = pd.read_csv(tmp_path / "lr_sweep.csv")
-    at = sweep[(sweep.arm == "× sqrt(d)") & (sweep.d_model == 32) & (sweep.lr == 6e-3)]
+    at = sweep[(sweep.arm == "× sqrt(d)") & (sweep.scale == "d32") & (sweep.lr == 6e-3)]
     assert at["mean"].item() == pytest.approx((L0 + 2.0) / 2) and at["max"].item() == L0
     assert comparison(v, "train/d32/final_val").diff == pytest.approx(-0.20, abs=1e-9)
 
