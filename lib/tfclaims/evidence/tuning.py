@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from .decisions import EvidenceError
+from .tables import select
 
 
 @dataclass(frozen=True)
@@ -138,13 +139,6 @@ def fixed_rate(records: list[dict], p: dict) -> list[dict]:
     return [r for r in records if fixed(r["config"])]
 
 
-def _select(df: pd.DataFrame, fields: Mapping) -> pd.DataFrame:
-    mask = np.ones(len(df), bool)
-    for k, v in fields.items():
-        mask &= (df[k] == v).to_numpy()
-    return df[mask]
-
-
 def read_sweep(
     df: pd.DataFrame,
     arms: Mapping[str, Mapping],
@@ -166,7 +160,7 @@ def read_sweep(
     choices, tuned, seeds = [], [], []
     for label, scale in scales.items():
         for name, fields in arms.items():
-            here = _select(df, {**fields, **scale})
+            here = select(df, {**fields, **scale})
             sel = here[here[role] == "selection"]
             if sel.empty:
                 continue
@@ -234,7 +228,7 @@ def sweep_table(
         curve_table(here, [], **kw).assign(scale=label, arm=name)
         for label, scale in scales.items()
         for name, fields in arms.items()
-        if len(here := _select(df, {**fields, **scale}))
+        if len(here := select(df, {**fields, **scale}))
     ]
     if not parts:
         return pd.DataFrame(columns=["scale", "arm", "lr", "seeds", "mean", "min", "max"])
