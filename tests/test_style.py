@@ -114,7 +114,6 @@ COMPACT_LAYOUT = {
     "experiments/notes_code/recipes.py::_attention_rows",
     "experiments/parallel_decoding/claim.py::declare",
     "experiments/postnorm_warmup/claim.py::declare",
-    "experiments/prenorm_effective_depth/claim.py::declare",
     "experiments/rmsnorm/claim.py::declare",
     "experiments/sinusoidal_relative/analysis.py::observe",
     "experiments/sinusoidal_relative/claim.py::declare",

@@ -25,6 +25,18 @@ DEPTHS = [[64, 4], [64, 8]]  # the default profile's [d_model, n_layers]
 STEPS = 500
 
 
+# Pre-LN at its chosen rate on the fresh seeds, rerun at seeds + NULL_OFFSET: the noise floor of every tuned
+# comparison
+NULL = NullPair(
+    "null-tuned",
+    arm("Pre-LN", placement="pre", role="test"),
+    arm("Pre-LN rerun", placement="pre", role="null"),
+    (*view.READOUTS, FINAL),
+    table="first",
+    seed_offset=NULL_OFFSET,
+)
+
+
 class PrenormEffectiveDepth(Experiment):
     claim_id = "prenorm_effective_depth"
     title = "Pre-LN's deeper blocks barely change the residual stream: it acts shallower than Post-LN"
@@ -49,36 +61,73 @@ class PrenormEffectiveDepth(Experiment):
         pre, post = (arm(f"{name}, at its best rate", placement=k) for k, name in PLACEMENTS.items())
         tuned = dict(table="tuned", cells=by_depth, guard=LEARNED, noise="null-tuned", where="all")
         sweep = profile_sweep(p).rule()
-        return Declaration((
-            SubClaim("updates",
-                     "Pre-LN's deeper blocks change the residual stream less than Post-LN's (update "
-                     "relative to the stream)", Better("a"), (LATE_UPDATE,), a=pre, b=post, **tuned,
-                     note=sweep),
-            SubClaim("decay", "Pre-LN's updates shrink with depth: its deeper half's relative updates are "
-                     "smaller than its shallower half's",
-                     Within(None, 0.0, "below 0: smaller in the deeper half"),
-                     (DECAY,), b=pre, **tuned),
-            SubClaim("delete",
-                     "Deleting one of Pre-LN's deeper blocks costs less held-out loss than deleting one "
-                     "of Post-LN's", Better("a"), (LATE_DELETE,), a=pre, b=post, **tuned,
-                     note="The probe batches are held-out windows apart from the validation windows that "
-                          "chose the rates."),
-            SubClaim("similar",
-                     "Pre-LN's stream is more alike before and after a deeper block than Post-LN's",
-                     Better("a"), (LATE_COSINE,), a=pre, b=post, **tuned),
-            SubClaim("swap",
-                     "Reported: swapping two neighbouring deeper blocks costs Pre-LN less than Post-LN",
-                     Better("a"), (LATE_SWAP,), a=pre, b=post, counts=False, **tuned),
-            SubClaim("quality",
-                     f"Reported: the placements end at the same held-out loss (±{QUALITY_MARGIN:g} "
-                     "nats/char), each at its best rate", equivalent(QUALITY_MARGIN), (FINAL,), a=pre, b=post,
-                     counts=False, **tuned),
-        ), nulls=(
-            NullPair("null-tuned", arm("Pre-LN", placement="pre", role="test"),
-                     arm("Pre-LN rerun", placement="pre", role="null"), (*view.READOUTS, FINAL),
-                     table="first",
-                     seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                SubClaim(
+                    "updates",
+                    "Pre-LN's deeper blocks change the residual stream less than Post-LN's (update "
+                    "relative to the stream)",
+                    Better("a"),
+                    (LATE_UPDATE,),
+                    a=pre,
+                    b=post,
+                    **tuned,
+                    note=sweep,
+                ),
+                SubClaim(
+                    "decay",
+                    "Pre-LN's updates shrink with depth: its deeper half's relative updates are "
+                    "smaller than its shallower half's",
+                    Within(None, 0.0, "below 0: smaller in the deeper half"),
+                    (DECAY,),
+                    b=pre,
+                    **tuned,
+                ),
+                SubClaim(
+                    "delete",
+                    "Deleting one of Pre-LN's deeper blocks costs less held-out loss than deleting one "
+                    "of Post-LN's",
+                    Better("a"),
+                    (LATE_DELETE,),
+                    a=pre,
+                    b=post,
+                    **tuned,
+                    note="The probe batches are held-out windows apart from the validation windows that "
+                    "chose the rates.",
+                ),
+                SubClaim(
+                    "similar",
+                    "Pre-LN's stream is more alike before and after a deeper block than Post-LN's",
+                    Better("a"),
+                    (LATE_COSINE,),
+                    a=pre,
+                    b=post,
+                    **tuned,
+                ),
+                SubClaim(
+                    "swap",
+                    "Reported: swapping two neighbouring deeper blocks costs Pre-LN less than Post-LN",
+                    Better("a"),
+                    (LATE_SWAP,),
+                    a=pre,
+                    b=post,
+                    counts=False,
+                    **tuned,
+                ),
+                SubClaim(
+                    "quality",
+                    f"Reported: the placements end at the same held-out loss (±{QUALITY_MARGIN:g} "
+                    "nats/char), each at its best rate",
+                    equivalent(QUALITY_MARGIN),
+                    (FINAL,),
+                    a=pre,
+                    b=post,
+                    counts=False,
+                    **tuned,
+                ),
+            ),
+            nulls=(NULL,),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)
