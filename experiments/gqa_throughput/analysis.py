@@ -106,20 +106,8 @@ def observe(runs: list[dict], p: dict, final, learned) -> dict[str, pd.DataFrame
         for phase, key in (("prefill", "prefill_times"), ("train", "train_times"))
         for row in timing_rows(x[key], phase=phase, kv=x["n_kv_heads"])
     ]
-    q, lm_h = part(runs, "quality"), p["lm_heads"]
-    qual, conv = [], []
-    for r in q:
-        c, m = r["config"], r["metrics"]
-        base = {"rerun": c["null_pair"], "unit": c["seed"], "role": quality_role(c, p), "lr": c["lr"],
-                "scale": scale_label(c)}  # fmt: skip
-        qual.append({**base, "stage": "scratch", "model": _model(c, lm_h), "final_val": final.fn(m),
-                     "learned": learned.fn(m), "init_loss": m["val_loss"][0]})  # fmt: skip
-        for x in m.get("conversion", []):
-            conv.append({**base, **{k: x[k] for k in ("target_kv", "method", "before", "after")}})
-            if (x["method"], x["target_kv"]) in ((MHA_UP, lm_h), ("mean", 1)):
-                um = {"final_val": x["after"], "unigram_xent": m["unigram_xent"], "diverged_at": None}
-                qual.append({**base, "stage": "uptrained", "model": "MHA" if x["method"] == MHA_UP else "MQA",
-                             "final_val": final.fn(um), "learned": learned.fn(um)})  # fmt: skip
+    q = part(runs, "quality")
+    qual, conv = _quality_rows(q, p, final, learned)
     qual = pd.DataFrame(qual)
     tuned, choices, first = _tuned(qual, p)
     return {
@@ -131,9 +119,53 @@ def observe(runs: list[dict], p: dict, final, learned) -> dict[str, pd.DataFrame
         "choices": choices,
         "first": first,
         "convert": pd.DataFrame(conv, columns=[*CONV_BASE, "target_kv", "method", "before", "after"]),
-        "runs": runs_table(q, (final, learned), params=lambda c, m: m["params"], d_ff=lambda c, m: m["d_ff"],
-                           role=lambda c, m: quality_role(c, p), scale=lambda c, m: scale_label(c)),
-    }  # fmt: skip
+        "runs": runs_table(
+            q,
+            (final, learned),
+            params=lambda c, m: m["params"],
+            d_ff=lambda c, m: m["d_ff"],
+            role=lambda c, m: quality_role(c, p),
+            scale=lambda c, m: scale_label(c),
+        ),
+    }
+
+
+def _quality_rows(q: list[dict], p: dict, final, learned) -> tuple[list[dict], list[dict]]:
+    """The quality runs' rows: each model's final loss from scratch and after uptraining; every conversion."""
+    lm_h, qual, conv = p["lm_heads"], [], []
+    for r in q:
+        c, m = r["config"], r["metrics"]
+        base = {
+            "rerun": c["null_pair"],
+            "unit": c["seed"],
+            "role": quality_role(c, p),
+            "lr": c["lr"],
+            "scale": scale_label(c),
+        }
+        qual.append(
+            {
+                **base,
+                "stage": "scratch",
+                "model": _model(c, lm_h),
+                "final_val": final.fn(m),
+                "learned": learned.fn(m),
+                "init_loss": m["val_loss"][0],
+            }
+        )
+        for x in m.get("conversion", []):
+            conv.append({**base, **{k: x[k] for k in ("target_kv", "method", "before", "after")}})
+            if (x["method"], x["target_kv"]) in ((MHA_UP, lm_h), ("mean", 1)):
+                um = {"final_val": x["after"], "unigram_xent": m["unigram_xent"], "diverged_at": None}
+                qual.append(
+                    {
+                        **base,
+                        "stage": "uptrained",
+                        "model": "MHA" if x["method"] == MHA_UP else "MQA",
+                        "final_val": final.fn(um),
+                        "learned": learned.fn(um),
+                    }
+                )
+    return qual, conv
 
 
 CONV_BASE = ["rerun", "unit", "role", "lr", "scale"]

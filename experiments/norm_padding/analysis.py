@@ -278,6 +278,32 @@ def setting_of(data: str, attn: str) -> str:
     return {v: k for k, v in SETTINGS.items()}[(data, attn)]
 
 
+def _stats_rows(runs: list[dict], factor: float) -> list[dict]:
+    """Per BatchNorm run (and the MLP control) the late batch statistics' deviation as a log2 multiple of
+    i.i.d. noise; the control's rows again raised by log2(factor)."""
+    stats = []
+    for r in part(runs, "lines") + part(runs, "windows") + part(runs, "encoder") + part(runs, "mlp"):
+        c, m = r["config"], r["metrics"]
+        if not m.get("stats"):
+            continue
+        dev = {f: late_multiple(m, c["steps"], col) for f, col in zip(FLUCT, ("mean", "var"))}
+        stats.append(
+            {
+                "data": c.get("data", "mlp"),
+                "attn": c.get("attn"),
+                "norm": c.get("norm"),
+                "placement": c.get("placement"),
+                "batch": c["batch"],
+                "unit": c["seed"],
+                **dev,
+            }
+        )
+        if "data" not in c:
+            up = {f: None if v is None else v + math.log2(factor) for f, v in dev.items()}
+            stats.append({**stats[-1], "data": f"mlp-x{factor:g}", **up})
+    return stats
+
+
 def observe(runs: list[dict], p: dict, readouts, factor: float) -> dict[str, pd.DataFrame]:
     """runs: one row per fixed-rate LM run (lines, windows, the masked LM, the null pair's reruns) with its
     eval-mode loss, learned and the train-mode losses; interaction: the small-batch interaction's differences
@@ -328,18 +354,7 @@ def observe(runs: list[dict], p: dict, readouts, factor: float) -> dict[str, pd.
             for mode in ("train", "eval"):
                 row[f"{k}_{mode}"] = float(g[(g.probe == probe) & (g["mode"] == mode)]["rel"].max())
         probes.append(row)
-    stats = []
-    for r in part(runs, "lines") + part(runs, "windows") + part(runs, "encoder") + part(runs, "mlp"):
-        c, m = r["config"], r["metrics"]
-        if not m.get("stats"):
-            continue
-        dev = {f: late_multiple(m, c["steps"], col) for f, col in zip(FLUCT, ("mean", "var"))}
-        stats.append({"data": c.get("data", "mlp"), "attn": c.get("attn"), "norm": c.get("norm"),
-                      "placement": c.get("placement"), "batch": c["batch"], "unit": c["seed"],
-                      **dev})  # fmt: skip
-        if "data" not in c:
-            up = {f: None if v is None else v + math.log2(factor) for f, v in dev.items()}
-            stats.append({**stats[-1], "data": f"mlp-x{factor:g}", **up})
+    stats = _stats_rows(runs, factor)
     line_arms = arms(p, "line_arms", list(LABEL))
     return {
         "runs": t,
