@@ -100,7 +100,6 @@ COMPACT_LAYOUT = {
     "experiments/kv_cache/claim.py::declare",
     "experiments/label_smoothing/claim.py::declare",
     "experiments/layernorm_variants/analysis.py::observe",
-    "experiments/layernorm_variants/analysis.py::write_tables",
     "experiments/layernorm_variants/claim.py::declare",
     "experiments/length_extrapolation/claim.py::declare",
     "experiments/masking/claim.py::declare",

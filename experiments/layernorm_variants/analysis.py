@@ -233,16 +233,33 @@ def write_tables(
         floatfmt=".3g",
     )
     _swap_runs(runs, eps, notes_eps, out)
+    _swap_summary(result, swap_subs, eps, notes_eps, out)
+
+
+def _swap_summary(result, swap_subs: dict, eps: float, notes_eps: dict, out) -> None:
+    """The checkpoint-swap comparisons, one row per family, precision and cell."""
     summ = []
     for (std, dt), sid in swap_subs.items():
         for c in result.of(sid):
             cell = c.id.split("/")[-1]
             trained, swapped = CELLS[cell]
             swap = f"{trained}-trained {NAME[std]} → {eval_label(std, swapped, eps, notes_eps)}"
-            summ.append({"family": NAME[std], "precision": PREC[dt], "cell": cell, "swap": swap, "n": c.n,
-                         "mean Δ": c.diff, "CI low": c.ci_low, "CI high": c.ci_high, "p (Holm)": c.p,
-                         "TOST p (Holm)": c.p_equiv, "noise floor (null pair CI bound)": c.noise,
-                         "decision": c.decision})  # fmt: skip
+            summ.append(
+                {
+                    "family": NAME[std],
+                    "precision": PREC[dt],
+                    "cell": cell,
+                    "swap": swap,
+                    "n": c.n,
+                    "mean Δ": c.diff,
+                    "CI low": c.ci_low,
+                    "CI high": c.ci_high,
+                    "p (Holm)": c.p,
+                    "TOST p (Holm)": c.p_equiv,
+                    "noise floor (null pair CI bound)": c.noise,
+                    "decision": c.decision,
+                }
+            )
     out.table(
         "swap",
         pd.DataFrame(summ),
