@@ -91,7 +91,6 @@ COMPACT_LAYOUT = {
     "experiments/attention_complexity/claim.py::declare",
     "experiments/attention_vs_lstm/claim.py::declare",
     "experiments/dk_scaling/claim.py::declare",
-    "experiments/dropout_scaling/claim.py::declare",
     "experiments/embedding_scale/claim.py::declare",
     "experiments/flash_memory/claim.py::declare",
     "experiments/flash_speed/claim.py::declare",

@@ -62,6 +62,32 @@ def _profile(name: str, **kw) -> dict:
     return train_profile(name, dropouts=[0.1, 0.3], **kw)
 
 
+def _mask_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """What torch's dropout does to a tensor: the kept values' scale and the kept share."""
+    return (
+        SubClaim(
+            "scale",
+            f"Dropout multiplies each kept value by 1/(1−p) (within {SCALE_TOL:.2g} relative, "
+            "two float32 roundings) and zeroes the rest",
+            bound(None, SCALE_TOL),
+            (REL,),
+            table="masks",
+            cells=cells("p{p:g}", p=p["dropouts"]),
+            where="all",
+        ),
+        SubClaim(
+            "keep-rate",
+            f"It keeps a share 1 − p of the values (within ±{KEEP_MARGIN:g})",
+            Within(-KEEP_MARGIN, KEEP_MARGIN, f"within ±{KEEP_MARGIN:g} of 1 − p"),
+            (KEEP,),
+            table="masks",
+            b=arm("kept share − (1 − p)"),
+            cells=cells("p{p:g}", p=p["dropouts"]),
+            where="all",
+        ),
+    )
+
+
 class DropoutScaling(Experiment):
     claim_id = "dropout_scaling"
     title = "Inverted dropout scales by 1/(1−p) in training so that nothing changes at inference"
@@ -81,43 +107,71 @@ class DropoutScaling(Experiment):
     def declare(self, p: dict) -> Declaration:
         per_p = cells("p{dropout:g}", dropout=p["dropouts"])
         losses = dict(table="losses", cells=per_p, guard=LEARNED)
-        return Declaration((
-            SubClaim("scale",
-                     f"Dropout multiplies each kept value by 1/(1−p) (within {SCALE_TOL:.2g} relative, "
-                     "two float32 roundings) and zeroes the rest", bound(None, SCALE_TOL), (REL,),
-                     table="masks",
-                     cells=cells("p{p:g}", p=p["dropouts"]), where="all"),
-            SubClaim("keep-rate", f"It keeps a share 1 − p of the values (within ±{KEEP_MARGIN:g})",
-                     Within(-KEEP_MARGIN, KEEP_MARGIN, f"within ±{KEEP_MARGIN:g} of 1 − p"), (KEEP,),
-                     table="masks", b=arm("kept share − (1 − p)"), cells=cells("p{p:g}", p=p["dropouts"]),
-                     where="all"),
-            SubClaim("expectation",
-                     "So eval mode is the expectation of train mode: at the first dropout site of "
-                     f"a trained LM, the masks' mean projects on eval mode's output with coefficient 1 (± "
-                     f"{FIRST_MARGIN:g})", Within(1 - FIRST_MARGIN, 1 + FIRST_MARGIN, "a coefficient of 1"),
-                     (PROJ,), table="projection", b=arm("first site", first=True), cells=per_p, where="all"),
-            SubClaim("deeper", f"…and at every later site, to ± {DEEP_MARGIN:g}", Within(1 - DEEP_MARGIN,
-                     1 + DEEP_MARGIN, "a coefficient near 1"), (PROJ,), table="projection", b=arm("site"),
-                     cells=cells("p{dropout:g}-site{site}", dropout=p["dropouts"],
-                                 site=range(1, 2 * p["n_layers"] + 1)),
-                     where="all", counts=False,
-                     note="Reported: between sites, nonlinearities make eval mode only approximately the "
-                     "expectation of train mode."),
-            SubClaim("mismatch", "Without the scaling, inference sees activations 1/(1−p) times larger than "
-                     "training did, and the held-out loss is worse", Better("a"), (LOSS,),
-                     a=arm("eval mode", variant="eval"), b=arm("no scaling", variant="unscaled"), where="all",
-                     **losses),
-            SubClaim("ensemble", f"The notes' explanation: eval mode approximates the average of the "
-                     f"sub-networks (MC dropout over {p['mc_samples']} masks) within "
-                     f"±{ENSEMBLE_MARGIN:g} nats",
-                     Within(-ENSEMBLE_MARGIN, ENSEMBLE_MARGIN, f"within ±{ENSEMBLE_MARGIN:g} nats"), (LOSS,),
-                     a=arm(f"MC average of {p['mc_samples']}", variant=f"mc{p['mc_samples']}"),
-                     b=arm("eval mode", variant="eval"), where="all", **losses),
-            SubClaim("single", "One sub-network (a single mask) is worse than eval mode", Better("b"),
-                     (LOSS,),
-                     a=arm("one mask", variant="single"), b=arm("eval mode", variant="eval"), counts=False,
-                     **losses),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                *_mask_subclaims(p),
+                SubClaim(
+                    "expectation",
+                    "So eval mode is the expectation of train mode: at the first dropout site of "
+                    f"a trained LM, the masks' mean projects on eval mode's output with coefficient 1 (± "
+                    f"{FIRST_MARGIN:g})",
+                    Within(1 - FIRST_MARGIN, 1 + FIRST_MARGIN, "a coefficient of 1"),
+                    (PROJ,),
+                    table="projection",
+                    b=arm("first site", first=True),
+                    cells=per_p,
+                    where="all",
+                ),
+                SubClaim(
+                    "deeper",
+                    f"…and at every later site, to ± {DEEP_MARGIN:g}",
+                    Within(1 - DEEP_MARGIN, 1 + DEEP_MARGIN, "a coefficient near 1"),
+                    (PROJ,),
+                    table="projection",
+                    b=arm("site"),
+                    cells=cells(
+                        "p{dropout:g}-site{site}", dropout=p["dropouts"], site=range(1, 2 * p["n_layers"] + 1)
+                    ),
+                    where="all",
+                    counts=False,
+                    note="Reported: between sites, nonlinearities make eval mode only approximately the "
+                    "expectation of train mode.",
+                ),
+                SubClaim(
+                    "mismatch",
+                    "Without the scaling, inference sees activations 1/(1−p) times larger than "
+                    "training did, and the held-out loss is worse",
+                    Better("a"),
+                    (LOSS,),
+                    a=arm("eval mode", variant="eval"),
+                    b=arm("no scaling", variant="unscaled"),
+                    where="all",
+                    **losses,
+                ),
+                SubClaim(
+                    "ensemble",
+                    f"The notes' explanation: eval mode approximates the average of the "
+                    f"sub-networks (MC dropout over {p['mc_samples']} masks) within "
+                    f"±{ENSEMBLE_MARGIN:g} nats",
+                    Within(-ENSEMBLE_MARGIN, ENSEMBLE_MARGIN, f"within ±{ENSEMBLE_MARGIN:g} nats"),
+                    (LOSS,),
+                    a=arm(f"MC average of {p['mc_samples']}", variant=f"mc{p['mc_samples']}"),
+                    b=arm("eval mode", variant="eval"),
+                    where="all",
+                    **losses,
+                ),
+                SubClaim(
+                    "single",
+                    "One sub-network (a single mask) is worse than eval mode",
+                    Better("b"),
+                    (LOSS,),
+                    a=arm("one mask", variant="single"),
+                    b=arm("eval mode", variant="eval"),
+                    counts=False,
+                    **losses,
+                ),
+            )
+        )
 
     def analyse(self, runs, p, out: Output):
         t = {
