@@ -85,8 +85,7 @@ def uncontended(probe: Sequence[float] | None, floor: float) -> set[int] | None:
     return {i for i, b in enumerate(probe) if b >= floor * med}
 
 
-# Within `indexed()`: id(table) -> (the table, {columns -> {their values -> row positions}}, {the asked
-# columns and values -> the rows selected}).
+# Within `indexed()`: id(table) -> its _TableIndex (which holds the table, so the id is not reused inside).
 _INDEXES: ContextVar[dict | None] = ContextVar("tfclaims_indexes", default=None)
 _MISSING = object()  # the key of a missing value (None, NaN, NA) in a row index
 
@@ -107,15 +106,25 @@ def _key(v):
     return _MISSING if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def _positions(df: pd.DataFrame, keys: tuple, indexes: dict) -> dict:
-    """{the values of `keys` -> the positions of the rows that hold them}, built once per table and keys."""
-    _held, by, _ = indexes.setdefault(id(df), (df, {}, {}))  # the table is held: its id is not reused
-    if keys not in by:
-        groups: dict[tuple, list[int]] = {}
-        for i, values in enumerate(zip(*(df[k].tolist() for k in keys)) if keys else [()] * len(df)):
-            groups.setdefault(tuple(map(_key, values)), []).append(i)
-        by[keys] = groups
-    return by[keys]
+class _TableIndex:
+    """One table's row positions by the values of each set of columns asked about, and the rows selected."""
+
+    def __init__(self, df: pd.DataFrame):
+        self.df, self._groups, self._rows = df, {}, {}
+
+    def rows(self, fields: dict) -> pd.DataFrame:
+        keys = tuple(fields)
+        # an asked NaN finds nothing, as in pandas: every stored NaN is keyed as missing
+        want = tuple(_MISSING if v is None else v for v in fields.values())
+        if (keys, want) not in self._rows:
+            if keys not in self._groups:
+                groups: dict[tuple, list[int]] = {}
+                columns = zip(*(self.df[k].tolist() for k in keys)) if keys else [()] * len(self.df)
+                for i, values in enumerate(columns):
+                    groups.setdefault(tuple(map(_key, values)), []).append(i)
+                self._groups[keys] = groups
+            self._rows[keys, want] = self.df.iloc[self._groups[keys].get(want, [])]
+        return self._rows[keys, want]
 
 
 def select(df: pd.DataFrame, fields: dict) -> pd.DataFrame:
@@ -126,14 +135,9 @@ def select(df: pd.DataFrame, fields: dict) -> pd.DataFrame:
         if k not in df.columns:
             raise ev.EvidenceError(f"an observation table has no column {k!r} (columns: {list(df.columns)})")
     if (indexes := _INDEXES.get()) is not None:
-        keys = tuple(fields)
-        # an asked NaN finds nothing, as in pandas: every stored NaN is keyed as missing
-        want = tuple(_MISSING if v is None else v for v in fields.values())
-        rows = _positions(df, keys, indexes)
-        chosen = indexes[id(df)][2]
-        if (keys, want) not in chosen:
-            chosen[keys, want] = df.iloc[rows.get(want, [])]
-        return chosen[keys, want]
+        if id(df) not in indexes:
+            indexes[id(df)] = _TableIndex(df)
+        return indexes[id(df)].rows(fields)
     mask = np.ones(len(df), bool)
     for k, v in fields.items():
         mask &= df[k].isna().to_numpy() if v is None else (df[k] == v).to_numpy(bool, na_value=False)

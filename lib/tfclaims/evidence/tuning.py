@@ -218,6 +218,10 @@ def curve_table(
     return out.reset_index()
 
 
+# The `lr_sweep` table's first columns in every tuned claim (tests/test_standard_artefacts.py)
+SWEEP_COLUMNS = ("scale", "arm", "lr", "seeds", "mean", "min", "max")
+
+
 def sweep_table(
     df: pd.DataFrame, arms: Mapping[str, Mapping], scales: Mapping[str, Mapping], **kw
 ) -> pd.DataFrame:
@@ -231,25 +235,29 @@ def sweep_table(
         if len(here := select(df, {**fields, **scale}))
     ]
     if not parts:
-        return pd.DataFrame(columns=["scale", "arm", "lr", "seeds", "mean", "min", "max"])
-    out = pd.concat(parts, ignore_index=True)
-    return out[["scale", "arm", *[c for c in out.columns if c not in ("scale", "arm")]]]
+        return pd.DataFrame(columns=SWEEP_COLUMNS)
+    return _sweep_order(pd.concat(parts, ignore_index=True))
 
 
 def width_scales(curves: pd.DataFrame, width: str = "d_model") -> pd.DataFrame:
     """A `curve_table` of a sweep whose scales are widths, in the `lr_sweep` schema: the width as the scale
     label `d<width>` (as `lr_choices` names it) in a column `scale`, then `arm`, the rate and its statistics,
     then any other column the table was grouped by."""
-    out = curves.assign(scale=[f"d{w}" for w in curves[width]]).drop(columns=width)
-    first = [c for c in ("scale", "arm", "lr", "seeds", "mean", "min", "max", "learned") if c in out.columns]
-    return out[[*first, *[c for c in out.columns if c not in first]]]
+    return _sweep_order(curves.assign(scale=[f"d{w}" for w in curves[width]]).drop(columns=width))
+
+
+def _sweep_order(df: pd.DataFrame) -> pd.DataFrame:
+    """An `lr_sweep` table's columns in the schema's order (`SWEEP_COLUMNS`, then `learned`), then the
+    rest."""
+    first = [c for c in (*SWEEP_COLUMNS, "learned") if c in df.columns]
+    return df[[*first, *[c for c in df.columns if c not in first]]]
 
 
 def sweep_curves(runs: pd.DataFrame, arm_column: str, by: str = "scale") -> pd.DataFrame:
     """The `lr_sweep` table of a runs table (roles 'selection' and 'test'): `curve_table` per cell (`by`), arm
     and rate, with the arm in a column named `arm` whatever the claim calls it."""
     if not len(runs):
-        return pd.DataFrame(columns=[by, "arm", "lr", "seeds", "mean", "min", "max"])
+        return pd.DataFrame(columns=[by, *SWEEP_COLUMNS[1:]])
     swept = runs[runs.role.isin(["selection", "test"])]
     return curve_table(swept, [by, arm_column]).rename(columns={arm_column: "arm"})
 
