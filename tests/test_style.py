@@ -1,5 +1,5 @@
 """The code's shape: no function over 80 lines, none with more than 6 positional parameters, `# fmt: skip`
-only where it is meant (ruff checks lines of at most 110 characters).
+only on data tables (ruff checks lines of at most 110 characters).
 
 Checked over the project's code (lib/, experiments/, tools/) from the syntax tree. The exceptions are named
 with their reason, and an exception that is no longer needed fails too, so the list only shrinks.
@@ -83,42 +83,6 @@ def test_the_exceptions_name_real_files():
         assert (REPO_ROOT / name.split("::")[0]).is_file(), name
 
 
-# Functions whose statements keep a compact hand layout (`# fmt: skip`): ruff's layout of their long
-# declarations would take them past MAX_LINES, so they wait to be split into smaller functions. The list only
-# shrinks; everywhere else `# fmt: skip` marks a data table alone.
-COMPACT_LAYOUT = {
-    "experiments/albert_sharing/claim.py::declare",
-    "experiments/attention_complexity/claim.py::declare",
-    "experiments/attention_vs_lstm/claim.py::declare",
-    "experiments/dk_scaling/claim.py::declare",
-    "experiments/embedding_scale/claim.py::declare",
-    "experiments/flash_memory/claim.py::declare",
-    "experiments/flash_speed/claim.py::declare",
-    "experiments/gqa_throughput/claim.py::declare",
-    "experiments/int8_inference/claim.py::declare",
-    "experiments/kv_cache/claim.py::declare",
-    "experiments/label_smoothing/claim.py::declare",
-    "experiments/layernorm_variants/analysis.py::observe",
-    "experiments/layernorm_variants/claim.py::declare",
-    "experiments/length_extrapolation/claim.py::declare",
-    "experiments/masking/claim.py::declare",
-    "experiments/no_position/claim.py::declare",
-    "experiments/norm_padding/claim.py::_probe_subclaims",
-    "experiments/norm_padding/claim.py::declare",
-    "experiments/norm_padding/recipes.py::_padded_lm",
-    "experiments/notes_code/claim.py::declare",
-    "experiments/notes_code/recipes.py::_attention_rows",
-    "experiments/parallel_decoding/claim.py::declare",
-    "experiments/postnorm_warmup/claim.py::declare",
-    "experiments/rmsnorm/claim.py::declare",
-    "experiments/sinusoidal_relative/analysis.py::observe",
-    "experiments/sinusoidal_relative/claim.py::declare",
-    "experiments/subword_oov/claim.py::declare",
-    "experiments/truncate_distill/claim.py::declare",
-    "experiments/weight_tying/claim.py::declare",
-}
-
-
 def _data_table(node) -> bool:
     """A literal table: a container of three or more constants, names, containers or calls of those."""
 
@@ -143,7 +107,7 @@ def _data_table(node) -> bool:
 
 
 def _skips():
-    """(where, the outermost function holding it or None, whether it ends a data table) per `# fmt: skip`."""
+    """(where, whether it ends a data table) per `# fmt: skip` in the project's code and tests."""
     for root in (*ROOTS, "tests"):
         for path in sorted((REPO_ROOT / root).rglob("*.py")):
             text = path.read_text()
@@ -151,25 +115,30 @@ def _skips():
                 continue
             rel, tree = path.relative_to(REPO_ROOT).as_posix(), ast.parse(text)
             for i, line in enumerate(text.splitlines(), 1):
-                if not line.rstrip().endswith("# fmt: skip"):
-                    continue
-                ends = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.end_lineno == i]
-                funcs = [
-                    n
-                    for n in ast.walk(tree)
-                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and n.lineno <= i <= n.end_lineno
-                ]
-                outer = max(funcs, key=lambda n: n.end_lineno - n.lineno, default=None)
-                table = any(_data_table(n) for n in ends)
-                yield f"{rel}:{i}", f"{rel}::{outer.name}" if outer else None, table
+                if line.rstrip().endswith("# fmt: skip"):
+                    ends = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.end_lineno == i]
+                    yield f"{rel}:{i}", any(_data_table(n) for n in ends)
 
 
-def test_fmt_skip_marks_data_tables_or_a_compact_layout_still_to_split():
-    stray = [where for where, fn, table in _skips() if not table and fn not in COMPACT_LAYOUT]
+def test_fmt_skip_marks_data_tables_alone():
+    stray = [where for where, table in _skips() if not table]
     assert not stray, f"`# fmt: skip` on code (let ruff lay it out): {stray}"
 
 
-def test_every_compact_layout_still_has_one():
-    used = {fn for _, fn, table in _skips() if not table}
-    assert not (COMPACT_LAYOUT - used), f"no longer needed, remove: {sorted(COMPACT_LAYOUT - used)}"
+@pytest.mark.parametrize(
+    "source, table",
+    [
+        ("P = {'a': 1, 'b': [1, 2], 'c': -3}", True),
+        ("ROWS = [(1, 'x'), (2, 'y'), (3, SOME.name)]", True),
+        ("A = (f(1), f(2), g(x=3))", True),
+        ("A = [1, 2]", False),  # too small to be a table
+        ("A = [x for x in y]", False),
+        ("A = (f(1), f(2), g(h(1) if z else 2))", False),
+        ("f(1, 2, 3)", False),
+        ("return (1, 2, 3)", False),
+    ],
+)
+def test_the_table_check_sees_what_it_checks(source, table):
+    tree = ast.parse(f"def f():\n    {source}\n" if source.startswith("return") else source)
+    (stmt,) = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and not isinstance(n, ast.FunctionDef)]
+    assert _data_table(stmt) is table

@@ -49,6 +49,28 @@ def _profile(name: str, **kw) -> dict:
     return train_profile(name, omit=SCALED, threads=1, warmup=2, rate_factors=[0.5, 1.0], rate_extend=1, **kw)
 
 
+def _nulls(unshared, timed) -> tuple[NullPair, ...]:
+    """The A/A timing pair and the rerun of the unshared stack at its chosen rate."""
+    return (
+        NullPair(
+            "aa",
+            unshared,
+            arm("unshared blocks (again)", model=AA),
+            (LOGT,),
+            table="timing",
+            cells=timed,
+        ),
+        NullPair(
+            "null-tuned",
+            arm("unshared", shared=False, role="test"),
+            arm("unshared rerun", shared=False, role="null"),
+            (FINAL,),
+            table="first",
+            seed_offset=NULL_OFFSET,
+        ),
+    )
+
+
 class AlbertSharing(Experiment):
     claim_id = "albert_sharing"
     title = "ALBERT's sharing cuts parameters, not inference time"
@@ -77,41 +99,72 @@ class AlbertSharing(Experiment):
         by_depth = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
         unshared = arm("unshared blocks", model="unshared")
         time = dict(table="timing", cells=timed, noise="aa", where="all")
-        return Declaration((
-            SubClaim("counts", "The built models' parameters equal the closed forms (a shared block counted "
-                     "once)", bound(-0.5, 0.5), (view.COUNT_ERR,), table="library", cells=built, kind="check",
-                     where="all"),
-            SubClaim("params", f"Factorising the embedding and sharing the blocks leaves ALBERT at most "
-                     f"{RATIO_MAX:g} of BERT's parameters at each of Lan et al.'s sizes",
-                     bound(None, RATIO_MAX),
-                     (view.RATIO,), table="sizes", b=arm("ALBERT", variant="albert"), cells=sizes,
-                     where="all",
-                     note="Closed forms of the Hugging Face models' structure (checked against BertModel and "
-                     "AlbertModel built from configs in the tests)."),
-            SubClaim("half", "Positive control: the unshared stack at half the depth runs faster",
-                     Better("b"),
-                     (LOGT,), a=unshared, b=arm("half the depth", model="half depth"), counts=False, **time),
-            SubClaim("time",
-                     "Sharing does not cut inference time: the shared stack's forward takes the unshared "
-                     f"one's time, within 1/1.1–1.1× (log ratio ±{TIME_MARGIN:.3f})",
-                     Within(-TIME_MARGIN, TIME_MARGIN, "within 1/1.1–1.1×"), (LOGT,), a=unshared,
-                     b=arm("shared blocks", model="shared"), **time,
-                     note="Inference in float32 on the timed stacks; rounds interleave the models, paired by "
-                     "round. Equivalence is shown by its interval (TOST); the half-depth control, reported "
-                     "beside it, shows that the timer sees a change of compute."),
-            SubClaim("quality",
-                     "Sharing costs quality at equal depth and steps: the unshared stack ends at a lower "
-                     "held-out loss, each at its own best rate", Better("a"), (FINAL,),
-                     a=arm("unshared, at its best rate", shared=False),
-                     b=arm("shared, at its best rate", shared=True), table="tuned", cells=by_depth,
-                     guard=LEARNED, noise="null-tuned", where="all", note=profile_sweep(p).rule()),
-        ), nulls=(
-            NullPair("aa", unshared, arm("unshared blocks (again)", model=AA), (LOGT,), table="timing",
-                     cells=timed),
-            NullPair("null-tuned", arm("unshared", shared=False, role="test"),
-                     arm("unshared rerun", shared=False, role="null"), (FINAL,), table="first",
-                     seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                SubClaim(
+                    "counts",
+                    "The built models' parameters equal the closed forms (a shared block counted once)",
+                    bound(-0.5, 0.5),
+                    (view.COUNT_ERR,),
+                    table="library",
+                    cells=built,
+                    kind="check",
+                    where="all",
+                ),
+                SubClaim(
+                    "params",
+                    f"Factorising the embedding and sharing the blocks leaves ALBERT at most "
+                    f"{RATIO_MAX:g} of BERT's parameters at each of Lan et al.'s sizes",
+                    bound(None, RATIO_MAX),
+                    (view.RATIO,),
+                    table="sizes",
+                    b=arm("ALBERT", variant="albert"),
+                    cells=sizes,
+                    where="all",
+                    note="Closed forms of the Hugging Face models' structure (checked against BertModel and "
+                    "AlbertModel built from configs in the tests).",
+                ),
+                SubClaim(
+                    "half",
+                    "Positive control: the unshared stack at half the depth runs faster",
+                    Better("b"),
+                    (LOGT,),
+                    a=unshared,
+                    b=arm("half the depth", model="half depth"),
+                    counts=False,
+                    **time,
+                ),
+                SubClaim(
+                    "time",
+                    "Sharing does not cut inference time: the shared stack's forward takes the unshared "
+                    f"one's time, within 1/1.1–1.1× (log ratio ±{TIME_MARGIN:.3f})",
+                    Within(-TIME_MARGIN, TIME_MARGIN, "within 1/1.1–1.1×"),
+                    (LOGT,),
+                    a=unshared,
+                    b=arm("shared blocks", model="shared"),
+                    **time,
+                    note="Inference in float32 on the timed stacks; rounds interleave the models, paired by "
+                    "round. Equivalence is shown by its interval (TOST); the half-depth control, reported "
+                    "beside it, shows that the timer sees a change of compute.",
+                ),
+                SubClaim(
+                    "quality",
+                    "Sharing costs quality at equal depth and steps: the unshared stack ends at a lower "
+                    "held-out loss, each at its own best rate",
+                    Better("a"),
+                    (FINAL,),
+                    a=arm("unshared, at its best rate", shared=False),
+                    b=arm("shared, at its best rate", shared=True),
+                    table="tuned",
+                    cells=by_depth,
+                    guard=LEARNED,
+                    noise="null-tuned",
+                    where="all",
+                    note=profile_sweep(p).rule(),
+                ),
+            ),
+            nulls=_nulls(unshared, timed),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

@@ -133,6 +133,36 @@ def _cells(p: dict) -> dict:
     return {k: tuple(v) for k, v in out.items()}
 
 
+def _flop_checks(p: dict, counted: tuple) -> tuple[SubClaim, ...]:
+    """The FLOP counts the timings are judged against: closed forms, heads, the n = 6d crossover."""
+    return (
+        check(
+            "counts",
+            "Counted FLOPs = closed forms (every unit, backend and causal flag; GPT-2 small)",
+            COUNT_ERR,
+            equal(0),
+            table="counts",
+            cells=counted,
+        ),
+        check(
+            "heads-flops",
+            "Heads change FLOPs by 0 (at fixed n, d, backend, causal flag and unit)",
+            SPREAD,
+            equal(0),
+            table="head_spread",
+        ),
+        check(
+            "crossover",
+            "The counted n² term overtakes projections + FFN at n = 6d",
+            (X_COUNTED, X_CLOSED),
+            bound(6 - CROSSOVER_TOL, 6 + CROSSOVER_TOL),
+            table="crossover",
+            cells=cells("d{d}", d=p["count_ds"]),
+            note=X_NOTE,
+        ),
+    )
+
+
 class AttentionComplexity(Experiment):
     claim_id = "attention_complexity"
     title = "Self-attention costs O(n²·d); multi-head costs the same as one head"
@@ -175,33 +205,71 @@ class AttentionComplexity(Experiment):
         heads = dict(table="time", a=arm("one head", h=h0), b=arm("h heads"), where="all", noise="aa")
         eq_exp = Within(-EXP_MARGIN, EXP_MARGIN, f"within ±{EXP_MARGIN:g} of the FLOP-predicted exponent")
         eq_heads = Within(-HEADS_MARGIN, HEADS_MARGIN, "time within 1.25×")
-        xs = cells("d{d}", d=p["count_ds"])
-        return Declaration((
-            check("counts", "Counted FLOPs = closed forms (every unit, backend and causal flag; GPT-2 small)",
-                  COUNT_ERR, equal(0), table="counts", cells=c["count"]),
-            check("heads-flops", "Heads change FLOPs by 0 (at fixed n, d, backend, causal flag and unit)",
-                  SPREAD, equal(0), table="head_spread"),
-            check("crossover", "The counted n² term overtakes projections + FFN at n = 6d",
-                  (X_COUNTED, X_CLOSED), bound(6 - CROSSOVER_TOL, 6 + CROSSOVER_TOL), table="crossover",
-                  cells=xs, note=X_NOTE),
-            SubClaim("n-exponent", f"Time exponent in n = FLOP-predicted (±{EXP_MARGIN:g}) where QKᵀ+PV ≥ "
-                     f"{SHARE_MIN:.0%} of FLOPs and the working set fits the last-level cache", eq_exp,
-                     (EXPONENT,), cells=c["n"], **exponent, note=N_NOTE),
-            SubClaim("d-exponent", f"Attention time exponent in d = FLOP-predicted (±{EXP_MARGIN:g}) at n = "
-                     f"{p['d_sweep_n']}, in cache", eq_exp, (EXPONENT,), cells=c["d"], **exponent,
-                     note=D_NOTE),
-            SubClaim("beyond-cache", "Reported: the same exponents over the sizes whose working set exceeds "
-                     "the last-level cache (the memory system, not the algorithm)", eq_exp, (EXPONENT,),
-                     cells=c["beyond"], counts=False, **exponent, note=CACHE_NOTE),
-            SubClaim("heads", f"Same time for every head count as for one head, within 1.25×, head sizes ≥ "
-                     f"{MIN_HEAD} (d = {p['heads_d']}, n = {p['heads_n']})", eq_heads, (LOG_T,),
-                     cells=c["heads"], **heads, note=H_NOTE),
-            SubClaim("small-heads", f"Reported: head sizes below {MIN_HEAD} (not counted)", eq_heads,
-                     (LOG_T,), cells=c["small"], counts=False, **heads),
-        ), nulls=(
-            NullPair("aa", arm("fused attention", module="attention_sdpa"), arm("fused attention, timed "
-                     "again", module=view.AA_COPY), (LOG_T,), table="time", cells=c["null"]),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                *_flop_checks(p, c["count"]),
+                SubClaim(
+                    "n-exponent",
+                    f"Time exponent in n = FLOP-predicted (±{EXP_MARGIN:g}) where QKᵀ+PV ≥ "
+                    f"{SHARE_MIN:.0%} of FLOPs and the working set fits the last-level cache",
+                    eq_exp,
+                    (EXPONENT,),
+                    cells=c["n"],
+                    **exponent,
+                    note=N_NOTE,
+                ),
+                SubClaim(
+                    "d-exponent",
+                    f"Attention time exponent in d = FLOP-predicted (±{EXP_MARGIN:g}) at n = "
+                    f"{p['d_sweep_n']}, in cache",
+                    eq_exp,
+                    (EXPONENT,),
+                    cells=c["d"],
+                    **exponent,
+                    note=D_NOTE,
+                ),
+                SubClaim(
+                    "beyond-cache",
+                    "Reported: the same exponents over the sizes whose working set exceeds "
+                    "the last-level cache (the memory system, not the algorithm)",
+                    eq_exp,
+                    (EXPONENT,),
+                    cells=c["beyond"],
+                    counts=False,
+                    **exponent,
+                    note=CACHE_NOTE,
+                ),
+                SubClaim(
+                    "heads",
+                    f"Same time for every head count as for one head, within 1.25×, head sizes ≥ "
+                    f"{MIN_HEAD} (d = {p['heads_d']}, n = {p['heads_n']})",
+                    eq_heads,
+                    (LOG_T,),
+                    cells=c["heads"],
+                    **heads,
+                    note=H_NOTE,
+                ),
+                SubClaim(
+                    "small-heads",
+                    f"Reported: head sizes below {MIN_HEAD} (not counted)",
+                    eq_heads,
+                    (LOG_T,),
+                    cells=c["small"],
+                    counts=False,
+                    **heads,
+                ),
+            ),
+            nulls=(
+                NullPair(
+                    "aa",
+                    arm("fused attention", module="attention_sdpa"),
+                    arm("fused attention, timed again", module=view.AA_COPY),
+                    (LOG_T,),
+                    table="time",
+                    cells=c["null"],
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

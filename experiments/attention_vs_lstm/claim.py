@@ -42,6 +42,53 @@ def throughput_grid(p):
 COMMON = dict(threads=1, warmup=1, rate_factors=[0.5, 1.0], rate_extend=1)
 
 
+def _recall_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """Recall of the token k back: attention against the LSTM, each at its best rate."""
+    ks = p["ks"]
+    far = tuple(cell(f"k{k}", k=k) for k in ks[-2:])
+    by_k = tuple(cell(f"k{k}", k=k) for k in ks)
+    tuned = dict(table="tuned", guard=LEARNED, noise="null-tuned")
+    ta, tl = (
+        arm("self-attention, at its best rate", arch="attention"),
+        arm("LSTM, at its best rate", arch="lstm"),
+    )
+    return (
+        SubClaim(
+            "recall-far",
+            "One step to any position: at the longest distances, self-attention recalls "
+            "the token k back more accurately than an LSTM of the same size, each at its best rate",
+            Better("a"),
+            (view.ACC,),
+            a=ta,
+            b=tl,
+            cells=far,
+            where="all",
+            **tuned,
+            note=profile_sweep(p).rule("final held-out loss"),
+        ),
+        SubClaim(
+            "lstm-decays",
+            "The LSTM's recall falls as the distance grows (a path of k steps; slope against log2 k)",
+            Trend("log2k", direction="down"),
+            (view.ACC,),
+            b=tl,
+            cells=by_k,
+            table="tuned",
+        ),
+        SubClaim(
+            "attention-holds",
+            f"Reported: self-attention recalls at least {HOLDS:g} at every distance",
+            Within(HOLDS, None, f"at least {HOLDS:g}"),
+            (view.ACC,),
+            b=ta,
+            cells=by_k,
+            where="all",
+            counts=False,
+            **tuned,
+        ),
+    )
+
+
 class AttentionVsLSTM(Experiment):
     claim_id = "attention_vs_lstm"
     title = "Self-attention is parallel and one step from any position; an LSTM is neither"
@@ -68,53 +115,69 @@ class AttentionVsLSTM(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        d, ns, ks = p["timing_d"], p["ns"], p["ks"]
+        d, ns = p["timing_d"], p["ns"]
         short = tuple(cell(f"n{n}", n=n) for n in ns if n <= d)
         every = tuple(cell(f"n{n}", n=n) for n in ns)
         att, lstm = arm("self-attention", arch="attention"), arm("LSTM", arch="lstm")
         thr = dict(table="throughput", noise="aa")
-        far = tuple(cell(f"k{k}", k=k) for k in ks[-2:])
-        by_k = tuple(cell(f"k{k}", k=k) for k in ks)
-        tuned = dict(table="tuned", guard=LEARNED, noise="null-tuned")
-        ta, tl = (
-            arm("self-attention, at its best rate", arch="attention"),
-            arm("LSTM, at its best rate", arch="lstm"),
+        return Declaration(
+            (
+                SubClaim(
+                    "short",
+                    f"Parallel over positions: up to n = d ({d}), a self-attention layer trains more "
+                    "tokens per second than an LSTM layer of the same parameters",
+                    Better("a"),
+                    (LOGT,),
+                    a=att,
+                    b=lstm,
+                    cells=short,
+                    where="all",
+                    **thr,
+                    note="Vaswani et al.'s Table 1: per layer n²·d against n·d², so attention costs less "
+                    "where n < d, and its n steps run at once where the LSTM's run one after another.",
+                ),
+                SubClaim(
+                    "lstm-flat",
+                    f"Reported: the LSTM's time per token stays flat in n (within ±{FLAT:g} log "
+                    "per doubling)",
+                    Trend("log2n", lo=-FLAT, hi=FLAT),
+                    (LOGT,),
+                    b=lstm,
+                    cells=every,
+                    counts=False,
+                    table="throughput",
+                ),
+                SubClaim(
+                    "attn-grows",
+                    "Reported: attention's time per token grows with n beyond n = d",
+                    Trend("log2n", direction="up"),
+                    (LOGT,),
+                    b=att,
+                    cells=tuple(cell(f"n{n}", n=n) for n in ns if n >= d),
+                    counts=False,
+                    table="throughput",
+                ),
+                *_recall_subclaims(p),
+            ),
+            nulls=(
+                NullPair(
+                    "aa",
+                    att,
+                    arm("self-attention (again)", arch=AA),
+                    (LOGT,),
+                    table="throughput",
+                    cells=every,
+                ),
+                NullPair(
+                    "null-tuned",
+                    arm("self-attention", arch="attention", role="test"),
+                    arm("self-attention rerun", arch="attention", role="null"),
+                    (view.ACC, FINAL),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
         )
-        return Declaration((
-            SubClaim("short",
-                     f"Parallel over positions: up to n = d ({d}), a self-attention layer trains more "
-                     "tokens per second than an LSTM layer of the same parameters", Better("a"), (LOGT,),
-                     a=att,
-                     b=lstm, cells=short, where="all", **thr,
-                     note="Vaswani et al.'s Table 1: per layer n²·d against n·d², so attention costs less "
-                     "where n < d, and its n steps run at once where the LSTM's run one after another."),
-            SubClaim("lstm-flat",
-                     f"Reported: the LSTM's time per token stays flat in n (within ±{FLAT:g} log "
-                     "per doubling)", Trend("log2n", lo=-FLAT, hi=FLAT), (LOGT,), b=lstm, cells=every,
-                     counts=False, table="throughput"),
-            SubClaim("attn-grows", "Reported: attention's time per token grows with n beyond n = d",
-                     Trend("log2n", direction="up"), (LOGT,), b=att,
-                     cells=tuple(cell(f"n{n}", n=n) for n in ns if n >= d), counts=False, table="throughput"),
-            SubClaim("recall-far",
-                     "One step to any position: at the longest distances, self-attention recalls "
-                     "the token k back more accurately than an LSTM of the same size, each at its best rate",
-                     Better("a"), (view.ACC,), a=ta, b=tl, cells=far, where="all", **tuned,
-                     note=profile_sweep(p).rule("final held-out loss")),
-            SubClaim("lstm-decays", "The LSTM's recall falls as the distance grows (a path of k steps; slope "
-                     "against log2 k)", Trend("log2k", direction="down"), (view.ACC,), b=tl, cells=by_k,
-                     table="tuned"),
-            SubClaim("attention-holds",
-                     f"Reported: self-attention recalls at least {HOLDS:g} at every distance",
-                     Within(HOLDS, None, f"at least {HOLDS:g}"), (view.ACC,), b=ta, cells=by_k, where="all",
-                     counts=False, **tuned),
-        ), nulls=(
-            NullPair("aa", att, arm("self-attention (again)", arch=AA), (LOGT,), table="throughput",
-                     cells=every),
-            NullPair("null-tuned", arm("self-attention", arch="attention", role="test"),
-                     arm("self-attention rerun", arch="attention", role="null"), (view.ACC, FINAL),
-                     table="first",
-                     seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

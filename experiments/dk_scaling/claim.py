@@ -72,6 +72,129 @@ MAXP = _mc("max p unscaled", "mean max probability (unscaled)")
 ADD = _mc("additive_spread", "max/min Var(additive) over d")
 
 
+def _score_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The scores from the Monte Carlo: Var(q·k) against d_k, softmax saturation, additive scores."""
+    top = max(p["mc_dks"])
+    return (
+        check(
+            "law",
+            "Var(q·k) = d_k and Var(q·k/√d_k) = 1 for unit-variance components (Monte Carlo)",
+            (LAW, LAW_SCALED),
+            bound(1 - LAW_TOL, 1 + LAW_TOL),
+            table="mc",
+            cells=cells("dk{d_k}", d_k=p["mc_dks"]),
+        ),
+        SubClaim(
+            "saturation",
+            "Unscaled softmax's gradient (‖J‖) vanishes as d_k grows",
+            Trend("log2 d_k", "down"),
+            (LNJ_U,),
+            table="jac",
+            b=arm("unscaled softmax"),
+        ),
+        SubClaim(
+            "flat",
+            f"Scaled softmax's ‖J‖ stays flat in d_k (within ±{SAT_FLAT} per doubling)",
+            Trend("log2 d_k", lo=-SAT_FLAT, hi=SAT_FLAT),
+            (LNJ_S,),
+            table="jac",
+            b=arm("scaled softmax"),
+        ),
+        SubClaim(
+            "one-hot",
+            f"Unscaled softmax is near one-hot at d_k = {top} (mean max p > {SAT_MAX_P})",
+            bound(SAT_MAX_P, None),
+            (MAXP,),
+            table="mc",
+            cells=(cell(f"dk{top}", d_k=top),),
+        ),
+        SubClaim(
+            "additive",
+            f"Additive scores do not grow with d (max/min variance below {ADD_RATIO:g})",
+            bound(None, ADD_RATIO),
+            (ADD,),
+            table="summary",
+        ),
+    )
+
+
+def _loss_subclaims(p: dict, scaled, unscaled, dks, train: dict) -> tuple[SubClaim, ...]:
+    """Unscaled against scaled training: at one fixed rate, at each arm's best rate, and with qk-norm."""
+    sdk = p["sweep_dk"]
+    tuned = {k: arm(f"{k}, at its best rate", arm=k) for k in SWEPT}
+    sweep = dict(
+        table="tuned",
+        readouts=(FINAL,),
+        guard=LEARNED,
+        noise="null",
+        margin=TRAIN_MARGIN,
+        cells=cells("{scale}", scale=[f"d{d}" for d, _ in p["scales"]]),
+        note=profile_sweep(p).rule() + NULL_NOTE,
+    )
+    return (
+        SubClaim(
+            "training",
+            f"Unscaled training is worse at one fixed rate ({p['lr']:g}; unit-variance "
+            "q, k; final validation loss)",
+            Better("a"),
+            a=scaled,
+            b=unscaled,
+            cells=dks,
+            counts=False,
+            margin=TRAIN_MARGIN,
+            **train,
+        ),
+        SubClaim(
+            "tuned",
+            f"Unscaled training is worse at each arm's own best rate (d_k = {sdk})",
+            Better("a"),
+            a=tuned["scaled"],
+            b=tuned["unscaled"],
+            control="training",
+            **sweep,
+        ),
+        SubClaim(
+            "qk-norm",
+            "qk-layernorm rescues unscaled attention (each at its best rate)",
+            Better("b"),
+            a=tuned["unscaled"],
+            b=tuned["unscaled, qk-norm"],
+            counts=False,
+            **sweep,
+        ),
+    )
+
+
+def _logit_subclaims(p: dict, train: dict) -> tuple[SubClaim, ...]:
+    """Large initial logits alone (scaled attention at d_k = ref_dk): the loss at s > 1 and its trend in s."""
+    ref = p["ref_dk"]
+    by_s = (cell("s1", dk=ref, scaled=True, logit_std=1.0, part="train"),) + tuple(
+        cell(f"s{s:g}", dk=ref, scaled=True, logit_std=s, part="logit") for s in p["logit_stds"]
+    )
+    return (
+        SubClaim(
+            "logit",
+            f"Large initial logits alone slow training (d_k = {ref}, scaled; s > 1 vs 1)",
+            Better("a"),
+            a=arm("initial logit std 1", logit_std=1.0, part="train"),
+            b=arm("initial logit std s", part="logit"),
+            cells=by_s[1:],
+            counts=False,
+            margin=TRAIN_MARGIN,
+            **train,
+        ),
+        SubClaim(
+            "logit-trend",
+            f"Final loss rises with log2 s (d_k = {ref}, scaled)",
+            Trend("log2 s", "up"),
+            b=arm(f"scaled, d_k = {ref}"),
+            cells=by_s,
+            counts=False,
+            **{**train, "noise": None},
+        ),
+    )
+
+
 class DkScaling(Experiment):
     claim_id = "dk_scaling"
     title = "Scaling q·k by 1/sqrt(d_k) keeps logits at unit variance"
@@ -113,65 +236,62 @@ class DkScaling(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        ref, top, dks, sdk = p["ref_dk"], max(p["mc_dks"]), cells("dk{dk}", dk=p["dks"]), p["sweep_dk"]
-        tuned = {k: arm(f"{k}, at its best rate", arm=k) for k in SWEPT}
-        sweep = dict(
-            table="tuned",
-            readouts=(FINAL,),
-            guard=LEARNED,
-            noise="null",
-            margin=TRAIN_MARGIN,
-            cells=cells("{scale}", scale=[f"d{d}" for d, _ in p["scales"]]),
-            note=profile_sweep(p).rule() + NULL_NOTE,
-        )
+        dks = cells("dk{dk}", dk=p["dks"])
         train = dict(table="runs", readouts=(FINAL,), guard=LEARNED, noise="null")
         scaled, unscaled = (
             arm("scaled", scaled=True, part="train"),
             arm("unscaled", scaled=False, part="train"),
         )
-        by_s = (cell("s1", dk=ref, scaled=True, logit_std=1.0, part="train"),) + tuple(
-            cell(f"s{s:g}", dk=ref, scaled=True, logit_std=s, part="logit") for s in p["logit_stds"]
+        return Declaration(
+            (
+                *_score_subclaims(p),
+                *_loss_subclaims(p, scaled, unscaled, dks, train),
+                SubClaim(
+                    "collapse",
+                    "Unscaled attention ends more collapsed (layer 1's mean max probability at "
+                    "the end, fixed rate)",
+                    Better("b"),
+                    (COLLAPSE,),
+                    a=scaled,
+                    b=unscaled,
+                    cells=dks,
+                    counts=False,
+                    table="runs",
+                ),
+                SubClaim(
+                    "logit-growth",
+                    "Unscaled logits grow more during training (layer 1, ln of the end/init "
+                    "logit variance, fixed rate)",
+                    Better("b"),
+                    (GROWTH,),
+                    a=scaled,
+                    b=unscaled,
+                    cells=dks,
+                    counts=False,
+                    table="runs",
+                ),
+                SubClaim(
+                    "harm",
+                    "The harm grows with d_k (per-seed slope of unscaled − scaled in log2 d_k)",
+                    Trend("log2 d_k", "up"),
+                    a=scaled,
+                    b=unscaled,
+                    cells=dks,
+                    counts=False,
+                    **{**train, "noise": None},
+                ),
+                *_logit_subclaims(p, train),
+            ),
+            nulls=(
+                NullPair(
+                    "null",
+                    arm(f"scaled d_k={p['null_dk']}", part="train", dk=p["null_dk"], scaled=True),
+                    arm("rerun", part="null"),
+                    (FINAL,),
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
         )
-        return Declaration((
-            check("law", "Var(q·k) = d_k and Var(q·k/√d_k) = 1 for unit-variance components (Monte Carlo)",
-                  (LAW, LAW_SCALED), bound(1 - LAW_TOL, 1 + LAW_TOL), table="mc",
-                  cells=cells("dk{d_k}", d_k=p["mc_dks"])),
-            SubClaim("saturation", "Unscaled softmax's gradient (‖J‖) vanishes as d_k grows",
-                     Trend("log2 d_k", "down"), (LNJ_U,), table="jac", b=arm("unscaled softmax")),
-            SubClaim("flat", f"Scaled softmax's ‖J‖ stays flat in d_k (within ±{SAT_FLAT} per doubling)",
-                     Trend("log2 d_k", lo=-SAT_FLAT, hi=SAT_FLAT), (LNJ_S,), table="jac",
-                     b=arm("scaled softmax")),
-            SubClaim("one-hot", f"Unscaled softmax is near one-hot at d_k = {top} (mean max p > {SAT_MAX_P})",
-                     bound(SAT_MAX_P, None), (MAXP,), table="mc", cells=(cell(f"dk{top}", d_k=top),)),
-            SubClaim("additive", f"Additive scores do not grow with d (max/min variance below {ADD_RATIO:g})",
-                     bound(None, ADD_RATIO), (ADD,), table="summary"),
-            SubClaim("training", f"Unscaled training is worse at one fixed rate ({p['lr']:g}; unit-variance "
-                     "q, k; final validation loss)", Better("a"), a=scaled, b=unscaled, cells=dks,
-                     counts=False, margin=TRAIN_MARGIN, **train),
-            SubClaim("tuned", f"Unscaled training is worse at each arm's own best rate (d_k = {sdk})",
-                     Better("a"), a=tuned["scaled"], b=tuned["unscaled"], control="training", **sweep),
-            SubClaim("qk-norm", "qk-layernorm rescues unscaled attention (each at its best rate)",
-                     Better("b"), a=tuned["unscaled"], b=tuned["unscaled, qk-norm"], counts=False, **sweep),
-            SubClaim("collapse", "Unscaled attention ends more collapsed (layer 1's mean max probability at "
-                     "the end, fixed rate)", Better("b"), (COLLAPSE,), a=scaled, b=unscaled, cells=dks,
-                     counts=False, table="runs"),
-            SubClaim("logit-growth", "Unscaled logits grow more during training (layer 1, ln of the end/init "
-                     "logit variance, fixed rate)", Better("b"), (GROWTH,), a=scaled, b=unscaled, cells=dks,
-                     counts=False, table="runs"),
-            SubClaim("harm", "The harm grows with d_k (per-seed slope of unscaled − scaled in log2 d_k)",
-                     Trend("log2 d_k", "up"), a=scaled, b=unscaled, cells=dks, counts=False,
-                     **{**train, "noise": None}),
-            SubClaim("logit", f"Large initial logits alone slow training (d_k = {ref}, scaled; s > 1 vs 1)",
-                     Better("a"), a=arm("initial logit std 1", logit_std=1.0, part="train"),
-                     b=arm("initial logit std s", part="logit"), cells=by_s[1:], counts=False,
-                     margin=TRAIN_MARGIN, **train),
-            SubClaim("logit-trend", f"Final loss rises with log2 s (d_k = {ref}, scaled)",
-                     Trend("log2 s", "up"), b=arm(f"scaled, d_k = {ref}"), cells=by_s, counts=False,
-                     **{**train, "noise": None}),
-        ), nulls=(
-            NullPair("null", arm(f"scaled d_k={p['null_dk']}", part="train", dk=p["null_dk"], scaled=True),
-                     arm("rerun", part="null"), (FINAL,), seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         t, decl = view.observe(runs, p, (FINAL, LEARNED)), self.declare(p)

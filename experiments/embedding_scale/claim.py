@@ -91,6 +91,170 @@ FINAL, LEARNED = rd.final_loss(), rd.learned(LEARN_MARGIN)
 TOLS = dict(unit_tolerance=UNIT_TOL, margin=MARGIN, learn_margin=LEARN_MARGIN, escape_window=ESCAPE_WINDOW)
 
 
+def _init_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The embeddings at init: their variance with the factor, and their share of the input."""
+    dims, unit = p["init_dims"], bound(1 - UNIT_TOL, 1 + UNIT_TOL)
+    per_pos = tuple(cell(f"d{d}-{q}", d=d, pos=q) for d in dims for q in ("learned", "sinusoidal"))
+    shares = {f"d{d}-{'with' if s else 'without'}": (d, s) for d in dims for s in (False, True)}
+    share = bound(**{k: (0.5, None) if s else (None, 0.5) for k, (_, s) in shares.items()})
+    return (
+        SubClaim(
+            "unit",
+            "N(0, 1/d) embeddings × sqrt(d) have unit variance",
+            unit,
+            (view.VAR,),
+            table="init",
+            b=arm("N(0, 1/d) × sqrt(d)", init="xavier", scaled=True),
+            kind="check",
+            where="all",
+            cells=per_pos,
+            note="The xavier init draws the table from N(0, 1/d).",
+        ),
+        SubClaim(
+            "normal-var",
+            "Unit variance also under the library's default N(0, 0.02²) init",
+            unit,
+            (view.VAR,),
+            table="init",
+            cells=tuple(cell(f"d{d}", d=d) for d in dims),
+            b=arm("N(0, 0.02²) × sqrt(d)", init="normal", scaled=True, pos="sinusoidal"),
+            where="all",
+            counts=False,
+            note="A finding about the notes' reason (Var = 0.0004·d, unit only near d = 2500).",
+        ),
+        SubClaim(
+            "share",
+            "The factor puts tokens on the positions' scale (sinusoidal, N(0, 1/d))",
+            share,
+            (view.SHARE,),
+            table="init",
+            b=arm("N(0, 1/d), sinusoidal", init="xavier", pos="sinusoidal"),
+            cells=tuple(cell(k, d=d, scaled=s) for k, (d, s) in shares.items()),
+            where="all",
+            counts=False,
+        ),
+    )
+
+
+def _one_rate_subclaims(p: dict, fixed: dict, train: dict, no, yes) -> tuple[SubClaim, ...]:
+    """With vs without the factor at one rate, tied, per init: sinusoidal, then learned positions."""
+    at = {(i, q): (cell(f"{q}-pos", init=i, pos=q, **fixed),) for i in p["inits"] for q in p["positions"]}
+    return (
+        *(
+            SubClaim(
+                f"train-{i}",
+                f"Training with the factor converges better at one rate ({p['lr']:g}), "
+                f"{INIT_NAME[i]} init, sinusoidal positions, tied",
+                Better("b"),
+                a=no,
+                b=yes,
+                cells=at[(i, "sinusoidal")],
+                counts=False,
+                **train,
+            )
+            for i in p["inits"]
+            if (i, "sinusoidal") in at
+        ),
+        *(
+            SubClaim(
+                f"learned-pos-{i}",
+                f"Context: the same with learned positions, one rate, {INIT_NAME[i]} init",
+                Better("b"),
+                a=no,
+                b=yes,
+                cells=at[(i, "learned")],
+                counts=False,
+                **train,
+                note="Learned positions start at the table's scale, so the factor also shrinks their "
+                "share of the input.",
+            )
+            for i in p["inits"]
+            if (i, "learned") in at
+        ),
+    )
+
+
+def _control_subclaims(train: dict) -> tuple[SubClaim, ...]:
+    """The untied controls: with vs without the factor, and the 2×2 of variance at init and step size."""
+    sin = (cell("xavier-sin", init="xavier", pos="sinusoidal"),)
+    ctl = dict(cells=sin, family="controls", counts=False, **train)
+    # the 2×2's cells name the init, so that its null pair's floor (per init) reaches them
+    by_step = tuple(cell(view.STEP_CELL[k], emb_step=k, init="xavier") for k in view.STEPS)
+    by_var = tuple(cell(view.VAR_CELL[k], emb_var=k, init="xavier") for k in view.VARIANCES)
+
+    def c(label, **f):  # an untied control arm
+        return arm(label, part="control", **f)
+
+    return (
+        SubClaim(
+            "untied",
+            "Reported: untied, with vs without the factor (N(0, 1/d) table, sinusoidal)",
+            Better("b"),
+            a=c("untied, no factor", emb_scale=False, table="init"),
+            b=c("untied, × sqrt(d)", emb_scale=True, table="init"),
+            **ctl,
+        ),
+        SubClaim(
+            "variance",
+            "Reported: unit variance at init helps at an equal embedding step size (untied 2×2)",
+            Better("b"),
+            a=c("variance 1/d", emb_var="1/d"),
+            b=c("variance 1", emb_var="1"),
+            **{**ctl, "cells": by_step},
+            note="Step ×1: N(0, 1/d) vs N(0, 1) table, no factor; step ×sqrt(d): N(0, 1/d²) vs N(0, "
+            "1/d) table, × sqrt(d).",
+        ),
+        SubClaim(
+            "step",
+            "Reported: a sqrt(d)× faster embedding (Adam) helps at an equal variance at init (untied 2×2)",
+            Better("b"),
+            a=c("step ×1", emb_step="×1"),
+            b=c("step ×sqrt(d)", emb_step="×sqrt(d)"),
+            **{**ctl, "cells": by_var},
+            note="Variance 1/d: N(0, 1/d) no factor vs N(0, 1/d²) × sqrt(d); variance 1: N(0, 1) "
+            "no factor vs N(0, 1/d) × sqrt(d).",
+        ),
+    )
+
+
+def _nulls(p: dict, fixed: dict) -> tuple[NullPair, ...]:
+    """The reruns of the arm without the factor: at the fixed rate per init, and at its chosen rate."""
+    return (
+        NullPair(
+            "null",
+            arm(
+                "no factor, sinusoidal",
+                part="train",
+                pos="sinusoidal",
+                emb_scale=False,
+                table="init",
+                **fixed,
+            ),
+            arm("rerun", part="null", role="test"),
+            (FINAL,),
+            cells=tuple(cell(i, init=i) for i in p["inits"]),
+            seed_offset=NULL_OFFSET,
+        ),
+        NullPair(
+            "null-tuned",
+            arm(
+                "N(0, 1/d), no factor, sinusoidal",
+                part="train",
+                init="xavier",
+                pos="sinusoidal",
+                emb_scale=False,
+                table="init",
+                tie=True,
+                **fixed,
+            ),
+            arm("rerun", part="null", init="xavier"),
+            (FINAL,),
+            cells=ALL,
+            seed_offset=NULL_OFFSET,
+        ),
+    )
+
+
 class EmbeddingScale(Experiment):
     claim_id = "embedding_scale"
     title = "Scaling embeddings by sqrt(d_model) restores unit variance"
@@ -120,80 +284,47 @@ class EmbeddingScale(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        dims, unit = p["init_dims"], bound(1 - UNIT_TOL, 1 + UNIT_TOL)
         fixed = dict(lr=p["lr"], d_model=p["d_model"], role="test")
-        at = {(i, q): (cell(f"{q}-pos", init=i, pos=q, **fixed),) for i in p["inits"] for q in p["positions"]}
-        per_pos = tuple(cell(f"d{d}-{q}", d=d, pos=q) for d in dims for q in ("learned", "sinusoidal"))
-        shares = {f"d{d}-{'with' if s else 'without'}": (d, s) for d in dims for s in (False, True)}
-        share = bound(**{k: (0.5, None) if s else (None, 0.5) for k, (_, s) in shares.items()})
         train = dict(readouts=(FINAL, escape(p)), guard=LEARNED, margin=MARGIN, noise="null")
         tied = tuple(cell(f"{i}-{q}", init=i, pos=q, **fixed) for i in p["inits"] for q in p["positions"])
         no = arm("no factor", part="train", emb_scale=False, tie=True)
         yes = arm("× sqrt(d)", part="train", emb_scale=True, tie=True)
         tuned = {k: arm(f"{k}, at its best rate", arm=k) for k in view.SWEPT}
         widths = cells("{scale}", scale=[f"d{d}" for d, _ in p["scales"]])
-        sin = (cell("xavier-sin", init="xavier", pos="sinusoidal"),)
-        ctl = dict(cells=sin, family="controls", counts=False, **train)
-        # the 2×2's cells name the init, so that its null pair's floor (per init) reaches them
-        by_step = tuple(cell(view.STEP_CELL[k], emb_step=k, init="xavier") for k in view.STEPS)
-        by_var = tuple(cell(view.VAR_CELL[k], emb_var=k, init="xavier") for k in view.VARIANCES)
-
-        def c(label, **f):  # an untied control arm
-            return arm(label, part="control", **f)
-
-        return Declaration((
-            SubClaim("unit", "N(0, 1/d) embeddings × sqrt(d) have unit variance", unit, (view.VAR,),
-                     table="init", b=arm("N(0, 1/d) × sqrt(d)", init="xavier", scaled=True), kind="check",
-                     where="all", cells=per_pos, note="The xavier init draws the table from N(0, 1/d)."),
-            SubClaim("normal-var", "Unit variance also under the library's default N(0, 0.02²) init", unit,
-                     (view.VAR,), table="init", cells=tuple(cell(f"d{d}", d=d) for d in dims),
-                     b=arm("N(0, 0.02²) × sqrt(d)", init="normal", scaled=True, pos="sinusoidal"),
-                     where="all", counts=False,
-                     note="A finding about the notes' reason (Var = 0.0004·d, unit only near d = 2500)."),
-            SubClaim("share", "The factor puts tokens on the positions' scale (sinusoidal, N(0, 1/d))", share,
-                     (view.SHARE,), table="init", b=arm("N(0, 1/d), sinusoidal", init="xavier",
-                     pos="sinusoidal"), cells=tuple(cell(k, d=d, scaled=s) for k, (d, s) in shares.items()),
-                     where="all", counts=False),
-            *(SubClaim(f"train-{i}", f"Training with the factor converges better at one rate ({p['lr']:g}), "
-                       f"{INIT_NAME[i]} init, sinusoidal positions, tied", Better("b"), a=no, b=yes,
-                       cells=at[(i, "sinusoidal")], counts=False, **train)
-              for i in p["inits"] if (i, "sinusoidal") in at),
-            *(SubClaim(f"learned-pos-{i}",
-                       f"Context: the same with learned positions, one rate, {INIT_NAME[i]} "
-                       "init", Better("b"), a=no, b=yes, cells=at[(i, "learned")], counts=False, **train,
-                       note="Learned positions start at the table's scale, so the factor also shrinks their "
-                       "share of the input.")
-              for i in p["inits"] if (i, "learned") in at),
-            SubClaim("train",
-                     "Training with the factor converges better, each arm at its own best rate (N(0, "
-                     "1/d), sinusoidal positions, tied)", Better("b"), a=tuned["no factor"],
-                     b=tuned["× sqrt(d)"], cells=widths, table="tuned", control="train-xavier", primary=True,
-                     **{**train, "noise": "null-tuned"}, note=profile_sweep(p).rule()),
-            SubClaim("learned", "Reported: more seeds learn at all with the factor (tied cells, one rate)",
-                     Better("b"), (LEARNED,), a=no, b=yes, cells=tied, counts=False, note="On a few seeds, "
-                     "Fisher's test decides only when one arm learns in every seed and the other in none."),
-            SubClaim("untied", "Reported: untied, with vs without the factor (N(0, 1/d) table, sinusoidal)",
-                     Better("b"), a=c("untied, no factor", emb_scale=False, table="init"),
-                     b=c("untied, × sqrt(d)", emb_scale=True, table="init"), **ctl),
-            SubClaim("variance", "Reported: unit variance at init helps at an equal embedding step size "
-                     "(untied 2×2)", Better("b"), a=c("variance 1/d", emb_var="1/d"),
-                     b=c("variance 1", emb_var="1"), **{**ctl, "cells": by_step},
-                     note="Step ×1: N(0, 1/d) vs N(0, 1) table, no factor; step ×sqrt(d): N(0, 1/d²) vs N(0, "
-                     "1/d) table, × sqrt(d)."),
-            SubClaim("step",
-                     "Reported: a sqrt(d)× faster embedding (Adam) helps at an equal variance at init "
-                     "(untied 2×2)", Better("b"), a=c("step ×1", emb_step="×1"), b=c("step ×sqrt(d)",
-                     emb_step="×sqrt(d)"), **{**ctl, "cells": by_var},
-                     note="Variance 1/d: N(0, 1/d) no factor vs N(0, 1/d²) × sqrt(d); variance 1: N(0, 1) "
-                     "no factor vs N(0, 1/d) × sqrt(d)."),
-        ), nulls=(
-            NullPair("null", arm("no factor, sinusoidal", part="train", pos="sinusoidal", emb_scale=False,
-                                 table="init", **fixed), arm("rerun", part="null", role="test"), (FINAL,),
-                     cells=tuple(cell(i, init=i) for i in p["inits"]), seed_offset=NULL_OFFSET),
-            NullPair("null-tuned", arm("N(0, 1/d), no factor, sinusoidal", part="train", init="xavier",
-                                       pos="sinusoidal", emb_scale=False, table="init", tie=True, **fixed),
-                     arm("rerun", part="null", init="xavier"), (FINAL,), cells=ALL, seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                *_init_subclaims(p),
+                *_one_rate_subclaims(p, fixed, train, no, yes),
+                SubClaim(
+                    "train",
+                    "Training with the factor converges better, each arm at its own best rate (N(0, "
+                    "1/d), sinusoidal positions, tied)",
+                    Better("b"),
+                    a=tuned["no factor"],
+                    b=tuned["× sqrt(d)"],
+                    cells=widths,
+                    table="tuned",
+                    control="train-xavier",
+                    primary=True,
+                    **{**train, "noise": "null-tuned"},
+                    note=profile_sweep(p).rule(),
+                ),
+                SubClaim(
+                    "learned",
+                    "Reported: more seeds learn at all with the factor (tied cells, one rate)",
+                    Better("b"),
+                    (LEARNED,),
+                    a=no,
+                    b=yes,
+                    cells=tied,
+                    counts=False,
+                    note="On a few seeds, "
+                    "Fisher's test decides only when one arm learns in every seed and the other in none.",
+                ),
+                *_control_subclaims(train),
+            ),
+            nulls=_nulls(p, fixed),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

@@ -76,6 +76,36 @@ def _cells(quantity: str, variants, declared: bool) -> tuple:
     return tuple(cell(v, quantity=quantity, variant=v) for v in variants) if declared else ()
 
 
+def _peak_subclaims(p: dict, exps, paths) -> tuple[SubClaim, ...]:
+    """Peak memory of forward + backward: its exponent in n, and the live tensors that explain it."""
+    peaks = len(p["peak_ns"]) >= 2
+    live = {v: EXPLICIT_LIVE if v.startswith("explicit") else FUSED_LIVE for v in view.PEAKED}
+    return (
+        SubClaim(
+            "peak",
+            "Peak memory of forward + backward grows as n (fused) vs n² (explicit)",
+            exps,
+            (EXPONENT,),
+            table="fits",
+            cells=_cells("peak", paths, peaks),
+            where="all",
+            note=PEAK_NOTE,
+        ),
+        SubClaim(
+            "peak-live",
+            "The peak is the live set: P, dP and dS at once on the explicit path (3·h·n² "
+            "values; on CUDA also softmax backward's n×n buffer); at most 16 n×d tensors and no n×n "
+            "on the fused one",
+            bound(**live),
+            (LIVE,),
+            table="peak_live",
+            cells=tuple(cell(v, variant=v) for v in view.PEAKED),
+            where="all",
+            note=LIVE_NOTE,
+        ),
+    )
+
+
 class FlashMemory(Experiment):
     claim_id = "flash_memory"
     title = "A fused attention kernel keeps only per-row softmax statistics, not the n×n matrix"
@@ -97,42 +127,75 @@ class FlashMemory(Experiment):
 
     def declare(self, p: dict) -> Declaration:
         fits = len(view.fit_sizes(p["ns"], FIT_FROM * p["head_dim"])) >= 2
-        peaks = len(p["peak_ns"]) >= 2
         exps = bound(explicit=QUADRATIC, fused=LINEAR, fused_causal=LINEAR)
         kinds = (("nxn", "n×n", 0), ("row", "per row", 1), ("nxd", "n×d", 4))
         keeps = tuple(cell(f"{v}-{w}", variant=v, what=x) for v in view.FUSED for w, x, _ in kinds)
         per = {f"{v}-{w}": _exactly(k) for v in view.FUSED for w, _, k in kinds}
         ratio_ns = [n for n in RATIO_AT if n in p["ns"]] or [max(p["ns"])]
         paths = ("explicit", *view.FUSED)
-        live = {v: EXPLICIT_LIVE if v.startswith("explicit") else FUSED_LIVE for v in view.PEAKED}
-        return Declaration((
-            check("inventory", "The saved-tensor inventory sums to the bytes measured (two readings of the "
-                  "hooks)", INV_ERR, equal(0), table="saved"),
-            SubClaim("keeps", "Fused kernel keeps no n×n tensor, and one value per row", bound(**per),
-                     (STORAGES,), table="keeps", cells=keeps, where="all", note=KEEPS_NOTE),
-            SubClaim("saved-exponent", "Saved bytes grow as n (fused) vs n² (explicit)", exps, (EXPONENT,),
-                     table="fits", cells=_cells("saved", paths, fits), where="all", note=FIT_NOTE),
-            SubClaim("hand", "Measured bytes = hand-derived formulas", bound(*_exactly(0)), (HAND_ERR,),
-                     table="saved", cells=tuple(cell(v, variant=v) for v in VARIANTS), where="all",
-                     note=INT_NOTE),
-            SubClaim("peak", "Peak memory of forward + backward grows as n (fused) vs n² (explicit)", exps,
-                     (EXPONENT,), table="fits", cells=_cells("peak", paths, peaks), where="all",
-                     note=PEAK_NOTE),
-            SubClaim("peak-live",
-                     "The peak is the live set: P, dP and dS at once on the explicit path (3·h·n² "
-                     "values; on CUDA also softmax backward's n×n buffer); at most 16 n×d tensors and no n×n "
-                     "on the fused one", bound(**live), (LIVE,),
-                     table="peak_live", cells=tuple(cell(v, variant=v) for v in view.PEAKED), where="all",
-                     note=LIVE_NOTE),
-            SubClaim("mask", "Fused kernel with a mask tensor stays linear", bound(*LINEAR), (EXPONENT,),
-                     table="fits", cells=_cells("saved", ("fused_mask",), fits), counts=False,
-                     note=MASK_NOTE),
-            SubClaim("ratio",
-                     "Saved bytes explicit / fused = the hand formulas' ratio ((3n·d_k + n²)/(4n·d_k + n) in "
-                     "float32 on the CPU kernel)", bound(-TOL, TOL),
-                     (RATIO_ERR,), table="ratio", cells=tuple(cell(f"n{n}", n=n) for n in ratio_ns),
-                     where="all", counts=False),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                check(
+                    "inventory",
+                    "The saved-tensor inventory sums to the bytes measured (two readings of the hooks)",
+                    INV_ERR,
+                    equal(0),
+                    table="saved",
+                ),
+                SubClaim(
+                    "keeps",
+                    "Fused kernel keeps no n×n tensor, and one value per row",
+                    bound(**per),
+                    (STORAGES,),
+                    table="keeps",
+                    cells=keeps,
+                    where="all",
+                    note=KEEPS_NOTE,
+                ),
+                SubClaim(
+                    "saved-exponent",
+                    "Saved bytes grow as n (fused) vs n² (explicit)",
+                    exps,
+                    (EXPONENT,),
+                    table="fits",
+                    cells=_cells("saved", paths, fits),
+                    where="all",
+                    note=FIT_NOTE,
+                ),
+                SubClaim(
+                    "hand",
+                    "Measured bytes = hand-derived formulas",
+                    bound(*_exactly(0)),
+                    (HAND_ERR,),
+                    table="saved",
+                    cells=tuple(cell(v, variant=v) for v in VARIANTS),
+                    where="all",
+                    note=INT_NOTE,
+                ),
+                *_peak_subclaims(p, exps, paths),
+                SubClaim(
+                    "mask",
+                    "Fused kernel with a mask tensor stays linear",
+                    bound(*LINEAR),
+                    (EXPONENT,),
+                    table="fits",
+                    cells=_cells("saved", ("fused_mask",), fits),
+                    counts=False,
+                    note=MASK_NOTE,
+                ),
+                SubClaim(
+                    "ratio",
+                    "Saved bytes explicit / fused = the hand formulas' ratio ((3n·d_k + n²)/(4n·d_k + n) in "
+                    "float32 on the CPU kernel)",
+                    bound(-TOL, TOL),
+                    (RATIO_ERR,),
+                    table="ratio",
+                    cells=tuple(cell(f"n{n}", n=n) for n in ratio_ns),
+                    where="all",
+                    counts=False,
+                ),
+            )
+        )
 
     def analyse(self, runs, p, out: Output):
         fit_from = FIT_FROM * p["head_dim"]

@@ -119,6 +119,111 @@ def _decode_claims(p: dict, b: str, grid, by_kv, heavy) -> tuple[SubClaim, ...]:
     )
 
 
+def _quality_claims(p: dict, mha, stages, targets) -> tuple[SubClaim, ...]:
+    """The quality sub-claims: MQA's loss vs MHA's at one rate, at each best rate, widened; the conversion."""
+    tuned_cells = cells(
+        "{stage}-{scale}", stage=["scratch", "uptrained"], scale=[scale_label(s) for s in scales(p)]
+    )
+    quality = dict(table="quality", a=mha, guard=LEARNED, noise="null")
+    return (
+        SubClaim(
+            "quality-fixed",
+            f"Small quality cost at one rate ({p['lr']:g}, {p['steps']} steps): MQA "
+            "vs MHA from scratch, and MHA converted to MQA (mean-pooled) vs MHA, both "
+            "uptrained alike",
+            SMALL,
+            (FINAL,),
+            b=arm("MQA", model="MQA", role="fixed"),
+            cells=stages,
+            note=QUALITY_NOTE,
+            counts=False,
+            **quality,
+        ),
+        SubClaim(
+            "quality",
+            f"Small quality cost, each model at its own best rate ({p['sweep_steps']} "
+            "steps): MQA vs MHA from scratch, and MHA converted to MQA (mean-pooled) vs MHA, both "
+            "uptrained alike",
+            SMALL,
+            (FINAL,),
+            a=arm("MHA, at its best rate", model="MHA"),
+            b=arm("MQA, at its best rate", model="MQA"),
+            table="tuned",
+            cells=tuned_cells,
+            guard=LEARNED,
+            noise="null-tuned",
+            note=QUALITY_NOTE
+            + " "
+            + profile_sweep(p, "tuned_seeds").rule()
+            + " MHA's uptraining runs at 0.3× its chosen rate.",
+        ),
+        SubClaim(
+            "matched",
+            "Small quality cost of MQA with the FFN widened to MHA's parameters",
+            SMALL,
+            (FINAL,),
+            b=arm("MQA, FFN widened", model="MQA matched", role="fixed"),
+            cells=stages[:1],
+            counts=False,
+            **quality,
+        ),
+        SubClaim(
+            "convert",
+            "Mean-pooling beats first-head selection, right after converting MHA",
+            Better("b"),
+            (view.BEFORE,),
+            table="convert",
+            cells=targets,
+            noise="null-convert",
+            a=arm("first head", method="first", role="fixed"),
+            b=arm("mean-pooled", method="mean", role="fixed"),
+            counts=False,
+        ),
+    )
+
+
+def _nulls(h: int, mha, grid, stages, targets) -> tuple[NullPair, ...]:
+    """The A/A decode timing pair and the quality, tuned and conversion reruns of MHA."""
+    aa_cells = tuple(cell(c.label, **c.fields, backend="sdpa") for c in grid)  # the A/A copy: sdpa only
+    return (
+        NullPair(
+            "aa",
+            arm("MHA", kv=h, again=False),
+            arm("MHA again (A/A)", kv=h, again=True),
+            (LOGT, view.PER_BYTE),
+            table="decode",
+            cells=aa_cells,
+        ),
+        NullPair(
+            "null",
+            mha,
+            arm("MHA rerun", model="MHA", role="fixed-null"),
+            (FINAL,),
+            table="quality",
+            cells=stages,
+            seed_offset=NULL_OFFSET,
+        ),
+        NullPair(
+            "null-tuned",
+            arm("MHA", model="MHA", role="test"),
+            arm("MHA rerun", model="MHA", role="null"),
+            (FINAL,),
+            table="first",
+            cells=stages,
+            seed_offset=NULL_OFFSET,
+        ),
+        NullPair(
+            "null-convert",
+            arm("first head", method="first", role="fixed"),
+            arm("first head rerun", method="first", role="fixed-null"),
+            (view.BEFORE,),
+            table="convert",
+            cells=targets,
+            seed_offset=NULL_OFFSET,
+        ),
+    )
+
+
 def decode_grid(p):
     decode_config(p, 1, 8)  # validate the sizes before anything runs
     dec, kvs, bs = {k: p[k] for k in DECODE_KEYS}, kv_list(p["n_heads"]), p["batches"]
@@ -195,52 +300,31 @@ class GQAThroughput(Experiment):
         by_kv = cells("b{batch}-c{context}-kv{kv}", batch=batches, context=contexts, kv=kv_list(h)[1:])
         heavy = tuple(c for c in grid if view.kv_heavy(p, **c.fields))  # closed-form bytes: no outcome read
         stages = cells("{stage}", stage=["scratch", "uptrained"])
-        tuned_cells = cells("{stage}-{scale}", stage=["scratch", "uptrained"],
-                            scale=[scale_label(s) for s in scales(p)])  # fmt: skip
         targets = cells("kv{target_kv}", target_kv=kv_list(p["lm_heads"])[1:])
         mha = arm("MHA", model="MHA", role="fixed")
-        aa_cells = tuple(cell(c.label, **c.fields, backend="sdpa") for c in grid)  # the A/A copy: sdpa only
-        quality = dict(table="quality", a=mha, guard=LEARNED, noise="null")
-        return Declaration((
-            check("bytes", "Each KV cache holds its closed-form size", view.CACHE, equal(1.0), table="bytes"),
-            *_decode_claims(p, "sdpa", grid, by_kv, heavy),
-            *_decode_claims(p, "explicit", grid, by_kv, heavy),
-            SubClaim("phases", "Prefill and the training step barely change (MQA vs MHA time, sdpa)", LEVEL,
-                     (PHASE_T,), table="phases", a=arm("MHA", kv=h), b=arm("MQA", kv=1),
-                     cells=cells("{phase}", phase=["prefill", "train"]), where="all", counts=False),
-            SubClaim("quality-fixed",
-                     f"Small quality cost at one rate ({p['lr']:g}, {p['steps']} steps): MQA "
-                     "vs MHA from scratch, and MHA converted to MQA (mean-pooled) vs MHA, both "
-                     "uptrained alike",
-                     SMALL, (FINAL,), b=arm("MQA", model="MQA", role="fixed"), cells=stages,
-                     note=QUALITY_NOTE,
-                     counts=False, **quality),
-            SubClaim("quality", f"Small quality cost, each model at its own best rate ({p['sweep_steps']} "
-                     "steps): MQA vs MHA from scratch, and MHA converted to MQA (mean-pooled) vs MHA, both "
-                     "uptrained alike", SMALL, (FINAL,), a=arm("MHA, at its best rate", model="MHA"),
-                     b=arm("MQA, at its best rate", model="MQA"), table="tuned", cells=tuned_cells,
-                     guard=LEARNED, noise="null-tuned",
-                     note=QUALITY_NOTE + " " + profile_sweep(p, "tuned_seeds")
-                     .rule() + " MHA's uptraining runs at 0.3× its chosen rate."),
-            SubClaim("matched", "Small quality cost of MQA with the FFN widened to MHA's parameters", SMALL,
-                     (FINAL,), b=arm("MQA, FFN widened", model="MQA matched", role="fixed"), cells=stages[:1],
-                     counts=False, **quality),
-            SubClaim("convert", "Mean-pooling beats first-head selection, right after converting MHA",
-                     Better("b"), (view.BEFORE,), table="convert", cells=targets, noise="null-convert",
-                     a=arm("first head", method="first", role="fixed"),
-                     b=arm("mean-pooled", method="mean", role="fixed"), counts=False),
-        ), nulls=(
-            NullPair("aa", arm("MHA", kv=h, again=False), arm("MHA again (A/A)", kv=h, again=True),
-                     (LOGT, view.PER_BYTE), table="decode", cells=aa_cells),
-            NullPair("null", mha, arm("MHA rerun", model="MHA", role="fixed-null"), (FINAL,), table="quality",
-                     cells=stages, seed_offset=NULL_OFFSET),
-            NullPair("null-tuned", arm("MHA", model="MHA", role="test"), arm("MHA rerun", model="MHA",
-                     role="null"), (FINAL,), table="first", cells=stages, seed_offset=NULL_OFFSET),
-            NullPair("null-convert", arm("first head", method="first", role="fixed"),
-                     arm("first head rerun", method="first", role="fixed-null"), (view.BEFORE,),
-                     table="convert",
-                     cells=targets, seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                check(
+                    "bytes", "Each KV cache holds its closed-form size", view.CACHE, equal(1.0), table="bytes"
+                ),
+                *_decode_claims(p, "sdpa", grid, by_kv, heavy),
+                *_decode_claims(p, "explicit", grid, by_kv, heavy),
+                SubClaim(
+                    "phases",
+                    "Prefill and the training step barely change (MQA vs MHA time, sdpa)",
+                    LEVEL,
+                    (PHASE_T,),
+                    table="phases",
+                    a=arm("MHA", kv=h),
+                    b=arm("MQA", kv=1),
+                    cells=cells("{phase}", phase=["prefill", "train"]),
+                    where="all",
+                    counts=False,
+                ),
+                *_quality_claims(p, mha, stages, targets),
+            ),
+            nulls=_nulls(h, mha, grid, stages, targets),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

@@ -39,6 +39,96 @@ def _profile(name: str, **kw) -> dict:
     return train_profile(name, omit=("d_model", "n_layers"), bits=BITS, threads=1, min_sample=0.01, **kw)
 
 
+def _quality_subclaims(by_scale) -> tuple[SubClaim, ...]:
+    """Quality: the INT8 copy's held-out loss and accuracy vs float32's, the low-bit control, per channel."""
+    fp32, int8 = arm("float32", variant=FP32), arm("INT8, per tensor", variant=INT8)
+    q = dict(table="quality", cells=by_scale, guard=LEARNED, where="all")
+    return (
+        SubClaim(
+            "quality",
+            f"The INT8 copy's held-out loss equals the float32 model's within ±{QUALITY_MARGIN:g} nats/char",
+            equivalent(QUALITY_MARGIN),
+            (view.LOSS,),
+            a=fp32,
+            b=int8,
+            **q,
+            note="Both arms are the same trained weights read on the same held-out windows, paired "
+            "by seed; the positive control (control) shows that these windows and seeds resolve a "
+            "change of the margin's size.",
+        ),
+        SubClaim(
+            "accuracy",
+            f"Reported: its next-character accuracy equals float32's within ±{ACC_MARGIN:g}",
+            equivalent(ACC_MARGIN),
+            (view.ACC,),
+            a=fp32,
+            b=int8,
+            counts=False,
+            **q,
+        ),
+        SubClaim(
+            "control",
+            f"Positive control: Linear weights rounded to {CONTROL_BITS} bits (one scale "
+            f"per tensor) raise the held-out loss by more than {QUALITY_MARGIN:g} nats/char",
+            Within(QUALITY_MARGIN, None, "above the margin"),
+            (view.LOSS,),
+            a=fp32,
+            b=arm(f"{CONTROL_BITS}-bit weights", variant=grid.weight_variant(CONTROL_BITS)),
+            counts=False,
+            **q,
+        ),
+        SubClaim(
+            "per-channel",
+            "Reported: with one scale per output channel, the INT8 copy's held-out "
+            f"loss is float32's within ±{QUALITY_MARGIN:g} too",
+            equivalent(QUALITY_MARGIN),
+            (view.LOSS,),
+            a=fp32,
+            b=arm("INT8, per channel", variant=CHANNEL),
+            counts=False,
+            **q,
+        ),
+    )
+
+
+def _speed_subclaims(top: tuple, small: tuple) -> tuple[SubClaim, ...]:
+    """Speed: the INT8 copy's forward time vs float32's, at the largest timed size, the smaller, the band."""
+    t = dict(table="timing", a=arm("float32", model=FP32), b=arm("INT8", model=INT8), noise="aa", where="all")
+    return (
+        SubClaim(
+            "speed",
+            "The INT8 copy's forward pass is faster than float32's at the largest timed "
+            "size (one CPU thread)",
+            Better("b"),
+            (LOGT,),
+            cells=top,
+            **t,
+            note="The largest timed size is BERT-base's width and depth (d = 768, 12 layers) in "
+            "the default and full profiles, the notes' setting; rounds interleave the two, paired "
+            "by round.",
+        ),
+        SubClaim(
+            "speed-small",
+            "Reported: faster at the smaller timed sizes, the trained models' shapes",
+            Better("b"),
+            (LOGT,),
+            cells=small,
+            counts=False,
+            **t,
+        ),
+        SubClaim(
+            "speed-band",
+            f"Reported: at least {SPEED_MIN:g}× as fast at the largest timed size "
+            f"(the tutorial: {TUTORIAL_SPEEDUP:.2f}×)",
+            Within(None, -math.log(SPEED_MIN), f"at least {SPEED_MIN:g}× as fast"),
+            (LOGT,),
+            cells=top,
+            counts=False,
+            **t,
+        ),
+    )
+
+
 class Int8Inference(Experiment):
     claim_id = "int8_inference"
     title = "INT8 quantisation keeps accuracy and speeds up inference"
@@ -64,57 +154,57 @@ class Int8Inference(Experiment):
 
     def declare(self, p: dict) -> Declaration:
         by_scale = dc.cells("{scale}", scale=[scale_label(s) for s in grid.scales(p)])
-        timed = [dc.cell(grid.timed_label(d, L, b), cell=grid.timed_label(d, L, b))
-                 for d, L, _ in p["timed"] for b in p["batches_timing"]]  # fmt: skip
+        timed = [
+            dc.cell(grid.timed_label(d, L, b), cell=grid.timed_label(d, L, b))
+            for d, L, _ in p["timed"]
+            for b in p["batches_timing"]
+        ]
         n_top = len(p["batches_timing"])  # the largest timed size's cells: BERT-base's in default and full
         top, small = tuple(timed[-n_top:]), tuple(timed[:-n_top])
-        fp32, int8 = arm("float32", variant=FP32), arm("INT8, per tensor", variant=INT8)
-        q = dict(table="quality", cells=by_scale, guard=LEARNED, where="all")
-        t = dict(table="timing", a=arm("float32", model=FP32), b=arm("INT8", model=INT8), noise="aa",
-                 where="all")  # fmt: skip
         sz = dict(table="sizes", cells=by_scale, b=arm("INT8 copy", variant=INT8))
-        return Declaration((
-            dc.check("coverage", "The INT8 copy replaces every Linear layer and leaves embeddings and norms "
-                     "bit for bit", (view.LEFT, view.CHANGED), dc.equal(0), **sz),
-            dc.check("rounding", "Every INT8 weight is its float32 value rounded to the nearest level: "
-                     f"within half a quantisation step (+{STEP_TOL:g})", view.STEP,
-                     dc.bound(0.0, 0.5 + STEP_TOL), **sz),
-            SubClaim("quality", "The INT8 copy's held-out loss equals the float32 model's within "
-                     f"±{QUALITY_MARGIN:g} nats/char", equivalent(QUALITY_MARGIN), (view.LOSS,), a=fp32,
-                     b=int8, **q,
-                     note="Both arms are the same trained weights read on the same held-out windows, paired "
-                     "by seed; the positive control (control) shows that these windows and seeds resolve a "
-                     "change of the margin's size."),
-            SubClaim("accuracy", "Reported: its next-character accuracy equals float32's within "
-                     f"±{ACC_MARGIN:g}", equivalent(ACC_MARGIN), (view.ACC,), a=fp32, b=int8, counts=False,
-                     **q),
-            SubClaim("control", f"Positive control: Linear weights rounded to {CONTROL_BITS} bits (one scale "
-                     f"per tensor) raise the held-out loss by more than {QUALITY_MARGIN:g} nats/char",
-                     Within(QUALITY_MARGIN, None, "above the margin"), (view.LOSS,), a=fp32,
-                     b=arm(f"{CONTROL_BITS}-bit weights", variant=grid.weight_variant(CONTROL_BITS)),
-                     counts=False, **q),
-            SubClaim("per-channel", "Reported: with one scale per output channel, the INT8 copy's held-out "
-                     f"loss is float32's within ±{QUALITY_MARGIN:g} too", equivalent(QUALITY_MARGIN),
-                     (view.LOSS,), a=fp32, b=arm("INT8, per channel", variant=CHANNEL), counts=False, **q),
-            SubClaim("speed", "The INT8 copy's forward pass is faster than float32's at the largest timed "
-                     "size (one CPU thread)", Better("b"), (LOGT,), cells=top, **t,
-                     note="The largest timed size is BERT-base's width and depth (d = 768, 12 layers) in "
-                     "the default and full profiles, the notes' setting; rounds interleave the two, paired "
-                     "by round."),
-            SubClaim("speed-small", "Reported: faster at the smaller timed sizes, the trained models' shapes",
-                     Better("b"), (LOGT,), cells=small, counts=False, **t),
-            SubClaim("speed-band", f"Reported: at least {SPEED_MIN:g}× as fast at the largest timed size "
-                     f"(the tutorial: {TUTORIAL_SPEEDUP:.2f}×)", Within(None, -math.log(SPEED_MIN),
-                     f"at least {SPEED_MIN:g}× as fast"), (LOGT,), cells=top, counts=False, **t),
-            SubClaim("size", f"Reported: the Linear layers serialise {SIZE_BAND[0]:g}–{SIZE_BAND[1]:g}× "
-                     "smaller in INT8", dc.bound(*SIZE_BAND), (view.LINEAR_RATIO,), where="all", counts=False,
-                     **sz,
-                     note="torch.save bytes of the Linear layers' state; biases stay float32, and embeddings "
-                     "and norms are not quantised at all (the whole model's ratio is in the size table)."),
-        ), nulls=(
-            NullPair("aa", arm("float32", model=FP32), arm("float32, timed again", model=AA), (LOGT,),
-                     table="timing", cells=tuple(timed)),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                dc.check(
+                    "coverage",
+                    "The INT8 copy replaces every Linear layer and leaves embeddings and norms bit for bit",
+                    (view.LEFT, view.CHANGED),
+                    dc.equal(0),
+                    **sz,
+                ),
+                dc.check(
+                    "rounding",
+                    "Every INT8 weight is its float32 value rounded to the nearest level: "
+                    f"within half a quantisation step (+{STEP_TOL:g})",
+                    view.STEP,
+                    dc.bound(0.0, 0.5 + STEP_TOL),
+                    **sz,
+                ),
+                *_quality_subclaims(by_scale),
+                *_speed_subclaims(top, small),
+                SubClaim(
+                    "size",
+                    f"Reported: the Linear layers serialise {SIZE_BAND[0]:g}–{SIZE_BAND[1]:g}× "
+                    "smaller in INT8",
+                    dc.bound(*SIZE_BAND),
+                    (view.LINEAR_RATIO,),
+                    where="all",
+                    counts=False,
+                    **sz,
+                    note="torch.save bytes of the Linear layers' state; biases stay float32, and embeddings "
+                    "and norms are not quantised at all (the whole model's ratio is in the size table).",
+                ),
+            ),
+            nulls=(
+                NullPair(
+                    "aa",
+                    arm("float32", model=FP32),
+                    arm("float32, timed again", model=AA),
+                    (LOGT,),
+                    table="timing",
+                    cells=tuple(timed),
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs, LEARNED)

@@ -115,6 +115,120 @@ def _caveat_facts(p: dict, reached: str, mech, floor) -> dict:
     }
 
 
+def _exact_checks() -> tuple[SubClaim, ...]:
+    """The exact checks: counted FLOPs, the cached logits and the cache's bytes against their closed forms."""
+    return (
+        check(
+            "flops",
+            "Counted FLOPs per step equal the closed forms (cached: one token over n keys; "
+            "uncached: all n tokens)",
+            (CACHED_F, UNCACHED_F),
+            equal(0),
+            table="exact",
+        ),
+        check(
+            "logits",
+            f"Cached logits equal the recomputed ones (within {LOGIT_TOL:g})",
+            LOGIT,
+            bound(None, LOGIT_TOL),
+            table="exact",
+        ),
+        check(
+            "cache-bytes",
+            "Allocated cache bytes equal 2·L·n·n_kv·d_head values",
+            BYTES,
+            equal(0),
+            table="exact",
+        ),
+    )
+
+
+def _cached_step_subclaims(lin_aa: int) -> tuple[SubClaim, ...]:
+    """The larger model's cached step past the last-level cache: t = a + b·n, no n² term, b from bandwidth."""
+    line = dict(table="linear", b=arm("cached step"))
+    curved_c = dict(table="curvature", b=arm("cached step (large model)", series="cached"))
+    return (
+        SubClaim(
+            "grows",
+            "Cached step time grows with n beyond the last-level cache: t = a + b·n with b > 0",
+            Trend("n", "up"),
+            (SECONDS,),
+            **line,
+        ),
+        SubClaim(
+            "linear",
+            f"No n² term in the cached step: in t = a + b·n + c·n², c·n² is within "
+            f"±{CURV_MAX:g} of the step at n = {lin_aa}",
+            Within(-CURV_MAX, CURV_MAX, f"the n² term within ±{CURV_MAX:.0%} of the step"),
+            (SHARE,),
+            note="A slope b > 0 alone cannot tell O(n) from O(n²); the quadratic term's share can.",
+            **curved_c,
+        ),
+        SubClaim(
+            "linear-exp",
+            f"The cached step's t − a grows as n¹ (exponent in {LINE_EXP[0]:g}–{LINE_EXP[1]:g})",
+            Within(*LINE_EXP, "an exponent near 1"),
+            (TA_EXP,),
+            counts=False,
+            **curved_c,
+        ),
+        SubClaim(
+            "mechanism",
+            "Mechanism: b is the KV cache read at the measured bandwidth (measured ÷ "
+            f"predicted b in {SLOPE_BAND[0]:g}–{SLOPE_BAND[1]:g})",
+            Trend("n", lo=SLOPE_BAND[0], hi=SLOPE_BAND[1]),
+            (PER_PRED,),
+            counts=False,
+            **line,
+        ),
+    )
+
+
+def _exponent_subclaims(fit_from: int, n_aa: int) -> tuple[SubClaim, ...]:
+    """The small model's growth in n: its cached exponent, the uncached step's n² term, the two compared."""
+    cached, uncached = arm("cached exponent", series="cached"), arm("uncached exponent", series="uncached")
+    growth = dict(table="exponents", readouts=(EXPONENT,))
+    curved_u = dict(table="curvature", b=arm("uncached step", series="uncached"))
+    small = "Reported, not counted: the small model's cached step is dominated by fixed costs"
+    return (
+        SubClaim(
+            "cached-exp",
+            f"Small model's cached exponent below {CACHED_MAX:g} (n ≥ {fit_from})",
+            Within(None, CACHED_MAX, f"the cached exponent below {CACHED_MAX:g}"),
+            b=cached,
+            counts=False,
+            note=f"{small}: its exponent cannot tell O(1) from O(n).",
+            **growth,
+        ),
+        SubClaim(
+            "uncached-quadratic",
+            f"Recomputing the prefix is O(n²): in t = a + b·n + c·n² "
+            f"(n ≥ {fit_from}), c·n² is at least {Q_MIN:g} of the step at n = {n_aa}",
+            Within(Q_MIN, None, f"the n² term at least {Q_MIN:.0%} of the step"),
+            (SHARE,),
+            **curved_u,
+        ),
+        SubClaim(
+            "uncached-exp",
+            f"The uncached step's t − a grows towards n² (exponent in {SQUARE_EXP[0]:g}–{SQUARE_EXP[1]:g})",
+            Within(*SQUARE_EXP, "an exponent near 2"),
+            (TA_EXP,),
+            counts=False,
+            note=f"Reported: over n ≥ {fit_from} the n·d² projections "
+            "still add a linear term, so t − a sits between n¹ and n².",
+            **curved_u,
+        ),
+        SubClaim(
+            "slower",
+            "Cached step time grows more slowly than uncached (per-round exponents)",
+            Better("b"),
+            a=uncached,
+            b=cached,
+            **growth,
+        ),
+    )
+
+
 class KVCacheClaim(Experiment):
     claim_id = "kv_cache"
     title = "A KV cache makes each decoding step O(n) instead of O(n²)"
@@ -148,60 +262,40 @@ class KVCacheClaim(Experiment):
 
     def declare(self, p: dict) -> Declaration:
         n_aa, lin_aa, fit_from = max(p["ns"]), max(p["linear_ns"]), FIT_FROM * p["d_model"]
-        cached, uncached = (
-            arm("cached exponent", series="cached"),
-            arm("uncached exponent", series="uncached"),
+        return Declaration(
+            (
+                *_exact_checks(),
+                SubClaim(
+                    "faster",
+                    "A cached step is faster than recomputing the prefix",
+                    Better("b"),
+                    (LOGT,),
+                    table="steps",
+                    a=arm("uncached (recompute)", step="uncached"),
+                    b=arm("cached", step="cached"),
+                    cells=cells("n{n}", n=p["ns"]),
+                    noise="aa",
+                ),
+                *_cached_step_subclaims(lin_aa),
+                *_exponent_subclaims(fit_from, n_aa),
+            ),
+            nulls=(
+                NullPair(
+                    "aa",
+                    arm(f"cached, n = {n_aa}", step="cached"),
+                    arm("cached (A/A)", step="aa"),
+                    (LOGT,),
+                    table="steps_aa",
+                ),
+                NullPair(
+                    "linear-aa",
+                    arm(f"cached, n = {lin_aa}", step="cached"),
+                    arm("cached (A/A)", step="aa"),
+                    (LOGT,),
+                    table="linear_aa",
+                ),
+            ),
         )
-        growth, line = (
-            dict(table="exponents", readouts=(EXPONENT,)),
-            dict(table="linear", b=arm("cached step")),
-        )
-        curved_c, curved_u = (
-            dict(table="curvature", b=arm("cached step (large model)", series="cached")),
-            dict(table="curvature", b=arm("uncached step", series="uncached")),
-        )
-        small = "Reported, not counted: the small model's cached step is dominated by fixed costs"
-        return Declaration((
-            check("flops", "Counted FLOPs per step equal the closed forms (cached: one token over n keys; "
-                  "uncached: all n tokens)", (CACHED_F, UNCACHED_F), equal(0), table="exact"),
-            check("logits", f"Cached logits equal the recomputed ones (within {LOGIT_TOL:g})", LOGIT,
-                  bound(None, LOGIT_TOL), table="exact"),
-            check("cache-bytes", "Allocated cache bytes equal 2·L·n·n_kv·d_head values", BYTES, equal(0),
-                  table="exact"),
-            SubClaim("faster", "A cached step is faster than recomputing the prefix", Better("b"), (LOGT,),
-                     table="steps", a=arm("uncached (recompute)", step="uncached"),
-                     b=arm("cached", step="cached"), cells=cells("n{n}", n=p["ns"]), noise="aa"),
-            SubClaim("grows", "Cached step time grows with n beyond the last-level cache: t = a + b·n with "
-                     "b > 0", Trend("n", "up"), (SECONDS,), **line),
-            SubClaim("linear", f"No n² term in the cached step: in t = a + b·n + c·n², c·n² is within "
-                     f"±{CURV_MAX:g} of the step at n = {lin_aa}", Within(-CURV_MAX, CURV_MAX, "the n² term "
-                     f"within ±{CURV_MAX:.0%} of the step"), (SHARE,), note="A slope b > 0 alone cannot tell "
-                     "O(n) from O(n²); the quadratic term's share can.", **curved_c),
-            SubClaim("linear-exp", f"The cached step's t − a grows as n¹ (exponent in {LINE_EXP[0]:g}–"
-                     f"{LINE_EXP[1]:g})", Within(*LINE_EXP, "an exponent near 1"), (TA_EXP,), counts=False,
-                     **curved_c),
-            SubClaim("mechanism", "Mechanism: b is the KV cache read at the measured bandwidth (measured ÷ "
-                     f"predicted b in {SLOPE_BAND[0]:g}–{SLOPE_BAND[1]:g})", Trend("n", lo=SLOPE_BAND[0],
-                     hi=SLOPE_BAND[1]), (PER_PRED,), counts=False, **line),
-            SubClaim("cached-exp", f"Small model's cached exponent below {CACHED_MAX:g} (n ≥ {fit_from})",
-                     Within(None, CACHED_MAX, f"the cached exponent below {CACHED_MAX:g}"), b=cached,
-                     counts=False, note=f"{small}: its exponent cannot tell O(1) from O(n).", **growth),
-            SubClaim("uncached-quadratic", f"Recomputing the prefix is O(n²): in t = a + b·n + c·n² "
-                     f"(n ≥ {fit_from}), c·n² is at least {Q_MIN:g} of the step at n = {n_aa}",
-                     Within(Q_MIN, None, f"the n² term at least {Q_MIN:.0%} of the step"), (SHARE,),
-                     **curved_u),
-            SubClaim("uncached-exp", f"The uncached step's t − a grows towards n² (exponent in "
-                     f"{SQUARE_EXP[0]:g}–{SQUARE_EXP[1]:g})", Within(*SQUARE_EXP, "an exponent near 2"),
-                     (TA_EXP,), counts=False, note=f"Reported: over n ≥ {fit_from} the n·d² projections "
-                     "still add a linear term, so t − a sits between n¹ and n².", **curved_u),
-            SubClaim("slower", "Cached step time grows more slowly than uncached (per-round exponents)",
-                     Better("b"), a=uncached, b=cached, **growth),
-        ), nulls=(
-            NullPair("aa", arm(f"cached, n = {n_aa}", step="cached"), arm("cached (A/A)", step="aa"), (LOGT,),
-                     table="steps_aa"),
-            NullPair("linear-aa", arm(f"cached, n = {lin_aa}", step="cached"), arm("cached (A/A)", step="aa"),
-                     (LOGT,), table="linear_aa"),
-        ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         fit_from = FIT_FROM * p["d_model"]

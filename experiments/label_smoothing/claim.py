@@ -56,6 +56,105 @@ NOTE_TUNED = (
 )
 
 
+def _on(when: str, key: str, design: dict, *, fixed: bool = False) -> dict:
+    """A measure's claim, readout and margin (the fixed design's when `fixed`), with the design's arms."""
+    r, (*_, claimed, margin) = READOUTS[(when, key)], MEASURES[key]
+    margin = FIXED_MARGINS[key] if fixed else margin
+    return dict(claim=Better(claimed), readouts=(r,), margin=margin, **design)
+
+
+def _tuned_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The tuned design: each ε at its own best rate, early-stopped, at every scale; the rates' range."""
+    e0, e1 = tuned_eps(p)
+    by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
+    first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
+    rule = profile_sweep(p, fresh="tuned_seeds").rule(CHOSEN_BY) + NOTE_TUNED
+    tuned = dict(
+        a=arm(f"ε = {e0:g}, at its best rate", eps=e0),
+        b=arm(f"ε = {e1:g}, at its best rate", eps=e1),
+        table="tuned",
+        cells=by_scale,
+        guard=LEARNED,
+        noise="null-tuned",
+    )
+    return (
+        SubClaim(
+            "ece",
+            f"Less over-confident at ε = {e1:g}: lower ECE at T = 1 (early-stopped; Müller et al.)",
+            **_on("early", "test_ece", tuned),
+            counts=False,
+            note=rule,
+        ),
+        SubClaim(
+            "price",
+            f"Training loss higher at ε = {e1:g} (the price), each ε at its own best rate",
+            **_on("final", "train_nll", tuned),
+            control="ece",
+            note=rule,
+        ),
+        SubClaim(
+            "loss",
+            f"Held-out loss after temperature scaling lower at ε = {e1:g} (early-stopped), "
+            "each ε at its own best rate",
+            **_on("early", "test_nll_ts", tuned),
+            control="ece",
+            primary=True,
+            note=rule,
+        ),
+        SubClaim(
+            "accuracy",
+            f"Held-out top-1 accuracy higher at ε = {e1:g} (early-stopped), each ε at its own best rate",
+            **_on("early", "test_acc", tuned),
+            control="ece",
+            note=rule,
+        ),
+        SubClaim(
+            "range",
+            f"ε = {e1:g} tolerates a wider range of rates (lower sensitivity)",
+            Better("b"),
+            (SENSITIVITY,),
+            a=arm(f"ε = {e0:g}", arm=f"eps{e0:g}"),
+            b=arm(f"ε = {e1:g}", arm=f"eps{e1:g}"),
+            table="sensitivity",
+            cells=first,
+            counts=False,
+            note="At the first scale, where both arms "
+            "sweep the same rates; paired by selection seed (few seeds: weak power).",
+        ),
+    )
+
+
+def _fixed_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The fixed design (reported): one rate, over-fitted, each ε > 0 against ε = 0."""
+    by_eps = cells("eps{eps:g}", eps=[e for e in p["epsilons"] if e != E0], part=["train"])
+    same = dict(a=arm(f"ε = {E0:g}", eps=E0), b=arm("ε > 0"), cells=by_eps, guard=LEARNED, noise="null")
+
+    def fixed(sub_id: str, statement: str, when: str, key: str, **kw) -> SubClaim:
+        return SubClaim(
+            f"{sub_id}-fixed",
+            f"{statement} (fixed design: one rate, over-fitted)",
+            **_on(when, key, same, fixed=True),
+            counts=False,
+            **kw,
+        )
+
+    return (
+        fixed("price", "Training loss higher with smoothing", "final", "train_nll"),
+        fixed("accuracy", "Test accuracy higher with smoothing", "final", "test_acc"),
+        fixed("accuracy-early", "Test accuracy higher at the early-stopped checkpoint", "early", "test_acc"),
+        fixed("test-loss", "Test loss lower with smoothing", "final", "test_nll"),
+        fixed("ece", "Less over-confident: lower ECE before temperature scaling", "final", "test_ece"),
+        fixed(
+            "ece-ts",
+            "Lower ECE after temperature scaling too",
+            "final",
+            "test_ece_ts",
+            control="ece-fixed",
+            note="Equivalent: one temperature does what smoothing does.",
+        ),
+    )
+
+
 class LabelSmoothing(Experiment):
     claim_id = "label_smoothing"
     title = "Label smoothing trades training loss for generalisation"
@@ -87,60 +186,30 @@ class LabelSmoothing(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        e0, e1 = tuned_eps(p)
-        by_eps = cells("eps{eps:g}", eps=[e for e in p["epsilons"] if e != E0], part=["train"])
-        same = dict(a=arm(f"ε = {E0:g}", eps=E0), b=arm("ε > 0"), cells=by_eps, guard=LEARNED, noise="null")
-        by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
-        first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
-        rule = profile_sweep(p, fresh="tuned_seeds").rule(CHOSEN_BY) + NOTE_TUNED
-        tuned = dict(a=arm(f"ε = {e0:g}, at its best rate", eps=e0), b=arm(f"ε = {e1:g}, at its best rate",
-                     eps=e1), table="tuned", cells=by_scale, guard=LEARNED, noise="null-tuned")  # fmt: skip
-
-        def on(when: str, key: str, fixed: bool = False) -> dict:
-            r, (*_, claimed, margin) = READOUTS[(when, key)], MEASURES[key]
-            margin = FIXED_MARGINS[key] if fixed else margin
-            return dict(claim=Better(claimed), readouts=(r,), margin=margin, **(same if fixed else tuned))
-
-        def fixed(sub_id: str, statement: str, when: str, key: str, **kw) -> SubClaim:
-            return SubClaim(f"{sub_id}-fixed", f"{statement} (fixed design: one rate, over-fitted)",
-                            **on(when, key, fixed=True), counts=False, **kw)  # fmt: skip
-
         shown = [("final", "train_nll"), ("final", "test_acc"), ("early", "test_acc"), ("final", "test_nll")]
         shown += [("final", "test_ece"), ("final", "test_ece_ts")]
         tuned_shown = [("final", "train_nll"), ("early", "test_acc"), ("early", "test_nll_ts")]
         tuned_shown += [("early", "test_ece")]
-        return Declaration((
-            SubClaim("ece",
-                     f"Less over-confident at ε = {e1:g}: lower ECE at T = 1 (early-stopped; Müller et "
-                     "al.)", **on("early", "test_ece"), counts=False, note=rule),
-            SubClaim("price", f"Training loss higher at ε = {e1:g} (the price), each ε at its own best rate",
-                     **on("final", "train_nll"), control="ece", note=rule),
-            SubClaim("loss", f"Held-out loss after temperature scaling lower at ε = {e1:g} (early-stopped), "
-                     "each ε at its own best rate", **on("early", "test_nll_ts"), control="ece", primary=True,
-                     note=rule),
-            SubClaim("accuracy",
-                     f"Held-out top-1 accuracy higher at ε = {e1:g} (early-stopped), each ε at its "
-                     "own best rate", **on("early", "test_acc"), control="ece", note=rule),
-            SubClaim("range", f"ε = {e1:g} tolerates a wider range of rates (lower sensitivity)", Better("b"),
-                     (SENSITIVITY,), a=arm(f"ε = {e0:g}", arm=f"eps{e0:g}"),
-                     b=arm(f"ε = {e1:g}", arm=f"eps{e1:g}"),
-                     table="sensitivity", cells=first, counts=False,
-                     note="At the first scale, where both arms "
-                     "sweep the same rates; paired by selection seed (few seeds: weak power)."),
-            fixed("price", "Training loss higher with smoothing", "final", "train_nll"),
-            fixed("accuracy", "Test accuracy higher with smoothing", "final", "test_acc"),
-            fixed("accuracy-early", "Test accuracy higher at the early-stopped checkpoint", "early",
-                  "test_acc"),
-            fixed("test-loss", "Test loss lower with smoothing", "final", "test_nll"),
-            fixed("ece", "Less over-confident: lower ECE before temperature scaling", "final", "test_ece"),
-            fixed("ece-ts", "Lower ECE after temperature scaling too", "final", "test_ece_ts",
-                  control="ece-fixed", note="Equivalent: one temperature does what smoothing does."),
-        ), (
-            NullPair("null", arm(f"ε = {E0:g}", eps=E0, part="train"), arm("rerun", eps=E0, part="null"),
-                tuple(READOUTS[k] for k in shown), seed_offset=NULL_OFFSET),
-            NullPair("null-tuned", arm(f"ε = {E0:g}", eps=E0, role="test"), arm("rerun", eps=E0, role="null"),
-                tuple(READOUTS[k] for k in tuned_shown), table="first", seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (*_tuned_subclaims(p), *_fixed_subclaims(p)),
+            (
+                NullPair(
+                    "null",
+                    arm(f"ε = {E0:g}", eps=E0, part="train"),
+                    arm("rerun", eps=E0, part="null"),
+                    tuple(READOUTS[k] for k in shown),
+                    seed_offset=NULL_OFFSET,
+                ),
+                NullPair(
+                    "null-tuned",
+                    arm(f"ε = {E0:g}", eps=E0, role="test"),
+                    arm("rerun", eps=E0, role="null"),
+                    tuple(READOUTS[k] for k in tuned_shown),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         t, decl = view.observe(runs, p, (*READOUTS.values(), LEARNED)), self.declare(p)

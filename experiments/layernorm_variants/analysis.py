@@ -111,64 +111,88 @@ def _below(g: pd.DataFrame) -> int | None:
     return int((g["q01"] <= g["sigma*"]).sum()) if len(g) else None
 
 
+def _forward(runs: list[dict], name: str, keys: tuple[str, ...]) -> pd.DataFrame:
+    """A forward part's rows, one per width (and input scale) and norm family."""
+    rows = part(runs, name)[0]["metrics"]["rows"]
+    return pd.DataFrame([{**{k: r[k] for k in keys}, "family": std, **r[std]} for r in rows for std in NAME])
+
+
+def _probes(trained: list[dict], stars: dict[str, float]) -> pd.DataFrame:
+    """One row per trained run, evaluation step and norm: its input-scale quantiles beside σ*."""
+    rows = [
+        {"family": c["family"], "trained with": c["formula"], "seed": c["seed"], "step": step, "norm": norm}
+        | q
+        | {"sigma*": stars[c["family"]]}
+        for r in trained
+        for c in [r["config"]]
+        for step, pr in zip(r["metrics"]["eval_steps"], r["metrics"].get("probes", []))
+        for norm, q in pr.items()
+    ]
+    cols = ["family", "trained with", "seed", "step", "norm", "min", "q01", "median", "sigma*"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _family_row(std: str, t: dict[str, pd.DataFrame], tiny: pd.DataFrame, with_swap: list, d_model: int):
+    """The exact numbers the checks and forward sub-claims read for one norm family."""
+    width, scale, probes = t["width"], t["scale"], t["probes"]
+    g, small = probes[probes["family"] == std], tiny[tiny["family"] == std]
+    later, init = g[g["step"] > 0], g[g["step"] == 0]  # probes of trained weights, and of the init
+    own = [
+        abs(r["metrics"]["final_val"] - r["metrics"]["swap"]["float32"][_own(r["config"])])
+        for r in with_swap
+        if r["config"]["family"] == std
+    ]
+    errs = [*width[width["family"] == std]["formula_err"], *scale[scale["family"] == std]["formula_err"]]
+    measured = width[width["family"] == std]["median"].max()
+    unit = 1 - math.sqrt((d_model - 1) / d_model) if std == "layer" else measured
+    return {
+        "family": std,
+        "unit": 0,
+        "formula_err": max(errs),
+        "unit_diff": float(unit),
+        "tiny_diff": float(small["median"].iloc[0]) if len(small) else None,
+        "below": _below(later),
+        "probes": len(later),
+        "below_init": _below(init),
+        "probes_init": len(init),
+        "closest": float((later["q01"] / later["sigma*"]).min()) if len(later) else None,
+        "ref_off": max(own) if own else None,
+        "models": len(own),
+    }
+
+
+def _swap(runs: list[dict], guard) -> pd.DataFrame:
+    """One row per trained model, precision and evaluation formula, with its loss and whether it learned."""
+    rows = [
+        {"part": c["part"], "family": c["family"], "trained": c["formula"], "dtype": dt, "unit": c["seed"]}
+        | {"eval": AS_TRAINED if name == _own(c) else name, "val_loss": loss, "run_id": r.get("run_id")}
+        | {"learned": guard.fn(r["metrics"])}
+        for r in [*part(runs, "train"), *part(runs, "null")]
+        for c in [r["config"]]
+        for dt, losses in _losses(r).items()
+        for name, loss in losses.items()
+    ]
+    cols = ["part", "family", "trained", "dtype", "unit", "eval", "val_loss", "run_id", "learned"]
+    return pd.DataFrame(rows, columns=cols)
+
+
 def observe(runs: list[dict], p: dict, guard, stars: dict[str, float]) -> dict[str, pd.DataFrame]:
     """family: one row per norm family with the exact numbers the checks and the forward sub-claims read;
     swap: one row per trained model, precision and evaluation formula (`eval` is 'as trained' for its own
     formula), the validation loss (missing where the run diverged) and whether the run learned; width,
     scale, probes: the forward parts and the norm-input probes, for the tables and figures. `stars`: σ* per
     family at the model width."""
-    d_model, trained = p["d_model"], part(runs, "train")
-    width = pd.DataFrame(
-        [
-            {"d": r["d"], "family": std, **r[std]}
-            for r in part(runs, "width")[0]["metrics"]["rows"]
-            for std in NAME
-        ]
-    )
-    scale = pd.DataFrame(
-        [{"d": r["d"], "sigma": r["sigma"], "family": std, **r[std]}
-         for r in part(runs, "scale")[0]["metrics"]["rows"] for std in NAME]
-    )  # fmt: skip
-    probes = pd.DataFrame(
-        [{"family": c["family"], "trained with": c["formula"], "seed": c["seed"], "step": step, "norm": norm,
-          **q, "sigma*": stars[c["family"]]}
-         for r in trained for c in [r["config"]]
-         for step, pr in zip(r["metrics"]["eval_steps"], r["metrics"].get("probes", []))
-         for norm, q in pr.items()],
-        columns=["family", "trained with", "seed", "step", "norm", "min", "q01", "median", "sigma*"],
-    )  # fmt: skip
+    trained = part(runs, "train")
+    t = {
+        "width": _forward(runs, "width", ("d",)),
+        "scale": _forward(runs, "scale", ("d", "sigma")),
+        "probes": _probes(trained, stars),
+    }
     with_swap = [r for r in [*trained, *part(runs, "null")] if "float32" in r["metrics"].get("swap", {})]
+    scale = t["scale"]
     tiny = scale[(scale["d"] == tiny_width(p)) & (scale["sigma"] == scale["sigma"].min())]
-    rows = []
-    for std in NAME:
-        g, t = probes[probes["family"] == std], tiny[tiny["family"] == std]
-        later, init = g[g["step"] > 0], g[g["step"] == 0]  # probes of trained weights, and of the init
-        own = [
-            abs(r["metrics"]["final_val"] - r["metrics"]["swap"]["float32"][_own(r["config"])])
-            for r in with_swap
-            if r["config"]["family"] == std
-        ]
-        errs = [*width[width["family"] == std]["formula_err"], *scale[scale["family"] == std]["formula_err"]]
-        measured = width[width["family"] == std]["median"].max()
-        unit = 1 - math.sqrt((d_model - 1) / d_model) if std == "layer" else measured
-        rows.append({
-            "family": std, "unit": 0, "formula_err": max(errs), "unit_diff": float(unit),
-            "tiny_diff": float(t["median"].iloc[0]) if len(t) else None,
-            "below": _below(later), "probes": len(later), "below_init": _below(init),
-                     "probes_init": len(init),
-            "closest": float((later["q01"] / later["sigma*"]).min()) if len(later) else None,
-            "ref_off": max(own) if own else None, "models": len(own),
-        })  # fmt: skip
-    swap = [
-        {"part": c["part"], "family": c["family"], "trained": c["formula"], "dtype": dt, "unit": c["seed"],
-         "eval": AS_TRAINED if name == _own(c) else name, "val_loss": loss, "run_id": r.get("run_id"),
-         "learned": guard.fn(r["metrics"])}
-        for r in [*trained, *part(runs, "null")] for c in [r["config"]] for dt, losses in _losses(r).items()
-        for name, loss in losses.items()
-    ]  # fmt: skip
-    cols = ["part", "family", "trained", "dtype", "unit", "eval", "val_loss", "run_id", "learned"]
-    tables = {"family": pd.DataFrame(rows), "swap": pd.DataFrame(swap, columns=cols)}
-    return {**tables, "width": width, "scale": scale, "probes": probes}
+    rows = [_family_row(std, t, tiny, with_swap, p["d_model"]) for std in NAME]
+    return {"family": pd.DataFrame(rows), "swap": _swap(runs, guard), **t}
 
 
 # ---------------------------------------------------------------------------- tables

@@ -94,6 +94,117 @@ def caveat_facts(p: dict, stars: dict, notes: dict, same: dict) -> dict:
     return {"n_seeds": len(p["seeds"]), "notes": notes, "same": same, "shift": shift, "stars": stars}
 
 
+def _family_subclaims() -> tuple[SubClaim, ...]:
+    """Per family: the closed forms, the swap's reference, forward outputs at unit and tiny scale, σ*."""
+    fam = tuple(cell(view.COL[s], family=s) for s in PAIRS)
+    return (
+        check(
+            "formula",
+            "Closed forms match the measured outputs",
+            view.FORMULA_ERR,
+            bound(0, FORMULA_TOL),
+            table="family",
+            cells=fam,
+        ),
+        check(
+            "reference",
+            "The swap's reference evaluation reproduces each run's final loss",
+            view.REF_OFF,
+            bound(0, 0),
+            table="family",
+            cells=fam,
+        ),
+        SubClaim(
+            "unit",
+            "Forward outputs agree at unit scale (within 1%)",
+            bound(0, THRESHOLD),
+            (view.UNIT_DIFF,),
+            table="family",
+            cells=fam,
+            where="all",
+            counts=False,
+        ),
+        SubClaim(
+            "tiny",
+            "Tiny-variance inputs: the eps placement matters (above 1% at the smallest scale)",
+            bound(THRESHOLD, None),
+            (view.TINY_DIFF,),
+            table="family",
+            cells=fam,
+            where="all",
+            counts=False,
+        ),
+        SubClaim(
+            "activations",
+            "Trained activations stay above σ* (every norm's input, every evaluation after step 0)",
+            bound(None, 0),
+            (view.BELOW,),
+            table="family",
+            cells=fam,
+            where="all",
+            counts=False,
+        ),
+        SubClaim(
+            "activations-init",
+            "At initialisation too (step 0)",
+            bound(None, 0),
+            (view.BELOW_INIT,),
+            table="family",
+            cells=fam,
+            where="all",
+            counts=False,
+        ),
+    )
+
+
+def _swap_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The checkpoint swaps per family and dtype, then training with the notes' formula as context."""
+    col, prec, name = view.COL, view.PREC, view.NAME
+    at, swapped = arm("as trained", eval=view.AS_TRAINED, part="train"), arm("swapped", part="train")
+    use = dict(table="swap", guard=GUARD, noise="null")
+
+    def trained(s, formula):
+        who = "torch's" if formula == "torch" else "the notes'"
+        return arm(f"trained with {who} {name[s]}", trained=formula, eval=view.AS_TRAINED, part="train")
+
+    def swaps(s, dt):
+        return tuple(cell(k, family=s, dtype=dt, trained=t, eval=e) for k, (t, e) in view.CELLS.items())
+
+    return (
+        *(
+            SubClaim(
+                f"swap-{col[s]}-{prec[dt]}",
+                f"Checkpoint swap, {name[s]}, {prec[dt]}: loss change within ±{SWAP_MARGIN:g} nats",
+                equivalent(SWAP_MARGIN),
+                (view.LOSS,),
+                a=at,
+                b=swapped,
+                cells=swaps(s, dt),
+                where="all",
+                note=SWAP_NOTE,
+                **{**use, "noise": None},
+            )
+            for s in PAIRS
+            for dt in p["dtypes"]
+        ),
+        *(
+            SubClaim(
+                f"context-{col[s]}",
+                f"Context (not counted): training with the notes' {name[s]} instead of torch's",
+                equivalent(SWAP_MARGIN),
+                (view.LOSS,),
+                a=trained(s, "torch"),
+                b=trained(s, "notes"),
+                cells=(cell(col[s], family=s, dtype="float32"),),
+                counts=False,
+                note=CONTEXT_NOTE,
+                **use,
+            )
+            for s in PAIRS
+        ),
+    )
+
+
 class LayerNormVariants(Experiment):
     claim_id = "layernorm_variants"
     title = "The notes' hand-written LayerNorm and RMSNorm vs the standard definitions"
@@ -142,50 +253,24 @@ class LayerNormVariants(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        col, prec, name = view.COL, view.PREC, view.NAME
-        fam = tuple(cell(col[s], family=s) for s in PAIRS)
-        at, swapped = arm("as trained", eval=view.AS_TRAINED, part="train"), arm("swapped", part="train")
-        use = dict(table="swap", guard=GUARD, noise="null")
-
-        def trained(s, formula):
-            who = "torch's" if formula == "torch" else "the notes'"
-            return arm(f"trained with {who} {name[s]}", trained=formula, eval=view.AS_TRAINED, part="train")
-
-        def swaps(s, dt):
-            return tuple(cell(k, family=s, dtype=dt, trained=t, eval=e) for k, (t, e) in view.CELLS.items())
-
+        col, prec = view.COL, view.PREC
         null_cells = tuple(
             cell(f"{col[s]}-{prec[dt]}", family=s, dtype=dt) for s in PAIRS for dt in p["dtypes"]
         )
-        return Declaration((
-            check("formula", "Closed forms match the measured outputs", view.FORMULA_ERR,
-                  bound(0, FORMULA_TOL), table="family", cells=fam),
-            check("reference", "The swap's reference evaluation reproduces each run's final loss",
-                  view.REF_OFF, bound(0, 0), table="family", cells=fam),
-            SubClaim("unit", "Forward outputs agree at unit scale (within 1%)", bound(0, THRESHOLD),
-                     (view.UNIT_DIFF,), table="family", cells=fam, where="all", counts=False),
-            SubClaim("tiny", "Tiny-variance inputs: the eps placement matters (above 1% at the smallest "
-                     "scale)", bound(THRESHOLD, None), (view.TINY_DIFF,), table="family", cells=fam,
-                     where="all", counts=False),
-            SubClaim("activations", "Trained activations stay above σ* (every norm's input, every evaluation "
-                     "after step 0)", bound(None, 0), (view.BELOW,), table="family", cells=fam, where="all",
-                     counts=False),
-            SubClaim("activations-init", "At initialisation too (step 0)", bound(None, 0), (view.BELOW_INIT,),
-                     table="family", cells=fam, where="all", counts=False),
-            *(SubClaim(f"swap-{col[s]}-{prec[dt]}", f"Checkpoint swap, {name[s]}, {prec[dt]}: loss change "
-                       f"within ±{SWAP_MARGIN:g} nats", equivalent(SWAP_MARGIN), (view.LOSS,), a=at,
-                       b=swapped, cells=swaps(s, dt), where="all", note=SWAP_NOTE, **{**use, "noise": None})
-              for s in PAIRS for dt in p["dtypes"]),
-            *(SubClaim(f"context-{col[s]}", f"Context (not counted): training with the notes' {name[s]} "
-                       "instead of torch's", equivalent(SWAP_MARGIN), (view.LOSS,), a=trained(s, "torch"),
-                       b=trained(s, "notes"), cells=(cell(col[s], family=s, dtype="float32"),),
-                       counts=False, note=CONTEXT_NOTE, **use)
-              for s in PAIRS),
-        ), nulls=(
-            NullPair("null", arm("torch-trained, as trained", trained="torch", eval=view.AS_TRAINED,
-                     part="train"), arm("rerun", eval=view.AS_TRAINED, part="null"), (view.LOSS,),
-                     table="swap", cells=null_cells, seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (*_family_subclaims(), *_swap_subclaims(p)),
+            nulls=(
+                NullPair(
+                    "null",
+                    arm("torch-trained, as trained", trained="torch", eval=view.AS_TRAINED, part="train"),
+                    arm("rerun", eval=view.AS_TRAINED, part="null"),
+                    (view.LOSS,),
+                    table="swap",
+                    cells=null_cells,
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         eps, d = p["eps"], p["d_model"]

@@ -41,6 +41,144 @@ EXT_NOTE = (
 )
 
 
+def _table_checks(p: dict) -> tuple[SubClaim, ...]:
+    """How far each arm's positions run, and what extending the learned table leaves as it was."""
+    n = max(p["mults"])
+    built = dict(table="extension", stage=["built"])
+    return (
+        check(
+            "stops",
+            f"A learned table runs up to T and no further; the other arms run {n}T windows",
+            view.LONGEST,
+            bound(n, n, learned=(1, 1)),
+            table="stops",
+            cells=cells("{pos}", pos=ARMS),
+        ),
+        check(
+            "kept",
+            f"Extending the table leaves the loss at positions below T as it was (±{KEPT_TOL:g})",
+            view.KEPT,
+            bound(0, KEPT_TOL),
+            table="extension",
+            cells=cells("{table}", **{**built, "table": list(view.TABLES)}),
+        ),
+        check(
+            "tiled",
+            "Copied rows equal row p mod T exactly",
+            view.TILE,
+            bound(0, 0),
+            table="extension",
+            cells=cells("{table}", **{**built, "table": ["copy"]}),
+        ),
+    )
+
+
+def _extrapolation_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The loss's rise beyond T: sinusoidal against ALiBi and RoPE, each at its best rate."""
+    labels, n = [scale_label(s) for s in scales(p)], max(p["mults"])
+    by_scale, incs = cells("{scale}", scale=labels), view.increases(p)
+    sin, rope, alibi = (
+        arm(f"{view.LABEL[x]}, at its best rate", pos=x) for x in ("sinusoidal", "rope", "alibi")
+    )
+    rule = profile_sweep(p).rule() + NULL_NOTE
+    use = dict(table="tuned", cells=by_scale, guard=GUARD, noise="null", where="all", note=rule)
+    return (
+        SubClaim(
+            "control",
+            "Sinusoidal positions lose beyond the training length: the loss over 2T, 4T "
+            f"and {n}T windows exceeds that over T",
+            Within(0.0, None, "above 0: the loss rises"),
+            incs,
+            b=sin,
+            **use,
+        ),
+        SubClaim(
+            "alibi",
+            f"ALiBi's loss rises less than sinusoidal's from T to 2T, 4T and {n}T (Press et al.)",
+            Better("a"),
+            incs,
+            a=alibi,
+            b=sin,
+            **use,
+        ),
+        SubClaim(
+            "rope-alibi",
+            "RoPE in between (1): ALiBi's loss rises less than RoPE's",
+            Better("a"),
+            incs,
+            a=alibi,
+            b=rope,
+            counts=False,
+            family="rope",
+            **use,
+        ),
+        SubClaim(
+            "rope-sinusoidal",
+            "RoPE in between (2): RoPE's loss rises less than sinusoidal's",
+            Better("a"),
+            incs,
+            a=rope,
+            b=sin,
+            counts=False,
+            family="rope",
+            **use,
+        ),
+    )
+
+
+def _extension_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The learned table extended past T: copied rows against random ones, and the extension trained at 2T."""
+    labels = [scale_label(s) for s in scales(p)]
+    ext = dict(table="extension", guard=GUARD, noise="learned-null", where="all", note=EXT_NOTE)
+    copy, rand = (arm(view.TABLES[k], table=k, role="test") for k in view.TABLES)
+    return (
+        SubClaim(
+            "copy-random",
+            "A learned table extended by copying rows 0..T − 1 gives a lower loss "
+            "over 2T windows than one extended with random rows, as extended and after a short "
+            "training at 2T",
+            Better("a"),
+            (view.LOSS2,),
+            a=copy,
+            b=rand,
+            cells=cells("{scale}-{stage}", scale=labels, stage=list(view.STAGES)),
+            **ext,
+        ),
+        SubClaim(
+            "works",
+            "Extended and trained briefly at 2T, a learned table handles 2T windows: its "
+            f"loss over 2T at most the unextended model's over T + {WORKS_MARGIN:g}",
+            Within(None, WORKS_MARGIN, f"at most +{WORKS_MARGIN:g}"),
+            (view.GAP,),
+            b=arm("extended, trained at 2T", stage="trained", role="test"),
+            cells=cells("{scale}-{table}", scale=labels, table=list(view.TABLES)),
+            **ext,
+        ),
+    )
+
+
+def _nulls(p: dict) -> tuple[NullPair, ...]:
+    """The noise floors: sinusoidal at its first-scale choice, and the extended learned table, each rerun."""
+    return (
+        NullPair(
+            "null",
+            arm("sinusoidal", pos="sinusoidal", role="test"),
+            arm("rerun", pos="sinusoidal", role="null"),
+            view.increases(p),
+            table="first",
+            seed_offset=NULL_OFFSET,
+        ),
+        NullPair(
+            "learned-null",
+            arm("rows copied, trained", table="copy", stage="trained", role="test"),
+            arm("rerun", table="copy", stage="trained", role="null"),
+            (view.LOSS2, view.GAP),
+            table="ext_first",
+            seed_offset=NULL_OFFSET,
+        ),
+    )
+
+
 class LengthExtrapolation(Experiment):
     claim_id = "length_extrapolation"
     title = "Past the trained length: learned positions stop, sinusoids degrade, ALiBi holds"
@@ -64,50 +202,10 @@ class LengthExtrapolation(Experiment):
     parts = (Part("sweep", grid_sweep, LE.extrapolation_run, staged=True),)
 
     def declare(self, p: dict) -> Declaration:
-        labels, n = [scale_label(s) for s in scales(p)], max(p["mults"])
-        by_scale, incs = cells("{scale}", scale=labels), view.increases(p)
-        sin, rope, alibi = (
-            arm(f"{view.LABEL[x]}, at its best rate", pos=x) for x in ("sinusoidal", "rope", "alibi")
+        return Declaration(
+            (*_table_checks(p), *_extrapolation_subclaims(p), *_extension_subclaims(p)),
+            nulls=_nulls(p),
         )
-        rule = profile_sweep(p).rule() + NULL_NOTE
-        use = dict(table="tuned", cells=by_scale, guard=GUARD, noise="null", where="all", note=rule)
-        ext = dict(table="extension", guard=GUARD, noise="learned-null", where="all", note=EXT_NOTE)
-        copy, rand = (arm(view.TABLES[k], table=k, role="test") for k in view.TABLES)
-        built = dict(table="extension", stage=["built"])
-        return Declaration((
-            check("stops", f"A learned table runs up to T and no further; the other arms run {n}T windows",
-                  view.LONGEST, bound(n, n, learned=(1, 1)), table="stops", cells=cells("{pos}", pos=ARMS)),
-            check("kept", "Extending the table leaves the loss at positions below T as it was "
-                  f"(±{KEPT_TOL:g})", view.KEPT, bound(0, KEPT_TOL), table="extension",
-                  cells=cells("{table}", **{**built, "table": list(view.TABLES)})),
-            check("tiled", "Copied rows equal row p mod T exactly", view.TILE, bound(0, 0), table="extension",
-                  cells=cells("{table}", **{**built, "table": ["copy"]})),
-            SubClaim("control", "Sinusoidal positions lose beyond the training length: the loss over 2T, 4T "
-                     f"and {n}T windows exceeds that over T", Within(0.0, None, "above 0: the loss rises"),
-                     incs, b=sin, **use),
-            SubClaim("alibi", f"ALiBi's loss rises less than sinusoidal's from T to 2T, 4T and {n}T "
-                     "(Press et al.)", Better("a"), incs, a=alibi, b=sin, **use),
-            SubClaim("rope-alibi", "RoPE in between (1): ALiBi's loss rises less than RoPE's", Better("a"),
-                     incs, a=alibi, b=rope, counts=False, family="rope", **use),
-            SubClaim("rope-sinusoidal", "RoPE in between (2): RoPE's loss rises less than sinusoidal's",
-                     Better("a"), incs, a=rope, b=sin, counts=False, family="rope", **use),
-            SubClaim("copy-random", "A learned table extended by copying rows 0..T − 1 gives a lower loss "
-                     "over 2T windows than one extended with random rows, as extended and after a short "
-                     "training at 2T", Better("a"), (view.LOSS2,), a=copy, b=rand,
-                     cells=cells("{scale}-{stage}", scale=labels, stage=list(view.STAGES)), **ext),
-            SubClaim("works", "Extended and trained briefly at 2T, a learned table handles 2T windows: its "
-                     f"loss over 2T at most the unextended model's over T + {WORKS_MARGIN:g}",
-                     Within(None, WORKS_MARGIN, f"at most +{WORKS_MARGIN:g}"), (view.GAP,),
-                     b=arm("extended, trained at 2T", stage="trained", role="test"),
-                     cells=cells("{scale}-{table}", scale=labels, table=list(view.TABLES)), **ext),
-        ), nulls=(
-            NullPair("null", arm("sinusoidal", pos="sinusoidal", role="test"),
-                     arm("rerun", pos="sinusoidal", role="null"), incs, table="first",
-                     seed_offset=NULL_OFFSET),
-            NullPair("learned-null", arm("rows copied, trained", table="copy", stage="trained", role="test"),
-                     arm("rerun", table="copy", stage="trained", role="null"), (view.LOSS2, view.GAP),
-                     table="ext_first", seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs, p, GUARD)

@@ -103,6 +103,158 @@ def _g(x) -> str:
     return x if isinstance(x, str) else f"{x:.2g}"
 
 
+def _dtypes(p: dict) -> tuple[list, list, list]:
+    """The profile's dtypes in DTYPES order, float16 alone, and the rest."""
+    dts = [d for d in DTYPES if d in p["dtypes"]]
+    f16 = [d for d in dts if d == "float16"]  # the dtype that holds neither of the notes' fills
+    wide = [d for d in dts if d != "float16"]
+    return dts, f16, wide
+
+
+def _swap_subclaims(conv_paths: tuple) -> tuple[SubClaim, ...]:
+    """Each boolean convention fed where the other is expected: the weight left on the visible keys."""
+    swapped = _cells(kind=KINDS[:2], path=conv_paths, convention=("swapped",))
+    return (
+        SubClaim(
+            "swap",
+            f"The conventions matter: a True = masked mask fed where True = keep is "
+            f"expected (or the reverse) leaves real tokens at most {MASS_TOL:g} of their weight on "
+            "the keys they may see",
+            bound(None, MASS_TOL),
+            (ALLOWED,),
+            table="conventions",
+            cells=swapped,
+            where="all",
+            note="Rows with nothing to attend to once swapped (every "
+            "key masked) are counted apart, in the table.",
+        ),
+        SubClaim(
+            "swap-change",
+            f"Swapped, those tokens' outputs move by more than {CHANGE_MIN:g} of "
+            "their scale, every one of them",
+            bound(CHANGE_MIN, None),
+            (CHANGE,),
+            table="conventions",
+            cells=swapped,
+            where="all",
+        ),
+    )
+
+
+def _fill_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The notes' fill values: the weight they leave on masked keys, and the dtypes that hold them."""
+    dts, f16, wide = _dtypes(p)
+    weight = _cells(dtype=wide, fill=NOTES_FILLS, path=("masked_fill", "additive", "sdpa_additive"))
+    weight += _cells(dtype=f16, fill=NOTES_FILLS, path=("additive", "sdpa_additive"))
+    return (
+        SubClaim(
+            "pad-weight",
+            f"The notes' fills (−1e9, −2³²+1) leave masked keys at most {MASS_TOL:g} "
+            "of the weight at every logit scale, by masked_fill, an additive mask, or SDPA with an "
+            "additive mask",
+            bound(None, MASS_TOL),
+            (MASKED,),
+            table="fill",
+            cells=weight,
+            where="all",
+            note="float16 enters by the additive paths only: masked_fill refuses these "
+            "fills there (representable).",
+        ),
+        SubClaim(
+            "representable",
+            "The notes' fills can be used in every dtype attention runs in: float32, bfloat16 and float16",
+            bound(1, 1),
+            (USABLE,),
+            table="fill",
+            cells=_cells(dtype=dts, fill=NOTES_FILLS, path=("masked_fill",)),
+            where="all",
+        ),
+    )
+
+
+def _reported_padding_subclaims(paths: tuple) -> tuple[SubClaim, ...]:
+    """Reported padding cases: the causal mask hiding trailing pads, and a −inf fill leaking NaN."""
+    leak = _cells(
+        level=("model",),
+        kind=("decoder_left",),
+        path=("explicit", "notes", "finfo", "sdpa"),
+        variant=("pad",),
+    )
+    leaks = bound(**{c.label: (1, 1) if "explicit" in c.label else (0, 0) for c in leak})
+    return (
+        SubClaim(
+            "causal-hides",
+            f"In a decoder with pads after its tokens the causal mask alone hides "
+            f"them: without the padding mask real tokens' outputs stay within {TOL:.2g}",
+            bound(None, TOL),
+            (DRIFT,),
+            table="padding",
+            cells=_cells(level=LEVELS, kind=("decoder",), path=paths, variant=("nopad",)),
+            where="all",
+            counts=False,
+        ),
+        SubClaim(
+            "inf-leak",
+            "Through a small decoder with pads before its tokens (whose first pads see "
+            "no key), a −inf fill in explicit softmax turns real tokens' outputs into NaN, where "
+            "−1e9, the float32 minimum and SDPA's boolean mask do not",
+            leaks,
+            (NAN,),
+            table="padding",
+            cells=leak,
+            where="all",
+            counts=False,
+            note="explicit is the library's explicit path, which fills with −inf; a pad row's NaN "
+            "reaches the next layer's real rows through a zero weight times a NaN value.",
+        ),
+    )
+
+
+def _full_row_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """Reported: what a row whose keys are all masked gets, by fill and path."""
+    dts, f16, wide = _dtypes(p)
+    finite = _cells(dtype=wide, fill=FILLS[:3], path=("masked_fill",))
+    finite += _cells(dtype=f16, fill=("finfo.min",), path=("masked_fill",))
+    inf = _cells(dtype=dts, fill=("-inf",), path=("masked_fill", "additive"))
+    inf += _cells(dtype=f16, fill=NOTES_FILLS, path=("additive",))
+    zero = _cells(dtype=dts, fill=("bool",), path=("sdpa_bool",))
+    zero += _cells(dtype=dts, fill=("-inf",), path=("sdpa_additive",))
+    return (
+        SubClaim(
+            "full-uniform",
+            "A row whose keys are all masked by masked_fill with a finite fill is "
+            "uniform over its keys (its output is the mean of the values)",
+            bound(1, 1),
+            (UNIFORM,),
+            table="fill",
+            cells=finite,
+            where="all",
+            counts=False,
+        ),
+        SubClaim(
+            "full-inf",
+            "It is NaN when every score is −inf: −inf written by masked_fill or added, "
+            "and the notes' fills cast to float16",
+            bound(1, 1),
+            (FULL_NAN,),
+            table="fill",
+            cells=inf,
+            where="all",
+            counts=False,
+        ),
+        SubClaim(
+            "sdpa-zero",
+            "SDPA gives such a row zero weights instead: with a boolean mask, and with an additive −inf",
+            bound(1, 1),
+            (FULL_ZERO,),
+            table="fill",
+            cells=zero,
+            where="all",
+            counts=False,
+        ),
+    )
+
+
 class Masking(Experiment):
     claim_id = "masking"
     title = "Padding and causal masks: pad-independent outputs, two conventions, fill values"
@@ -127,79 +279,61 @@ class Masking(Experiment):
 
     def declare(self, p: dict) -> Declaration:
         paths, conv_paths = ("notes", "sdpa"), ("fill_1e9", "fill_inf", "sdpa")
-        swapped = _cells(kind=KINDS[:2], path=conv_paths, convention=("swapped",))
-        dts = [d for d in DTYPES if d in p["dtypes"]]
-        f16 = [d for d in dts if d == "float16"]  # the dtype that holds neither of the notes' fills
-        wide = [d for d in dts if d != "float16"]
-        weight = _cells(dtype=wide, fill=NOTES_FILLS, path=("masked_fill", "additive", "sdpa_additive"))
-        weight += _cells(dtype=f16, fill=NOTES_FILLS, path=("additive", "sdpa_additive"))
-        leak = _cells(level=("model",), kind=("decoder_left",), path=("explicit", "notes", "finfo", "sdpa"),
-                      variant=("pad",))  # fmt: skip
-        leaks = bound(**{c.label: (1, 1) if "explicit" in c.label else (0, 0) for c in leak})
-        finite = _cells(dtype=wide, fill=FILLS[:3], path=("masked_fill",))
-        finite += _cells(dtype=f16, fill=("finfo.min",), path=("masked_fill",))
-        inf = _cells(dtype=dts, fill=("-inf",), path=("masked_fill", "additive"))
-        inf += _cells(dtype=f16, fill=NOTES_FILLS, path=("additive",))
-        zero = _cells(dtype=dts, fill=("bool",), path=("sdpa_bool",))
-        zero += _cells(dtype=dts, fill=("-inf",), path=("sdpa_additive",))
-        return Declaration((
-            check("reference", f"Each path fed its own convention equals SDPA in float64 (within "
-                  f"{REF_TOL:.2g})", REF, bound(None, REF_TOL), table="conventions",
-                  cells=_cells(kind=KINDS[:2], path=conv_paths, convention=("correct",))),
-            SubClaim("builders", "The notes' masks mark what they should: id 0 marks exactly the pad keys, "
-                     "the upper triangle (k = 1) exactly the future, True meaning masked; note 001's lower "
-                     "triangle is the same mask with True meaning kept", bound(0, 0), (MISMATCH,),
-                     table="builders", cells=_cells(kind=KINDS[:2]), where="all"),
-            SubClaim("invariant", f"With the padding mask (and the causal mask in a decoder), real tokens' "
-                     f"outputs do not depend on how many pads there are: within {TOL:.2g} of their scale, "
-                     "through attention alone and through a small model", bound(None, TOL), (DRIFT,),
-                     table="padding", cells=_cells(level=LEVELS, kind=KINDS, path=paths, variant=("pad",)),
-                     where="all", note="The notes' path fills masked scores with −1e9 on a True = masked "
-                     "mask; the sdpa path passes the library's True = keep mask to SDPA. The bound allows "
-                     "the rounding of kernels that block the key sum by length."),
-            SubClaim("needs-pad-mask", f"The setup sees pads when they are not masked: without the padding "
-                     f"mask the same outputs move by more than {CHANGE_MIN:g} (encoder, and a decoder with "
-                     "pads before its tokens)", bound(CHANGE_MIN, None), (DRIFT,), table="padding",
-                     cells=_cells(level=LEVELS, kind=("encoder", "decoder_left"), path=paths,
-                                  variant=("nopad",)), where="all",
-                     note="The positive control of (invariant)."),
-            SubClaim("swap", f"The conventions matter: a True = masked mask fed where True = keep is "
-                     f"expected (or the reverse) leaves real tokens at most {MASS_TOL:g} of their weight on "
-                     "the keys they may see", bound(None, MASS_TOL), (ALLOWED,), table="conventions",
-                     cells=swapped, where="all", note="Rows with nothing to attend to once swapped (every "
-                     "key masked) are counted apart, in the table."),
-            SubClaim("swap-change", f"Swapped, those tokens' outputs move by more than {CHANGE_MIN:g} of "
-                     "their scale, every one of them", bound(CHANGE_MIN, None), (CHANGE,),
-                     table="conventions", cells=swapped, where="all"),
-            SubClaim("pad-weight", f"The notes' fills (−1e9, −2³²+1) leave masked keys at most {MASS_TOL:g} "
-                     "of the weight at every logit scale, by masked_fill, an additive mask, or SDPA with an "
-                     "additive mask", bound(None, MASS_TOL), (MASKED,), table="fill", cells=weight,
-                     where="all", note="float16 enters by the additive paths only: masked_fill refuses these "
-                     "fills there (representable)."),
-            SubClaim("representable", "The notes' fills can be used in every dtype attention runs in: "
-                     "float32, bfloat16 and float16", bound(1, 1), (USABLE,), table="fill",
-                     cells=_cells(dtype=dts, fill=NOTES_FILLS, path=("masked_fill",)), where="all"),
-            SubClaim("causal-hides", f"In a decoder with pads after its tokens the causal mask alone hides "
-                     f"them: without the padding mask real tokens' outputs stay within {TOL:.2g}",
-                     bound(None, TOL), (DRIFT,), table="padding",
-                     cells=_cells(level=LEVELS, kind=("decoder",), path=paths, variant=("nopad",)),
-                     where="all", counts=False),
-            SubClaim("inf-leak", "Through a small decoder with pads before its tokens (whose first pads see "
-                     "no key), a −inf fill in explicit softmax turns real tokens' outputs into NaN, where "
-                     "−1e9, the float32 minimum and SDPA's boolean mask do not", leaks, (NAN,),
-                     table="padding", cells=leak, where="all", counts=False,
-                     note="explicit is the library's explicit path, which fills with −inf; a pad row's NaN "
-                     "reaches the next layer's real rows through a zero weight times a NaN value."),
-            SubClaim("full-uniform", "A row whose keys are all masked by masked_fill with a finite fill is "
-                     "uniform over its keys (its output is the mean of the values)", bound(1, 1), (UNIFORM,),
-                     table="fill", cells=finite, where="all", counts=False),
-            SubClaim("full-inf", "It is NaN when every score is −inf: −inf written by masked_fill or added, "
-                     "and the notes' fills cast to float16", bound(1, 1), (FULL_NAN,), table="fill",
-                     cells=inf, where="all", counts=False),
-            SubClaim("sdpa-zero", "SDPA gives such a row zero weights instead: with a boolean mask, and with "
-                     "an additive −inf", bound(1, 1), (FULL_ZERO,), table="fill", cells=zero, where="all",
-                     counts=False),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                check(
+                    "reference",
+                    f"Each path fed its own convention equals SDPA in float64 (within {REF_TOL:.2g})",
+                    REF,
+                    bound(None, REF_TOL),
+                    table="conventions",
+                    cells=_cells(kind=KINDS[:2], path=conv_paths, convention=("correct",)),
+                ),
+                SubClaim(
+                    "builders",
+                    "The notes' masks mark what they should: id 0 marks exactly the pad keys, "
+                    "the upper triangle (k = 1) exactly the future, True meaning masked; note 001's lower "
+                    "triangle is the same mask with True meaning kept",
+                    bound(0, 0),
+                    (MISMATCH,),
+                    table="builders",
+                    cells=_cells(kind=KINDS[:2]),
+                    where="all",
+                ),
+                SubClaim(
+                    "invariant",
+                    f"With the padding mask (and the causal mask in a decoder), real tokens' "
+                    f"outputs do not depend on how many pads there are: within {TOL:.2g} of their scale, "
+                    "through attention alone and through a small model",
+                    bound(None, TOL),
+                    (DRIFT,),
+                    table="padding",
+                    cells=_cells(level=LEVELS, kind=KINDS, path=paths, variant=("pad",)),
+                    where="all",
+                    note="The notes' path fills masked scores with −1e9 on a True = masked "
+                    "mask; the sdpa path passes the library's True = keep mask to SDPA. The bound allows "
+                    "the rounding of kernels that block the key sum by length.",
+                ),
+                SubClaim(
+                    "needs-pad-mask",
+                    f"The setup sees pads when they are not masked: without the padding "
+                    f"mask the same outputs move by more than {CHANGE_MIN:g} (encoder, and a decoder with "
+                    "pads before its tokens)",
+                    bound(CHANGE_MIN, None),
+                    (DRIFT,),
+                    table="padding",
+                    cells=_cells(
+                        level=LEVELS, kind=("encoder", "decoder_left"), path=paths, variant=("nopad",)
+                    ),
+                    where="all",
+                    note="The positive control of (invariant).",
+                ),
+                *_swap_subclaims(conv_paths),
+                *_fill_subclaims(p),
+                *_reported_padding_subclaims(paths),
+                *_full_row_subclaims(p),
+            )
+        )
 
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs, UNIFORM_ULPS)

@@ -46,6 +46,137 @@ PERM = dict(
 SWEEP = dict(selection_seeds=[100, 101], rate_factors=[0.5, 1.0], rate_extend=1)
 
 
+def _permutation_subclaims() -> tuple[SubClaim, ...]:
+    """What a permutation of the input tokens does to the outputs, with positions and without."""
+
+    def perm(label, model, pos, measure="perm", **kw):
+        return cell(label, model=model, pos=pos, measure=measure, **kw)
+
+    blind, seen = bound(None, TOL), bound(SEES, None)
+    return (
+        check(
+            "sees-order",
+            "With positions an encoder sees a permutation: its outputs change by more "
+            f"than {SEES:g} (sinusoidal and learned)",
+            view.ERROR,
+            seen,
+            table="perm",
+            cells=(
+                perm("sinusoidal", "encoder", "sinusoidal"),
+                perm("learned", "encoder", "learned"),
+            ),
+        ),
+        check(
+            "prefix-set",
+            "A one-layer causal model without positions reads the tokens before the last "
+            f"one as a set: permuting them leaves the last output unchanged (within {TOL:g})",
+            view.ERROR,
+            blind,
+            table="perm",
+            cells=(perm("one-layer", "decoder", "none", "prefix", depth="one"),),
+        ),
+        SubClaim(
+            "encoder",
+            "Without positions an encoder cannot see order: permuting its input tokens "
+            f"permutes its outputs and changes nothing else (float64, within {TOL:g})",
+            blind,
+            (view.ERROR,),
+            table="perm",
+            cells=(perm("encoder", "encoder", "none"),),
+            where="all",
+        ),
+        SubClaim(
+            "decoder",
+            "Nor can a causal decoder without positions: the same holds under the causal mask",
+            blind,
+            (view.ERROR,),
+            table="perm",
+            cells=(perm("decoder", "decoder", "none"),),
+            where="all",
+        ),
+        SubClaim(
+            "prefix-order",
+            "Reported: with two or more layers a causal model without positions "
+            "sees the order of the tokens before the last one (its last output moves by more "
+            f"than {SEES:g})",
+            seen,
+            (view.ERROR,),
+            table="perm",
+            where="all",
+            counts=False,
+            cells=(perm("deeper", "decoder", "none", "prefix", depth="deeper"),),
+        ),
+    )
+
+
+def _probe_subclaims(by_scale: tuple, nope, sin, use: dict) -> tuple[SubClaim, ...]:
+    """The linear position probe on NoPE's hidden states, with its controls."""
+    return (
+        SubClaim(
+            "probe",
+            "Without positions its hidden states carry no absolute position: a linear "
+            f"probe recovers a token's position no better than chance (gain at most "
+            f"{GAIN_MARGIN:g})",
+            Within(None, GAIN_MARGIN, f"a gain of at most {GAIN_MARGIN:g}"),
+            (view.PROBE,),
+            b=nope,
+            cells=by_scale,
+            where="all",
+            **use,
+            note="The probe is fitted on held-out windows and "
+            "scored on others; its layer is the one with the highest gain on the fitting windows.",
+        ),
+        SubClaim(
+            "probe-input",
+            "Reported, the probe's control: on NoPE's input embeddings (tokens "
+            f"alone) the probe is at chance (gain within ±{GAIN_MARGIN:g})",
+            equivalent(GAIN_MARGIN),
+            (view.PROBE_INPUT,),
+            b=nope,
+            cells=by_scale,
+            counts=False,
+            **use,
+        ),
+        SubClaim(
+            "probe-sinusoidal",
+            "Reported, the probe's positive control: with sinusoidal positions "
+            f"it recovers position (gain above {GAIN_MARGIN:g})",
+            Within(GAIN_MARGIN, None, f"a gain above {GAIN_MARGIN:g}"),
+            (view.PROBE,),
+            b=sin,
+            cells=by_scale,
+            counts=False,
+            **use,
+        ),
+        SubClaim(
+            "probe-vs-sinusoidal",
+            "Reported: NoPE's hidden states carry less linear position "
+            "information than the sinusoidal model's",
+            Better("a"),
+            (view.PROBE,),
+            a=sin,
+            b=nope,
+            cells=by_scale,
+            counts=False,
+            **use,
+        ),
+    )
+
+
+def _nulls() -> tuple[NullPair, ...]:
+    """The noise floor: NoPE at its first-scale choice, rerun."""
+    return (
+        NullPair(
+            "null",
+            arm("NoPE", pos="none", role="test"),
+            arm("NoPE rerun", pos="none", role="null"),
+            (FINAL, view.PROBE, view.PROBE_INPUT),
+            table="first",
+            seed_offset=NULL_OFFSET,
+        ),
+    )
+
+
 class NoPosition(Experiment):
     claim_id = "no_position"
     title = "Without position encodings a Transformer cannot see word order"
@@ -71,65 +202,62 @@ class NoPosition(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        def perm(label, model, pos, measure="perm", **kw):
-            return cell(label, model=model, pos=pos, measure=measure, **kw)
-
         by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
         ctrl = scale_label(control_scale(p))
         nope, sin, lrn = (arm(f"{name}, at its best rate", pos=k) for k, name in ARMS.items())
         use = dict(table="tuned", guard=LEARNED, noise="null")
-        blind, seen = bound(None, TOL), bound(SEES, None)
-        return Declaration((
-            check("sees-order", "With positions an encoder sees a permutation: its outputs change by more "
-                  f"than {SEES:g} (sinusoidal and learned)", view.ERROR, seen, table="perm",
-                  cells=(perm("sinusoidal", "encoder", "sinusoidal"), perm("learned", "encoder", "learned"))),
-            check("prefix-set", "A one-layer causal model without positions reads the tokens before the last "
-                  f"one as a set: permuting them leaves the last output unchanged (within {TOL:g})",
-                  view.ERROR, blind, table="perm",
-                  cells=(perm("one-layer", "decoder", "none", "prefix", depth="one"),)),
-            SubClaim("encoder", "Without positions an encoder cannot see order: permuting its input tokens "
-                     f"permutes its outputs and changes nothing else (float64, within {TOL:g})", blind,
-                     (view.ERROR,), table="perm", cells=(perm("encoder", "encoder", "none"),), where="all"),
-            SubClaim("decoder", "Nor can a causal decoder without positions: the same holds under the causal "
-                     "mask", blind, (view.ERROR,), table="perm", cells=(perm("decoder", "decoder", "none"),),
-                     where="all"),
-            SubClaim("prefix-order", "Reported: with two or more layers a causal model without positions "
-                     "sees the order of the tokens before the last one (its last output moves by more "
-                     f"than {SEES:g})", seen, (view.ERROR,), table="perm", where="all", counts=False,
-                     cells=(perm("deeper", "decoder", "none", "prefix", depth="deeper"),)),
-            SubClaim("control", "Positive control, one layer: without positions the model reads its prefix "
-                     "as a set (checked above) and trains to a worse held-out loss than with sinusoidal "
-                     "positions", Better("a"), (FINAL,), a=sin, b=nope, margin=QUALITY_MARGIN, counts=False,
-                     cells=(cell(ctrl, scale=ctrl),), **use, note="It controls the loss comparison where "
-                     f"its whole interval lies beyond ±{QUALITY_MARGIN:g}."),
-            SubClaim("quality", "Without positions a causal character LM trains to a worse held-out loss "
-                     "than with sinusoidal positions, each at its best rate", Better("a"), (FINAL,), a=sin,
-                     b=nope, margin=QUALITY_MARGIN, control="control", cells=by_scale, where="all", **use,
-                     note=profile_sweep(p).rule() + " The null pair (NoPE at its first-scale choice, rerun) "
-                     "floors every comparison."),
-            SubClaim("probe", "Without positions its hidden states carry no absolute position: a linear "
-                     f"probe recovers a token's position no better than chance (gain at most "
-                     f"{GAIN_MARGIN:g})",
-                     Within(None, GAIN_MARGIN, f"a gain of at most {GAIN_MARGIN:g}"), (view.PROBE,), b=nope,
-                     cells=by_scale, where="all", **use, note="The probe is fitted on held-out windows and "
-                     "scored on others; its layer is the one with the highest gain on the fitting windows."),
-            SubClaim("probe-input", "Reported, the probe's control: on NoPE's input embeddings (tokens "
-                     f"alone) the probe is at chance (gain within ±{GAIN_MARGIN:g})", equivalent(GAIN_MARGIN),
-                     (view.PROBE_INPUT,), b=nope, cells=by_scale, counts=False, **use),
-            SubClaim("probe-sinusoidal", "Reported, the probe's positive control: with sinusoidal positions "
-                     f"it recovers position (gain above {GAIN_MARGIN:g})",
-                     Within(GAIN_MARGIN, None, f"a gain above {GAIN_MARGIN:g}"), (view.PROBE,), b=sin,
-                     cells=by_scale, counts=False, **use),
-            SubClaim("probe-vs-sinusoidal", "Reported: NoPE's hidden states carry less linear position "
-                     "information than the sinusoidal model's", Better("a"), (view.PROBE,), a=sin, b=nope,
-                     cells=by_scale, counts=False, **use),
-            SubClaim("learned", "Reported: with learned positions the LM also trains to a lower held-out "
-                     "loss than without", Better("a"), (FINAL,), a=lrn, b=nope, margin=QUALITY_MARGIN,
-                     cells=by_scale, counts=False, **use),
-        ), nulls=(
-            NullPair("null", arm("NoPE", pos="none", role="test"), arm("NoPE rerun", pos="none", role="null"),
-                     (FINAL, view.PROBE, view.PROBE_INPUT), table="first", seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                *_permutation_subclaims(),
+                SubClaim(
+                    "control",
+                    "Positive control, one layer: without positions the model reads its prefix "
+                    "as a set (checked above) and trains to a worse held-out loss than with sinusoidal "
+                    "positions",
+                    Better("a"),
+                    (FINAL,),
+                    a=sin,
+                    b=nope,
+                    margin=QUALITY_MARGIN,
+                    counts=False,
+                    cells=(cell(ctrl, scale=ctrl),),
+                    **use,
+                    note="It controls the loss comparison where "
+                    f"its whole interval lies beyond ±{QUALITY_MARGIN:g}.",
+                ),
+                SubClaim(
+                    "quality",
+                    "Without positions a causal character LM trains to a worse held-out loss "
+                    "than with sinusoidal positions, each at its best rate",
+                    Better("a"),
+                    (FINAL,),
+                    a=sin,
+                    b=nope,
+                    margin=QUALITY_MARGIN,
+                    control="control",
+                    cells=by_scale,
+                    where="all",
+                    **use,
+                    note=profile_sweep(p).rule() + " The null pair (NoPE at its first-scale choice, rerun) "
+                    "floors every comparison.",
+                ),
+                *_probe_subclaims(by_scale, nope, sin, use),
+                SubClaim(
+                    "learned",
+                    "Reported: with learned positions the LM also trains to a lower held-out "
+                    "loss than without",
+                    Better("a"),
+                    (FINAL,),
+                    a=lrn,
+                    b=nope,
+                    margin=QUALITY_MARGIN,
+                    cells=by_scale,
+                    counts=False,
+                    **use,
+                ),
+            ),
+            nulls=_nulls(),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

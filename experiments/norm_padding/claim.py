@@ -48,6 +48,73 @@ LOSS, GAP, MODE, FLUCT = view.LOSS, view.GAP, view.MODE, view.FLUCT_READOUTS
 PADS_T, PADS_E, NB_T, NB_E, LEAK_T, LEAK_E = view.PROBE_READOUTS
 
 
+def _norm_arms() -> tuple:
+    """The fixed-rate arms: LN, and BN counting pads, masking them, and with causal statistics."""
+    ln, bn = arm("LN", norm="layer"), arm("BN pads counted", norm="batch")
+    masked, causal = arm("BN pads masked", norm="batch_masked"), arm("BN causal", norm="batch_causal")
+    return ln, bn, masked, causal
+
+
+def _fixed_rate(p: dict):
+    """The keywords of a fixed-rate loss comparison in a setting, given its arms and norms."""
+    loss = dict(readouts=(LOSS,), guard=LEARNED, margin=MARGIN, noise="null", where="all")
+    floored_cells = {view.cell_of(*c).label for c in p["null_cells"]}
+
+    def fx(st, arms_, *norms):  # fixed-rate cells, floored by the null pair where it has a cell
+        cs = view.cells_at(st, arms_, *norms)
+        return {**loss, "cells": cs, "noise": "null" if floored_cells & {c.label for c in cs} else None}
+
+    return fx
+
+
+def _statistics_subclaims(fx, wins, enc: dict, in_enc, at_e, tune: dict) -> tuple:
+    """Sub-claim b (batch statistics without padding or leak), with its fixed-rate and causal variants."""
+    ln, _, masked, causal = _norm_arms()
+    return (
+        SubClaim(
+            "b-fixed",
+            "Batch statistics without padding or leak: BN worse than LN, masked LM on fixed "
+            "windows, one rate",
+            Better("a"),
+            a=ln,
+            b=arm("BN", norm="batch"),
+            **fx("enc-windows", enc["enc-windows"], "layer", "batch"),
+            counts=False,
+        ),
+        SubClaim(
+            "b",
+            "Batch statistics without padding or leak: BN worse than LN, each at its own best "
+            "rate (masked LM, fixed windows)",
+            Better("a"),
+            a=in_enc("layer"),
+            b=in_enc("batch"),
+            cells=at_e,
+            control="b-fixed",
+            noise="null-enc",
+            **tune,
+        ),
+        SubClaim(
+            "b-causal",
+            "Causal LM on fixed windows: BN with causal statistics (no leak) worse than LN, one rate",
+            Better("a"),
+            a=ln,
+            b=causal,
+            **fx("windows", wins, "layer", "batch_causal"),
+            counts=False,
+        ),
+        SubClaim(
+            "b-leaky",
+            "Causal LM on fixed windows: BN (batch statistics, which leak later tokens) "
+            "worse than LN, one rate",
+            Better("a"),
+            a=ln,
+            b=masked,
+            **fx("windows", wins, "layer", "batch_masked"),
+            counts=False,
+        ),
+    )
+
+
 def _batch_subclaims(lines, wins, enc: dict, fl) -> tuple:
     """Sub-claims c (small batches) and d (train/inference mismatch), with their leaky variants."""
     at = view.cells_at
@@ -115,33 +182,135 @@ def _batch_subclaims(lines, wins, enc: dict, fl) -> tuple:
     )
 
 
-def _probe_subclaims(p: dict, lines, ln, bn, masked, causal) -> tuple:
-    """The probes' checks and reported findings (invariances, leaks), and the statistics' fluctuation."""
+def _reported_ln_subclaims(fx, lines, in_lines, at_l, tune: dict) -> tuple:
+    """Reported comparisons with LN on padded lines: BN counting pads, and PowerNorm."""
+    ln, bn, _, _ = _norm_arms()
+    return (
+        SubClaim(
+            "naive",
+            "BN counting pads worse than LN, each at its own best rate (causal LM, padded lines)",
+            Better("a"),
+            a=in_lines("layer"),
+            b=in_lines("batch"),
+            cells=at_l,
+            counts=False,
+            noise="null-lines",
+            **tune,
+        ),
+        SubClaim(
+            "naive-fixed",
+            "BN counting pads worse than LN, one rate (padded lines)",
+            Better("a"),
+            a=ln,
+            b=bn,
+            **fx("lines", lines, "layer", "batch"),
+            counts=False,
+        ),
+        SubClaim(
+            "power",
+            "PowerNorm better than LN (the anchors' finding; padded lines, one rate)",
+            Better("b"),
+            a=ln,
+            b=arm("PowerNorm", norm="power"),
+            **fx("lines", lines, "layer", "power"),
+            counts=False,
+        ),
+    )
+
+
+def _probe_subclaims(ln, bn, masked, causal) -> tuple:
+    """The probes' checks and reported findings (invariances, leaks)."""
+    return (
+        check(
+            "ln-invariant",
+            "LN, train mode: no change with pads, neighbours or later tokens",
+            (PADS_T, NB_T, LEAK_T),
+            bound(None, INVARIANT),
+            table="probes",
+            b=ln,
+        ),
+        check(
+            "eval-invariant",
+            "Eval mode, every norm: no change with pads, neighbours or later tokens",
+            (PADS_E, NB_E, LEAK_E),
+            bound(None, INVARIANT),
+            table="probes",
+        ),
+        check(
+            "masked-pads",
+            "BN masking pads: outputs unchanged when pads are added (train mode)",
+            PADS_T,
+            bound(None, INVARIANT),
+            table="probes",
+            b=masked,
+        ),
+        check(
+            "causal-invariant",
+            "BN with causal statistics: no change with pads or later tokens",
+            (PADS_T, LEAK_T),
+            bound(None, INVARIANT),
+            table="probes",
+            b=causal,
+        ),
+        SubClaim(
+            "pads-enter",
+            "BN counting pads: train-mode outputs change when pads are added",
+            bound(DEPENDENT),
+            (PADS_T,),
+            table="probes",
+            b=bn,
+            counts=False,
+        ),
+        SubClaim(
+            "leak",
+            "BN in train mode leaks later tokens into earlier outputs",
+            bound(DEPENDENT),
+            (LEAK_T,),
+            table="probes",
+            where="all",
+            counts=False,
+            cells=(cell("counted", norm="batch"), cell("masked", norm="batch_masked")),
+        ),
+    )
+
+
+def _fluctuation_subclaims(p: dict, lines) -> tuple:
+    """The batch statistics' fluctuation in the LM against an MLP control (reported)."""
     pl, big = view.fluct_arm(lines)
     ctl = arm(f"MLP control (batch {p['mlp_batch']})", data="mlp")
-    lm = arm(f"LM, lines, BN masked ({pl}, batch {big})", data="lines", attn="causal", norm="batch_masked",
-             placement=pl, batch=big)  # fmt: skip
+    lm = arm(
+        f"LM, lines, BN masked ({pl}, batch {big})",
+        data="lines",
+        attn="causal",
+        norm="batch_masked",
+        placement=pl,
+        batch=big,
+    )
     return (
-        check("ln-invariant", "LN, train mode: no change with pads, neighbours or later tokens",
-              (PADS_T, NB_T, LEAK_T), bound(None, INVARIANT), table="probes", b=ln),
-        check("eval-invariant", "Eval mode, every norm: no change with pads, neighbours or later tokens",
-              (PADS_E, NB_E, LEAK_E), bound(None, INVARIANT), table="probes"),
-        check("masked-pads", "BN masking pads: outputs unchanged when pads are added (train mode)",
-              PADS_T, bound(None, INVARIANT), table="probes", b=masked),
-        check("causal-invariant", "BN with causal statistics: no change with pads or later tokens",
-              (PADS_T, LEAK_T), bound(None, INVARIANT), table="probes", b=causal),
-        SubClaim("pads-enter", "BN counting pads: train-mode outputs change when pads are added",
-                 bound(DEPENDENT), (PADS_T,), table="probes", b=bn, counts=False),
-        SubClaim("leak", "BN in train mode leaks later tokens into earlier outputs", bound(DEPENDENT),
-                 (LEAK_T,), table="probes", where="all", counts=False,
-                 cells=(cell("counted", norm="batch"), cell("masked", norm="batch_masked"))),
-        SubClaim("fluct", "Batch statistics fluctuate more in the LM than in an MLP control",
-                 Better("b"), FLUCT, table="stats", a=ctl, b=lm, where="all", counts=False),
-        SubClaim("fluct-2x", f"LM batch statistics fluctuate ≥ {FLUCT_FACTOR:g}× more than the MLP's",
-                 Better("b"), FLUCT, table="stats", b=lm, where="all", counts=False,
-                 a=arm(f"MLP control × {FLUCT_FACTOR:g}", data=f"mlp-x{FLUCT_FACTOR:g}"),
-                 note="Arm a is the control's rows raised by log2 of the factor."),
-    )  # fmt: skip
+        SubClaim(
+            "fluct",
+            "Batch statistics fluctuate more in the LM than in an MLP control",
+            Better("b"),
+            FLUCT,
+            table="stats",
+            a=ctl,
+            b=lm,
+            where="all",
+            counts=False,
+        ),
+        SubClaim(
+            "fluct-2x",
+            f"LM batch statistics fluctuate ≥ {FLUCT_FACTOR:g}× more than the MLP's",
+            Better("b"),
+            FLUCT,
+            table="stats",
+            b=lm,
+            where="all",
+            counts=False,
+            a=arm(f"MLP control × {FLUCT_FACTOR:g}", data=f"mlp-x{FLUCT_FACTOR:g}"),
+            note="Arm a is the control's rows raised by log2 of the factor.",
+        ),
+    )
 
 
 def _null_pairs(p: dict, ln, sl, se, fl) -> tuple:
@@ -354,12 +523,12 @@ class NormPadding(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        lines, wins, at = arms(p, "line_arms", NORMS), arms(p, "window_arms", NORMS), view.cells_at
-        enc = {st: [(pl, b, n) for s_, pl, b, n in enc_arms(p, NORMS) if s_ == st]
-               for st in ("enc-lines", "enc-windows")}  # fmt: skip
-        ln, bn = arm("LN", norm="layer"), arm("BN pads counted", norm="batch")
-        masked, causal = arm("BN pads masked", norm="batch_masked"), arm("BN causal", norm="batch_causal")
-        loss = dict(readouts=(LOSS,), guard=LEARNED, margin=MARGIN, noise="null", where="all")
+        lines, wins = arms(p, "line_arms", NORMS), arms(p, "window_arms", NORMS)
+        enc = {
+            st: [(pl, b, n) for s_, pl, b, n in enc_arms(p, NORMS) if s_ == st]
+            for st in ("enc-lines", "enc-windows")
+        }
+        ln, bn, masked, causal = _norm_arms()
         swept = swept_arms(p, NORMS)
         tuned = {k: arm(f"{view.norm_label(a[0], a[3])}, at its best rate", arm=k) for k, a in swept.items()}
         name = {a: k for k, a in swept.items()}
@@ -375,53 +544,49 @@ class NormPadding(Experiment):
         in_lines = lambda n: tuned.get(name.get((*sl, n)))  # noqa: E731
         in_enc = lambda n: tuned.get(name.get((*se, n)))  # noqa: E731
         fl = view.floored(p, lines, "batch_causal")
-        floored_cells = {view.cell_of(*c).label for c in p["null_cells"]}
-
-        def fx(st, arms_, *norms):  # fixed-rate cells, floored by the null pair where it has a cell
-            cs = at(st, arms_, *norms)
-            return {**loss, "cells": cs, "noise": "null" if floored_cells & {c.label for c in cs} else None}
-
-        return Declaration((
-            SubClaim("a-fixed", "Padding: BN counting pads worse than BN masking them, one rate (causal LM, "
-                     "padded lines)", Better("a"), a=masked, b=bn,
-                     **fx("lines", lines, "batch", "batch_masked"),
-                     counts=False, note="The arms differ only in which positions enter BN's statistics."),
-            SubClaim("a", "Padding: BN counting pads worse than BN masking them, each at its own best rate "
-                     f"(causal LM, padded lines, {sl[1]}-norm, batch {sl[2]})", Better("a"),
-                     a=in_lines("batch_masked"),
-                     b=in_lines("batch"), cells=at_l, control="a-fixed", noise="null-lines", **tune),
-            SubClaim("a-enc",
-                     "Padding in the masked LM: BN counting pads worse than BN masking them, one rate",
-                     Better("a"), a=masked, b=bn,
-                     **fx("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
-                     counts=False),
-            SubClaim("b-fixed",
-                     "Batch statistics without padding or leak: BN worse than LN, masked LM on fixed "
-                     "windows, one rate", Better("a"), a=ln, b=arm("BN", norm="batch"),
-                     **fx("enc-windows", enc["enc-windows"],
-                     "layer", "batch"), counts=False),
-            SubClaim("b", "Batch statistics without padding or leak: BN worse than LN, each at its own best "
-                     "rate (masked LM, fixed windows)", Better("a"), a=in_enc("layer"), b=in_enc("batch"),
-                     cells=at_e, control="b-fixed", noise="null-enc", **tune),
-            SubClaim("b-causal",
-                     "Causal LM on fixed windows: BN with causal statistics (no leak) worse than LN, "
-                     "one rate", Better("a"), a=ln, b=causal, **fx("windows", wins, "layer", "batch_causal"),
-                     counts=False),
-            SubClaim("b-leaky", "Causal LM on fixed windows: BN (batch statistics, which leak later tokens) "
-                     "worse than LN, one rate", Better("a"), a=ln, b=masked,
-                     **fx("windows", wins, "layer", "batch_masked"), counts=False),
-            *_batch_subclaims(lines, wins, enc, fl),
-            SubClaim("naive", "BN counting pads worse than LN, each at its own best rate (causal LM, padded "
-                     "lines)", Better("a"), a=in_lines("layer"), b=in_lines("batch"), cells=at_l,
-                     counts=False, noise="null-lines", **tune),
-            SubClaim("naive-fixed", "BN counting pads worse than LN, one rate (padded lines)", Better("a"),
-                     a=ln, b=bn, **fx("lines", lines, "layer", "batch"), counts=False),
-            SubClaim("power", "PowerNorm better than LN (the anchors' finding; padded lines, one rate)",
-                     Better("b"), a=ln, b=arm("PowerNorm", norm="power"),
-                     **fx("lines", lines, "layer", "power"),
-                     counts=False),
-            *_probe_subclaims(p, lines, ln, bn, masked, causal),
-        ), _null_pairs(p, ln, sl, se, fl))  # fmt: skip
+        fx = _fixed_rate(p)
+        return Declaration(
+            (
+                SubClaim(
+                    "a-fixed",
+                    "Padding: BN counting pads worse than BN masking them, one rate (causal LM, "
+                    "padded lines)",
+                    Better("a"),
+                    a=masked,
+                    b=bn,
+                    **fx("lines", lines, "batch", "batch_masked"),
+                    counts=False,
+                    note="The arms differ only in which positions enter BN's statistics.",
+                ),
+                SubClaim(
+                    "a",
+                    "Padding: BN counting pads worse than BN masking them, each at its own best rate "
+                    f"(causal LM, padded lines, {sl[1]}-norm, batch {sl[2]})",
+                    Better("a"),
+                    a=in_lines("batch_masked"),
+                    b=in_lines("batch"),
+                    cells=at_l,
+                    control="a-fixed",
+                    noise="null-lines",
+                    **tune,
+                ),
+                SubClaim(
+                    "a-enc",
+                    "Padding in the masked LM: BN counting pads worse than BN masking them, one rate",
+                    Better("a"),
+                    a=masked,
+                    b=bn,
+                    **fx("enc-lines", enc["enc-lines"], "batch", "batch_masked"),
+                    counts=False,
+                ),
+                *_statistics_subclaims(fx, wins, enc, in_enc, at_e, tune),
+                *_batch_subclaims(lines, wins, enc, fl),
+                *_reported_ln_subclaims(fx, lines, in_lines, at_l, tune),
+                *_probe_subclaims(ln, bn, masked, causal),
+                *_fluctuation_subclaims(p, lines),
+            ),
+            _null_pairs(p, ln, sl, se, fl),
+        )
 
     def analyse(self, runs, p, out: Output):
         p = view.with_arms(

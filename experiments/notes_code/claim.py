@@ -36,6 +36,109 @@ def _snips(*names: str):
     return tuple(cell(n, snippet=n) for n in names)
 
 
+def _snippet_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """Each snippet as written, then fixed to run: does it compute the library's function?"""
+    snip = dict(table="snippets", where="all")
+    ran = (*view.ATTENTION, *view.MHA, *view.MASKS, *view.POSITIONS, "ffn")
+    return (
+        check(
+            "library",
+            f"The library's explicit attention equals SDPA in float64 (within {EXACT_TOL:g})",
+            view.ERR_SDPA,
+            bound(None, EXACT_TOL),
+            table="snippets",
+            cells=_snips("library"),
+        ),
+        SubClaim(
+            "runs",
+            "The snippet runs as written",
+            bound(1, 1),
+            (view.RUNS,),
+            cells=_snips(*ran),
+            note="In float32 on the run's device; what each one raised is in the snippets table.",
+            **snip,
+        ),
+        SubClaim(
+            "reference",
+            "Once the least change lets it run, it computes attention as the library "
+            f"and SDPA do (relative max error within {EXACT_TOL:g}, float64)",
+            bound(None, EXACT_TOL),
+            (view.ERR_REF, view.ERR_SDPA),
+            cells=_snips(*view.ATTENTION, *view.MHA),
+            **snip,
+            note="The weights a module builds inside forward are read as it builds them and copied "
+            "into the library's module.",
+        ),
+        SubClaim(
+            "masks",
+            "004's pad and decoder masks are the library's, with True meaning masked",
+            bound(0, 0),
+            (view.MISMATCH,),
+            cells=_snips(*view.MASKS),
+            **snip,
+        ),
+        SubClaim(
+            "positions",
+            "The positional encodings are the sinusoidal table: largest absolute "
+            f"error within {PE_TOL:g} as written (float32), over {p['pe_len']} positions",
+            bound(None, PE_TOL),
+            (view.PE_ERR,),
+            cells=_snips(*view.POSITIONS),
+            **snip,
+        ),
+        SubClaim(
+            "positions-f64",
+            "Reported: in float64 the notes' formula matches the library's "
+            "table to its float32 storage (within 2⁻²⁴)",
+            bound(None, PE_TOL64),
+            (view.PE_ERR64,),
+            cells=_snips(*view.POSITIONS),
+            counts=False,
+            **snip,
+        ),
+        SubClaim(
+            "ffn",
+            "The FFN as the notes describe it is the library's (ReLU, width 4d; relative max "
+            f"error within {EXACT_TOL:g}, float64)",
+            bound(None, EXACT_TOL),
+            (view.ERR_REF,),
+            cells=_snips("ffn"),
+            **snip,
+        ),
+    )
+
+
+def _module_subclaims() -> tuple[SubClaim, ...]:
+    """The modules beyond their output: determinism, registered weights, and view() after transpose()."""
+    snip = dict(table="snippets", where="all")
+    return (
+        SubClaim(
+            "deterministic",
+            "The same input twice gives the same output (eval mode)",
+            bound(0, 0),
+            (view.REPEAT,),
+            cells=_snips(*view.MHA),
+            **snip,
+        ),
+        SubClaim(
+            "registered",
+            "Every weight it uses is a registered parameter (none built inside forward)",
+            bound(0, 0),
+            (view.UNREG,),
+            cells=_snips(*view.MHA, "ffn"),
+            **snip,
+        ),
+        SubClaim(
+            "contiguous",
+            "001: view() after transpose() fails without contiguous() and works with it",
+            bound(**{"001-view-bare": (0, 0), "001-view-contiguous": (1, 1)}),
+            (view.RUNS,),
+            cells=_snips(*view.VIEWS),
+            **snip,
+        ),
+    )
+
+
 class NotesCode(Experiment):
     claim_id = "notes_code"
     title = "The notes' attention, mask, position and FFN code: does it run, match, and train?"
@@ -57,12 +160,15 @@ class NotesCode(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        snip = dict(table="snippets", where="all")
-        ran = (*view.ATTENTION, *view.MHA, *view.MASKS, *view.POSITIONS, "ffn")
         fixed = arm("fixed module, at its best rate", arm="fixed")
-        tuned = dict(table="tuned", cells=cells("{scale}", scale=[scale_label(s) for s in scales(p)]),
-                     guard=LEARNED, noise="null-tuned", where="all",
-                     note=profile_sweep(p).rule())  # fmt: skip
+        tuned = dict(
+            table="tuned",
+            cells=cells("{scale}", scale=[scale_label(s) for s in scales(p)]),
+            guard=LEARNED,
+            noise="null-tuned",
+            where="all",
+            note=profile_sweep(p).rule(),
+        )
         within = Within(None, TRAIN_MARGIN, f"at most {TRAIN_MARGIN:g} nats/char above the fix")
 
         def trains(k: str, who: str, counts: bool = True) -> SubClaim:
@@ -73,46 +179,32 @@ class NotesCode(Experiment):
             b = arm(f"{ARMS[k]}, at its best rate", arm=k)
             return SubClaim(f"trains-{k}", said, within, (FINAL,), a=fixed, b=b, counts=counts, **tuned)
 
-        return Declaration((
-            check("library", "The library's explicit attention equals SDPA in float64 (within "
-                  f"{EXACT_TOL:g})", view.ERR_SDPA, bound(None, EXACT_TOL), table="snippets",
-                  cells=_snips("library")),
-            SubClaim("runs", "The snippet runs as written", bound(1, 1), (view.RUNS,), cells=_snips(*ran),
-                     note="In float32 on the run's device; what each one raised is in the snippets table.",
-                     **snip),
-            SubClaim("reference", "Once the least change lets it run, it computes attention as the library "
-                     f"and SDPA do (relative max error within {EXACT_TOL:g}, float64)",
-                     bound(None, EXACT_TOL),
-                     (view.ERR_REF, view.ERR_SDPA), cells=_snips(*view.ATTENTION, *view.MHA), **snip,
-                     note="The weights a module builds inside forward are read as it builds them and copied "
-                     "into the library's module."),
-            SubClaim("masks", "004's pad and decoder masks are the library's, with True meaning masked",
-                     bound(0, 0), (view.MISMATCH,), cells=_snips(*view.MASKS), **snip),
-            SubClaim("positions", "The positional encodings are the sinusoidal table: largest absolute "
-                     f"error within {PE_TOL:g} as written (float32), over {p['pe_len']} positions",
-                     bound(None, PE_TOL), (view.PE_ERR,), cells=_snips(*view.POSITIONS), **snip),
-            SubClaim("positions-f64", "Reported: in float64 the notes' formula matches the library's "
-                     "table to its float32 storage (within 2⁻²⁴)", bound(None, PE_TOL64), (view.PE_ERR64,),
-                     cells=_snips(*view.POSITIONS), counts=False, **snip),
-            SubClaim("ffn", "The FFN as the notes describe it is the library's (ReLU, width 4d; relative max "
-                     f"error within {EXACT_TOL:g}, float64)", bound(None, EXACT_TOL), (view.ERR_REF,),
-                     cells=_snips("ffn"), **snip),
-            SubClaim("deterministic", "The same input twice gives the same output (eval mode)", bound(0, 0),
-                     (view.REPEAT,), cells=_snips(*view.MHA), **snip),
-            SubClaim("registered", "Every weight it uses is a registered parameter (none built inside "
-                     "forward)", bound(0, 0), (view.UNREG,), cells=_snips(*view.MHA, "ffn"), **snip),
-            SubClaim("contiguous", "001: view() after transpose() fails without contiguous() and works with "
-                     "it", bound(**{"001-view-bare": (0, 0), "001-view-contiguous": (1, 1)}), (view.RUNS,),
-                     cells=_snips(*view.VIEWS), **snip),
-            trains("bert", "004 Bert Q2's multi-head attention (output projection and LayerNorm built per "
-                   "call)"),
-            trains("attention_ln", "004 §attention's multi-head attention (LayerNorm built per call)"),
-            trains("no_wo", "Reported: 001 <4.7>'s multi-head attention without an output projection",
-                   counts=False),
-        ), nulls=(
-            NullPair("null-tuned", arm("fixed", arm="fixed", role="test"), arm("fixed rerun", arm="fixed",
-                     role="null"), (FINAL,), table="first", seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                *_snippet_subclaims(p),
+                *_module_subclaims(),
+                trains(
+                    "bert",
+                    "004 Bert Q2's multi-head attention (output projection and LayerNorm built per call)",
+                ),
+                trains("attention_ln", "004 §attention's multi-head attention (LayerNorm built per call)"),
+                trains(
+                    "no_wo",
+                    "Reported: 001 <4.7>'s multi-head attention without an output projection",
+                    counts=False,
+                ),
+            ),
+            nulls=(
+                NullPair(
+                    "null-tuned",
+                    arm("fixed", arm="fixed", role="test"),
+                    arm("fixed rerun", arm="fixed", role="null"),
+                    (FINAL,),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET)

@@ -69,6 +69,125 @@ EXPONENT = Readout(
 )
 
 
+def _exactness_subclaims() -> tuple[SubClaim, ...]:
+    """The one pass against step-by-step decoding: logits, gradients, rounding and the leak control."""
+    f64 = tuple(cell(s, dtype="float64", path=s) for s in STEP_PATHS)
+    low = tuple(cell(f"{d}-{s}", dtype=d, path=s) for d in TOL for s in TRAIN_PATHS)
+    tols = bound(**{c.label: (None, TOL[c.fields["dtype"]]) for c in low})
+    tol_text = ", ".join(f"{d} {t:g}" for d, t in TOL.items())
+    return (
+        check(
+            "timed-gradients",
+            f"The timed step paths compute the one pass's gradient (float32, within {GRAD_TOL32:g})",
+            GRAD,
+            bound(None, GRAD_TOL32),
+            table="timed_grads",
+        ),
+        SubClaim(
+            "exact",
+            f"Teacher forcing is exact: in float64 the one pass gives every position the "
+            f"logits step-by-step decoding gives it (growing prefixes, or one token at a time with "
+            f"the KV cache), within {EXACT_TOL:g}",
+            bound(None, EXACT_TOL),
+            (ERROR,),
+            table="errors",
+            cells=f64,
+            where="all",
+            note="Every length, seed and position encoding; the error is "
+            "the largest over the positions of a run.",
+        ),
+        SubClaim(
+            "same-gradient",
+            f"So is its gradient: the mean next-token loss differentiated in one "
+            f"pass equals the sum over positions obtained step by step (float64, within "
+            f"{EXACT_TOL:g})",
+            bound(None, EXACT_TOL),
+            (GRAD,),
+            table="grads",
+            cells=tuple(cell(s, path=s) for s in STEP_PATHS),
+            where="all",
+        ),
+        SubClaim(
+            "float-error",
+            f"In lower precision every path stays within rounding of the float64 logits ({tol_text})",
+            tols,
+            (ERROR,),
+            table="errors",
+            cells=low,
+            where="all",
+            note="The one pass, prefix and cached paths each against the float64 one pass; what "
+            "separates them in one dtype is rounding, not information.",
+        ),
+        SubClaim(
+            "leak",
+            f"Positive control: without the causal mask the one-pass logits differ from "
+            f"step-by-step decoding by more than {LEAK_MIN:g} (future tokens leak in)",
+            bound(LEAK_MIN, None),
+            (LEAK,),
+            table="leak",
+            where="all",
+            note="The bound is above every tolerance, so each comparison above could see a leak.",
+        ),
+    )
+
+
+def _timing_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """Time: the one-pass training step against sequential steps, and generation against a forward."""
+    n_max = max(p["ns"])
+    one = arm("one-pass training step", path="onepass")
+    fwd = arm("one teacher-forced forward", path="forward")
+    seq = tuple(cell(s, n=n_max, path=s) for s in STEP_PATHS)
+    return (
+        SubClaim(
+            "train-ratio",
+            f"Training is parallel over positions: at n = {n_max} the same gradient "
+            f"obtained step by step takes at least {RATIO_MIN:g}× the one-pass training step",
+            Within(math.log(RATIO_MIN), None, f"at least {RATIO_MIN:g}× as long"),
+            (LOGT,),
+            table="timing",
+            a=one,
+            b=arm("sequential"),
+            cells=seq,
+            where="all",
+            note="Note 004's answer predicts about 1× (a decoder that must take its positions in "
+            "order cannot do them in one pass).",
+        ),
+        SubClaim(
+            "train-grows",
+            f"The sequential ÷ one-pass ratio grows with n, at least as n^{GROW_MIN:g}",
+            Within(GROW_MIN, None, f"an exponent of at least {GROW_MIN:g}"),
+            (EXPONENT,),
+            table="growth",
+            b=arm("sequential ÷ one pass"),
+            cells=tuple(cell(s, series=s) for s in STEP_PATHS),
+            where="all",
+            note="A sequential decoder's time would grow like the one pass's (exponent 0).",
+        ),
+        SubClaim(
+            "generate-slower",
+            "Generation is sequential: greedy generation of n tokens (cached) "
+            "takes longer than one teacher-forced forward of n tokens",
+            Better("a"),
+            (LOGT,),
+            table="timing",
+            a=fwd,
+            b=arm("generation", path="generate"),
+            cells=cells("n{n}", n=p["ns"]),
+            where="all",
+            noise="aa",
+        ),
+        SubClaim(
+            "generate-grows",
+            "Reported: the generation ÷ forward ratio grows with n",
+            Within(0.0, None, "a positive exponent"),
+            (EXPONENT,),
+            table="growth",
+            b=arm("generation ÷ forward", series="generate"),
+            counts=False,
+        ),
+    )
+
+
 class ParallelDecoding(Experiment):
     claim_id = "parallel_decoding"
     title = "A decoder trains every position in one pass; only generation is sequential"
@@ -89,55 +208,18 @@ class ParallelDecoding(Experiment):
 
     def declare(self, p: dict) -> Declaration:
         n_max = max(p["ns"])
-        f64 = tuple(cell(s, dtype="float64", path=s) for s in STEP_PATHS)
-        low = tuple(cell(f"{d}-{s}", dtype=d, path=s) for d in TOL for s in TRAIN_PATHS)
-        tols = bound(**{c.label: (None, TOL[c.fields["dtype"]]) for c in low})
-        one = arm("one-pass training step", path="onepass")
-        fwd = arm("one teacher-forced forward", path="forward")
-        seq = tuple(cell(s, n=n_max, path=s) for s in STEP_PATHS)
-        tol_text = ", ".join(f"{d} {t:g}" for d, t in TOL.items())
-        return Declaration((
-            check("timed-gradients", f"The timed step paths compute the one pass's gradient (float32, "
-                  f"within {GRAD_TOL32:g})", GRAD, bound(None, GRAD_TOL32), table="timed_grads"),
-            SubClaim("exact", f"Teacher forcing is exact: in float64 the one pass gives every position the "
-                     f"logits step-by-step decoding gives it (growing prefixes, or one token at a time with "
-                     f"the KV cache), within {EXACT_TOL:g}", bound(None, EXACT_TOL), (ERROR,), table="errors",
-                     cells=f64, where="all", note="Every length, seed and position encoding; the error is "
-                     "the largest over the positions of a run."),
-            SubClaim("same-gradient", f"So is its gradient: the mean next-token loss differentiated in one "
-                     f"pass equals the sum over positions obtained step by step (float64, within "
-                     f"{EXACT_TOL:g})", bound(None, EXACT_TOL), (GRAD,), table="grads",
-                     cells=tuple(cell(s, path=s) for s in STEP_PATHS), where="all"),
-            SubClaim("float-error", f"In lower precision every path stays within rounding of the float64 "
-                     f"logits ({tol_text})", tols, (ERROR,), table="errors", cells=low, where="all",
-                     note="The one pass, prefix and cached paths each against the float64 one pass; what "
-                     "separates them in one dtype is rounding, not information."),
-            SubClaim("leak", f"Positive control: without the causal mask the one-pass logits differ from "
-                     f"step-by-step decoding by more than {LEAK_MIN:g} (future tokens leak in)",
-                     bound(LEAK_MIN, None), (LEAK,), table="leak", where="all",
-                     note="The bound is above every tolerance, so each comparison above could see a leak."),
-            SubClaim("train-ratio", f"Training is parallel over positions: at n = {n_max} the same gradient "
-                     f"obtained step by step takes at least {RATIO_MIN:g}× the one-pass training step",
-                     Within(math.log(RATIO_MIN), None, f"at least {RATIO_MIN:g}× as long"), (LOGT,),
-                     table="timing", a=one, b=arm("sequential"), cells=seq, where="all",
-                     note="Note 004's answer predicts about 1× (a decoder that must take its positions in "
-                     "order cannot do them in one pass)."),
-            SubClaim("train-grows", f"The sequential ÷ one-pass ratio grows with n, at least as "
-                     f"n^{GROW_MIN:g}", Within(GROW_MIN, None, f"an exponent of at least {GROW_MIN:g}"),
-                     (EXPONENT,), table="growth", b=arm("sequential ÷ one pass"),
-                     cells=tuple(cell(s, series=s) for s in STEP_PATHS), where="all",
-                     note="A sequential decoder's time would grow like the one pass's (exponent 0)."),
-            SubClaim("generate-slower", "Generation is sequential: greedy generation of n tokens (cached) "
-                     "takes longer than one teacher-forced forward of n tokens", Better("a"), (LOGT,),
-                     table="timing", a=fwd, b=arm("generation", path="generate"),
-                     cells=cells("n{n}", n=p["ns"]), where="all", noise="aa"),
-            SubClaim("generate-grows", "Reported: the generation ÷ forward ratio grows with n",
-                     Within(0.0, None, "a positive exponent"), (EXPONENT,), table="growth",
-                     b=arm("generation ÷ forward", series="generate"), counts=False),
-        ), nulls=(
-            NullPair("aa", arm(f"forward, n = {n_max}", path="forward"), arm("forward (A/A)", path="aa"),
-                     (LOGT,), table="timing_aa"),
-        ))  # fmt: skip
+        return Declaration(
+            (*_exactness_subclaims(), *_timing_subclaims(p)),
+            nulls=(
+                NullPair(
+                    "aa",
+                    arm(f"forward, n = {n_max}", path="forward"),
+                    arm("forward (A/A)", path="aa"),
+                    (LOGT,),
+                    table="timing_aa",
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs)

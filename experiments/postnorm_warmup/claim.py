@@ -104,6 +104,176 @@ def run_train(cfg, ctx):
     return res
 
 
+def _warmup_subclaims(p: dict, grid: tuple, post_w, fixed: dict) -> tuple[SubClaim, ...]:
+    """A and B: Post-LN with warmup, and Pre-LN without, each against Post-LN without warmup."""
+    W, d0 = p["warmup"], p["d_model"]
+    scales = cells("{scale}", scale=[f"d{d}" for d in p["scales"]])
+    first = (cell(f"d{d0}", scale=f"d{d0}"),)
+    tuned = {k: arm(f"{SWEPT_LABEL[k]}, at its best rate", arm=k) for k in SWEPT}
+    null = " The null pair (at the first width) floors both widths."
+    tr = dict(fixed, table="tuned", cells=scales, note=profile_sweep(p).rule() + null)
+    sens = dict(table="sensitivity", cells=first, counts=False, note=NOTE_RANGE)
+    return (
+        SubClaim(
+            "A-fixed",
+            "Post-LN needs warmup, at one fixed rate (with warmup against without)",
+            Better("b"),
+            a=POST,
+            b=post_w,
+            cells=grid,
+            count_if=SOME_FAILED,
+            counts=False,
+            note=NOTE_A,
+            **fixed,
+        ),
+        SubClaim(
+            "A",
+            "Post-LN needs warmup: with warmup better than without, each at its own best rate",
+            Better("b"),
+            a=tuned["post"],
+            b=tuned["post-warmup"],
+            control="A-fixed",
+            **tr,
+        ),
+        SubClaim(
+            "A-range",
+            "Warmup widens the range of rates Post-LN trains at (lower sensitivity)",
+            Better("b"),
+            (SENSITIVITY,),
+            a=arm("post, no warmup", arm="post"),
+            b=arm(f"post, warmup {W}", arm="post-warmup"),
+            **sens,
+        ),
+        SubClaim(
+            "B-fixed",
+            "Pre-LN trains without warmup, at one fixed rate (against Post-LN without)",
+            Better("b"),
+            a=POST,
+            b=PRE,
+            cells=grid,
+            count_if=SOME_FAILED,
+            counts=False,
+            **fixed,
+        ),
+        SubClaim(
+            "B",
+            "Pre-LN without warmup beats Post-LN without warmup, each at its own best rate",
+            Better("b"),
+            a=tuned["post"],
+            b=tuned["pre"],
+            control="B-fixed",
+            **tr,
+        ),
+        SubClaim(
+            "B-range",
+            "Pre-LN trains over a wider range of rates than Post-LN (neither warmed up)",
+            Better("b"),
+            (SENSITIVITY,),
+            a=arm("post, no warmup", arm="post"),
+            b=arm("pre, no warmup", arm="pre"),
+            **sens,
+        ),
+    )
+
+
+def _depth_subclaims(
+    p: dict, grid: tuple, deep: tuple, post_w, fixed: dict, *, depth: int
+) -> tuple[SubClaim, ...]:
+    """C and D: Post-LN at depth even with warmup against Pre-LN, and DeepNorm without warmup."""
+    esc_deep = rd.escape_step(LEARN_MARGIN, ESCAPE_WINDOW, p["deep_steps"])  # C's longer horizon
+    return (
+        SubClaim(
+            "C-fixed",
+            "Post-LN fails at depth even with warmup, at one fixed rate (L = "
+            f"{depth}, against Pre-LN; Liu et al.)",
+            Better("a"),
+            a=PRE,
+            b=post_w,
+            cells=deep,
+            count_if=SOME_FAILED,
+            counts=False,
+            **fixed,
+        ),
+        SubClaim(
+            "C",
+            "Post-LN fails at depth even with warmup, at its own best rate and "
+            f"{p['deep_steps']} steps (L = {p['deep_depth']}, against Pre-LN)",
+            Better("a"),
+            a=arm(f"pre, no warmup, lr {p['deep_control_lr']:g}", arm="pre-control"),
+            b=arm(f"post, warmup {deep_warmup(p)}, at its best rate", arm="post-warmup"),
+            cells=(cell(view.deep_label(p), scale=view.deep_label(p)),),
+            table="deep",
+            control="C-fixed",
+            note=NOTE_C,
+            **dict(fixed, readouts=(FINAL, LEARNED, esc_deep)),
+        ),
+        SubClaim(
+            "D",
+            "DeepNorm trains without warmup where Post-LN fails",
+            Better("b"),
+            a=POST,
+            b=DEEPNORM,
+            cells=grid,
+            keep_if=POST_FAILED,
+            counts=False,
+            **fixed,
+            note="Its cells are "
+            "chosen on its own arm a, by no other sub-claim's outcome; with none, inconclusive.",
+        ),
+    )
+
+
+def _mechanism_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """F to H: the mechanism at init (Theorem 1's gradients, amplification, the identity share)."""
+    top = max(p["probe_depths"])
+    mech, q = dict(table="mechanism", where="all", counts=False), {n: cell(n, quantity=n) for n in MECH}
+    return (
+        SubClaim(
+            "F",
+            f"Xiong et al.'s Theorem 1 at init (Xavier; last/first ratio at L = {top})",
+            bound(
+                **{
+                    "post-exponent": (-POST_EXP_TOL, POST_EXP_TOL),
+                    "pre-exponent": PRE_EXP_RANGE,
+                    "post-last-first": (POST_RATIO_MIN, None),
+                    "pre-last-first": PRE_RATIO_RANGE,
+                }
+            ),
+            (view.THEOREM1,),
+            cells=tuple(q[k] for k in MECH[:4]),
+            note=NOTE_F,
+            **mech,
+        ),
+        SubClaim(
+            "G",
+            "Amplification: output change O(N) for Post-LN, O(log N) for Pre-LN (Xavier)",
+            bound(**{"post-amp-slope": (AMP_POST_MIN, None), "pre-amp-slope": (None, AMP_PRE_MAX)}),
+            (view.AMP,),
+            cells=(q["post-amp-slope"], q["pre-amp-slope"]),
+            **mech,
+        ),
+        SubClaim(
+            "G-paired",
+            "Post-LN's amplification slope exceeds Pre-LN's, init seed by init seed",
+            Better("b"),
+            (view.SLOPE,),
+            table="amp_seeds",
+            a=arm("pre", placement="pre", init="xavier"),
+            b=arm("post", placement="post", init="xavier"),
+            counts=False,
+        ),
+        SubClaim(
+            "H",
+            "Note 002: Post-LN's identity share halves per sublayer (x/2^L)",
+            bound(*SHARE_Q_RANGE),
+            (view.SHARE,),
+            cells=(q["post-share-q"],),
+            **mech,
+            note="Under the derivation's own assumption (independent unit-variance branches) it is 2^(-1/2).",
+        ),
+    )
+
+
 class PostnormWarmup(Experiment):
     claim_id = "postnorm_warmup"
     title = "Post-LN needs warmup and fails at depth; Pre-LN does not"
@@ -225,74 +395,39 @@ class PostnormWarmup(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        W, top, cs, nd, d0 = (
-            p["warmup"],
-            max(p["probe_depths"]),
-            train_cells(p),
-            p["null_depth"],
-            p["d_model"],
-        )
+        W, cs, nd, d0 = p["warmup"], train_cells(p), p["null_depth"], p["d_model"]
         test = dict(part="train", role="test", d_model=d0, steps=p["steps"])
         grid = tuple(cell(f"L{d}-lr{lr:g}", depth=d, lr=lr, **test) for d, lr in cs if d <= p["sweep_depth"])
         deep = tuple(cell(f"L{d}-lr{lr:g}", depth=d, lr=lr, **test) for d, lr in cs if d == cs[-1][0])
-        scales = cells("{scale}", scale=[f"d{d}" for d in p["scales"]])
-        first = (cell(f"d{d0}", scale=f"d{d0}"),)
         post_w = arm(f"post, warmup {W}", placement="post", warmup=W)
-        tuned = {k: arm(f"{SWEPT_LABEL[k]}, at its best rate", arm=k) for k in SWEPT}
         esc = rd.escape_step(LEARN_MARGIN, ESCAPE_WINDOW, p["steps"])
-        esc_deep = rd.escape_step(LEARN_MARGIN, ESCAPE_WINDOW, p["deep_steps"])  # C's longer horizon
         fixed = dict(readouts=(FINAL, LEARNED, esc), primary=True, guard=LEARNED, margin=MARGIN, noise="null")
-        null = " The null pair (at the first width) floors both widths."
-        tr = dict(fixed, table="tuned", cells=scales, note=profile_sweep(p).rule() + null)
-        sens = dict(table="sensitivity", cells=first, counts=False, note=NOTE_RANGE)
-        mech, q = dict(table="mechanism", where="all", counts=False), {n: cell(n, quantity=n) for n in MECH}
-        return Declaration((
-            SubClaim("A-fixed", "Post-LN needs warmup, at one fixed rate (with warmup against without)",
-                     Better("b"), a=POST, b=post_w, cells=grid, count_if=SOME_FAILED, counts=False,
-                     note=NOTE_A, **fixed),
-            SubClaim("A", "Post-LN needs warmup: with warmup better than without, each at its own best rate",
-                     Better("b"), a=tuned["post"], b=tuned["post-warmup"], control="A-fixed", **tr),
-            SubClaim("A-range", "Warmup widens the range of rates Post-LN trains at (lower sensitivity)",
-                     Better("b"), (SENSITIVITY,), a=arm("post, no warmup", arm="post"),
-                     b=arm(f"post, warmup {W}", arm="post-warmup"), **sens),
-            SubClaim("B-fixed", "Pre-LN trains without warmup, at one fixed rate (against Post-LN without)",
-                     Better("b"), a=POST, b=PRE, cells=grid, count_if=SOME_FAILED, counts=False, **fixed),
-            SubClaim("B", "Pre-LN without warmup beats Post-LN without warmup, each at its own best rate",
-                     Better("b"), a=tuned["post"], b=tuned["pre"], control="B-fixed", **tr),
-            SubClaim("B-range", "Pre-LN trains over a wider range of rates than Post-LN (neither warmed up)",
-                     Better("b"), (SENSITIVITY,), a=arm("post, no warmup", arm="post"),
-                     b=arm("pre, no warmup", arm="pre"), **sens),
-            SubClaim("C-fixed", "Post-LN fails at depth even with warmup, at one fixed rate (L = "
-                     f"{cs[-1][0]}, against Pre-LN; Liu et al.)", Better("a"), a=PRE, b=post_w, cells=deep,
-                     count_if=SOME_FAILED, counts=False, **fixed),
-            SubClaim("C", "Post-LN fails at depth even with warmup, at its own best rate and "
-                     f"{p['deep_steps']} steps (L = {p['deep_depth']}, against Pre-LN)", Better("a"),
-                     a=arm(f"pre, no warmup, lr {p['deep_control_lr']:g}", arm="pre-control"),
-                     b=arm(f"post, warmup {deep_warmup(p)}, at its best rate", arm="post-warmup"),
-                     cells=(cell(view.deep_label(p), scale=view.deep_label(p)),), table="deep",
-                     control="C-fixed", note=NOTE_C, **dict(fixed, readouts=(FINAL, LEARNED, esc_deep))),
-            SubClaim("D", "DeepNorm trains without warmup where Post-LN fails", Better("b"), a=POST,
-                     b=DEEPNORM, cells=grid, keep_if=POST_FAILED, counts=False, **fixed, note="Its cells are "
-                     "chosen on its own arm a, by no other sub-claim's outcome; with none, inconclusive."),
-            SubClaim("F", f"Xiong et al.'s Theorem 1 at init (Xavier; last/first ratio at L = {top})",
-                     bound(**{"post-exponent": (-POST_EXP_TOL, POST_EXP_TOL), "pre-exponent": PRE_EXP_RANGE,
-                              "post-last-first": (POST_RATIO_MIN, None), "pre-last-first": PRE_RATIO_RANGE}),
-                     (view.THEOREM1,), cells=tuple(q[k] for k in MECH[:4]), note=NOTE_F, **mech),
-            SubClaim("G", "Amplification: output change O(N) for Post-LN, O(log N) for Pre-LN (Xavier)",
-                     bound(**{"post-amp-slope": (AMP_POST_MIN, None), "pre-amp-slope": (None, AMP_PRE_MAX)}),
-                     (view.AMP,), cells=(q["post-amp-slope"], q["pre-amp-slope"]), **mech),
-            SubClaim("G-paired", "Post-LN's amplification slope exceeds Pre-LN's, init seed by init seed",
-                     Better("b"), (view.SLOPE,), table="amp_seeds", a=arm("pre", placement="pre",
-                     init="xavier"), b=arm("post", placement="post", init="xavier"), counts=False),
-            SubClaim("H", "Note 002: Post-LN's identity share halves per sublayer (x/2^L)",
-                     bound(*SHARE_Q_RANGE), (view.SHARE,), cells=(q["post-share-q"],), **mech, note="Under "
-                     "the derivation's own assumption (independent unit-variance branches) it is 2^(-1/2)."),
-        ), nulls=(
-            NullPair("null", arm(f"pre, no warmup, L{nd}-lr{p['null_lr']:g}", part="train", placement="pre",
-                                 warmup=0, depth=nd, lr=p["null_lr"], d_model=d0, steps=p["steps"],
-                                 role="test"),
-                     arm("rerun", part="null"), (FINAL, esc), seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                *_warmup_subclaims(p, grid, post_w, fixed),
+                *_depth_subclaims(p, grid, deep, post_w, fixed, depth=cs[-1][0]),
+                *_mechanism_subclaims(p),
+            ),
+            nulls=(
+                NullPair(
+                    "null",
+                    arm(
+                        f"pre, no warmup, L{nd}-lr{p['null_lr']:g}",
+                        part="train",
+                        placement="pre",
+                        warmup=0,
+                        depth=nd,
+                        lr=p["null_lr"],
+                        d_model=d0,
+                        steps=p["steps"],
+                        role="test",
+                    ),
+                    arm("rerun", part="null"),
+                    (FINAL, esc),
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

@@ -74,6 +74,92 @@ def train_norm(cfg: dict, ctx) -> dict:
     return res
 
 
+def _speed_subclaims(p: dict, widths: tuple, models: tuple) -> tuple[SubClaim, ...]:
+    """Speed: RMSNorm against LayerNorm, the norm alone and a whole training step, per family."""
+    place = {
+        "alone": dict(table="alone", cells=widths, noise="aa-alone"),
+        "step": dict(table="step", cells=models, noise="aa-step"),
+    }
+    rounds = (
+        f"Rounds whose copy probe (taken before the round) fell below {CONTENDED:.0%} of the timing "
+        "call's median probe were contended: dropped from every implementation."
+    )
+    found = (
+        "Reported, not counted: a finding about PyTorch's kernels on the device, not the algorithm (the "
+        "table 'kernels' records which built-in ran as one fused kernel there). " + rounds
+    )
+
+    def faster(where: str, fam: str, what: str, counts: bool = True) -> SubClaim:
+        (ln, rms), name = FAMILIES[fam], SHORT[fam]
+        a, b = arm(f"LayerNorm, {name}", impl=ln), arm(f"RMSNorm, {name}", impl=rms)
+        statement = f"{what}, {NAMES[fam]}: RMSNorm faster"
+        kw = dict(where="all", counts=counts, note=rounds if counts else found, **place[where])
+        return SubClaim(f"{where}-{fam}", statement, Better("b"), (LOGT,), a=a, b=b, **kw)
+
+    alone, step = "Norm alone", "Whole training step"
+    fused = (faster("alone", "fused", alone),) if p["fused"] else ()
+    return (
+        faster("alone", "eager", alone),
+        *fused,
+        faster("step", "eager", step),
+        faster("alone", "builtin", alone, counts=False),
+        faster("step", "builtin", step, counts=False),
+    )
+
+
+def _quality_subclaims(p: dict, at: dict) -> tuple[SubClaim, ...]:
+    """Quality: the same validation loss at one rate and each at its best rate, and the range of rates."""
+    same = f"Same validation loss (RMSNorm − LayerNorm within ±{QUALITY_MARGIN:g} nats/char)"
+    fixed = cell("fixed", **at, role="test")
+    by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
+    first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
+    tuned = {n: arm(f"{name}, at its best rate", norm=n) for n, name in NORMS.items()}
+    sens = dict(
+        table="sensitivity",
+        cells=first,
+        counts=False,
+        note="At the first scale, where both norms "
+        "sweep the same rates; paired by selection seed (two seeds: weak power).",
+    )
+    return (
+        SubClaim(
+            "quality-fixed",
+            f"{same}, both at one rate ({p['lr']:g})",
+            equivalent(QUALITY_MARGIN),
+            (FINAL,),
+            a=arm("LayerNorm", norm="layer"),
+            b=arm("RMSNorm", norm="rms"),
+            cells=(fixed,),
+            guard=LEARNED,
+            noise="null",
+            counts=False,
+        ),
+        SubClaim(
+            "quality",
+            f"{same}, each at its own best rate",
+            equivalent(QUALITY_MARGIN),
+            (FINAL,),
+            a=tuned["layer"],
+            b=tuned["rms"],
+            table="tuned",
+            cells=by_scale,
+            guard=LEARNED,
+            noise="null-tuned",
+            note=profile_sweep(p).rule() + " The null pair at the first scale's "
+            "chosen rate floors both scales.",
+        ),
+        SubClaim(
+            "range",
+            "RMSNorm tolerates a wider range of rates than LayerNorm (lower sensitivity)",
+            Better("b"),
+            (SENSITIVITY,),
+            a=arm("LayerNorm", arm="layer"),
+            b=arm("RMSNorm", arm="rms"),
+            **sens,
+        ),
+    )
+
+
 class RMSNormSpeed(Experiment):
     claim_id = "rmsnorm"
     title = "RMSNorm is cheaper than LayerNorm at the same quality"
@@ -110,61 +196,44 @@ class RMSNormSpeed(Experiment):
     def declare(self, p: dict) -> Declaration:
         widths = cells("d{d}", d=p["widths"])
         models = tuple(cell(f"d{d}-L{L}", d_model=d, n_layers=L) for d, L, _ in p["step_models"])
-        place = {
-            "alone": dict(table="alone", cells=widths, noise="aa-alone"),
-            "step": dict(table="step", cells=models, noise="aa-step"),
-        }
-        rounds = (
-            f"Rounds whose copy probe (taken before the round) fell below {CONTENDED:.0%} of the timing "
-            "call's median probe were contended: dropped from every implementation."
-        )
-        found = (
-            "Reported, not counted: a finding about PyTorch's kernels on the device, not the algorithm (the "
-            "table 'kernels' records which built-in ran as one fused kernel there). " + rounds
-        )
-
-        def faster(where: str, fam: str, what: str, counts: bool = True) -> SubClaim:
-            (ln, rms), name = FAMILIES[fam], SHORT[fam]
-            a, b = arm(f"LayerNorm, {name}", impl=ln), arm(f"RMSNorm, {name}", impl=rms)
-            statement = f"{what}, {NAMES[fam]}: RMSNorm faster"
-            kw = dict(where="all", counts=counts, note=rounds if counts else found, **place[where])
-            return SubClaim(f"{where}-{fam}", statement, Better("b"), (LOGT,), a=a, b=b, **kw)
-
-        alone, step = "Norm alone", "Whole training step"
-        fused = (faster("alone", "fused", alone),) if p["fused"] else ()
-        same = f"Same validation loss (RMSNorm − LayerNorm within ±{QUALITY_MARGIN:g} nats/char)"
         at = dict(d_model=p["d_model"], n_layers=p["n_layers"], lr=p["lr"])
-        fixed = cell("fixed", **at, role="test")
-        by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
-        first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
-        tuned = {n: arm(f"{name}, at its best rate", norm=n) for n, name in NORMS.items()}
-        sens = dict(table="sensitivity", cells=first, counts=False,
-                    note="At the first scale, where both norms "
-                    "sweep the same rates; paired by selection seed (two seeds: weak power).")  # fmt: skip
-        return Declaration((
-            faster("alone", "eager", alone), *fused, faster("step", "eager", step),
-            faster("alone", "builtin", alone, counts=False), faster("step", "builtin", step, counts=False),
-            SubClaim("quality-fixed", f"{same}, both at one rate ({p['lr']:g})", equivalent(QUALITY_MARGIN),
-                     (FINAL,), a=arm("LayerNorm", norm="layer"), b=arm("RMSNorm", norm="rms"), cells=(fixed,),
-                     guard=LEARNED, noise="null", counts=False),
-            SubClaim("quality", f"{same}, each at its own best rate", equivalent(QUALITY_MARGIN), (FINAL,),
-                     a=tuned["layer"], b=tuned["rms"], table="tuned", cells=by_scale, guard=LEARNED,
-                     noise="null-tuned", note=profile_sweep(p).rule() + " The null pair at the first scale's "
-                     "chosen rate floors both scales."),
-            SubClaim("range", "RMSNorm tolerates a wider range of rates than LayerNorm (lower sensitivity)",
-                     Better("b"), (SENSITIVITY,), a=arm("LayerNorm", arm="layer"),
-                     b=arm("RMSNorm", arm="rms"),
-                     **sens),
-        ), nulls=(
-            NullPair("aa-alone", arm("LayerNorm, built-in", impl="layer"), arm("LayerNorm, built-in (again)",
-                     impl=AA), (LOGT,), table="alone", cells=widths),
-            NullPair("aa-step", arm("LayerNorm, built-in", impl="layer"), arm("LayerNorm, built-in (again)",
-                     impl=AA), (LOGT,), table="step", cells=models),
-            NullPair("null", arm("LayerNorm", norm="layer", role="test"), arm("LayerNorm rerun", norm="layer",
-                     role="null"), (FINAL,), cells=(cell("fixed", **at),), seed_offset=NULL_OFFSET),
-            NullPair("null-tuned", arm("LayerNorm", norm="layer", role="test"), arm("LayerNorm rerun",
-                     norm="layer", role="null"), (FINAL,), table="first", seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
+        return Declaration(
+            (*_speed_subclaims(p, widths, models), *_quality_subclaims(p, at)),
+            nulls=(
+                NullPair(
+                    "aa-alone",
+                    arm("LayerNorm, built-in", impl="layer"),
+                    arm("LayerNorm, built-in (again)", impl=AA),
+                    (LOGT,),
+                    table="alone",
+                    cells=widths,
+                ),
+                NullPair(
+                    "aa-step",
+                    arm("LayerNorm, built-in", impl="layer"),
+                    arm("LayerNorm, built-in (again)", impl=AA),
+                    (LOGT,),
+                    table="step",
+                    cells=models,
+                ),
+                NullPair(
+                    "null",
+                    arm("LayerNorm", norm="layer", role="test"),
+                    arm("LayerNorm rerun", norm="layer", role="null"),
+                    (FINAL,),
+                    cells=(cell("fixed", **at),),
+                    seed_offset=NULL_OFFSET,
+                ),
+                NullPair(
+                    "null-tuned",
+                    arm("LayerNorm", norm="layer", role="test"),
+                    arm("LayerNorm rerun", norm="layer", role="null"),
+                    (FINAL,),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         t, decl = view.observe(runs, p, (FINAL, LEARNED), NULL_OFFSET, AA, CONTENDED), self.declare(p)

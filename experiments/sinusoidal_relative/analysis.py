@@ -119,6 +119,72 @@ def _roles(selection, fresh):
     return role
 
 
+def _identity(runs: list[dict]) -> pd.DataFrame:
+    """The shift identity's rows, its spreads also relative to d/2."""
+    ident = pd.DataFrame(part(runs, "identity")[0]["metrics"]["rows"])
+    ident["unit"] = 0
+    ident["dot_spread_rel"] = ident["dot_spread"] / (ident["d"] / 2)
+    ident["dot_closed_rel"] = ident["dot_closed_err"] / (ident["d"] / 2)
+    return ident
+
+
+def _length(lruns: list[dict], p: dict, guard, labels: dict) -> pd.DataFrame:
+    """One row per length run with its role and scale, each measure missing where the run did not learn."""
+    cols = length_measures(p)
+    table = runs_table(
+        lruns,
+        (guard,),
+        **cols,
+        role=_roles(set(p["selection_seeds"]), set(p["tuned_seeds"])),
+        scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
+        final_val=lambda c, m: final_and_init(m)[0],
+        init_loss=lambda c, m: m["val_loss"][0],
+    )
+    return _guarded(table, cols)
+
+
+def _windows(sin: list[dict], ks, T: int, guard, labels: dict) -> pd.DataFrame:
+    """The tuned sinusoidal runs' loss on their first T characters placed at k·T, one row per run and k."""
+    placed = [
+        {
+            **r,
+            "config": {
+                **r["config"],
+                "k": k,
+                "scale": labels[(r["config"]["d_model"], r["config"]["n_layers"])],
+            },
+        }
+        for r in sin
+        for k in (0, *ks)
+    ]
+    return runs_table(placed, (guard,), window_loss=lambda c, m: shifted_loss(m, c["k"], T))
+
+
+def _construction(lruns: list[dict], ks, T: int) -> pd.DataFrame:
+    """RoPE's offset-only share and RoPE's and NoPE's loss change when the window moves."""
+    rows = [
+        {"pos": r["config"]["pos"], "unit": r["config"]["seed"], "measure": what, "value": v}
+        for r in lruns
+        for what, v in (
+            ("share", r["metrics"].get("offset_share") if r["config"]["pos"] == "rope" else None),
+            *(("moved", shift_change(r["metrics"], k, T)) for k in ks),
+        )
+        if r["config"]["pos"] in ("rope", "none") and v is not None
+    ]
+    return pd.DataFrame(rows, columns=["pos", "unit", "measure", "value"])
+
+
+def _ratios(tuned_recs: list[dict]) -> pd.DataFrame:
+    """Each additive arm's ‖position‖/‖token‖ at init less 1/√2."""
+    rows = [
+        {"pos": r["config"]["pos"], "unit": r["config"]["seed"]}
+        | {"ratio_err": r["metrics"]["norm_ratio"]["init"] / RATIO - 1}
+        for r in tuned_recs
+        if r["config"]["pos"] in ("sinusoidal", "learned") and r["metrics"].get("norm_ratio")
+    ]
+    return pd.DataFrame(rows, columns=["pos", "unit", "ratio_err"])
+
+
 def observe(
     runs: list[dict], p: dict, guard, copy_guard, thresholds: dict[str, float]
 ) -> dict[str, pd.DataFrame]:
@@ -132,59 +198,30 @@ def observe(
     copy, copy_choices: the copy task's sweep, each (arm, k) at its chosen rate on the fresh seeds;
     copy_windows: the tuned sinusoidal copy runs' accuracy on T-sequences placed at shift·T."""
     T, ks, sc = p["seq_len"], p["shift_mults"], scales(p)
-    ident = pd.DataFrame(part(runs, "identity")[0]["metrics"]["rows"])
-    ident["unit"] = 0
-    ident["dot_spread_rel"] = ident["dot_spread"] / (ident["d"] / 2)
-    ident["dot_closed_rel"] = ident["dot_closed_err"] / (ident["d"] / 2)
     labels = {(s["d_model"], s["n_layers"]): scale_label(s) for s in sc}
-    lruns, cols = part(runs, "length"), length_measures(p)
-    length = _guarded(
-        runs_table(lruns, (guard,), **cols, role=_roles(set(p["selection_seeds"]), set(p["tuned_seeds"])),
-                   scale=lambda c, m: labels.get((c["d_model"], c["n_layers"])),
-                   final_val=lambda c, m: final_and_init(m)[0], init_loss=lambda c, m: m["val_loss"][0]),
-        cols,
-    )  # fmt: skip
+    lruns = part(runs, "length")
+    length = _length(lruns, p, guard, labels)
     by_scale = {scale_label(s): {"scale": scale_label(s)} for s in sc}
     swept = length[length.role.isin(["selection", "test"])] if len(length) else length
     choices, tuned, seeds = read_sweep(swept, {pos: {"pos": pos} for pos in ARMS}, by_scale)
-    first = pd.concat([tuned[tuned.scale == scale_label(sc[0])], length[length.role == "null"]] if len(length)
-                      else [tuned], ignore_index=True)  # fmt: skip
+    first = pd.concat(
+        [tuned[tuned.scale == scale_label(sc[0])], length[length.role == "null"]] if len(length) else [tuned],
+        ignore_index=True,
+    )
     ids = set(tuned.run_id) if len(tuned) else set()
     tuned_recs = [r for r in lruns if r.get("run_id") in ids]
     sin = [r for r in tuned_recs if r["config"]["pos"] == "sinusoidal"]
-    windows = runs_table(
-        [{**r, "config": {**r["config"], "k": k, "scale": labels[(r["config"]["d_model"], r["config"][
-            "n_layers"])]}}
-         for r in sin for k in (0, *ks)],
-        (guard,),
-        window_loss=lambda c, m: shifted_loss(m, c["k"], T),
-    )  # fmt: skip
-    construction = [
-        {"pos": r["config"]["pos"], "unit": r["config"]["seed"], "measure": what, "value": v}
-        for r in lruns
-        for what, v in (
-            ("share", r["metrics"].get("offset_share") if r["config"]["pos"] == "rope" else None),
-            *(("moved", shift_change(r["metrics"], k, T)) for k in ks),
-        )
-        if r["config"]["pos"] in ("rope", "none") and v is not None
-    ]
-    ratios = [
-        {"pos": r["config"]["pos"], "unit": r["config"]["seed"],
-         "ratio_err": r["metrics"]["norm_ratio"]["init"] / RATIO - 1}
-        for r in tuned_recs
-        if r["config"]["pos"] in ("sinusoidal", "learned") and r["metrics"].get("norm_ratio")
-    ]  # fmt: skip
     copy, copy_choices, copy_windows, copy_curves = _copy(runs, p, copy_guard)
     return {
-        "identity": ident,
+        "identity": _identity(runs),
         "length": length,
         "tuned": tuned,
         "choices": choices,
         "sensitivity": seeds,
         "first": first,
-        "windows": _guarded(windows, ["window_loss"]),
-        "construction": pd.DataFrame(construction, columns=["pos", "unit", "measure", "value"]),
-        "ratios": pd.DataFrame(ratios, columns=["pos", "unit", "ratio_err"]),
+        "windows": _guarded(_windows(sin, ks, T, guard, labels), ["window_loss"]),
+        "construction": _construction(lruns, ks, T),
+        "ratios": _ratios(tuned_recs),
         "learned": _learned(runs, guard, thresholds),
         "copy": copy,
         "copy_choices": copy_choices,

@@ -105,6 +105,180 @@ def caveat_facts(p: dict) -> dict:
     }
 
 
+def _identity_checks(p: dict) -> tuple[SubClaim, ...]:
+    """Checks: the sinusoid identities, the constructed encodings, and the additive arms' starting ratio."""
+    by_d = cells("d{d}", d=p["d_models"])
+    built = (
+        cell("rope_share", pos="rope", measure="share"),
+        *(cell(f"{x}_moved", pos=x, measure="moved") for x in ("rope", "none")),
+    )
+    share_bounds = dict(rope_share=(1 - CHECK_TOL, 1 + CHECK_TOL))
+    return (
+        check(
+            "identity",
+            "PE(p+k) = M_k·PE(p), M_k independent of p (orthogonal; M_k·M_1 = M_(k+1))",
+            (view.ERR32, view.ERR64, view.ORTH, view.COMPOSE),
+            bound(0, TOL),
+            table="identity",
+            cells=by_d,
+        ),
+        check(
+            "dots",
+            "PE(p)·PE(p+k) depends only on k (and equals Σ_i cos(k·ω_i))",
+            (view.SPREAD, view.CLOSED),
+            bound(0, TOL),
+            table="identity",
+            cells=by_d,
+        ),
+        check(
+            "construction",
+            "RoPE's position logits are offset-only; RoPE and NoPE ignore where a window starts",
+            view.CONSTRUCTED,
+            bound(-CHECK_TOL, CHECK_TOL, **share_bounds),
+            table="construction",
+            cells=built,
+            keep_if=HAS_ROWS,
+        ),
+        check(
+            "matched",
+            "Both additive arms start with ‖position‖/‖token‖ = 1/√2 (Vaswani et al.'s "
+            f"ratio, ±{RATIO_TOL:.0%})",
+            view.RATIO_ERR,
+            bound(-RATIO_TOL, RATIO_TOL),
+            table="ratios",
+            cells=(cell("sinusoidal", pos="sinusoidal"), cell("learned", pos="learned")),
+        ),
+    )
+
+
+def _copy_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The copy task: beyond the training length against RoPE, and on a moved sequence."""
+    ks = p["shift_mults"]
+    by_k = cells("k{k}", k=p["copy_ks"])
+    moved_k = tuple(cell(f"k{k}-{view.at_kT(s)}", k=k, shift=s) for k in p["copy_ks"] for s in ks)
+    copy = dict(table="copy", guard=COPY_GUARD, cells=by_k, note=copy_sweep(p).rule() + COPY_NOTE)
+    return (
+        SubClaim(
+            "copy-relative",
+            "Copying the token k back, sinusoidal positions keep their accuracy beyond "
+            f"the training length as a relative encoding does (RoPE, −{COPY_MARGIN:g})",
+            Within(None, COPY_MARGIN, f"at most RoPE's drop + {COPY_MARGIN:g}"),
+            (view.COPY_DROP,),
+            a=arm("RoPE, at its best rate", pos="rope"),
+            b=arm("sinusoidal, at its best rate", pos="sinusoidal"),
+            where="all",
+            **copy,
+        ),
+        SubClaim(
+            "copy-moved",
+            "Copying the token k back, a sinusoidal model keeps its accuracy on a "
+            f"sequence moved to positions it never trained on (±{COPY_MARGIN:g})",
+            equivalent(COPY_MARGIN),
+            (view.COPY_WINDOW,),
+            a=arm("at 0", shift=0),
+            b=arm("moved to shift·T"),
+            where="all",
+            counts=False,
+            **{**copy, "table": "copy_windows", "cells": moved_k},
+        ),
+    )
+
+
+def _tuned_lm_subclaims(p: dict, incs: tuple) -> tuple[SubClaim, ...]:
+    """The tuned LMs: offset dependence, loss beyond and at the training length, against RoPE and NoPE."""
+    by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
+    sin, lrn, rope, nope = (arm(f"{view.LABEL[x]}, at its best rate", pos=x) for x in ARMS)
+    rule = profile_sweep(p, fresh="tuned_seeds").rule() + NULL_NOTE
+    use = dict(table="tuned", guard=GUARD, noise="null", cells=by_scale, note=rule)
+    return (
+        SubClaim(
+            "share",
+            "Trained with sinusoids, the first layer's position-only attention depends on "
+            "the offset more than with learned positions",
+            Better("a"),
+            (view.SHARE,),
+            a=sin,
+            b=lrn,
+            margin=SHARE_MARGIN,
+            **use,
+        ),
+        SubClaim(
+            "extra",
+            "Beyond the training length the sinusoidal model loses no more than a relative "
+            f"one (RoPE, +{EXTRA_MARGIN:g} nats/char)",
+            Within(None, EXTRA_MARGIN, f"at most RoPE's increase + {EXTRA_MARGIN:g}"),
+            incs,
+            a=rope,
+            b=sin,
+            where="all",
+            **{**use, "note": rule + " " + EXTRA_NOTE},
+        ),
+        SubClaim(
+            "anchor",
+            "At the training length sinusoidal and learned positions give the same loss "
+            f"(±{LOSS_MARGIN:g}; Vaswani Table 3 (E))",
+            equivalent(LOSS_MARGIN),
+            (view.LOSS1,),
+            a=lrn,
+            b=sin,
+            counts=False,
+            **use,
+        ),
+        SubClaim(
+            "nope-sinusoidal",
+            "Sinusoidal loses less than no position encoding (NoPE) from 1× to longer windows",
+            Better("a"),
+            incs,
+            a=sin,
+            b=nope,
+            where="all",
+            counts=False,
+            **use,
+        ),
+        SubClaim(
+            "nope-rope",
+            "RoPE loses less than no position encoding (NoPE) from 1× to longer windows",
+            Better("a"),
+            incs,
+            a=rope,
+            b=nope,
+            where="all",
+            counts=False,
+            **use,
+        ),
+    )
+
+
+def _learned_table_subclaims(trained) -> tuple[SubClaim, ...]:
+    """The learned absolute table: its offset R² converged, and whether it shares the property."""
+    tab = dict(table="learned", guard=GUARD, counts=False)
+    return (
+        SubClaim(
+            "converged",
+            "The learned table's offset R² stopped changing (last probe − the one before)",
+            equivalent(CONVERGE_MARGIN),
+            (view.R2,),
+            b=trained,
+            note=CONVERGED_NOTE,
+            a=arm("previous probe", table="previous", part="learned"),
+            **tab,
+        ),
+        SubClaim(
+            "learned",
+            "Learned absolute embeddings share the property (comparison)",
+            Better("a"),
+            (view.R2, view.RES1),
+            a=trained,
+            b=arm("declared threshold", table="threshold", part="learned"),
+            where="all",
+            noise="learned-null",
+            count_if=CONVERGED,
+            note=LEARNED_NOTE,
+            **tab,
+        ),
+    )
+
+
 class SinusoidalRelative(Experiment):
     claim_id = "sinusoidal_relative"
     title = "Sinusoidal PE(pos+k) is a linear map of PE(pos), which lets models use relative positions"
@@ -195,82 +369,51 @@ class SinusoidalRelative(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        ns, ks, labels = (
-            [n for n in sorted(p["mults"]) if n > 1],
-            p["shift_mults"],
-            [scale_label(s) for s in scales(p)],
-        )
-        by_d, by_scale = cells("d{d}", d=p["d_models"]), cells("{scale}", scale=labels)
+        ns, ks = [n for n in sorted(p["mults"]) if n > 1], p["shift_mults"]
+        labels = [scale_label(s) for s in scales(p)]
         at_k = tuple(cell(f"{lab}-{view.at_kT(k)}", scale=lab, k=k) for lab in labels for k in ks)
         incs, moves = tuple(map(increase_readout, ns)), tuple(map(view.moved_readout, ks))
-        sin, lrn, rope, nope = (arm(f"{view.LABEL[x]}, at its best rate", pos=x) for x in ARMS)
-        rule = profile_sweep(p, fresh="tuned_seeds").rule() + NULL_NOTE
-        use = dict(table="tuned", guard=GUARD, noise="null", cells=by_scale, note=rule)
-        tab = dict(table="learned", guard=GUARD, counts=False)
         trained = arm("trained table", table="trained", part="learned")
-        built = (
-            cell("rope_share", pos="rope", measure="share"),
-            *(cell(f"{x}_moved", pos=x, measure="moved") for x in ("rope", "none")),
+        return Declaration(
+            (
+                *_identity_checks(p),
+                *_copy_subclaims(p),
+                *_tuned_lm_subclaims(p, incs),
+                SubClaim(
+                    "moved",
+                    "A training-length window moved to positions never trained on keeps the "
+                    f"sinusoidal model's loss (±{LOSS_MARGIN:g})",
+                    equivalent(LOSS_MARGIN),
+                    (view.WINDOW,),
+                    table="windows",
+                    a=arm("window at 0", k=0),
+                    b=arm("window moved to kT"),
+                    cells=at_k,
+                    where="all",
+                    guard=GUARD,
+                    counts=False,
+                ),
+                *_learned_table_subclaims(trained),
+            ),
+            nulls=(
+                NullPair(
+                    "null",
+                    arm("sinusoidal", pos="sinusoidal", role="test"),
+                    arm("rerun", pos="sinusoidal", role="null"),
+                    (view.LOSS1, view.SHARE, *incs, *moves),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+                NullPair(
+                    "learned-null",
+                    trained,
+                    arm("rerun", table="trained", part="null"),
+                    (view.R2, view.RES1),
+                    table="learned",
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
         )
-        share_bounds = dict(rope_share=(1 - CHECK_TOL, 1 + CHECK_TOL))
-        by_k = cells("k{k}", k=p["copy_ks"])
-        moved_k = tuple(cell(f"k{k}-{view.at_kT(s)}", k=k, shift=s) for k in p["copy_ks"] for s in ks)
-        copy = dict(table="copy", guard=COPY_GUARD, cells=by_k, note=copy_sweep(p).rule() + COPY_NOTE)
-        return Declaration((
-            check("identity", "PE(p+k) = M_k·PE(p), M_k independent of p (orthogonal; M_k·M_1 = M_(k+1))",
-                  (view.ERR32, view.ERR64, view.ORTH, view.COMPOSE), bound(0, TOL), table="identity",
-                  cells=by_d),
-            check("dots", "PE(p)·PE(p+k) depends only on k (and equals Σ_i cos(k·ω_i))",
-                  (view.SPREAD, view.CLOSED), bound(0, TOL), table="identity", cells=by_d),
-            check("construction", "RoPE's position logits are offset-only; RoPE and NoPE ignore where a "
-                  "window starts", view.CONSTRUCTED, bound(-CHECK_TOL, CHECK_TOL, **share_bounds),
-                  table="construction", cells=built, keep_if=HAS_ROWS),
-            check("matched", "Both additive arms start with ‖position‖/‖token‖ = 1/√2 (Vaswani et al.'s "
-                  f"ratio, ±{RATIO_TOL:.0%})", view.RATIO_ERR, bound(-RATIO_TOL, RATIO_TOL), table="ratios",
-                  cells=(cell("sinusoidal", pos="sinusoidal"), cell("learned", pos="learned"))),
-            SubClaim("copy-relative",
-                     "Copying the token k back, sinusoidal positions keep their accuracy beyond "
-                     f"the training length as a relative encoding does (RoPE, −{COPY_MARGIN:g})",
-                     Within(None, COPY_MARGIN, f"at most RoPE's drop + {COPY_MARGIN:g}"), (view.COPY_DROP,),
-                     a=arm("RoPE, at its best rate", pos="rope"), b=arm("sinusoidal, at its best rate",
-                     pos="sinusoidal"), where="all", **copy),
-            SubClaim("copy-moved", "Copying the token k back, a sinusoidal model keeps its accuracy on a "
-                     f"sequence moved to positions it never trained on (±{COPY_MARGIN:g})",
-                     equivalent(COPY_MARGIN), (view.COPY_WINDOW,), a=arm("at 0", shift=0),
-                     b=arm("moved to shift·T"), where="all", counts=False,
-                     **{**copy, "table": "copy_windows", "cells": moved_k}),
-            SubClaim("share", "Trained with sinusoids, the first layer's position-only attention depends on "
-                     "the offset more than with learned positions", Better("a"), (view.SHARE,), a=sin, b=lrn,
-                     margin=SHARE_MARGIN, **use),
-            SubClaim("extra", "Beyond the training length the sinusoidal model loses no more than a relative "
-                     f"one (RoPE, +{EXTRA_MARGIN:g} nats/char)", Within(None, EXTRA_MARGIN, "at most RoPE's "
-                     f"increase + {EXTRA_MARGIN:g}"), incs, a=rope, b=sin, where="all",
-                     **{**use, "note": rule + " " + EXTRA_NOTE}),
-            SubClaim("anchor", "At the training length sinusoidal and learned positions give the same loss "
-                     f"(±{LOSS_MARGIN:g}; Vaswani Table 3 (E))", equivalent(LOSS_MARGIN), (view.LOSS1,),
-                     a=lrn, b=sin, counts=False, **use),
-            SubClaim("nope-sinusoidal", "Sinusoidal loses less than no position encoding (NoPE) from 1× to "
-                     "longer windows", Better("a"), incs, a=sin, b=nope, where="all", counts=False, **use),
-            SubClaim("nope-rope", "RoPE loses less than no position encoding (NoPE) from 1× to longer "
-                     "windows", Better("a"), incs, a=rope, b=nope, where="all", counts=False, **use),
-            SubClaim("moved", "A training-length window moved to positions never trained on keeps the "
-                     f"sinusoidal model's loss (±{LOSS_MARGIN:g})", equivalent(LOSS_MARGIN), (view.WINDOW,),
-                     table="windows", a=arm("window at 0", k=0), b=arm("window moved to kT"), cells=at_k,
-                     where="all", guard=GUARD, counts=False),
-            SubClaim("converged", "The learned table's offset R² stopped changing (last probe − the one "
-                     "before)", equivalent(CONVERGE_MARGIN), (view.R2,), b=trained, note=CONVERGED_NOTE,
-                     a=arm("previous probe", table="previous", part="learned"), **tab),
-            SubClaim("learned", "Learned absolute embeddings share the property (comparison)", Better("a"),
-                     (view.R2, view.RES1), a=trained, b=arm("declared threshold", table="threshold",
-                     part="learned"), where="all", noise="learned-null", count_if=CONVERGED,
-                     note=LEARNED_NOTE, **tab),
-        ), nulls=(
-            NullPair("null", arm("sinusoidal", pos="sinusoidal", role="test"),
-                     arm("rerun", pos="sinusoidal", role="null"), (view.LOSS1, view.SHARE, *incs, *moves),
-                     table="first", seed_offset=NULL_OFFSET),
-            NullPair("learned-null", trained, arm("rerun", table="trained", part="null"),
-                     (view.R2, view.RES1), table="learned", seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs, p, GUARD, COPY_GUARD, {"r2": R2_SHARE, "res1": RES_SHARE})

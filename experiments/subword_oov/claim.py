@@ -53,6 +53,149 @@ CONTROL = CellRule(
 )
 
 
+def _check_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """Checks: vocabulary sizes, token accounting, lossless BPE, and the frequency rule's merges."""
+    k = p["merges"]
+    return (
+        check(
+            "sizes",
+            "Every vocabulary has exactly its declared number of entries, [UNK] included",
+            view.SIZE_GAP,
+            bound(0, 0),
+            table="rates",
+        ),
+        check(
+            "accounting",
+            "Per-type counts add up to the tokenizer's own count of the whole text, and "
+            "an [UNK] appears exactly where its vocabulary has no way to write the pre-token",
+            (view.TOKEN_GAP, view.UNK_GAP),
+            bound(0, 0),
+            table="rates",
+        ),
+        check(
+            "lossless",
+            "The byte-level BPE never emits [UNK] and decodes every held-out pre-token back",
+            (view.UNK_TOKENS, view.ROUNDTRIP),
+            bound(0, 0),
+            table="rates",
+            cells=(cell("bpe", kind="bpe"),),
+        ),
+        check(
+            "learner",
+            f"The frequency rule, on characters, makes the same first {k} merges as "
+            "Hugging Face's BPE trainer",
+            view.LEARNER,
+            bound(0, 0),
+            table="merges",
+        ),
+    )
+
+
+def _unknown_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """Unknown pre-tokens: the cut against the word vocabulary, the rates, and the cost in length."""
+    sub, word = _cells(p, view.SUBWORD), _cells(p, ("word",))
+    steps = tuple(cell(f"{h}-{s}", heldout=h, size=s) for h in view.HELDOUT for s in p["sizes"][1:])
+    unk = (view.UNK_PCT, view.UNK_TYPE_PCT, view.UNK_TOKEN_PCT)
+    return (
+        SubClaim(
+            "cut",
+            f"At every size and on both held-out texts, BPE and WordPiece leave at least "
+            f"{CUT:g}× fewer held-out pre-tokens unknown than the word vocabulary of the same size",
+            bound(math.log10(CUT), None),
+            (view.CUT,),
+            table="cut",
+            cells=sub,
+            where="all",
+            count_if=CONTROL,
+            note="Counts, no sampling: each cell is its number against the bound. "
+            "A cell whose word vocabulary leaves almost nothing unknown could not show a cut, so it "
+            "is reported, not counted.",
+        ),
+        SubClaim(
+            "rare",
+            f"BPE and WordPiece leave at most {SUBWORD_MAX_PCT:g}% of held-out pre-tokens "
+            "unknown at every size",
+            bound(None, SUBWORD_MAX_PCT),
+            unk,
+            table="rates",
+            cells=sub,
+            where="all",
+            primary=True,
+        ),
+        SubClaim(
+            "control",
+            f"Positive control: the word vocabulary leaves at least {WORD_MIN_PCT:g}% "
+            "of held-out pre-tokens unknown at every size",
+            bound(WORD_MIN_PCT, None),
+            unk,
+            table="rates",
+            cells=word,
+            where="all",
+            primary=True,
+            counts=False,
+        ),
+        SubClaim(
+            "falls",
+            "A larger word vocabulary leaves fewer held-out pre-tokens unknown (each size "
+            f"at most {FALL_MAX:g}× the next smaller size's count)",
+            bound(None, FALL_MAX),
+            (view.STEP,),
+            table="steps",
+            cells=steps,
+            where="all",
+            counts=False,
+        ),
+        SubClaim(
+            "cost",
+            f"The subword vocabularies pay with length: at least {COST_MIN:g}× the word "
+            "vocabulary's tokens on the same held-out text",
+            bound(COST_MIN, None),
+            (view.LENGTH,),
+            table="length",
+            cells=sub,
+            where="all",
+            counts=False,
+        ),
+    )
+
+
+def _merge_rule_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The merge rules: Hugging Face's WordPiece trainer, and the likelihood rule against frequency."""
+    k = p["merges"]
+    return (
+        SubClaim(
+            "hf-wordpiece",
+            f"Hugging Face's WordPiece trainer picks merges by frequency: its first "
+            f"{k} new tokens are the frequency rule's, in order",
+            bound(0, 0),
+            (view.HF_WORDPIECE,),
+            table="merges",
+            counts=False,
+            note="Google never released its WordPiece trainer; the "
+            "library's trainer is its BPE trainer with a continuation prefix.",
+        ),
+        SubClaim(
+            "rule",
+            f"The likelihood rule (WordPiece's score) picks other merges than the frequency "
+            f"rule (BPE's): at most {OVERLAP_MAX:g} of its first {k} tokens are among the frequency "
+            f"rule's first {k}",
+            bound(None, OVERLAP_MAX),
+            (view.OVERLAP,),
+            table="merges",
+            counts=False,
+        ),
+        SubClaim(
+            "rarer",
+            f"The likelihood rule merges rarer pairs first: the median pair count of its "
+            f"first {k} merges is at least {RARER:g}× below the frequency rule's",
+            bound(math.log10(RARER), None),
+            (view.RARER,),
+            table="merges",
+            counts=False,
+        ),
+    )
+
+
 class SubwordOOV(Experiment):
     claim_id = "subword_oov"
     title = "BPE and WordPiece leave far fewer held-out words unknown than a word vocabulary"
@@ -66,51 +209,7 @@ class SubwordOOV(Experiment):
     parts = (Part("oov", oov_grid, SO.run_oov), Part("merges", merges_grid, SO.run_merges))
 
     def declare(self, p: dict) -> Declaration:
-        sub, word = _cells(p, view.SUBWORD), _cells(p, ("word",))
-        steps = tuple(cell(f"{h}-{s}", heldout=h, size=s) for h in view.HELDOUT for s in p["sizes"][1:])
-        k = p["merges"]
-        unk = (view.UNK_PCT, view.UNK_TYPE_PCT, view.UNK_TOKEN_PCT)
-        return Declaration((
-            check("sizes", "Every vocabulary has exactly its declared number of entries, [UNK] included",
-                  view.SIZE_GAP, bound(0, 0), table="rates"),
-            check("accounting", "Per-type counts add up to the tokenizer's own count of the whole text, and "
-                  "an [UNK] appears exactly where its vocabulary has no way to write the pre-token",
-                  (view.TOKEN_GAP, view.UNK_GAP), bound(0, 0), table="rates"),
-            check("lossless", "The byte-level BPE never emits [UNK] and decodes every held-out pre-token "
-                  "back", (view.UNK_TOKENS, view.ROUNDTRIP), bound(0, 0), table="rates",
-                  cells=(cell("bpe", kind="bpe"),)),
-            check("learner", f"The frequency rule, on characters, makes the same first {k} merges as "
-                  "Hugging Face's BPE trainer", view.LEARNER, bound(0, 0), table="merges"),
-            SubClaim("cut", f"At every size and on both held-out texts, BPE and WordPiece leave at least "
-                     f"{CUT:g}× fewer held-out pre-tokens unknown than the word vocabulary of the same size",
-                     bound(math.log10(CUT), None), (view.CUT,), table="cut", cells=sub, where="all",
-                     count_if=CONTROL, note="Counts, no sampling: each cell is its number against the bound. "
-                     "A cell whose word vocabulary leaves almost nothing unknown could not show a cut, so it "
-                     "is reported, not counted."),
-            SubClaim("rare", f"BPE and WordPiece leave at most {SUBWORD_MAX_PCT:g}% of held-out pre-tokens "
-                     "unknown at every size", bound(None, SUBWORD_MAX_PCT), unk, table="rates", cells=sub,
-                     where="all", primary=True),
-            SubClaim("control", f"Positive control: the word vocabulary leaves at least {WORD_MIN_PCT:g}% "
-                     "of held-out pre-tokens unknown at every size", bound(WORD_MIN_PCT, None), unk,
-                     table="rates", cells=word, where="all", primary=True, counts=False),
-            SubClaim("falls", "A larger word vocabulary leaves fewer held-out pre-tokens unknown (each size "
-                     f"at most {FALL_MAX:g}× the next smaller size's count)", bound(None, FALL_MAX),
-                     (view.STEP,), table="steps", cells=steps, where="all", counts=False),
-            SubClaim("cost", f"The subword vocabularies pay with length: at least {COST_MIN:g}× the word "
-                     "vocabulary's tokens on the same held-out text", bound(COST_MIN, None), (view.LENGTH,),
-                     table="length", cells=sub, where="all", counts=False),
-            SubClaim("hf-wordpiece", f"Hugging Face's WordPiece trainer picks merges by frequency: its first "
-                     f"{k} new tokens are the frequency rule's, in order", bound(0, 0), (view.HF_WORDPIECE,),
-                     table="merges", counts=False, note="Google never released its WordPiece trainer; the "
-                     "library's trainer is its BPE trainer with a continuation prefix."),
-            SubClaim("rule", f"The likelihood rule (WordPiece's score) picks other merges than the frequency "
-                     f"rule (BPE's): at most {OVERLAP_MAX:g} of its first {k} tokens are among the frequency "
-                     f"rule's first {k}", bound(None, OVERLAP_MAX), (view.OVERLAP,), table="merges",
-                     counts=False),
-            SubClaim("rarer", f"The likelihood rule merges rarer pairs first: the median pair count of its "
-                     f"first {k} merges is at least {RARER:g}× below the frequency rule's",
-                     bound(math.log10(RARER), None), (view.RARER,), table="merges", counts=False),
-        ))  # fmt: skip
+        return Declaration((*_check_subclaims(p), *_unknown_subclaims(p), *_merge_rule_subclaims(p)))
 
     def analyse(self, runs, p, out: Output):
         t = view.observe(runs)

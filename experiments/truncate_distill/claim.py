@@ -49,6 +49,109 @@ def _profile(name: str, **kw) -> dict:
     return train_profile(name, alpha=ALPHA, tau=TAU, rate_extend=1, batch_timing=1, warmup=2, **kw)
 
 
+def _distillation_subclaims(p: dict) -> tuple[SubClaim, ...]:
+    """The cut students: the teacher's gap, distillation against none, the share recovered, scratch."""
+    L, ks = p["n_layers"], depths(p)
+    by_k = cells("{scale}", scale=[scale_label(k, L) for k in ks])
+    tuned = dict(table="tuned", cells=by_k, guard=LEARNED, where="all")
+    distil, plain, scratch = (arm(f"{ARM_LABELS[a]}, at its best rate", student=a) for a in ARMS)
+    teacher = arm(f"the teacher ({L} layers)", student="teacher")
+    sweep = student_sweep(p)
+    note = (
+        f"Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run "
+        f"counted at its loss at step 0; a choice at an end of the sweep widens it by one ×2 step, "
+        f"at most {sweep.extend}×) and the arms are compared on the fresh seeds, paired by "
+        f"seed: the same teacher and data order. Equivalence within ±{MARGIN:g} nats/char refutes "
+        "only where the teacher beat the student without distillation by more than that (the "
+        "positive control)."
+    )
+    return (
+        SubClaim(
+            "gap",
+            "Positive control: the teacher ends below the cut student fine-tuned without "
+            "distillation, so there is a gap for distillation to close",
+            Better("a"),
+            (FINAL,),
+            a=teacher,
+            b=plain,
+            margin=MARGIN,
+            counts=False,
+            noise="null-tuned",
+            **tuned,
+        ),
+        SubClaim(
+            "distil",
+            "With distillation the cut student ends below the same student fine-tuned "
+            "without it, each at its own best rate",
+            Better("a"),
+            (FINAL,),
+            a=distil,
+            b=plain,
+            margin=MARGIN,
+            control="gap",
+            noise="null-tuned",
+            **tuned,
+            note=note,
+        ),
+        SubClaim(
+            "match",
+            f"With distillation the cut student recovers at least {MATCH:.0%} of the "
+            "teacher's gain over the unigram level",
+            Within(MATCH, None, f"at least {MATCH:.0%}"),
+            (view.SHARE,),
+            b=distil,
+            **tuned,
+            note="The share pairs each student with the teacher of its own seed.",
+        ),
+        SubClaim(
+            "scratch",
+            "Reported: the teacher's first layers are a better start than fresh ones "
+            "(cut, without distillation, against k layers trained from scratch for the same steps)",
+            Better("a"),
+            (FINAL,),
+            a=plain,
+            b=scratch,
+            counts=False,
+            noise="null-tuned",
+            **tuned,
+        ),
+    )
+
+
+def _size_speed_subclaims(p: dict, timed: tuple) -> tuple[SubClaim, ...]:
+    """Reported: the student's share of the teacher's parameters and its forward speed."""
+    half = fraction_label(depths(p)[0], p["n_layers"])
+    return (
+        SubClaim(
+            "params",
+            f"Reported: the student of {half} holds at most {PARAM_MAX:g} of the teacher's parameters",
+            bound(None, PARAM_MAX),
+            (view.PARAM_RATIO,),
+            table="counts",
+            cells=tuple(cell(s, size=s, model=half) for s in p["timed"]),
+            counts=False,
+            where="all",
+            note="Exact counts in closed form; an LM's head is tied to its embedding, "
+            "BERT's encoder is counted without a head.",
+        ),
+        SubClaim(
+            "speed",
+            f"Reported: the student of {half} runs a forward at least {SPEED_MIN:g}× as "
+            f"fast as the teacher (log ratio at most −{math.log(SPEED_MIN):.3f})",
+            Within(None, -math.log(SPEED_MIN), f"at least {SPEED_MIN:g}× as fast"),
+            (LOGT,),
+            a=arm("teacher", model="teacher"),
+            b=arm(half, model=half),
+            table="timing",
+            cells=timed,
+            noise="aa",
+            where="all",
+            counts=False,
+            note="Inference in float32, rounds interleave the models, paired by round.",
+        ),
+    )
+
+
 class TruncateDistill(Experiment):
     claim_id = "truncate_distill"
     title = "A student cut to its teacher's first layers matches it only with distillation"
@@ -107,55 +210,42 @@ class TruncateDistill(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        L, ks = p["n_layers"], depths(p)
-        half = fraction_label(ks[0], L)
-        by_k = cells("{scale}", scale=[scale_label(k, L) for k in ks])
-        tuned = dict(table="tuned", cells=by_k, guard=LEARNED, where="all")
-        distil, plain, scratch = (arm(f"{ARM_LABELS[a]}, at its best rate", student=a) for a in ARMS)
-        teacher = arm(f"the teacher ({L} layers)", student="teacher")
         built = tuple(cell(f"{s}-L{d}", size=s, depth=d) for s in p["timed"] for _, d in size_depths(s, p))
         timed = tuple(cell(s, size=s) for s in p["timed"])
-        sweep = student_sweep(p)
-        note = (f"Each arm's rate is chosen on the selection seeds (lowest mean final loss, a failed run "
-                f"counted at its loss at step 0; a choice at an end of the sweep widens it by one ×2 step, "
-                f"at most {sweep.extend}×) and the arms are compared on the fresh seeds, paired by "
-                f"seed: the same teacher and data order. Equivalence within ±{MARGIN:g} nats/char refutes "
-                "only where the teacher beat the student without distillation by more than that (the "
-                "positive control).")  # fmt: skip
-        return Declaration((
-            SubClaim("counts", "The built models' parameters equal the closed forms", bound(-0.5, 0.5),
-                     (view.COUNT_ERR,), table="counts", cells=built, kind="check", where="all"),
-            SubClaim("gap", "Positive control: the teacher ends below the cut student fine-tuned without "
-                     "distillation, so there is a gap for distillation to close", Better("a"), (FINAL,),
-                     a=teacher, b=plain, margin=MARGIN, counts=False, noise="null-tuned", **tuned),
-            SubClaim("distil", "With distillation the cut student ends below the same student fine-tuned "
-                     "without it, each at its own best rate", Better("a"), (FINAL,), a=distil, b=plain,
-                     margin=MARGIN, control="gap", noise="null-tuned", **tuned, note=note),
-            SubClaim("match", f"With distillation the cut student recovers at least {MATCH:.0%} of the "
-                     "teacher's gain over the unigram level", Within(MATCH, None, f"at least {MATCH:.0%}"),
-                     (view.SHARE,), b=distil, **tuned,
-                     note="The share pairs each student with the teacher of its own seed."),
-            SubClaim("scratch", "Reported: the teacher's first layers are a better start than fresh ones "
-                     "(cut, without distillation, against k layers trained from scratch for the same steps)",
-                     Better("a"), (FINAL,), a=plain, b=scratch, counts=False, noise="null-tuned", **tuned),
-            SubClaim("params", f"Reported: the student of {half} holds at most {PARAM_MAX:g} of the "
-                     "teacher's parameters", bound(None, PARAM_MAX), (view.PARAM_RATIO,), table="counts",
-                     cells=tuple(cell(s, size=s, model=half) for s in p["timed"]), counts=False,
-                     where="all", note="Exact counts in closed form; an LM's head is tied to its embedding, "
-                     "BERT's encoder is counted without a head."),
-            SubClaim("speed", f"Reported: the student of {half} runs a forward at least {SPEED_MIN:g}× as "
-                     f"fast as the teacher (log ratio at most −{math.log(SPEED_MIN):.3f})",
-                     Within(None, -math.log(SPEED_MIN), f"at least {SPEED_MIN:g}× as fast"), (LOGT,),
-                     a=arm("teacher", model="teacher"), b=arm(half, model=half), table="timing",
-                     cells=timed, noise="aa", where="all", counts=False,
-                     note="Inference in float32, rounds interleave the models, paired by round."),
-        ), nulls=(
-            NullPair("null-tuned", arm("cut, without distillation", student="plain", role="test"),
-                     arm("cut, without distillation, rerun", student="plain", role="null"), (FINAL,),
-                     table="first", seed_offset=NULL_OFFSET),
-            NullPair("aa", arm("teacher", model="teacher"), arm(AA, model=AA), (LOGT,), table="timing",
-                     cells=timed),
-        ))  # fmt: skip
+        return Declaration(
+            (
+                SubClaim(
+                    "counts",
+                    "The built models' parameters equal the closed forms",
+                    bound(-0.5, 0.5),
+                    (view.COUNT_ERR,),
+                    table="counts",
+                    cells=built,
+                    kind="check",
+                    where="all",
+                ),
+                *_distillation_subclaims(p),
+                *_size_speed_subclaims(p, timed),
+            ),
+            nulls=(
+                NullPair(
+                    "null-tuned",
+                    arm("cut, without distillation", student="plain", role="test"),
+                    arm("cut, without distillation, rerun", student="plain", role="null"),
+                    (FINAL,),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+                NullPair(
+                    "aa",
+                    arm("teacher", model="teacher"),
+                    arm(AA, model=AA),
+                    (LOGT,),
+                    table="timing",
+                    cells=timed,
+                ),
+            ),
+        )
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)

@@ -96,6 +96,134 @@ def steps_readout(p: dict) -> Readout:
     )
 
 
+def _count_checks() -> tuple[SubClaim, ...]:
+    """Checks: the parameters tying removes, and each instantiated arm's count."""
+    models = ("subword-lm", *COUNT_PRESETS)
+    return (
+        check(
+            "params",
+            "Tying removes exactly V·d parameters (closed form, every configuration)",
+            EXCESS,
+            equal(0),
+            table="counts",
+            cells=tuple(cell(m, model=m) for m in models),
+        ),
+        check(
+            "instantiated",
+            "Each instantiated arm has its closed-form parameter count",
+            INSTANTIATED,
+            equal(0),
+            table="instantiated",
+        ),
+    )
+
+
+def _fixed_rate_subclaims(p: dict, steps: Readout) -> tuple[SubClaim, ...]:
+    """Both arms at one fixed rate: convergence, final loss, and tied with a wider FFN at equal parameters."""
+    fixed = dict(guard=LEARNED, noise="null", counts=False, cells=(cell("fixed", role="fixed"),))
+    return (
+        SubClaim(
+            "convergence-fixed",
+            f"Faster convergence (steps to the target loss), both arms at one rate ({p['lr']:g})",
+            Better("b"),
+            (steps,),
+            a=UNTIED,
+            b=TIED,
+            **fixed,
+        ),
+        SubClaim(
+            "final-fixed",
+            f"Lower final validation loss, both arms at one rate ({p['lr']:g})",
+            Better("b"),
+            (FINAL,),
+            a=UNTIED,
+            b=TIED,
+            margin=MARGIN,
+            **fixed,
+        ),
+        SubClaim(
+            "equal-params",
+            "At equal parameter count: tied with a wider FFN against untied (one rate)",
+            Better("b"),
+            (steps, FINAL),
+            a=UNTIED,
+            b=WIDE,
+            margin=MARGIN,
+            **fixed,
+            note=f"The ±{MARGIN:g}-nat TOST is the final loss's; the log-rank test has no margin.",
+        ),
+    )
+
+
+def _tuned_subclaims(p: dict, steps: Readout) -> tuple[SubClaim, ...]:
+    """Each arm at its own best rate: one pass, the small-data regime, and the range of rates."""
+    by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
+    first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
+    rule = profile_sweep(p, fresh="tuned_seeds").rule() + NOTE_TUNED
+
+    def tuned(regime: str, noise: str, note: str) -> dict:
+        return dict(
+            a=arm("untied, at its best rate", arm="untied", regime=regime),
+            b=arm("tied, at its best rate", arm="tied", regime=regime),
+            table="tuned",
+            cells=by_scale,
+            guard=LEARNED,
+            noise=noise,
+            note=note,
+        )
+
+    one, small = (
+        tuned("one-pass", "null-one-pass", rule),
+        tuned("small-data", "null-small", rule + NOTE_SMALL),
+    )
+    sens = dict(
+        table="sensitivity",
+        cells=first,
+        counts=False,
+        note="At the first scale, where both arms "
+        "sweep the same rates; paired by selection seed (two seeds: weak power).",
+    )
+    return (
+        SubClaim(
+            "convergence",
+            "Faster convergence in one pass over the text (steps to the target loss), "
+            "each arm at its own best rate",
+            Better("b"),
+            (steps,),
+            control="convergence-fixed",
+            **one,
+        ),
+        SubClaim(
+            "final",
+            "Lower final validation loss in one pass over the text, each arm at its own best rate",
+            Better("b"),
+            (FINAL,),
+            margin=MARGIN,
+            primary=True,
+            control="final-fixed",
+            **one,
+        ),
+        SubClaim(
+            "small-data",
+            "Lower held-out loss after many epochs of a small subset with dropout "
+            "(Press & Wolf's regime), early-stopped, each arm at its own best rate",
+            Better("b"),
+            (EARLY,),
+            margin=MARGIN,
+            **small,
+        ),
+        SubClaim(
+            "range",
+            "Tied tolerates a wider range of rates than untied (lower sensitivity, one pass)",
+            Better("b"),
+            (SENSITIVITY,),
+            a=arm("untied", arm="untied", regime="one-pass"),
+            b=arm("tied", arm="tied", regime="one-pass"),
+            **sens,
+        ),
+    )
+
+
 class WeightTying(Experiment):
     claim_id = "weight_tying"
     title = "Tying input and output embeddings cuts parameters and speeds convergence"
@@ -125,64 +253,35 @@ class WeightTying(Experiment):
     )
 
     def declare(self, p: dict) -> Declaration:
-        steps, models = steps_readout(p), ("subword-lm", *COUNT_PRESETS)
-        fixed = dict(guard=LEARNED, noise="null", counts=False, cells=(cell("fixed", role="fixed"),))
-        by_scale = cells("{scale}", scale=[scale_label(s) for s in scales(p)])
-        first = (cell(scale_label(scales(p)[0]), scale=scale_label(scales(p)[0])),)
-        rule = profile_sweep(p, fresh="tuned_seeds").rule() + NOTE_TUNED
-
-        def tuned(regime: str, noise: str, note: str) -> dict:
-            return dict(a=arm("untied, at its best rate", arm="untied", regime=regime),
-                        b=arm("tied, at its best rate", arm="tied", regime=regime), table="tuned",
-                        cells=by_scale, guard=LEARNED, noise=noise, note=note)  # fmt: skip
-
-        one, small = (
-            tuned("one-pass", "null-one-pass", rule),
-            tuned("small-data", "null-small", rule + NOTE_SMALL),
+        steps = steps_readout(p)
+        return Declaration(
+            (*_count_checks(), *_fixed_rate_subclaims(p, steps), *_tuned_subclaims(p, steps)),
+            nulls=(
+                NullPair(
+                    "null",
+                    arm("untied", part="train", arm="untied", role="fixed"),
+                    arm("rerun", part="null", role="fixed"),
+                    (steps, FINAL),
+                    seed_offset=NULL_OFFSET,
+                ),
+                NullPair(
+                    "null-one-pass",
+                    arm("untied", arm="untied", regime="one-pass", role="test"),
+                    arm("rerun", arm="untied", regime="one-pass", role="null"),
+                    (steps, FINAL),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+                NullPair(
+                    "null-small",
+                    arm("untied", arm="untied", regime="small-data", role="test"),
+                    arm("rerun", arm="untied", regime="small-data", role="null"),
+                    (EARLY,),
+                    table="first",
+                    seed_offset=NULL_OFFSET,
+                ),
+            ),
         )
-        sens = dict(
-            table="sensitivity",
-            cells=first,
-            counts=False,
-            note="At the first scale, where both arms "
-            "sweep the same rates; paired by selection seed (two seeds: weak power).",
-        )
-        return Declaration((
-            check("params", "Tying removes exactly V·d parameters (closed form, every configuration)", EXCESS,
-                  equal(0), table="counts", cells=tuple(cell(m, model=m) for m in models)),
-            check("instantiated", "Each instantiated arm has its closed-form parameter count", INSTANTIATED,
-                  equal(0), table="instantiated"),
-            SubClaim("convergence-fixed", "Faster convergence (steps to the target loss), both arms at one "
-                     f"rate ({p['lr']:g})", Better("b"), (steps,), a=UNTIED, b=TIED, **fixed),
-            SubClaim("final-fixed", f"Lower final validation loss, both arms at one rate ({p['lr']:g})",
-                     Better("b"), (FINAL,), a=UNTIED, b=TIED, margin=MARGIN, **fixed),
-            SubClaim("equal-params", "At equal parameter count: tied with a wider FFN against untied (one "
-                     "rate)", Better("b"), (steps, FINAL), a=UNTIED, b=WIDE, margin=MARGIN, **fixed,
-                     note=f"The ±{MARGIN:g}-nat TOST is the final loss's; the log-rank test has no margin."),
-            SubClaim("convergence",
-                     "Faster convergence in one pass over the text (steps to the target loss), "
-                     "each arm at its own best rate", Better("b"), (steps,), control="convergence-fixed",
-                     **one),
-            SubClaim("final", "Lower final validation loss in one pass over the text, each arm at its own "
-                     "best rate", Better("b"), (FINAL,), margin=MARGIN, primary=True, control="final-fixed",
-                     **one),
-            SubClaim("small-data", "Lower held-out loss after many epochs of a small subset with dropout "
-                     "(Press & Wolf's regime), early-stopped, each arm at its own best rate", Better("b"),
-                     (EARLY,), margin=MARGIN, **small),
-            SubClaim("range",
-                     "Tied tolerates a wider range of rates than untied (lower sensitivity, one pass)",
-                     Better("b"), (SENSITIVITY,), a=arm("untied", arm="untied", regime="one-pass"),
-                     b=arm("tied", arm="tied", regime="one-pass"), **sens),
-        ), nulls=(
-            NullPair("null", arm("untied", part="train", arm="untied", role="fixed"),
-                     arm("rerun", part="null", role="fixed"), (steps, FINAL), seed_offset=NULL_OFFSET),
-            NullPair("null-one-pass", arm("untied", arm="untied", regime="one-pass", role="test"),
-                     arm("rerun", arm="untied", regime="one-pass", role="null"), (steps, FINAL),
-                     table="first", seed_offset=NULL_OFFSET),
-            NullPair("null-small", arm("untied", arm="untied", regime="small-data", role="test"),
-                     arm("rerun", arm="untied", regime="small-data", role="null"), (EARLY,), table="first",
-                     seed_offset=NULL_OFFSET),
-        ))  # fmt: skip
 
     def analyse(self, runs, p, out: Output):
         decl = self.declare(p)
