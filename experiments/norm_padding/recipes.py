@@ -307,8 +307,12 @@ def invariance_probe(
         new = _logits(m64, x2, full, train_mode)
         a_same, r_same = _change(ref[:1, : T0 - 1], new[:1, : T0 - 1])
         a_other, r_other = _change(ref[1:], new[1:])
-        out["leak"][mode] = {"same_row_abs": a_same, "same_row_rel": r_same,
-                             "other_rows_abs": a_other, "other_rows_rel": r_other}  # fmt: skip
+        out["leak"][mode] = {
+            "same_row_abs": a_same,
+            "same_row_rel": r_same,
+            "other_rows_abs": a_other,
+            "other_rows_rel": r_other,
+        }
     return out
 
 
@@ -328,8 +332,15 @@ def padded_lm(cfg: dict, ctx) -> dict:
 def _padded_lm(cfg: dict, ctx) -> dict:
     corpus = load_corpus()
     model = build_lm(cfg, corpus.vocab_size)
-    t = TrainConfig(steps=cfg["steps"], batch_size=cfg["batch"], seq_len=cfg["seq_len"], lr=cfg["lr"],
-                    warmup=cfg["warmup"], eval_every=cfg["steps"], seed=cfg["seed"])  # fmt: skip
+    t = TrainConfig(
+        steps=cfg["steps"],
+        batch_size=cfg["batch"],
+        seq_len=cfg["seq_len"],
+        lr=cfg["lr"],
+        warmup=cfg["warmup"],
+        eval_every=cfg["steps"],
+        seed=cfg["seed"],
+    )
     B, enc = cfg["batch"], cfg["attn"] == "bidirectional"
     pad_seen = []
 
@@ -377,13 +388,25 @@ def _padded_lm(cfg: dict, ctx) -> dict:
             "train_mixed": (fixed(eval_windows(corpus.val, max(n_win // B, 1), B, sl)), True),
         }
     rec = StatRecorder(model, cfg["stat_every"])
-    res = train_lm(model, t, corpus, ctx.device, sample=sample, val_batches=evals["eval_mixed"][0][:1],
-                   progress=ctx.progress, desc=f"{cfg['norm']} B={B}")  # fmt: skip
+    res = train_lm(
+        model,
+        t,
+        corpus,
+        ctx.device,
+        sample=sample,
+        val_batches=evals["eval_mixed"][0][:1],
+        progress=ctx.progress,
+        desc=f"{cfg['norm']} B={B}",
+    )
     out = {
-        "diverged_at": res["diverged_at"], "train_loss": res["train_loss"][:: max(1, cfg["steps"] // 100)],
-        "seconds": res["seconds"], "pad_frac_train": float(np.mean(pad_seen)), "stats": rec.close(),
-        "unigram_xent": res["unigram_xent"], "init_loss": res["val_loss"][0],
-    }  # fmt: skip
+        "diverged_at": res["diverged_at"],
+        "train_loss": res["train_loss"][:: max(1, cfg["steps"] // 100)],
+        "seconds": res["seconds"],
+        "pad_frac_train": float(np.mean(pad_seen)),
+        "stats": rec.close(),
+        "unigram_xent": res["unigram_xent"],
+        "init_loss": res["val_loss"][0],
+    }
     if res["diverged_at"] is not None:
         return out
     for name, (batches, train_mode) in evals.items():

@@ -150,6 +150,22 @@ def _mha_row(snippet, build, call, weights, x, device, *, written: str, mode: st
     )
 
 
+def _output_and_norm(m: nn.Module, made) -> tuple:
+    """The notes module's output projection and LayerNorm parameters: its registered ones, or those it built
+    inside forward (recorded in `made`)."""
+    out = (
+        (m.out.weight, m.out.bias)
+        if isinstance(m.out, nn.Linear)
+        else tuple(_taken(made, "Linear").get(k) for k in ("weight", "bias"))
+    )
+    norm = (
+        (m.norm.weight, m.norm.bias)
+        if isinstance(m.norm, nn.LayerNorm)
+        else tuple(_taken(made, "LayerNorm")[k] for k in ("weight", "bias"))
+    )
+    return out, norm
+
+
 def _attention_rows(cfg: dict, ids, q, k, v, x, *, device) -> list[dict]:
     """The scaled dot-product functions (000, 002 with and without a mask, 004) and the multi-head modules
     (000, 001, 004 §attention, 004 Bert question 2) against the library."""
@@ -165,8 +181,12 @@ def _attention_rows(cfg: dict, ids, q, k, v, x, *, device) -> list[dict]:
 
     def fn_row(snippet, call, refs=(ref, sdpa)):  # call(tensors, mode) -> output
         out = call((q, k, v), "runs")
-        return _row(snippet, _attempt(lambda: call(f32, "as_written")), err_ref=_rel(out, refs[0]),
-                    err_sdpa=_rel(out, refs[1]))  # fmt: skip
+        return _row(
+            snippet,
+            _attempt(lambda: call(f32, "as_written")),
+            err_ref=_rel(out, refs[0]),
+            err_sdpa=_rel(out, refs[1]),
+        )
 
     rows = [
         _row("library", (True, None), err_sdpa=_rel(ref, sdpa)),
@@ -181,25 +201,46 @@ def _attention_rows(cfg: dict, ids, q, k, v, x, *, device) -> list[dict]:
         return _library_mha(x, pad, h, [(lin.weight, lin.bias) for lin in m.linears], None)
 
     def notes(m, made):
-        out = (m.out.weight, m.out.bias) if isinstance(m.out, nn.Linear) else tuple(
-            _taken(made, "Linear").get(k) for k in ("weight", "bias"))  # fmt: skip
-        norm = (m.norm.weight, m.norm.bias) if isinstance(m.norm, nn.LayerNorm) else tuple(
-            _taken(made, "LayerNorm")[k] for k in ("weight", "bias"))  # fmt: skip
+        out, norm = _output_and_norm(m, made)
         qkv = [(w.weight, w.bias) for w in (m.W_Q, m.W_K, m.W_V)]
         return _library_mha(x, pad, h, [*qkv, out], norm)
 
     s = NoteSettings(d, h, dk)
     common = dict(x=x, device=device, written="as_written")
     rows += [
-        _mha_row("000-mha", lambda mode: AnnotatedMHA(h, d, mode), lambda m, t: m(t, t, t, keep3), annotated,
-                 mode="runs", **common),
-        _mha_row("001-mha", lambda mode: AnnotatedMHA(h, d, "fixed"), lambda m, t: m(t, t, t, keep3),
-                 annotated, mode="fixed", **common),
-        _mha_row("004-mha", lambda mode: NotesMHA(s, "attention", mode), lambda m, t: m(t, t, t, notes_mask),
-                 notes, mode="runs", **common),
-        _mha_row("004-bert-mha", lambda mode: NotesMHA(s, "bert", mode), lambda m, t: m(t, t, t, notes_mask),
-                 notes, mode="runs", **common),
-    ]  # fmt: skip
+        _mha_row(
+            "000-mha",
+            lambda mode: AnnotatedMHA(h, d, mode),
+            lambda m, t: m(t, t, t, keep3),
+            annotated,
+            mode="runs",
+            **common,
+        ),
+        _mha_row(
+            "001-mha",
+            lambda mode: AnnotatedMHA(h, d, "fixed"),
+            lambda m, t: m(t, t, t, keep3),
+            annotated,
+            mode="fixed",
+            **common,
+        ),
+        _mha_row(
+            "004-mha",
+            lambda mode: NotesMHA(s, "attention", mode),
+            lambda m, t: m(t, t, t, notes_mask),
+            notes,
+            mode="runs",
+            **common,
+        ),
+        _mha_row(
+            "004-bert-mha",
+            lambda mode: NotesMHA(s, "bert", mode),
+            lambda m, t: m(t, t, t, notes_mask),
+            notes,
+            mode="runs",
+            **common,
+        ),
+    ]
     return rows
 
 
