@@ -24,10 +24,13 @@ from tfclaims.harness.registry import REPO_ROOT, load
 
 from toys import TOY
 
-# one cluster for the module: its tests stay on one pytest-xdist worker (make test uses --dist loadgroup)
+# one cluster for these tests: they stay on one pytest-xdist worker (make test uses --dist loadgroup)
 pytestmark = [pytest.mark.xdist_group("slurm"), pytest.mark.slow]
 SCRIPT = REPO_ROOT / "tests" / "slurm" / "cluster.sh"
 WALL_CLOCK = {"seconds", "steps_per_s"}  # metrics that time the run: the only ones a launcher may change
+# the real claim the cluster runs: trained language models (float reductions that depend on the threads) in a
+# staged grid (a learning-rate sweep in rounds), and at the quick profile the smallest such sweep: 22 runs
+CLAIM = "prenorm_effective_depth"
 
 
 def _unavailable(why: str):
@@ -36,7 +39,9 @@ def _unavailable(why: str):
     pytest.skip(f"SLURM test cluster: {why}")
 
 
-@pytest.fixture(scope="module")
+# session-scoped: pytest tears a module's fixture down whenever the worker turns to another module's test in
+# between, and the SLURM tests share their worker with others
+@pytest.fixture(scope="session")
 def slurm():
     """What a client of a fresh single-node cluster adds to its environment (SLURM_CONF)."""
     if os.geteuid() != 0:
@@ -54,7 +59,7 @@ def slurm():
         subprocess.run(["bash", str(SCRIPT), "down", str(state)], capture_output=True, timeout=120)
 
 
-def tfclaims(env, root: Path, *args, claim="dk_scaling", launcher="slurm", **popen):
+def tfclaims(env, root: Path, *args, claim=CLAIM, launcher="slurm", **popen):
     cmd = [sys.executable, "-m", "tfclaims", "run", claim, "--profile", "quick", "--results-dir", str(root)]
     cmd += ["--no-report", "--no-progress", "--launcher", launcher, *args]
     if launcher == "slurm":
@@ -88,23 +93,23 @@ def test_slurm_gives_the_local_numbers_and_packs_recorded_runs_into_jobs(slurm, 
     one = tfclaims(slurm, tmp_path / "one", "--workers", str(os.cpu_count()), launcher="local-parallel")
     both = tfclaims(slurm, tmp_path / "all", launcher="local")  # in process: torch's own thread count
     assert one.returncode == both.returncode == 0, one.stderr + both.stderr
-    local1, local_all = records(tmp_path / "one", "dk_scaling"), records(tmp_path / "all", "dk_scaling")
+    local1, local_all = records(tmp_path / "one", CLAIM), records(tmp_path / "all", CLAIM)
     assert {r["threads"] for r in local1.values()} == {1}
     (threads,) = {r["threads"] for r in local_all.values()}
 
-    # dk_scaling's grid is staged (a learning-rate sweep): each round is a sweep of its own on the cluster
-    n1 = len(load("dk_scaling").grid(load("dk_scaling").profiles["quick"]))  # its first round
+    # the grid is staged: each round is a sweep of its own on the cluster
+    n1 = len(load(CLAIM).grid(load(CLAIM).profiles["quick"]))  # its first round
     first = tfclaims(slurm, tmp_path / "slurm")  # no durations on record yet: one run a job
     assert first.returncode == 0, first.stderr
     assert f"{n1} job(s) for {n1} run(s)" in first.stderr and "1 CPU(s), no GPU, 4 GB" in first.stderr
-    sl = records(tmp_path / "slurm", "dk_scaling")
+    sl = records(tmp_path / "slurm", CLAIM)
     assert len(sl) == len(local1) > n1 and numbers(sl) == numbers(local1)  # the later rounds ran too
     assert {r["threads"] for r in sl.values()} == {1}  # the CPUs allocated, not the machine's cores
 
     again = tfclaims(slurm, tmp_path / "slurm", "--force", "--slurm-cpus", str(threads))  # durations known
     assert again.returncode == 0, again.stderr
     assert f"1 job(s) for {n1} run(s)" in again.stderr and f"{threads} CPU(s)" in again.stderr
-    packed = records(tmp_path / "slurm", "dk_scaling")
+    packed = records(tmp_path / "slurm", CLAIM)
     assert numbers(packed) == numbers(local_all)
     groups = {r["job_group"] for r in packed.values()}
     assert f"1/1 ({n1} runs)" in groups and all(g.startswith("1/1 (") for g in groups)  # a job per round
@@ -160,7 +165,7 @@ def test_under_force_a_cancelled_job_is_reported_failed_and_nothing_is_replaced(
 
 
 def test_an_unknown_partition_is_one_line_and_leaves_nothing_behind(slurm, tmp_path):
-    cmd = [sys.executable, "-m", "tfclaims", "run", "dk_scaling", "--profile", "quick", "--no-report"]
+    cmd = [sys.executable, "-m", "tfclaims", "run", CLAIM, "--profile", "quick", "--no-report"]
     cmd += ["--results-dir", str(tmp_path / "r"), "--launcher", "slurm", "--slurm-partition", "nope"]
     cmd += ["--log-dir", str(tmp_path / "logs")]
     out = subprocess.run(cmd, env={**os.environ, **slurm}, capture_output=True, text=True, timeout=300)
