@@ -2,6 +2,7 @@ import os
 
 import pytest
 import torch
+from xdist_groups import pytest_collection_modifyitems  # noqa: F401 (a hook)
 
 from tfclaims.harness.registry import install_package
 

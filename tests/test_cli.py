@@ -73,8 +73,6 @@ def test_quick_profile_end_to_end(claim, tmp_path, capsys):
         "--report-dir",
         str(report),
         "--no-progress",
-        "--launcher",  # in process: each test worker has a core, and the launchers have tests of their own
-        "local",
     ]
     assert main(args) == 0
     res = json.loads((results / claim / "result.json").read_text())
