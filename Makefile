@@ -9,8 +9,9 @@ NAME ?=
 ARGS ?=
 # test processes (pytest-xdist): tests spread one by one but for the SLURM tests, which share one cluster and so
 # one worker (their xdist_group); that worker mostly waits on the cluster, so `make test` adds it to one
-# worker per core (`make test-fast`, without the SLURM tests: one per core)
+# worker per core; `make test-fast`, without the SLURM tests, has one per core
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+FAST_WORKERS ?= auto
 # where runs execute: local (default), local-parallel or slurm (see README: Running on a cluster)
 LAUNCHER ?=
 LAUNCH := $(if $(LAUNCHER),--launcher $(LAUNCHER))
@@ -39,7 +40,7 @@ test: $(TEST_STAMP)
 # the developer's loop: every test but those marked slow (end-to-end claims, sweeps, the cluster), spread by
 # test rather than by file; the rule tests check verdicts without building their figures (make test does)
 test-fast: $(TEST_STAMP)
-	TFCLAIMS_TEST_FIGURES=skip $(BIN)/python -m pytest -n auto --dist load -m "not slow" $(ARGS)
+	TFCLAIMS_TEST_FIGURES=skip $(BIN)/python -m pytest -n $(FAST_WORKERS) --dist load -m "not slow" $(ARGS)
 
 reproduce: $(STAMP)
 	$(BIN)/python -m tfclaims reproduce --profile $(PROFILE) $(LAUNCH) $(ARGS)
