@@ -113,6 +113,22 @@ def test_a_hash_follows_the_code_that_runs_and_nothing_else(tmp_path):
     assert _digest(_package(tmp_path, {"a.py": RUN, "b.py": HELPER + guarded})) != before
 
 
+def test_a_second_walk_is_read_from_memory_until_a_source_it_read_changes(tmp_path, monkeypatch):
+    walks = []
+    real = reach._walk
+    monkeypatch.setattr(reach, "_walk", lambda *a: walks.append(a[1]) or real(*a))
+    pkg = _package(tmp_path, {"a.py": RUN, "b.py": HELPER})
+    before = _digest(pkg)
+    assert _digest(pkg) == before and len(walks) == 1  # nothing changed: no second walk
+    (pkg / "b.py").write_text(textwrap.dedent(HELPER.replace("return runs", "return None")))
+    assert _digest(pkg) == before and len(walks) == 2  # a file it read changed: walked again, same code
+    (pkg / "b.py").write_text(textwrap.dedent(HELPER.replace("x * SCALE", "x + SCALE")))
+    assert _digest(pkg) != before and len(walks) == 3
+    (pkg / "b.py").unlink()  # a module that vanished is a change too
+    (pkg / "a.py").write_text(textwrap.dedent(RUN.replace("from .b import helper", "helper = abs")))
+    assert _digest(pkg) != before and len(walks) == 4
+
+
 def test_a_recipe_named_by_module_reaches_what_the_function_reaches():
     """`recipes(...)` names a library recipe without importing it: the same definitions as the function, the
     same result when called, and a misspelt name fails when the experiment file loads."""
@@ -251,8 +267,11 @@ def test_the_trace_sees_a_definition_the_walk_missed(monkeypatch):
     cfg = next(c for c in exp.grid(resolve_profile(exp, "quick")) if c["part"] == "train")
     real = reach._resolve
     monkeypatch.setattr(
-        reach, "_resolve", lambda mod, name, pkg, depth=0: real(mod, name, pkg) if name in mod.defs else None
+        reach,
+        "_resolve",
+        lambda mod, name, pkg, read, depth=0: real(mod, name, pkg, read) if name in mod.defs else None,
     )
+    monkeypatch.setattr(reach, "_REACHED", {})  # a walk, not what an earlier one found
     closure = {(d.module, d.name) for d in recipe_definitions(part.run)}
     ctx = RunContext(device=torch.device("cpu"), progress=False)
     ran = _executed(functools.partial(_function(part.run), cfg, ctx))

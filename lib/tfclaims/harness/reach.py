@@ -266,39 +266,64 @@ def module_file(dotted: str, package_dir: Path = PKG_DIR) -> Path:
     return path if path.exists() else package_dir.joinpath(*dotted.split("."), "__init__.py")
 
 
-def _load(key: str, package_dir: Path) -> _Module | None:
-    """A library module by dotted name, or a file by path."""
+def _read(key: str, package_dir: Path) -> str | None:
+    """The source of a library module by dotted name, or of a file by path; None where there is none."""
     path = Path(key) if key.endswith(".py") else module_file(key, package_dir)
-    if not path.exists():
-        return None
-    return _parse(key, _source(path), package_dir)
+    return _source(path) if path.exists() else None
+
+
+def _load(key: str, package_dir: Path, read: dict | None = None) -> _Module | None:
+    """A library module by dotted name, or a file by path; `read` collects each key's source (or None)."""
+    source = _read(key, package_dir)
+    if read is not None:
+        read[key] = source
+    return None if source is None else _parse(key, source, package_dir)
 
 
 def _source(path: Path) -> str:
     return path.read_text()
 
 
-def _resolve(mod: _Module, name: str, package_dir: Path, depth: int = 0) -> tuple[_Module, str] | None:
+# reached() per (file, root, package): the sources it read (key -> text or None) and what it found. A hit
+# rereads those sources and stands only if every one is as it was: a walk is many thousand AST nodes, a
+# reread a few dozen small files, and a process (a sweep, `check-results`) asks for the same roots often.
+_REACHED: dict[tuple[Path, str, Path], tuple[dict[str, str | None], list[Definition]]] = {}
+
+
+def _resolve(
+    mod: _Module, name: str, package_dir: Path, read: dict, depth: int = 0
+) -> tuple[_Module, str] | None:
     """The module and definition a name denotes as seen from `mod`, through re-exports."""
     if name in mod.defs:
         return mod, name
     imp = mod.imports.get(name)
     if imp is None or imp[0] != "def" or depth > 20:
         return None
-    target = _load(imp[1], package_dir)
-    return None if target is None else _resolve(target, imp[2], package_dir, depth + 1)
+    target = _load(imp[1], package_dir, read)
+    return None if target is None else _resolve(target, imp[2], package_dir, read, depth + 1)
 
 
 def reached(path: Path | str, root: str, package_dir: Path = PKG_DIR) -> list[Definition]:
     """Every definition `root` (a top-level name of the file at `path`) reaches, and the import-time
     statements of the modules they live in, as `Definition`s in a stable order."""
     path = Path(path).resolve()
+    memo = _REACHED.get((path, root, package_dir))
+    if memo is not None and all(_read(k, package_dir) == text for k, text in memo[0].items()):
+        return list(memo[1])
+    read: dict[str, str | None] = {}
+    found = _walk(path, root, package_dir, read)
+    _REACHED[path, root, package_dir] = (read, found)
+    return list(found)
+
+
+def _walk(path: Path, root: str, package_dir: Path, read: dict) -> list[Definition]:
+    """`reached` without its memo; `read` collects the sources the walk read."""
     key = (
         ".".join(path.relative_to(package_dir).with_suffix("").parts)
         if path.is_relative_to(package_dir)
         else str(path)
     )
-    start = _load(key, package_dir)
+    start = _load(key, package_dir, read)
     if start is None or root not in start.defs:
         raise KeyError(f"{root!r} is not a top-level definition of {path}")
     seen: dict[tuple[str, str], Definition] = {}
@@ -314,12 +339,12 @@ def reached(path: Path | str, root: str, package_dir: Path = PKG_DIR) -> list[De
         for n in ast.walk(node):
             found = None
             if isinstance(n, ast.Name):
-                found = _resolve(mod, n.id, package_dir)
+                found = _resolve(mod, n.id, package_dir, read)
             elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
                 imp = mod.imports.get(n.value.id)
                 if imp is not None and imp[0] == "mod":
-                    target = _load(imp[1], package_dir)
-                    found = None if target is None else _resolve(target, n.attr, package_dir)
+                    target = _load(imp[1], package_dir, read)
+                    found = None if target is None else _resolve(target, n.attr, package_dir, read)
             if found is not None and (found[0].key, found[1]) not in seen:
                 todo.append(found)
     side = [Definition(m.key, "<import-time>", m.text(s)) for m in modules.values() for s in m.side]
