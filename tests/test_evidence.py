@@ -93,6 +93,51 @@ def test_escape_step_and_time_to_event():
     assert ev.time_to_event("t", [None] * 3, [None] * 3, horizon=100).decision == "excluded"
 
 
+def test_log_rank_statistic_matches_statsmodels_on_every_split():
+    from statsmodels.duration.survfunc import survdiff
+
+    rng, checked = np.random.default_rng(3), 0
+    for _ in range(100):
+        na, nb = rng.integers(2, 9, size=2)
+        time = rng.integers(1, 30, size=na + nb).astype(float)  # ties between and within arms
+        event = rng.random(na + nb) < 0.7
+        if not event.any():
+            continue
+        group = np.repeat([0, 1], [na, nb])
+        try:
+            chi2 = survdiff(time, event.astype(int), group)[0]
+        except np.linalg.LinAlgError:  # statsmodels fails where the variance is 0 (this returns 0 there)
+            continue
+        assert ev.logrank_chi2(time, event, group.astype(bool)) == pytest.approx(chi2, rel=1e-9, abs=1e-12)
+        checked += 1
+    assert checked > 80
+
+
+def test_log_rank_p_is_exact_for_few_runs_and_never_below_what_they_can_give():
+    early, late = [1, 2, 3, 4, 5], [10, 11, 12, 13, 14]
+    assert ev.logrank_p(early, [True] * 5, late, [True] * 5) == pytest.approx(2 / 252)  # C(10, 5) splits
+    # the chi-square approximation undercuts that: the reason for the permutation p
+    from statsmodels.duration.survfunc import survdiff
+
+    asymptotic = survdiff(np.array(early + late, float), np.ones(10, int), np.repeat([0, 1], 5))[1]
+    assert asymptotic < 2 / 252
+    # exact by enumeration: every split's chi-square counted against the observed one
+    import itertools
+
+    time, event = (
+        np.array([3, 8, 5, 9, 12, 4, 15, 11, 20, 7], float),
+        np.array([1, 1, 0, 1, 1, 1, 0, 1, 1, 0], bool),
+    )
+    splits = np.array([[i in c for i in range(10)] for c in itertools.combinations(range(10), 5)])
+    null, observed = ev.logrank_chi2(time, event, splits), ev.logrank_chi2(time, event, np.arange(10) >= 5)
+    expected = np.mean(null >= observed * (1 - 1e-12))
+    assert ev.logrank_p(time[:5], event[:5], time[5:], event[5:]) == pytest.approx(expected)
+    # beyond EXACT_PARTITIONS splits it samples them: the same p on every call
+    big = [np.arange(12.0), np.ones(12, bool), np.arange(12.0) + 3, np.ones(12, bool)]
+    assert math.comb(24, 12) > ev.EXACT_PARTITIONS and ev.logrank_p(*big) == ev.logrank_p(*big)
+    assert ev.logrank_p([5.0], [False], [5.0], [False]) == 1.0  # no event: nothing to test
+
+
 def test_holm_matches_the_step_down_formula_and_redecides():
     ps = [0.01, 0.04, 0.03]
     cs = [

@@ -311,20 +311,24 @@ def test_a_suspended_job_is_waited_for_and_said(slurm, toy):
 
 
 def test_an_interrupted_sweep_names_the_jobs_it_leaves_and_a_rerun_waits_for_them(slurm, toy):
-    proc, err = _sweep_in_background(slurm, toy, TOY_SLEEP_1="8")
-    job = _wait_for(toy / "started").split("_")[0]
-    proc.send_signal(signal.SIGINT)
-    rc, said = _finish(proc, err)
-    assert rc == 130 and said.strip().splitlines()[-2:] == [
-        f"toy: SLURM job(s) {job} keep running and record their runs; stop them with `scancel {job}`; "
-        "a new sweep of toy starts once they are gone",
-        "interrupted: finished runs are kept; rerun the same command to resume",
-    ]
-    again = tfclaims(slurm, toy / "r", claim="toy")
-    assert again.returncode == 2 and again.stderr.strip().splitlines() == [
-        f"error: toy: SLURM job(s) {job} of an interrupted sweep still hold its runs; wait until they end "
-        f"(squeue -j {job}) or stop them (scancel {job}), then rerun"
-    ]
+    gate = toy / "gate"  # the job's run 1 holds it until the test has seen the rerun refused
+    proc, err = _sweep_in_background(slurm, toy, TOY_GATE_1=str(gate))
+    try:
+        job = _wait_for(toy / "started").split("_")[0]
+        proc.send_signal(signal.SIGINT)
+        rc, said = _finish(proc, err)
+        assert rc == 130 and said.strip().splitlines()[-2:] == [
+            f"toy: SLURM job(s) {job} keep running and record their runs; stop them with `scancel {job}`; "
+            "a new sweep of toy starts once they are gone",
+            "interrupted: finished runs are kept; rerun the same command to resume",
+        ]
+        again = tfclaims(slurm, toy / "r", claim="toy")
+        assert again.returncode == 2 and again.stderr.strip().splitlines() == [
+            f"error: toy: SLURM job(s) {job} of an interrupted sweep still hold its runs; wait until they "
+            f"end (squeue -j {job}) or stop them (scancel {job}), then rerun"
+        ]
+    finally:
+        gate.touch()  # a failure above leaves no job waiting on the cluster the next tests share
     _until(lambda: not _slurm(slurm, "squeue", "-h", "-j", job).strip(), what=f"job {job} gone")
     rerun = tfclaims(slurm, toy / "r", claim="toy")
     assert rerun.returncode == 0 and "6 runs (6 reused, 0 run, 0 failed)" in rerun.stderr, rerun.stderr

@@ -8,7 +8,8 @@ Environment hooks, read inside each run:
   yet (a pre-empted or OOM-killed job); $TOY_DIE_ALWAYS: every time;
 - $TOY_CATCH: the run i=1, seed 0 sleeps this long inside `except Exception`, and files -100.0 if anything
   interrupts it (a recipe that catches what it should not);
-- $TOY_HOLD_MB: the run i=1, seed 0 holds this much memory while it sleeps.
+- $TOY_HOLD_MB: the run i=1, seed 0 holds this much memory while it sleeps;
+- $TOY_GATE_<i>: run i (seed 0) waits until this file exists (a run that ends when a test lets it).
 """
 
 TOY = """
@@ -52,6 +53,8 @@ class Toy(Experiment):
                 time.sleep(float(env["TOY_CATCH"]))
             except Exception:
                 return {"value": -100.0, "pid": os.getpid()}
+        while seed == 0 and env.get(f"TOY_GATE_{i}") and not os.path.exists(env[f"TOY_GATE_{i}"]):
+            time.sleep(0.2)
         own = float(env.get(f"TOY_SLEEP_{i}", "0")) if seed == 0 else 0
         time.sleep(float(env.get("TOY_SLEEP", "0")) + own)
         return {"value": i + float(torch.rand(())), "pid": os.getpid()}

@@ -9,7 +9,7 @@ TESTS = {
     "paired": "paired t-test over the units both arms share",
     "welch": "Welch's t-test (the arms share no unit)",
     "fisher": "Fisher's exact test on the proportions",
-    "logrank": "log-rank test, censored at step {horizon:g}",
+    "logrank": "log-rank test, censored at step {horizon:g}, its p from the permutation distribution",
 }
 CONVENTIONS = (
     "Every comparison is arm b − arm a. A difference is significant at p ≤ {alpha:g} after Holm's "
