@@ -3,6 +3,9 @@ learning): every sub-claim is an exact number against declared bounds, so there 
 'both arms failed to learn' cell; the closest analogue, a grid with no size in the fit range, declares no
 exponent cell and ends inconclusive rather than counted either way."""
 
+import sys
+
+import numpy as np
 import pytest
 
 from tfclaims.evidence.evaluate import CheckFailed
@@ -188,6 +191,24 @@ def test_flash_memory_rule_inconclusive_without_sizes_in_the_fit_range(exp, tmp_
     assert sub(v, "saved-exponent").comparisons == [] and verdicts(v)["saved-exponent"] == "inconclusive"
     assert verdicts(v)["keeps"] == verdicts(v)["hand"] == verdicts(v)["peak"] == "supported"
     assert v.verdict == "inconclusive"
+
+
+def test_a_constant_working_set_bends_no_peak_exponent(exp, tmp_path):
+    """A peak of a constant (the allocator's pool, the model) plus its growth: the exponent is the growth's,
+    where a log-log fit of the peak itself reads below 1 for the fused paths (as the CPU's did, 0.74)."""
+    from tfclaims.evidence.stats import loglog_fit
+
+    view = sys.modules[type(exp).__module__.rsplit(".", 1)[0] + ".analysis"]
+    n = np.array([1024, 2048, 4096])
+    fused = (
+        2_098_184 + 3080 * n
+    )  # the CPU's fused peaks: 5,252,104 bytes at 1,024, then +3,153,920, +6,307,840
+    assert loglog_fit(n, fused).slope < 0.95 and view.growth_exponent(n, fused) == pytest.approx(1.0)
+    explicit = 2_100_000 + 24 * n**2 + 512 * n
+    assert view.growth_exponent(n, explicit) == pytest.approx(2.0, abs=0.02)
+    assert np.isnan(view.growth_exponent(n, [5, 5, 6]))  # a peak that does not grow: no exponent
+    v = analyse(exp, records(exp, peak=lambda k, n: linear_peak(k, n) + 3_000_000), "quick", tmp_path)
+    assert comparisons(v)["peak/fused"].decision == comparisons(v)["peak/explicit"].decision == "equivalent"
 
 
 def test_flash_memory_rule_mixed_when_the_fused_peak_grows_as_n_squared(exp, tmp_path):

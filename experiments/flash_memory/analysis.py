@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from tfclaims.analysis import part
@@ -20,8 +21,9 @@ PEAKED = ("explicit", "explicit_causal", "fused", "fused_causal")  # the paths t
 EXPONENT = Readout(
     "exponent",
     "log-log exponent in n",
-    definition="least squares of log bytes on log n (saved bytes over the fit sizes; peak bytes over the "
-    "peak sizes); exact counts, so one fixed number",
+    definition="least squares of log bytes on log n (saved bytes over the fit sizes); of the peak, least "
+    "squares of log increment on log n (the peak's growth from each size to the next, so its constant part "
+    "cancels; sizes that double); exact counts, so one fixed number",
     fmt=".3f",
 )
 STORAGES = Readout(
@@ -118,18 +120,33 @@ def _fits(wide: pd.DataFrame, pk: pd.DataFrame, fit_from: int) -> pd.DataFrame:
             }
             for v in VARIANTS
         ]
-    if len(pk) >= 2:
+    if len(pk) >= PEAK_SIZES:
+        rng = f"{pk.n.min()}–{pk.n.max()}"
         rows += [
             {
                 "quantity": "peak",
                 "variant": v,
                 "unit": 0,
-                "exponent": loglog_fit(pk.n, pk[v]).slope,
-                "range": f"{pk.n.min()}–{pk.n.max()}",
+                "exponent": growth_exponent(pk.n, pk[v]),
+                "range": rng,
             }
             for v in PEAKED
         ]
     return pd.DataFrame(rows, columns=["quantity", "variant", "unit", "exponent", "range"])
+
+
+PEAK_SIZES = 3  # two increments: the fewest an exponent of the growth is fitted from
+
+
+def growth_exponent(n, peak) -> float:
+    """The exponent e of a peak c + a·nᵉ (+ lower powers) from sizes n that double: least squares of log
+    increment on log n over successive sizes (an increment grows as nᵉ; the constant c, the model and the
+    allocator's working set, cancels). NaN where a peak does not grow."""
+    n, peak = np.asarray(n, float), np.asarray(peak, float)
+    inc = np.diff(peak[np.argsort(n)])
+    if np.any(inc <= 0):
+        return float("nan")
+    return loglog_fit(np.sort(n)[:-1], inc).slope
 
 
 def _ratio(df: pd.DataFrame, h: int, dk: int, at, it: int = 4) -> pd.DataFrame:
@@ -284,8 +301,8 @@ def write_tables(runs, t: dict, p: dict, fit_from: int, out) -> dict:
     out.table(
         "exponents",
         fits,
-        f"Log-log exponent in n of the saved bytes (n ≥ {fit_from}) and of the peak memory of forward + "
-        "backward",
+        f"Log-log exponent in n of the saved bytes (n ≥ {fit_from}) and of the growth of the peak memory of "
+        "forward + backward (its increments from each size to the next)",
     )
     peak_ratio = {}
     if len(pk):

@@ -78,7 +78,7 @@ def _cells(quantity: str, variants, declared: bool) -> tuple:
 
 def _peak_subclaims(p: dict, exps, paths) -> tuple[SubClaim, ...]:
     """Peak memory of forward + backward: its exponent in n, and the live tensors that explain it."""
-    peaks = len(p["peak_ns"]) >= 2
+    peaks = len(p["peak_ns"]) >= view.PEAK_SIZES
     live = {v: EXPLICIT_LIVE if v.startswith("explicit") else FUSED_LIVE for v in view.PEAKED}
     return (
         SubClaim(
@@ -114,7 +114,7 @@ class FlashMemory(Experiment):
     times_code = True
     profiles = {
         "quick": {"heads": 2, "head_dim": 16, "ns": [16, 32, 64, 128, 256, 512], "inventory_n": 64,
-                  "grad_check_max_n": 128, "peak_ns": [256, 512], "dtype": "float32"},
+                  "grad_check_max_n": 128, "peak_ns": [256, 512, 1024], "dtype": "float32"},
         "default": {"heads": 2, "head_dim": 64, "ns": [64, 128, 256, 512, 1024, 2048, 4096],
                     "inventory_n": 1024, "grad_check_max_n": 1024, "peak_ns": [1024, 2048, 4096],
                     "dtype": "float32"},
