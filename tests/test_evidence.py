@@ -236,6 +236,10 @@ def _cmp(id, decision):
         (["b_better", "a_better", "undecided", "undecided"], None, 0.5, "mixed"),
         (["a_better", "a_better", "undecided", "undecided"], None, 0.5, "refuted"),
         (["a_better", "undecided", "undecided", "undecided"], None, 0.5, "inconclusive"),
+        # 75% must hold: two of four against it put the share out of reach, whatever the rest would show
+        (["a_better", "a_better", "undecided", "undecided"], None, 0.75, "refuted"),
+        (["b_better", "a_better", "a_better", "undecided"], None, 0.75, "refuted"),
+        (["b_better", "a_better", "undecided", "undecided"], None, 0.75, "mixed"),
     ],
 )
 def test_the_verdict_ladder(decisions, control, where, verdict):
@@ -246,6 +250,8 @@ def test_the_verdict_ladder(decisions, control, where, verdict):
         assert "excluded" in lad.detail
     if verdict == "inconclusive" and "undecided" in decisions:
         assert "detectable" in lad.detail
+    if where == 0.75 and verdict == "refuted":
+        assert lad.detail.endswith("at most 2 of 4 can hold where 75% must: out of reach")
 
 
 @pytest.mark.parametrize(

@@ -920,9 +920,10 @@ def ladder(
 
     where: 'any' — supported if some comparison supports and none refutes; 'all' — supported only if every
       non-excluded comparison supports (the claim says it holds throughout its range); a share q in (0, 1] —
-      supported if at least q of the non-excluded comparisons support. Whatever `where` says: refuted if some
-      comparison refutes and none supports (for a share: at least q refute); mixed if some support and some
-      refute (and the share is not reached); otherwise inconclusive.
+      supported if at least q of the non-excluded comparisons support, refuted as soon as that share can no
+      longer be reached (fewer than q would support even if every undecided one did). Whatever `where` says:
+      refuted if some comparison refutes and none supports (for a share: at least q refute); mixed if some
+      support and some refute (and the share is neither reached nor out of reach); otherwise inconclusive.
     """
     if not (where in ("any", "all") or (isinstance(where, float) and 0 < where <= 1)):
         raise EvidenceError(f"where must be 'any', 'all' or a share in (0, 1], got {where!r}")
@@ -932,10 +933,13 @@ def ladder(
         by[role(c, claimed, bool(positive_control))].append(c)
     sup, ref, und, exc = by["support"], by["refute"], by["undecided"], by["excluded"]
     n = len(sup) + len(ref) + len(und)
+    out_of_reach = isinstance(where, float) and n and n - len(ref) < where * n
     if isinstance(where, float):
         need = where * n
         if n and len(sup) >= need:
             verdict = "supported"
+        elif out_of_reach:
+            verdict = "refuted"
         elif sup and ref:
             verdict = "mixed"
         elif ref and len(ref) >= need:
@@ -970,6 +974,8 @@ def ladder(
                 " this setup showed it could detect an effect of that size, so this does not refute"
             )
         parts.append(s)
+    if out_of_reach and verdict == "refuted":
+        parts.append(f"at most {n - len(ref)} of {n} can hold where {where:.0%} must: out of reach")
     if exc:
         parts.append("excluded (neither arm learned): " + ", ".join(map(name, exc)))
     if not comparisons:

@@ -135,9 +135,9 @@ def _where(sc: SubClaim) -> str:
     w = sc.where
     if isinstance(w, float):
         return (
-            f"supported if {holds} in at least {w:.0%} of the comparisons; mixed if it holds in some and "
-            f"fails in others; refuted if it holds in none and fails in at least {w:.0%}; otherwise "
-            f"inconclusive"
+            f"supported if {holds} in at least {w:.0%} of the comparisons; refuted once that share is out of "
+            f"reach (it fails in more than {1 - w:.0%}), or if it holds in none and fails in at least "
+            f"{w:.0%}; mixed if it holds in some and fails in others; otherwise inconclusive"
         )
     first = "in some comparison" if w == "any" else "in every comparison that is not excluded"
     return (
