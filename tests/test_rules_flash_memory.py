@@ -273,3 +273,13 @@ def test_flash_memory_rule_counts_softmax_backwards_buffer_in_the_live_set_on_cu
     for recs in (records(exp, peak=peak_of(4), device="cpu"), records(exp, peak=peak_of(3), device="cuda")):
         v = analyse(exp, recs, "quick", tmp_path)
         assert decisions(v)["peak-live/explicit"] != "equivalent" and verdicts(v)["peak-live"] == "mixed"
+
+
+@pytest.mark.parametrize("ns", [[1024, 3000, 4096], [2048, 1024, 512], [1024, 1024, 2048]])
+def test_peak_sizes_that_do_not_double_are_refused(exp, ns):
+    """The growth exponent reads the increments between sizes that double: any other grid is bad input."""
+    from tfclaims.nn.config import ConfigError
+
+    with pytest.raises(ConfigError, match="peak_ns: sizes that double"):
+        exp.grid({**exp.profiles["default"], "peak_ns": ns})
+    assert exp.grid({**exp.profiles["default"], "peak_ns": [512, 1024, 2048, 4096]})

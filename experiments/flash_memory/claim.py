@@ -7,7 +7,7 @@ from tfclaims.evidence.declare import Declaration, SubClaim, bound, cell, check,
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
 from tfclaims.measure.attention_units import VARIANTS
-from tfclaims.nn.config import ModelConfig
+from tfclaims.nn.config import ConfigError, ModelConfig
 
 from experiments.flash_memory import analysis as view
 
@@ -61,6 +61,9 @@ def saved_grid(p):
 
 
 def peak_grid(p):
+    ns = p["peak_ns"]
+    if any(b != 2 * a for a, b in zip(ns, ns[1:])):  # the growth exponent reads increments of doublings
+        raise ConfigError(f"peak_ns: sizes that double each time, in order, got {ns!r}")
     return [
         {"n": n, "heads": p["heads"], "head_dim": p["head_dim"], "dtype": p["dtype"]} for n in p["peak_ns"]
     ]
