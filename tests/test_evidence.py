@@ -299,7 +299,28 @@ def test_combine():
     assert ev.combine(["refuted"]) == "refuted"
     assert ev.combine(["supported", "refuted"]) == "mixed"
     assert ev.combine(["supported", "inconclusive"]) == "inconclusive"
+    assert ev.combine(["mixed", "inconclusive"]) == ev.combine(["supported", "mixed"]) == "mixed"
     assert ev.combine([]) == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    "parts, verdict",
+    [
+        (["refute", "undecided", "undecided"], "refuted"),  # fails in one, holds nowhere
+        (["support", "undecided"], "inconclusive"),  # every part must hold
+        (["support", "support"], "supported"),
+        (["support", "refute", "undecided"], "mixed"),
+        (["undecided", "undecided"], "inconclusive"),
+    ],
+)
+def test_one_ladder_decides_cells_and_claims_alike(parts, verdict):
+    """The same parts give the same verdict as cells of a sub-claim (where='all') and as sub-claims of a
+    claim."""
+    decision = {"support": "b_better", "refute": "a_better", "undecided": "undecided"}
+    cells = [_cmp(f"c{i}", decision[r]) for i, r in enumerate(parts)]
+    as_sub = {"support": "supported", "refute": "refuted", "undecided": "inconclusive"}
+    assert ev.ladder(cells, "b_better", where="all").verdict == verdict
+    assert ev.combine([as_sub[r] for r in parts]) == verdict
 
 
 def test_comparisons_serialise_without_nan():

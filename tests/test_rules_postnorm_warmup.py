@@ -169,8 +169,8 @@ def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(
 
 def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln_and_pre_ln_is_worse(tmp_path):
     """A, B and C all refuted: refuted (at depth, Post-LN with warmup at its best rate beats Pre-LN). A
-    refuted beside an inconclusive B is inconclusive: the overall verdict combines the counted sub-claims; the
-    old rule called any refuted A or B refuted."""
+    refuted beside an inconclusive B is refuted too: the counted sub-claims are combined by the ladder that
+    decides a sub-claim's cells (fails in one, holds in none)."""
 
     def loss(pl, wu, d, s, steps=P["steps"], **_):
         if steps > P["steps"]:
@@ -193,7 +193,7 @@ def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln_and_pre_ln_is_wo
 
     v = analyse(EXP, records(only_a), P, tmp_path)
     assert verdicts(v)["A"] == "refuted" and verdicts(v)["B"] == "inconclusive"
-    assert v.verdict == "inconclusive"
+    assert v.verdict == "refuted"
 
 
 def test_postnorm_warmup_rule_cell_where_both_arms_always_learned_is_reported_not_counted(tmp_path):

@@ -916,15 +916,9 @@ def ladder(
     where: str | float = "any",
     label: Callable[[Comparison], str] | None = None,
 ) -> Ladder:
-    """A sub-verdict from the (already Holm-corrected) comparisons of its cells.
-
-    where: 'any' — supported if some comparison supports and none refutes; 'all' — supported only if every
-      non-excluded comparison supports (the claim says it holds throughout its range); a share q in (0, 1] —
-      supported if at least q of the non-excluded comparisons support, refuted as soon as that share can no
-      longer be reached (fewer than q would support even if every undecided one did). Whatever `where` says:
-      refuted if some comparison refutes and none supports (for a share: at least q refute); mixed if some
-      support and some refute (and the share is neither reached nor out of reach); otherwise inconclusive.
-    """
+    """A sub-verdict from the (already Holm-corrected) comparisons of its cells: each comparison's `role`,
+    decided by `rung` (where: 'any', 'all' — the claim says it holds throughout its range — or a share);
+    excluded comparisons count neither way."""
     if not (where in ("any", "all") or (isinstance(where, float) and 0 < where <= 1)):
         raise EvidenceError(f"where must be 'any', 'all' or a share in (0, 1], got {where!r}")
     name = label or (lambda c: c.id)
@@ -934,26 +928,7 @@ def ladder(
     sup, ref, und, exc = by["support"], by["refute"], by["undecided"], by["excluded"]
     n = len(sup) + len(ref) + len(und)
     out_of_reach = isinstance(where, float) and n and n - len(ref) < where * n
-    if isinstance(where, float):
-        need = where * n
-        if n and len(sup) >= need:
-            verdict = "supported"
-        elif out_of_reach:
-            verdict = "refuted"
-        elif sup and ref:
-            verdict = "mixed"
-        elif ref and len(ref) >= need:
-            verdict = "refuted"
-        else:
-            verdict = "inconclusive"
-    elif sup and ref:
-        verdict = "mixed"
-    elif sup and (where == "any" or not und):
-        verdict = "supported"
-    elif ref:
-        verdict = "refuted"
-    else:
-        verdict = "inconclusive"
+    verdict = rung(len(sup), len(ref), len(und), where)
     parts = []
     if sup:
         parts.append("holds in " + ", ".join(map(name, sup)))
@@ -990,14 +965,41 @@ def ladder(
     )
 
 
-def combine(verdicts: Iterable[str]) -> str:
-    """An overall verdict from sub-verdicts that the claim needs together: all supported → supported; all
-    refuted → refuted; any supported beside any refuted (or any mixed) → mixed; otherwise inconclusive."""
-    v = list(verdicts)
-    if v and all(x == "supported" for x in v):
-        return "supported"
-    if v and all(x == "refuted" for x in v):
-        return "refuted"
-    if "mixed" in v or ("supported" in v and "refuted" in v):
+def rung(n_sup: int, n_ref: int, n_und: int, where: str | float) -> str:
+    """The ladder's one rule, from how many parts support, refute and are undecided (a part can do both: a
+    mixed sub-verdict): `ladder` applies it to a sub-claim's cells, `combine` to a claim's sub-claims.
+
+    where: 'any' — supported if some part supports and none refutes; 'all' — supported only if every part
+      supports; a share q in (0, 1] — supported if at least q of the parts support, refuted as soon as that
+      share is out of reach (fewer than q would support even if every undecided part did). Whatever `where`
+      says: refuted if some part refutes and none supports (for a share: at least q refute); mixed if some
+      support and some refute (and a share is neither reached nor out of reach); otherwise inconclusive."""
+    n = n_sup + n_ref + n_und
+    if isinstance(where, float):
+        need = where * n
+        if n and n_sup >= need:
+            return "supported"
+        if n and n - n_ref < need:
+            return "refuted"
+        if n_sup and n_ref:
+            return "mixed"
+        return "refuted" if n_ref and n_ref >= need else "inconclusive"
+    if n_sup and n_ref:
         return "mixed"
-    return "inconclusive"
+    if n_sup and (where == "any" or not n_und):
+        return "supported"
+    return "refuted" if n_ref else "inconclusive"
+
+
+def combine(verdicts: Iterable[str]) -> str:
+    """A claim's verdict from the sub-verdicts it needs together, by the ladder's rule (`rung`, where='all'):
+    a supported sub-verdict supports, a refuted one refutes, a mixed one does both, an inconclusive one is
+    undecided. So all supported → supported; some refuted and none supported → refuted (as "fails in one
+    cell, holds in none" refutes a sub-claim); supported (or mixed) beside refuted → mixed; otherwise
+    inconclusive."""
+    v = list(verdicts)
+    if not v:
+        return "inconclusive"
+    sup = sum(x in ("supported", "mixed") for x in v)
+    ref = sum(x in ("refuted", "mixed") for x in v)
+    return rung(sup, ref, sum(x == "inconclusive" for x in v), "all")

@@ -21,8 +21,9 @@ CONVENTIONS = (
     "shown outside a claimed interval, however small its p."
 )
 COMBINE = (
-    "all supported → supported; all refuted → refuted; supported beside refuted, or any mixed → mixed; "
-    "otherwise inconclusive"
+    "by the same ladder as a sub-claim's cells, each counted sub-claim a cell that must hold: all supported "
+    "→ supported; some refuted and none supported → refuted; supported (or mixed) beside refuted, or any "
+    "mixed → mixed; otherwise inconclusive"
 )
 
 
