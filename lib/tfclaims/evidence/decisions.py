@@ -927,7 +927,6 @@ def ladder(
         by[role(c, claimed, bool(positive_control))].append(c)
     sup, ref, und, exc = by["support"], by["refute"], by["undecided"], by["excluded"]
     n = len(sup) + len(ref) + len(und)
-    out_of_reach = isinstance(where, float) and n and n - len(ref) < where * n
     verdict = rung(len(sup), len(ref), len(und), where)
     parts = []
     if sup:
@@ -949,7 +948,7 @@ def ladder(
                 " this setup showed it could detect an effect of that size, so this does not refute"
             )
         parts.append(s)
-    if out_of_reach and verdict == "refuted":
+    if _out_of_reach(n, len(ref), where):
         parts.append(f"at most {n - len(ref)} of {n} can hold where {where:.0%} must: out of reach")
     if exc:
         parts.append("excluded (neither arm learned): " + ", ".join(map(name, exc)))
@@ -963,6 +962,12 @@ def ladder(
         tuple(c.id for c in und),
         tuple(c.id for c in exc),
     )
+
+
+def _out_of_reach(n: int, n_ref: int, where: str | float) -> bool:
+    """A share rule's share can no longer be reached: fewer than q·n of the n parts could support even if
+    every part that does not refute did."""
+    return isinstance(where, float) and n > 0 and n - n_ref < where * n
 
 
 def rung(n_sup: int, n_ref: int, n_und: int, where: str | float) -> str:
@@ -979,7 +984,7 @@ def rung(n_sup: int, n_ref: int, n_und: int, where: str | float) -> str:
         need = where * n
         if n and n_sup >= need:
             return "supported"
-        if n and n - n_ref < need:
+        if _out_of_reach(n, n_ref, where):
             return "refuted"
         if n_sup and n_ref:
             return "mixed"
