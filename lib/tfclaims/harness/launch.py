@@ -231,6 +231,9 @@ class Launcher:
             mem_gb=req["mem_gb"],
             slurm_partition=req["partition"],
             slurm_array_parallelism=self.array_parallelism,
+            # SLURM warns (SIGUSR2) this long before the limit; submitit's 90 s would, in a job of a minute or
+            # two, arrive while Python still starts, before `TimeLimit` handles it, and kill the job outright
+            slurm_signal_delay_s=min(90, req["time_min"] * 60 // 4),
             slurm_additional_parameters=extra or None,
             **({"gpus_per_node": req["gpus"]} if req["gpus"] else {}),
         )
