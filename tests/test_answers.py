@@ -84,20 +84,24 @@ def test_each_verdict_has_its_phrase_naming_the_parts():
 
 
 def test_cannot_tell_says_what_this_run_could_detect_and_what_would_decide():
-    c = cmp("c/d64-L2", 0.1, -0.15, 0.35, mde=0.4, noise=0.05)
+    c = cmp("c/d64-L2", 0.1, -0.15, 0.35, mde=0.4, noise=0.05)  # a null pair's bound no longer decides
     r = result("inconclusive", [sub("c", "inconclusive", ["c/d64-L2"])], [c])
     # (0.4 / 0.1)^2 = 16 times the samples at the same spread
     assert answer(r) == (
         "Cannot tell at this scale. Undecided: Statement of c; detectable here ≥ 0.4 against an effect of "
         "0.1: ≈16× the samples"
     )
-    # inside the noise floor: more samples do not help, a quieter setup does
-    quiet = cmp("c/d64", -0.05, -0.2, 0.1, mde=0.3, noise=0.14, metric="log time per call")
-    r = result("inconclusive", [sub("c", "inconclusive", ["c/d64"])], [quiet])
+    # the null pair in its cell is significant: more samples do not help, a quieter setup does
+    drift = cmp("c/d64", -0.05, -0.2, 0.1, mde=0.3, null_p=0.003, metric="log time per call")
+    r = result("inconclusive", [sub("c", "inconclusive", ["c/d64"])], [drift])
     assert answer(r).endswith(
-        "the effect (-0.05) is inside the noise floor (±0.14): more samples or a quieter setup would narrow "
-        "the floor"
+        "the null pair in its cell is significant (p = 0.003): the variance there is underestimated, so a "
+        "quieter setup or more samples would decide it"
     )
+    # under 80% power at its SESOI: the seeds per arm that would reach it
+    weak = cmp("c/d64", -0.05, -0.2, 0.1, mde=0.3, sesoi=0.1, power=0.35, seeds_80=19)
+    r = result("inconclusive", [sub("c", "inconclusive", ["c/d64"])], [weak])
+    assert answer(r).endswith("power at its SESOI (±0.1) is 35%: about 19 seeds per arm would reach 80%")
     # an interval straddling the claimed bound: (half-width / distance to the bound)^2
     edge = cmp("c/n", -0.03, -0.21, 0.15, lo=-0.1, hi=0.1, mde=0.3)
     r = result("inconclusive", [sub("c", "inconclusive", ["c/n"], claimed="inside")], [edge])
@@ -161,11 +165,9 @@ def test_role_reads_decisions_against_what_was_claimed():
         ("higher", "a_better", 0.3, -3.0),
     ],
 )
-def test_orientation_puts_the_claimed_arms_advantage_on_the_right_in_noise_floors(
-    better, claimed, diff, expect
-):
-    o = oriented(cmp("x", diff, diff - 0.05, diff + 0.05, better=better, noise=0.1), claimed)
-    assert o.x == pytest.approx(expect) and o.band == 1.0 and o.unit == "noise floors"
+def test_orientation_puts_the_claimed_arms_advantage_on_the_right_in_sesois(better, claimed, diff, expect):
+    o = oriented(cmp("x", diff, diff - 0.05, diff + 0.05, better=better, sesoi=0.1, noise=0.5), claimed)
+    assert o.x == pytest.approx(expect) and o.band == 1.0 and o.unit == "SESOIs"
     assert o.lo < o.x < o.hi and o.hi - o.lo == pytest.approx(1.0)
 
 
@@ -218,8 +220,8 @@ def test_second_scale_reads_the_headline_per_scale_else_the_first_counted_effect
 
 def test_answer_row_and_verdicts_json_carry_the_headline_and_its_orientation():
     cmps = [
-        cmp("a/d64-L2", -0.2, -0.3, -0.1, decision="b_better", noise=0.05, p=0.001),
-        cmp("a/d128-L2", -0.1, -0.3, 0.1, decision="undecided", noise=0.05, p=0.3),
+        cmp("a/d64-L2", -0.2, -0.3, -0.1, decision="b_better", sesoi=0.05, p=0.001),
+        cmp("a/d128-L2", -0.1, -0.3, 0.1, decision="undecided", sesoi=0.05, p=0.3),
     ]
     r = result("supported", [sub("a", "supported", [c["id"] for c in cmps])], cmps, regime="Partly: tiny.")
     row = answer_row(r)
@@ -269,11 +271,11 @@ def test_edge_cases_open_upper_end_exact_value_missing_metric_and_equivalence_ro
 
 
 def test_headline_figure_shows_the_comparison_that_carries_the_sub_verdict():
-    # refuted at d64 (equivalent beside a positive control: the evaluation's reading) though d128 has the
+    # refuted at d64 (equivalent with 80% power at its SESOI: the evaluation's reading) though d128 has the
     # smaller p: the figure shows d64, on the side the verdict says
     cmps = [
-        cmp("a/d64-L2", 0.001, -0.01, 0.012, decision="equivalent", noise=0.02, p=0.7),
-        cmp("a/d128-L2", 0.01, -0.005, 0.025, decision="undecided", noise=0.02, p=0.2),
+        cmp("a/d64-L2", 0.001, -0.01, 0.012, decision="equivalent", sesoi=0.02, p=0.7),
+        cmp("a/d128-L2", 0.01, -0.005, 0.025, decision="undecided", sesoi=0.02, p=0.2),
     ]
     s = {
         **sub("a", "refuted", [c["id"] for c in cmps]),

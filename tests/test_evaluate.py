@@ -99,24 +99,41 @@ def test_count_if_reports_cells_and_keep_if_leaves_them_out():
     assert r.sub("x").comparisons == ["x/c1"] and "Left out" in r.sub("x").detail and not r.sub("x").reported
 
 
-def test_a_positive_control_lets_equivalence_refute():
-    t = runs({1: -0.5, 2: 0.0005})
-    ctrl = sub("ctrl", effects=(1,), margin=0.05)
-    test = sub("test", effects=(2,), margin=0.05)
-    without = evaluate(Declaration((ctrl, test)), {"runs": t})
-    assert without.get("test").decision == "equivalent" and without.sub("test").verdict == "inconclusive"
-    with_ctrl = evaluate(Declaration((ctrl, SubClaim(**{**test.__dict__, "control": "ctrl"}))), {"runs": t})
-    assert with_ctrl.sub("test").verdict == "refuted"
+def test_a_positive_control_is_read_per_cell():
+    """The control (arm k better than a) holds at c1 and shows nothing at c2; the test's arms are equivalent
+    within ±0.05 at both, with ample power. Equivalence refutes at c1 only: at c2 it is not decidable."""
+    t = runs({1: 0.0005, 2: 0.0005})
+    k = t[t.arm == "b"].assign(arm="k")
+    k["final_val"] = (
+        t[t.arm == "a"]["final_val"].to_numpy() + np.where(k["c"] == 1, -0.5, 0.0) + np.tile(W, 2)
+    )
+    t = pd.concat([t, k], ignore_index=True)
+    ctrl = sub("ctrl", b=arm("k", arm="k"), sesoi=0.05)
+    test = sub("test", sesoi=0.05)
+    alone = evaluate(Declaration((ctrl, test)), {"runs": t})
+    assert all(c.decision == "equivalent" and c.power > 0.99 for c in alone.of("test"))
+    assert alone.sub("test").verdict == "refuted"  # no control named: the power alone licenses it
+    gated = evaluate(Declaration((ctrl, SubClaim(**{**test.__dict__, "control": "ctrl"}))), {"runs": t})
+    s = gated.sub("test")
+    assert s.roles == {"test/c1": "refute", "test/c2": "not decidable"} and s.verdict == "refuted"
+    assert "not decidable here (the positive control failed in the cell" in s.detail
+    pre = SubClaim(**{**test.__dict__, "control": "ctrl", "gate": "precondition"})
+    t2 = t.copy()
+    t2.loc[t2.arm == "b", "final_val"] -= 0.3  # b now clearly better in both cells
+    both = evaluate(Declaration((ctrl, pre)), {"runs": t2}).sub("test")
+    assert both.roles == {"test/c1": "support", "test/c2": "not decidable"} and both.verdict == "supported"
 
 
-def test_null_pairs_floor_the_cells_they_name():
+def test_a_null_pair_calibrates_the_cells_it_was_run_in():
+    """The null rerun drifts at c1 (significant) and is quiet at c2: c1 is undecided whatever its p, c2 is
+    decided."""
     t = runs({1: -0.05, 2: -0.05})
     rows = [
         {
             "arm": "null",
             "c": c,
             "unit": s + 100,
-            "final_val": 3.0 + 0.1 * s + (0.2 if c == 1 else 0.001) * (-1) ** s,
+            "final_val": 3.0 + 0.1 * s + (0.03 + 0.001 * (-1) ** s if c == 1 else 0.02 * (-1) ** s),
         }
         for c in (1, 2)
         for s in range(6)
@@ -132,13 +149,19 @@ def test_null_pairs_floor_the_cells_they_name():
     )
     r = evaluate(Declaration((sub(noise="null"),), (null,)), {"runs": t})
     assert [f.id for f in r.floors] == ["null/c1", "null/c2"]
-    assert r.get("x/c1").in_noise and r.get("x/c1").decision == "undecided"  # floor ±~0.2
-    assert not r.get("x/c2").in_noise and r.get("x/c2").decision == "b_better"  # floor ±~0.001
+    c1, c2 = r.get("x/c1"), r.get("x/c2")
+    assert c1.p < 0.05 and c1.null_significant and c1.decision == "undecided"
+    assert (
+        c2.null_p > 0.05
+        and c2.decision == "b_better"
+        and c2.noise == pytest.approx(max(abs(r.floors[1].ci_low), abs(r.floors[1].ci_high)))
+    )
+    assert r.sub("x").verdict == "inconclusive"
 
 
 def test_the_guard_excludes_a_cell_where_neither_arm_learned_on_every_readout():
     t = runs({1: -0.3, 2: -0.3}, learned={2: False})
-    r = evaluate(Declaration((sub(guard=LEARNED, readouts=(LOSS, LEARNED)),)), {"runs": t})
+    r = evaluate(Declaration((sub(guard=LEARNED, readouts=(LOSS, LEARNED), primary=True),)), {"runs": t})
     assert r.get("x/c2/final_val").decision == "excluded" and r.get("x/c2/learned").decision == "excluded"
     assert r.get("x/c1/final_val").learned_a == 6
     assert "excluded" in r.sub("x").detail and r.sub("x").verdict == "supported"
@@ -225,7 +248,7 @@ def test_a_primary_readout_alone_counts_and_the_others_are_reported():
     first = evaluate(Declaration((sub(readouts=(LOSS, other), primary=True),)), {"runs": df})
     assert both.sub("x").verdict == "mixed"
     s = first.sub("x")
-    assert s.verdict == "supported" and s.comparisons == ["x/c1/final_val", "x/c2/final_val"]
+    assert s.verdict == "inconclusive" and s.comparisons == ["x/c1/final_val", "x/c2/final_val"]
     assert s.reported == ["x/c1/other", "x/c2/other"] and "primary one is final validation loss" in s.detail
     assert first.get("x/c1/other").decision == "a_better" and "reported" in first.get("x/c1/other").sub_claim
     assert s.holds == ["c1"]  # where its counted comparisons support it
@@ -233,7 +256,7 @@ def test_a_primary_readout_alone_counts_and_the_others_are_reported():
 
 def test_holds_names_the_cells_that_support_the_claim():
     r = evaluate(Declaration((sub(effects=(1, 2, 3)),)), {"runs": runs({1: -0.3, 2: 0.0, 3: -0.2})})
-    assert r.sub("x").holds == ["c1", "c3"] and r.sub("x").verdict == "supported"
+    assert r.sub("x").holds == ["c1", "c3"] and r.sub("x").verdict == "inconclusive"  # c2 undecided
     one = evaluate(Declaration((sub(effects=(1,)),)), {"runs": runs({1: -0.3})})
     assert one.sub("x").holds == ["c1"]
 

@@ -192,7 +192,7 @@ def test_noise_floor_pairs_seed_s_with_s_plus_offset():
     assert ev.noise_bound(f) == pytest.approx(max(abs(f.ci_low), abs(f.ci_high)))
 
 
-def _cmp(id, decision):
+def _cmp(id, decision, power=None):
     return ev.Comparison(
         id=id,
         sub_claim="",
@@ -211,20 +211,24 @@ def _cmp(id, decision):
         p=None,
         p_raw=None,
         mde=0.1,
+        power=power,
         decision=decision,
     )
 
 
 @pytest.mark.parametrize(
-    "decisions, control, where, verdict",
+    "decisions, power, where, verdict",
     [
         (["b_better", "b_better"], None, "any", "supported"),
         (["b_better", "undecided"], None, "any", "supported"),
         (["b_better", "undecided"], None, "all", "inconclusive"),
         (["a_better", "undecided"], None, "any", "refuted"),
         (["b_better", "a_better"], None, "any", "mixed"),
-        (["equivalent", "equivalent"], None, "any", "inconclusive"),  # no positive control: never refuted
-        (["equivalent", "equivalent"], True, "any", "refuted"),
+        # an equivalence refutes a directional claim only where the power at the SESOI reaches 80%
+        (["equivalent", "equivalent"], None, "all", "inconclusive"),
+        (["equivalent", "equivalent"], 0.79, "all", "inconclusive"),
+        (["equivalent", "equivalent"], 0.8, "all", "refuted"),
+        (["equivalent", "b_better"], 0.9, "all", "mixed"),
         (["undecided", "undecided"], None, "any", "inconclusive"),
         (["excluded", "excluded"], None, "any", "inconclusive"),
         (["excluded", "b_better"], None, "all", "supported"),  # excluded cells count neither way
@@ -242,16 +246,55 @@ def _cmp(id, decision):
         (["b_better", "a_better", "undecided", "undecided"], None, 0.75, "mixed"),
     ],
 )
-def test_the_verdict_ladder(decisions, control, where, verdict):
-    cs = [_cmp(f"c{i}", d) for i, d in enumerate(decisions)]
-    lad = ev.ladder(cs, "b_better", positive_control=control, where=where)
+def test_the_verdict_ladder(decisions, power, where, verdict):
+    cs = [_cmp(f"c{i}", d, power) for i, d in enumerate(decisions)]
+    lad = ev.ladder(cs, "b_better", where=where)
     assert lad.verdict == verdict
     if "excluded" in decisions:
         assert "excluded" in lad.detail
     if verdict == "inconclusive" and "undecided" in decisions:
         assert "detectable" in lad.detail
+    if verdict == "inconclusive" and "equivalent" in decisions:
+        assert "under 80% power there, so this does not refute" in lad.detail
     if where == 0.75 and verdict == "refuted":
         assert lad.detail.endswith("at most 2 of 4 can hold where 75% must: out of reach")
+
+
+@pytest.mark.parametrize(
+    "decision, gate, claimed, role",
+    [
+        # a sensitivity control takes only the conclusions of no difference
+        ("equivalent", "sensitivity", "b_better", "not decidable"),
+        ("b_better", "sensitivity", "b_better", "support"),
+        ("a_better", "sensitivity", "b_better", "refute"),
+        ("equivalent", "sensitivity", "inside", "not decidable"),
+        ("a_better", "sensitivity", "inside", "refute"),
+        # a precondition takes every conclusion
+        ("b_better", "precondition", "b_better", "not decidable"),
+        ("a_better", "precondition", "b_better", "not decidable"),
+        ("equivalent", "precondition", "inside", "not decidable"),
+    ],
+)
+def test_a_failed_control_in_a_cell_takes_what_its_gate_names(decision, gate, claimed, role):
+    c = _cmp("c", decision, power=0.95)
+    assert ev.role(c, claimed, control=False, gate=gate) == role
+    passed = ev.role(c, claimed, control=True, gate=gate)
+    assert passed != "not decidable" and passed == ev.role(c, claimed, control=None, gate=gate)
+
+
+def test_the_ladder_reads_each_cells_control_and_never_counts_what_it_cannot_decide():
+    cs = [_cmp("c0", "equivalent", 0.95), _cmp("c1", "equivalent", 0.95), _cmp("c2", "b_better")]
+    both = ev.ladder(cs[:2], "b_better", controls={"c0": True, "c1": True})
+    assert both.verdict == "refuted" and both.refuting == ("c0", "c1")
+    one = ev.ladder(cs[:2], "b_better", controls={"c0": True, "c1": False})
+    assert one.verdict == "refuted" and one.refuting == ("c0",) and "c1" in one.excluded
+    assert "not decidable here (the positive control failed in the cell" in one.detail
+    none = ev.ladder(cs[:2], "b_better", controls={"c0": False, "c1": False})
+    assert none.verdict == "inconclusive" and not none.refuting
+    # a significant difference is decided where the sensitivity control failed: it shows sensitivity itself
+    assert ev.ladder(cs[2:], "b_better", controls={"c2": False}).verdict == "supported"
+    pre = ev.ladder(cs[2:], "b_better", controls={"c2": False}, gate="precondition")
+    assert pre.verdict == "inconclusive"
 
 
 @pytest.mark.parametrize(
@@ -470,16 +513,49 @@ def test_exact_bounds():
     assert "outside the declared bounds" in above.note
 
 
-def test_a_significant_effect_inside_the_noise_floor_is_undecided():
+def test_a_significant_null_pair_in_the_cell_leaves_it_undecided_and_a_quiet_one_does_not():
     b = {s: A[s] - 0.03 - 0.001 * (s % 3) for s in A}
     c = ev.paired("x", A, b, metric="loss")
     assert c.decision == "b_better" and c.p < 1e-6
-    floor = ev.paired("nf", A, {s: v + 0.06 * (-1) ** s for s, v in A.items()}, metric="loss")
-    gated = ev.holm([replace(c, noise=ev.noise_bound(floor))])[0]  # as the evaluator attaches a floor
-    assert gated.noise == pytest.approx(ev.noise_bound(floor)) and gated.in_noise
-    assert gated.decision == "undecided" and "inside it" in gated.text()
+    drift = ev.paired("nf", A, {s: v + 0.06 + 0.001 * (-1) ** s for s, v in A.items()}, metric="loss")
+    quiet = ev.paired("nq", A, {s: v + 0.06 * (-1) ** s for s, v in A.items()}, metric="loss")
+    assert drift.p < 0.05 < quiet.p
+    gated = ev.holm([replace(c, null_p=drift.p, noise=ev.noise_bound(drift))])[0]  # as evaluate attaches it
+    assert (
+        gated.null_significant
+        and gated.decision == "undecided"
+        and "null pair here is significant" in (gated.text())
+    )
     assert ev.ladder([gated], "b_better").verdict == "inconclusive"
-    assert "inside the noise floor" in ev.ladder([gated], "b_better").detail
+    assert "null pair in the cell is significant" in ev.ladder([gated], "b_better").detail
+    free = ev.holm([replace(c, null_p=quiet.p, noise=ev.noise_bound(quiet))])[0]
+    assert not free.null_significant and free.decision == "b_better"  # a wide null pair does not block
+
+
+def test_power_at_the_sesoi_against_statsmodels_and_the_seeds_that_reach_80_percent():
+    """Power of the paired t-test at ±SESOI at Holm's level, from the comparison's se and dof, is
+    statsmodels' TTestPower at effect SESOI/sd; the seeds it names reach 80% and one fewer does not."""
+    from statsmodels.stats.power import TTestIndPower, TTestPower
+
+    rng = np.random.default_rng(3)
+    a = {s: float(v) for s, v in enumerate(rng.normal(2.0, 0.05, 6))}
+    b = {s: a[s] + float(rng.normal(0.0, 0.03)) for s in a}
+    c = ev.paired("p", a, b, metric="loss", margin=0.02)
+    sd = float(np.std([b[s] - a[s] for s in a], ddof=1))
+    for level in (0.95, 1 - 0.05 / 3):
+        h = ev.holm([c])[0] if level == 0.95 else ev._finish(ev._ci_at(c, level))
+        want = TTestPower().power(0.02 / sd, 6, 1 - level, alternative="two-sided")
+        assert h.power == pytest.approx(want, rel=1e-6)
+        n = h.seeds_80
+        assert (
+            TTestPower().power(0.02 / sd, n, 1 - level)
+            >= 0.8
+            > TTestPower().power(0.02 / sd, n - 1, 1 - level)
+        )
+    w = ev.unpaired("w", list(a.values()), list(b.values()), metric="loss", margin=0.02)
+    sd_w = w.se / math.sqrt(2 / 6)
+    assert w.power == pytest.approx(TTestIndPower().power(0.02 / sd_w, 6, 0.05, ratio=1.0), rel=1e-2)
+    assert ev.paired("n", a, b, metric="loss").power is None  # no SESOI declared: no power
 
 
 def test_fisher_intervals_are_redrawn_at_holms_level():

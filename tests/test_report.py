@@ -31,7 +31,7 @@ COMMITTED_BIB = REPO_ROOT / "report" / "figures.bib"
 COMMITTED_HTML = REPO_ROOT / "report" / "index.html"
 
 
-def _cmp(i, diff, lo=None, hi=None, p=None, margin=None, noise=None, decision="b_better", metric="val loss"):
+def _cmp(i, diff, lo=None, hi=None, p=None, sesoi=None, noise=None, decision="b_better", metric="val loss"):
     return {
         "id": i,
         "metric": metric,
@@ -41,7 +41,7 @@ def _cmp(i, diff, lo=None, hi=None, p=None, margin=None, noise=None, decision="b
         "ci_low": lo,
         "ci_high": hi,
         "p": p,
-        "margin": margin,
+        "sesoi": sesoi,
         "noise": noise,
         "decision": decision,
         "test": "paired t",
@@ -123,7 +123,7 @@ def test_forest_rows_pick_the_deciding_comparison_and_scale_by_threshold():
         "claim_id": "c",
         "verdict": "mixed",
         "sub_verdicts": [
-            {"name": "margin", "verdict": "supported", "comparisons": ["m1", "m2"]},
+            {"name": "sesoi", "verdict": "supported", "comparisons": ["m1", "m2"]},
             {"name": "noise", "verdict": "refuted", "comparisons": ["n1"]},
             {"name": "ci only", "verdict": "inconclusive", "comparisons": ["c1"]},
             {"name": "exact", "verdict": "supported", "comparisons": ["e1"]},
@@ -131,8 +131,8 @@ def test_forest_rows_pick_the_deciding_comparison_and_scale_by_threshold():
             {"name": "excluded", "verdict": "inconclusive", "comparisons": ["x1"]},
         ],
         "comparisons": [
-            _cmp("m1", 0.5, 0.1, 0.9, p=0.04, margin=0.25),
-            _cmp("m2", 1.0, 0.8, 1.2, p=0.001, margin=0.25, noise=0.05),  # smaller p: the deciding one
+            _cmp("m1", 0.5, 0.1, 0.9, p=0.04, sesoi=0.25),
+            _cmp("m2", 1.0, 0.8, 1.2, p=0.001, sesoi=0.25, noise=0.05),  # smaller p: the deciding one
             _cmp("n1", 0.3, 0.2, 0.4, p=0.01, noise=0.1),
             _cmp("c1", 2.0, 1.0, 3.0, p=0.02),
             {**_cmp("e1", 0.0), "test": "exact"},
@@ -142,10 +142,10 @@ def test_forest_rows_pick_the_deciding_comparison_and_scale_by_threshold():
     rows = forest_rows([res])
     assert [r.header for r in rows] == [True] + [False] * 6 and rows[0].verdict == "mixed"
     m, n, c, e, none, x = rows[1:]
-    assert m.unit == "margin" and (m.x, m.lo, m.hi) == pytest.approx((4.0, 3.2, 4.8)) and m.margin == 1.0
+    assert m.unit == "SESOI" and (m.x, m.lo, m.hi) == pytest.approx((4.0, 3.2, 4.8)) and m.margin == 1.0
     assert m.noise == pytest.approx(0.2)
     assert (
-        n.unit == "noise floor"
+        n.unit == "null pair bound"
         and n.x == pytest.approx(3.0)
         and n.noise == pytest.approx(1.0)
         and n.margin is None

@@ -404,10 +404,14 @@ def test_embedding_scale_rule_supported_when_the_factor_helps_at_each_arms_best_
         "learned-pos-xavier": "supported",
         "train": "supported",
         "learned": "inconclusive",
-        "untied": "supported",
-        "variance": "supported",
-        "step": "supported",
+        # the untied controls count both readouts in every cell: the final loss holds, the escape step (4
+        # runs against 4, Holm over the family's ten comparisons) cannot be significant, and support beside
+        # an undecided comparison is inconclusive
+        "untied": "inconclusive",
+        "variance": "inconclusive",
+        "step": "inconclusive",
     }
+    assert sub(v, "untied").roles == {"untied/final_val": "support", "untied/escape": "undecided"}
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds.pop("unit") == ("check", False) and kinds.pop("train") == ("effect", True)
     assert set(kinds.values()) == {("effect", False)}  # everything else is reported beside the verdict
@@ -423,10 +427,10 @@ def test_embedding_scale_rule_supported_when_the_factor_helps_at_each_arms_best_
     for d in ("d32", "d48"):
         c = comparison(v, f"train/{d}/final_val")
         assert (c.arm_a, c.arm_b) == ("no factor, at its best rate", "× sqrt(d), at its best rate")
-        assert c.paired and c.n == 4 and c.margin == MOD.MARGIN and c.decision == "b_better"
+        assert c.paired and c.n == 4 and c.sesoi == MOD.MARGIN and c.decision == "b_better"
         assert c.diff == pytest.approx(-0.20, abs=1e-9)
-        assert c.noise == pytest.approx(ev.noise_bound(floors["null-tuned"]))
         assert c.p > c.p_raw  # Holm over the two widths
+    assert comparison(v, "train/d48/final_val").noise is None  # no null pair ran at d = 48
     # at one rate: sinusoidal positions per init, learned positions as context
     assert sub(v, "train-xavier").comparisons == ["train-xavier/final_val", "train-xavier/escape"]
     fin = comparison(v, "train-xavier/final_val")
@@ -542,15 +546,22 @@ def test_embedding_scale_rule_a_diverged_run_counts_at_the_loss_at_init_in_the_c
     assert comparison(v, "train/d32/final_val").diff == pytest.approx(-0.20, abs=1e-9)
 
 
-@pytest.mark.parametrize("fixed_effect", [True, False])
-def test_embedding_scale_rule_equivalence_refutes_only_beside_a_positive_control(tmp_path, fixed_effect):
-    """Equivalent at each arm's best rate at both widths. With fixed_effect, at the fixed rate 3e-3 the arm
-    without the factor is 0.25 nats worse (its best rate is 1.5e-3): the positive control (train-xavier) saw
-    an effect beyond the margin, so the equivalence refutes. Without it nothing in the setup showed an effect
-    of the margin's size could be detected: undecided, inconclusive."""
+SCATTER = {0: 0.005, 1: -0.005, 2: 0.005, 3: -0.005, 10: 0.0, 11: 0.0}  # the factor's fresh seeds, ±0.005
+
+
+@pytest.mark.parametrize("case", ["control", "no control", "underpowered"])
+def test_embedding_scale_rule_equivalence_refutes_only_with_power_beside_the_positive_control(tmp_path, case):
+    """Equivalent at each arm's best rate at both widths. 'control': at the fixed rate 3e-3 the arm without
+    the factor is 0.25 nats worse (its best rate is 1.5e-3), so the positive control (train-xavier, one cell
+    that covers both widths) shows an effect beyond the SESOI, and the equivalence, with 80% power at ±0.02,
+    refutes at both widths. 'no control': nothing in the setup showed an effect of the SESOI's size, so a
+    conclusion of no difference is not decidable. 'underpowered': the control as in 'control', but the
+    factor's seeds scatter by ±0.005: still equivalent, with under 80% power at ±0.02, so undecided."""
 
     def loss(init, pos, scaled, s, lr=LR, **_):
-        if scaled or not fixed_effect:
+        if scaled:
+            return bowl(Arm(FAST.level + (SCATTER[s] if case == "underpowered" else 0.0), 1), lr)
+        if case == "no control":
             return bowl(FAST, lr)
         return bowl(FAST, lr, 1.5e-3) if lr < LR else bowl(Arm(2.70, 1), lr, 1.5e-3)
 
@@ -562,17 +573,25 @@ def test_embedding_scale_rule_equivalence_refutes_only_beside_a_positive_control
         "train/d48/escape": "undecided",
     }
     tr = sub(v, "train")
-    if fixed_effect:
+    ctrl = comparison(v, "train-xavier/final_val")
+    powers = [comparison(v, f"train/{d}/final_val").power for d in ("d32", "d48")]
+    if case == "no control":
+        assert ctrl.decision == "equivalent"
+        assert set(tr.roles.values()) == {"not decidable"} and tr.verdict == "inconclusive"
+        assert "not decidable here (the positive control failed in the cell" in tr.detail
+        assert v.verdict == "inconclusive"
+    else:
         assert choices(v)[("no factor", "d32")] == 1.5e-3 and choices(v)[("× sqrt(d)", "d32")] == LR
-        assert comparison(v, "train-xavier/final_val").decision == "b_better"
-        assert ev.beyond_margin(comparison(v, "train-xavier/final_val"))
-        assert verdicts(v)["train-xavier"] == "supported"
+        assert ctrl.decision == "b_better" and ev.beyond_margin(ctrl)
+    if case == "control":
+        assert all(pw >= 0.8 for pw in powers)
+        assert set(tr.roles.values()) == {"refute"}
         assert tr.verdict == "refuted" and "fails in d32/final_val, d48/final_val" in tr.detail
         assert v.verdict == "refuted"  # the fixed-rate effect is reported, not counted
-    else:
-        assert comparison(v, "train-xavier/final_val").decision == "equivalent"
-        assert verdicts(v)["train-xavier"] == "inconclusive"
-        assert tr.verdict == "inconclusive" and "does not refute" in tr.detail
+    if case == "underpowered":
+        assert all(pw < 0.8 for pw in powers)
+        assert set(tr.roles.values()) == {"undecided"} and tr.verdict == "inconclusive"
+        assert "with under 80% power there, so this does not refute" in tr.detail
         assert v.verdict == "inconclusive"
     assert tr.holds == []
 
@@ -595,7 +614,9 @@ def test_embedding_scale_rule_refuted_when_the_factor_hurts_at_each_arms_best_ra
     "wide, decision, verdict",
     [
         ("same", "equivalent", "mixed"),  # alike at d = 48, beside the positive control: it fails there
-        ("noisy", "undecided", "supported"),  # the factor's effect changes sign from seed to seed at d = 48
+        # the factor's effect changes sign from seed to seed at d = 48: held at one width, undecided at the
+        # other, is not held throughout (every counted cell must support)
+        ("noisy", "undecided", "inconclusive"),
     ],
 )
 def test_embedding_scale_rule_holds_at_one_width_and_not_the_other(
@@ -651,25 +672,44 @@ def test_embedding_scale_rule_underpowered_training_is_inconclusive(tmp_path):
     assert v.verdict == "inconclusive"
 
 
-def test_embedding_scale_rule_an_effect_inside_the_null_pairs_spread_does_not_count(tmp_path):
-    """The factor 0.03 nats better in every seed at every rate (p tiny) and the same escape steps, but the
-    null rerun 0.1 nats from its own seeds: the effect is inside the noise floor at both widths."""
+def test_embedding_scale_rule_a_significant_null_pair_leaves_only_the_cells_it_ran_in_undecided(tmp_path):
+    """The factor helps as claimed, but the null rerun (no factor, sinusoidal positions, N(0, 1/d), the fixed
+    rate) ends 0.05 nats above its original in every seed: the null comparison is significant, so the final
+    loss is undecided, however small its p, in the cells that null pair was run in (train-xavier, the untied
+    control's cell, the 2×2's step ×1 and variance 1/d cells); the cells it was not run in (learned positions,
+    the 2×2's other cells) are decided. The escape step, which the null pair does not read, is decided."""
+    v = analyse(EXP, records(helps, null_noise=(0.05, 0.05, 0.05, 0.05)), P, tmp_path)
+    floor = {f.id: f for f in v.noise_floor}
+    assert floor["null/xavier"].p <= 0.05
+    for cid in (
+        "train-xavier/final_val",
+        "untied/final_val",
+        "variance/step-x1/final_val",
+        "step/var-1-over-d/final_val",
+    ):
+        c = comparison(v, cid)
+        assert c.p < 0.05 and c.null_significant and c.decision == "undecided", cid
+        assert c.null_p == pytest.approx(floor["null/xavier"].p) and c.noise > 0.05, cid
+    for cid in ("learned-pos-xavier/final_val", "variance/step-x-sqrt-d/final_val", "step/var-1/final_val"):
+        c = comparison(v, cid)
+        assert c.null_p is None and c.decision == "b_better", cid
+    assert comparison(v, "train-xavier/escape").decision == "b_better"
+    s = sub(v, "train-xavier")
+    assert s.roles == {"train-xavier/final_val": "undecided", "train-xavier/escape": "support"}
+    assert s.verdict == "inconclusive"
+    assert "final_val: the null pair in the cell is significant (variance underestimated)" in s.detail
+    assert verdicts(v)["learned-pos-xavier"] == "supported"
+    # the same runs beside a quiet rerun: train-xavier's final loss is decided
+    quiet = analyse(EXP, records(helps), P, tmp_path)
+    assert comparison(quiet, "train-xavier/final_val").decision == "b_better"
 
-    def small(init, pos, scaled, s, lr=LR, **_):
-        return bowl(Arm(2.57 + 0.0005 * (s % 10), 2) if scaled else Arm(2.60, 2), lr)
 
-    v = analyse(EXP, records(small, null_noise=(0.1, -0.08, 0.06, -0.1)), P, tmp_path)
-    for cid in ("train/d32/final_val", "train/d48/final_val", "train-xavier/final_val"):
-        fin = comparison(v, cid)
-        assert fin.p < 0.05 and fin.in_noise and fin.decision == "undecided"
-    assert verdicts(v)["train"] == "inconclusive"
-    assert "inside the noise floor" in sub(v, "train").detail
-    assert v.verdict == "inconclusive"
-
-
-def test_embedding_scale_each_null_pair_floors_its_own_comparisons(tmp_path):
-    """The N(0, 0.02²) null rerun much noisier than the N(0, 1/d) one: each init's fixed-rate comparisons
-    carry their own floor; the tuned comparisons and the untied 2×2 (N(0, 1/d)) carry the N(0, 1/d) one."""
+def test_embedding_scale_each_null_pair_calibrates_only_the_cells_it_was_run_in(tmp_path):
+    """The N(0, 0.02²) null rerun much noisier than the N(0, 1/d) one: each init's fixed-rate comparison with
+    sinusoidal positions carries its own init's null pair; the learned-position cells (the null pairs ran
+    with sinusoidal positions), the second width of the tuned comparison and the 2×2 cells away from the
+    rerun's variance at init (1/d) and step (×1) carry none; the untied control and the 2×2 cells at those
+    coordinates carry the N(0, 1/d) one."""
     recs = records(helps)
     for r in recs:
         if r["config"]["part"] == "null" and r["config"]["init"] == "normal":
@@ -680,12 +720,17 @@ def test_embedding_scale_each_null_pair_floors_its_own_comparisons(tmp_path):
     assert bound["null/normal"] > 5 * bound["null/xavier"]
     assert bound["null-tuned"] == pytest.approx(bound["null/xavier"])  # the same pair of N(0, 1/d) runs
     for i in ("normal", "xavier"):
-        for s in (f"train-{i}", f"learned-pos-{i}"):
-            assert comparison(v, f"{s}/final_val").noise == pytest.approx(bound[f"null/{i}"])
-    for cid in ("train/d32/final_val", "train/d48/final_val"):
-        assert comparison(v, cid).noise == pytest.approx(bound["null-tuned"])
-    for cid in ("untied/final_val", "variance/step-x1/final_val", "step/var-1/final_val"):
-        assert comparison(v, cid).noise == pytest.approx(bound["null/xavier"])
+        c = comparison(v, f"train-{i}/final_val")
+        assert c.noise == pytest.approx(bound[f"null/{i}"]) and c.null_p == pytest.approx(
+            floor[f"null/{i}"].p
+        )
+        assert comparison(v, f"learned-pos-{i}/final_val").noise is None
+    for cid in ("untied/final_val", "variance/step-x1/final_val", "step/var-1-over-d/final_val"):
+        assert comparison(v, cid).noise == pytest.approx(bound["null/xavier"]), cid
+    for cid in ("train/d48/final_val", "variance/step-x-sqrt-d/final_val", "step/var-1/final_val"):
+        c = comparison(v, cid)
+        assert c.noise is None and c.null_p is None, cid
+    assert all(c.noise is None for c in v.comparisons if c.id.endswith("/escape"))  # nor another readout
 
 
 def test_embedding_scale_rule_the_untied_2x2_reads_its_own_arms(tmp_path):
@@ -796,7 +841,11 @@ def test_embedding_scale_rule_an_arm_that_learned_in_no_seed_loses_on_every_read
     assert verdicts(v)["train"] == "supported" and v.verdict == "supported"
 
 
-def test_embedding_scale_rule_a_diverged_arm_is_carried_by_its_escape_step(tmp_path):
+def test_embedding_scale_rule_a_diverged_arm_loses_on_its_escape_step_alone(tmp_path):
+    """Without the factor every learned-position seed diverges: the escape step (censored at the run's
+    length) holds, the final loss has no finite pair (undecided), so the sub-claim, which counts both readouts
+    and must hold in every one, is inconclusive rather than supported."""
+
     def loss(init, pos, scaled, s, lr=LR, **_):
         if pos == "learned":
             return FAST if scaled else DIVERGED  # without the factor every seed diverges at step 4
@@ -809,7 +858,8 @@ def test_embedding_scale_rule_a_diverged_arm_is_carried_by_its_escape_step(tmp_p
     lrn = comparison(v, "learned/xavier-learned")
     assert lrn.decision == "undecided" and lrn.p_raw == pytest.approx(2 / 70)
     tr = sub(v, "learned-pos-xavier")
-    assert tr.verdict == "supported" and tr.detail.startswith("holds in escape;")  # the escape step alone
+    assert tr.roles == {"learned-pos-xavier/final_val": "undecided", "learned-pos-xavier/escape": "support"}
+    assert tr.verdict == "inconclusive" and tr.detail.startswith("holds in escape; undecided in final_val")
     assert verdicts(v)["train"] == "supported" and v.verdict == "supported"
 
 

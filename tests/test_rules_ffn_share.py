@@ -1,6 +1,6 @@
 """The ffn_share rule on synthetic count records: every outcome each sub-claim can give.
 
-A counting claim has no seeds, no noise floor and no learned-at-all guard: every decision reads an exact
+A counting claim has no seeds, no null pair and no learned-at-all guard: every decision reads an exact
 number against declared bounds (closed form vs instantiated count, a check; share vs 2/3 within the declared
 tolerance and share vs the notes' 66% floor, effects). Which configurations are textbook dense blocks is
 declared from the catalogue before counting (quick profile: gpt2-small, bert-base, transformer-base, llama-7b,
@@ -123,7 +123,7 @@ def test_supported_when_counts_match_textbook_shares_are_two_thirds_and_every_bl
     }
     assert {s.id: s.kind for s in v.sub_verdicts}["counts"] == "check"
     assert v.noise_floor == []
-    assert any("no noise floor" in c for c in v.caveats)
+    assert any("no null pair" in c for c in v.caveats)
     assert (tmp_path / "shares.csv").exists() and (tmp_path / "flop-share.csv").exists()
     figures = {p.stem for p in (tmp_path / "figures").glob("*.png")}
     assert figures == {"shares", "share-vs-width", "flop-share-vs-context"}

@@ -1,5 +1,5 @@
 """The declared rule of `flash_memory`, fed synthetic byte counts. The counts are deterministic (no seeds, no
-learning): every sub-claim is an exact number against declared bounds, so there is no noise floor and no
+learning): every sub-claim is an exact number against declared bounds, so there is no null pair and no
 'both arms failed to learn' cell; the closest analogue, a grid with no size in the fit range, declares no
 exponent cell and ends inconclusive rather than counted either way."""
 

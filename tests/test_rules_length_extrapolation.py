@@ -92,12 +92,21 @@ def test_rule_refuted_when_everything_goes_the_other_way(tmp_path):
     assert v.verdict == "refuted"
 
 
-def test_rule_differences_inside_the_null_pairs_floor_decide_nothing(tmp_path):
-    """The arms' rises differ by less than the reruns' seed-to-seed spread at the same rate: no decision."""
-    close = {**HOLDS, "sinusoidal": 0.02, "alibi": 0.015, "copy": (0.2, 0.0), "random": (0.205, 0.0)}
-    p = {**P, "seeds": [0, 1, 2]}
-    v = analyse(EXP, records(close, p=p, null_shift=0.05), p, tmp_path)
+def test_rule_a_significant_null_pair_leaves_the_cells_it_was_run_in_undecided(tmp_path):
+    """The arms as in the supported case, but each rerun's rise is 0.1 nats/char above its original's: both
+    null pairs are significant, so the cells they calibrate are undecided whatever their p (every ALiBi
+    cell; the copied rows after training), while the extension as built, which no null pair reran, still
+    decides: supported beside undecided is not supported."""
+    v = analyse(EXP, records(null_shift=0.1), P, tmp_path)
+    assert all(c.p < 0.05 for c in v.noise_floor if c.id.startswith(("null/", "learned-null/loss2x")))
+    alibi = [c for c in v.comparisons if c.sub_claim == "alibi"]
+    assert len(alibi) == 3 and all(c.p < 0.05 and c.null_significant for c in alibi)
+    assert {c.decision for c in alibi} == {"undecided"}
+    cr = {c.id.rsplit("-", 1)[1]: c for c in v.comparisons if c.sub_claim == "copy-random"}
+    assert cr["trained"].null_significant and cr["trained"].decision == "undecided"
+    assert cr["built"].null_p is None and cr["built"].decision == "a_better"
     assert verdicts(v)["alibi"] == verdicts(v)["copy-random"] == "inconclusive"
+    assert "the null pair in the cell is significant" in sub(v, "copy-random").detail
 
 
 def test_rule_an_arm_that_did_not_learn_is_left_out(tmp_path):

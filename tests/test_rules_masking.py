@@ -1,5 +1,5 @@
 """The declared rule of `masking`, fed synthetic records of its three parts. Every number is exact given its
-seed: each sub-claim is a bound on every row, so there is no noise floor; a cell without rows decides
+seed: each sub-claim is a bound on every row, so there is no null pair; a cell without rows decides
 nothing, and a reference that disagrees with SDPA stops the claim."""
 
 import math

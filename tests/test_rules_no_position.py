@@ -53,10 +53,11 @@ def probe(L: int, gain: float, input_gain: float, T: int) -> dict:
     }
 
 
-def records(gap=0.3, ctrl_gap=0.3, gain=0.0, perm=BLIND, learned=True, null_spread=0.0, p=P):
+def records(gap=0.3, ctrl_gap=0.3, gain=0.0, perm=BLIND, learned=True, null_drift=0.0, spread=0.0, p=P):
     """Runs where NoPE ends `gap` nats/char above sinusoidal at two layers and `ctrl_gap` at one, learned
     positions as sinusoidal, and NoPE's best layer reads probe gain `gain` (the position arms 0.9); NoPE's
-    null reruns move by ±null_spread."""
+    runs move by ±spread from seed to seed (its reruns alike); NoPE's null reruns drift by null_drift (with a
+    wobble of 0.001 per seed)."""
 
     def metrics(c: dict) -> dict:
         if c["part"] == "perm":
@@ -65,7 +66,8 @@ def records(gap=0.3, ctrl_gap=0.3, gain=0.0, perm=BLIND, learned=True, null_spre
         v = 2.0 + JITTER[s] + 0.05 * math.log2(c["lr"] / 8e-3) ** 2
         if nope:
             v += ctrl_gap if c["n_layers"] == 1 else gap
-            v += null_spread * (1 if s % 2 else -1) if c["seed"] >= 1000 else 0.0
+            v += spread * (1 if s % 2 else -1)
+            v += null_drift + 0.001 * s if c["seed"] >= 1000 and null_drift else 0.0
         if not learned:
             v = UNIGRAM + 0.02 * (s % 2)
         return {
@@ -108,18 +110,48 @@ def test_no_position_rule_refuted_when_even_the_encoder_moves(tmp_path):
     assert verdicts(v)["encoder"] == "refuted" and v.verdict == "refuted"
 
 
-def test_no_position_rule_an_equivalence_without_a_working_control_refutes_nothing(tmp_path):
-    v = analyse(EXP, records(gap=0.0, ctrl_gap=0.0, gain=0.5, perm=MASKED), P, tmp_path)
-    assert verdicts(v)["control"] != "supported"
-    assert verdicts(v)["quality"] == "inconclusive"
-    assert "no positive control" in sub(v, "quality").detail
+@pytest.mark.parametrize(
+    "ctrl_gap, spread, roles, verdict",
+    [
+        (0.3, 0.0, "refute", "refuted"),  # the control holds; equal losses, power ≈ 1 at ±0.05: refutes
+        (0.0, 0.0, "not decidable", "inconclusive"),  # the control fails in its (one, covering) cell
+        (0.3, 0.02, "undecided", "inconclusive"),  # the control holds; TOST passes with under 80% power
+    ],
+)
+def test_no_position_rule_an_equivalence_refutes_only_beside_a_holding_control_and_with_power(
+    tmp_path, ctrl_gap, spread, roles, verdict
+):
+    """NoPE trains to sinusoidal's loss at both scales (an equivalence within ±0.05 in each cell). The one-
+    layer positive control (one cell: it covers every cell of quality) either shows NoPE 0.3 worse, or shows
+    nothing, which makes quality's conclusions of no difference not decidable; and an equivalence refutes
+    only with power ≥ 80% at the SESOI."""
+    v = analyse(EXP, records(gap=0.0, ctrl_gap=ctrl_gap, gain=0.5, perm=MASKED, spread=spread), P, tmp_path)
+    assert verdicts(v)["control"] == ("supported" if ctrl_gap else "refuted")
+    q = [comparison(v, f"quality/{c}") for c in ("d16-L2", "d32-L2")]
+    assert all(c.decision == "equivalent" and 0 < c.power <= 1 for c in q)
+    assert all((c.power >= 0.8) == (spread == 0) for c in q)
+    assert set(sub(v, "quality").roles.values()) == {roles}
+    assert verdicts(v)["quality"] == verdict
+    detail = sub(v, "quality").detail
+    assert ("not decidable here (the positive control failed in the cell" in detail) == (not ctrl_gap)
+    assert ("under 80% power there, so this does not refute" in detail) == (spread > 0)
 
 
-def test_no_position_rule_effects_inside_the_null_pairs_floor_decide_nothing(tmp_path):
-    v = analyse(EXP, records(gap=0.03, gain=0.0, perm=MASKED, null_spread=0.2), P, tmp_path)
-    q = comparison(v, "quality/d16-L2")
-    assert q.in_noise and q.decision != "a_better"
+def test_no_position_rule_a_drifting_null_pair_undecides_the_first_scale_only(tmp_path):
+    """NoPE 0.3 worse at both scales (p ≈ 0), but NoPE's reruns (at its first-scale choice) drift 0.2 away:
+    the null pair is significant, so the first scale's comparisons are undecided whatever their p; the second
+    scale, where it was not run, decides, and quality (every cell) is inconclusive."""
+    v = analyse(EXP, records(gap=0.3, perm=BLIND, null_drift=0.2), P, tmp_path)
+    null = next(f for f in v.noise_floor if f.id == "null/final_val")
+    assert null.p < 0.05
+    first, second = comparison(v, "quality/d16-L2"), comparison(v, "quality/d32-L2")
+    assert first.p < 0.05 and first.null_p == null.p and first.null_significant
+    assert first.decision == "undecided"
+    assert second.p < 0.05 and second.null_p is None and second.decision == "a_better"
+    assert sub(v, "quality").roles == {"quality/d16-L2": "undecided", "quality/d32-L2": "support"}
     assert verdicts(v)["quality"] == "inconclusive"
+    assert "d16-L2: the null pair in the cell is significant" in sub(v, "quality").detail
+    assert comparison(v, "control").decision == "a_better"  # the one-layer control is another scale
 
 
 def test_no_position_rule_arms_that_did_not_learn_are_excluded(tmp_path):
@@ -143,7 +175,9 @@ def test_no_position_rule_a_failing_check_stops_the_claim(tmp_path, perm):
 def test_no_position_rule_text_names_the_margins_the_control_and_the_probe():
     text = EXP.rule_text(EXP.profiles["default"])
     assert "±0.05" in text and "Positive control, one layer" in text and "fitting windows" in text
-    assert "Positive control: (control)" in text  # the quality sub-claim names it from its declaration
+    assert "Positive control: (control), per cell" in text  # quality names it from its declaration
+    assert "Smallest effect of interest: ±0.05 nats/char (the claim's 'close'" in text
+    assert "Calibrated by null pair null in the cells it was run in." in text and "noise floor" not in text
     assert "NoPE rerun" in text and "{" not in text and "None" not in text
 
 

@@ -215,16 +215,15 @@ def test_norm_padding_rule_supported_when_padding_batch_statistics_and_mismatch_
         "causal-invariant",
     }
     assert {k for k, (kind, c) in kinds.items() if kind == "effect" and c} == set(COUNTED)
-    # (a) tuned, one cell at the first width: a = BN masked, each BN at its own best rate, floored by
-    # null-lines
+    # (a) tuned, one cell at the first width: a = BN masked, each BN at its own best rate (which null pairs
+    # calibrate the tuned cells: test_norm_padding_rule_a_null_pair_run_at_the_first_width_...)
     a = comparison(v, "a")
     assert a.decision == "a_better" and a.arm_a.startswith("BN pads masked") and a.n == 4 and a.paired
-    assert a.noise is not None and a.learned_a == a.learned_b == 4
+    assert a.learned_a == a.learned_b == 4 and a.sesoi == 0.02
     assert sub(v, "a").holds == [f"d{D0}"] and sub(v, "a").comparisons == ["a"]
-    # (b) tuned in the masked LM at both widths, each floored by null-enc (measured at the first width)
+    # (b) tuned in the masked LM at both widths
     assert decisions(v, "b/") == {f"b/d{D0}": "a_better", f"b/d{D1}": "a_better"}
     assert sub(v, "b").holds == [f"d{D0}", f"d{D1}"]
-    assert all(comparison(v, f"b/d{w}").noise is not None for w in (D0, D1))
     # (d): the leak-free BNs, train mode (a) better than eval mode (b); no null pair (one run, two readouts)
     assert decisions(v, "d/") == {
         f"d/{k}": "a_better" for k in ("pre-B2", "pre-B4", "win-pre-B4", "enc-win-pre-B4", "enc-pre-B4")
@@ -258,7 +257,6 @@ def test_norm_padding_rule_supported_when_padding_batch_statistics_and_mismatch_
     assert d["c"] == "a_better"
     inter = comparison(v, "c")
     assert inter.arm_a == "largest batch" and inter.n == 4 and inter.diff == pytest.approx(0.2, abs=0.01)
-    assert inter.noise is not None  # null-gap: both batch sizes have a null cell on lines
     assert decisions(v, "d-leaky/") == {
         f"d-leaky/{k}": "a_better" for k in ("pre-B2", "pre-B4", "post-B4", "win-pre-B4")
     }
@@ -282,7 +280,10 @@ def test_norm_padding_rule_supported_when_padding_batch_statistics_and_mismatch_
         "null-gap",
     ]
     assert all(f.decision in ("undecided", "equivalent") for f in v.noise_floor)
-    assert comparison(v, "b-fixed").noise is not None and comparison(v, "a-enc").noise is None  # no null cell
+    assert not any(f.p <= 0.05 for f in v.noise_floor)  # no null pair drifts: every cell can decide
+    assert (
+        comparison(v, "b-fixed").null_p is not None and comparison(v, "a-enc").null_p is None
+    )  # no null cell
     assert v.evidence["sub_verdicts"]["d"] == "supported"
     assert "BN pads counted − BN pads masked" in v.key_number and f"d{D1}" in v.key_number
     # the staged grid grew past its first round: the masked LM's fresh runs at the second width are read
@@ -356,35 +357,50 @@ def test_norm_padding_rule_tuned_comparison_reads_the_fresh_seeds_at_each_arms_c
     assert a.decision == "a_better" and verdicts(v)["a"] == "supported"
 
 
-def test_norm_padding_rule_tuned_equivalence_refutes_only_beside_a_positive_control(tmp_path):
+@pytest.mark.parametrize("spread, powered", [(0.0, True), (0.6, False)])
+def test_norm_padding_rule_tuned_equivalence_refutes_where_its_control_holds_and_power_suffices(
+    tmp_path, spread, powered
+):
     """At the profile's rate BN counting pads is 0.2 worse than BN masking them (a-fixed, the positive
-    control, supports beyond the margin); at its own best rate (5e-4) it is as good: (a) is refuted, padding
-    costs nothing once each BN has its rate. With no effect at the fixed rate either, the same equivalence is
-    no evidence against the claim: (a) is inconclusive."""
+    control, one cell that covers (a)'s, supports beyond the SESOI); at its own best rate (5e-4) it is as
+    good. With the seeds' spread as it is the equivalence has power ≥ 80% at ±0.02 and (a) is refuted,
+    padding costs nothing once each BN has its rate; with BN counting pads' seeds spread 1.6 times as wide
+    TOST still passes, but with power < 80% there: undecided, and (a) inconclusive."""
     loss, gap = world(best={("lines", "batch"): 5e-4})
 
     def equal_at_best(cfg, s):  # BN counting pads at its best rate: BN masked's loss (its own wobble)
         v = loss(cfg, s)
         if setting(cfg) == "lines" and cfg["norm"] == "batch":
             v += -EFFECT - bowl(cfg["lr"], 5e-4) + bowl(cfg["lr"], 5e-4, k=EFFECT)
+            v += spread * (OWN["batch"] - OWN["batch_masked"])[s % 4]
         return v
 
     v = analyse(EXP, records(equal_at_best, gap), P, tmp_path)
     assert comparison(v, "a-fixed").decision == "a_better"
-    assert comparison(v, "a-fixed").ci_low > 0.02  # beyond the margin
+    assert comparison(v, "a-fixed").ci_low > 0.02  # beyond the SESOI: the control holds
     assert choices(v)[LINES["batch"], f"d{D0}"] == 5e-4
-    assert comparison(v, "a").decision == "equivalent" and verdicts(v)["a"] == "refuted"
-    assert v.verdict == "mixed"  # (a) refuted beside (b) and (d) supported
+    a = comparison(v, "a")
+    assert a.decision == "equivalent" and 0 < a.power <= 1 and (a.power >= 0.8) == powered
+    assert sub(v, "a").roles == {"a": "refute" if powered else "undecided"}
+    assert verdicts(v)["a"] == ("refuted" if powered else "inconclusive")
+    assert v.verdict == ("mixed" if powered else "inconclusive")  # beside (b) and (d) supported
 
-    plain, _ = world()
+
+def test_norm_padding_rule_tuned_equivalence_is_not_decidable_where_its_control_fails(tmp_path):
+    """No effect at the fixed rate either: a-fixed (no control of its own) is a powered equivalence, so it
+    refutes; as (a)'s positive control it failed in the cell, so (a)'s equivalence there, powered as it is,
+    is not decidable: (a) is inconclusive, not refuted."""
+    plain, gap = world()
 
     def equal_everywhere(cfg, s):  # BN counting pads: BN masked's loss at every rate
         return plain(cfg, s) - (EFFECT if setting(cfg) == "lines" and cfg["norm"] == "batch" else 0.0)
 
-    v = analyse(EXP, records(equal_everywhere, gap), P, tmp_path / "none")
-    assert comparison(v, "a-fixed").decision == "equivalent" and verdicts(v)["a-fixed"] == "inconclusive"
-    assert comparison(v, "a").decision == "equivalent" and verdicts(v)["a"] == "inconclusive"
-    assert "no positive control" in sub(v, "a").detail
+    v = analyse(EXP, records(equal_everywhere, gap), P, tmp_path)
+    assert comparison(v, "a-fixed").decision == "equivalent" and verdicts(v)["a-fixed"] == "refuted"
+    a = comparison(v, "a")
+    assert a.decision == "equivalent" and a.power >= 0.8
+    assert sub(v, "a").roles == {"a": "not decidable"} and verdicts(v)["a"] == "inconclusive"
+    assert "not decidable here (the positive control failed in the cell" in sub(v, "a").detail
     assert v.verdict == "inconclusive"
 
 
@@ -413,10 +429,14 @@ def test_norm_padding_rule_underpowered_null_is_inconclusive_never_refuted(tmp_p
         assert c.decision == "undecided" and c.mde is not None and c.mde > 0.1
 
 
-def test_norm_padding_rule_equivalence_without_positive_control_does_not_refute(tmp_path):
-    # a naive "CI inside ±margin → no effect" rule would refute (a), (b) and (d); without a positive control
-    # it
-    # must not: every BN equals LN (and each other) at every rate and width, in both modes
+def test_norm_padding_rule_equivalences_not_decidable_beside_failed_controls_refute_with_power_elsewhere(
+    tmp_path,
+):
+    """Every BN equals LN (and each other) at every rate and width, in both modes, with a small seed spread:
+    every comparison is a powered equivalence. (a) and (b) have positive controls (a-fixed, b-fixed, one
+    cell each) that saw nothing either: their equivalences are not decidable, so both stay inconclusive. (d)
+    has no control (one run, two readouts): its powered equivalence refutes it in every cell."""
+
     def loss(cfg, s):
         base = {"lines": 2.5, "windows": 2.4, "enc-windows": 2.3, "enc-lines": 2.35}[setting(cfg)]
         bn = 0.001 + WOBBLE[s % 4] / 2 if cfg["norm"].startswith("batch") else 0.0
@@ -426,63 +446,72 @@ def test_norm_padding_rule_equivalence_without_positive_control_does_not_refute(
     d = decisions(v)
     assert d["a"] == d[f"b/d{D0}"] == d[f"b/d{D1}"] == d["d/pre-B4"] == d["d/enc-win-pre-B4"] == "equivalent"
     assert d["a-fixed"] == d["b-fixed"] == "equivalent"  # the positive controls saw nothing either
-    assert counted(v) == ["inconclusive"] * 3
-    assert v.verdict == "inconclusive"
+    assert set(sub(v, "a").roles.values()) == set(sub(v, "b").roles.values()) == {"not decidable"}
+    dd = [c for c in v.comparisons if c.id.startswith("d/")]
+    assert all(c.power >= 0.8 for c in dd) and set(sub(v, "d").roles.values()) == {"refute"}
+    assert counted(v) == ["inconclusive", "inconclusive", "refuted"]
+    assert v.verdict == "refuted"
 
 
-def test_norm_padding_rule_tuned_effects_inside_their_noise_floor_are_not_supported(tmp_path):
-    """BN counting pads worse by 0.03 in every seed (p small), but the LN reruns on lines differ from LN by up
-    to ±0.1: (a) is inside its floor (null-lines), undecided; the masked LM's floor (null-enc) is small, so
-    (b) stands. And the other way round: a small (b) inside a wide null-enc, with (a) standing."""
+DRIFT = np.array([0.1, 0.102, 0.099, 0.101])  # a null pair's rerun 0.1 nats off its first run: significant
+
+
+def drifts(where):
+    """null(config, seed) for `records`: the LN reruns for which `where(config)` holds drift by DRIFT, the
+    others rerun faithfully (a little wobble)."""
+    return lambda c, s: DRIFT[s % 4] if where(c) else np.roll(WOBBLE, c["batch"])[s % 4]
+
+
+def test_norm_padding_rule_a_drifting_null_pair_undecides_the_fixed_rate_cells_it_was_run_in(tmp_path):
+    """The LN rerun of the causal LM on fixed windows drifts: the null pair's cell win-pre-B4 is significant,
+    so the variance there is underestimated and both fixed-rate comparisons in that cell are undecided,
+    whatever their p (b-causal, b-leaky); the masked LM's fixed-rate cell, whose null rerun is faithful,
+    still decides (b-fixed), and so do the counted (a), (b), (d), whose null pairs are faithful too."""
     loss, gap = world()
 
-    def small(kind):
-        def f(cfg, s):
-            v = loss(cfg, s)
-            if kind == "a" and setting(cfg) == "lines" and cfg["norm"] == "batch":
-                return v - EFFECT + 0.03 + 0.0005 * s
-            if kind == "b" and setting(cfg) == "enc-windows" and cfg["norm"] == "batch":
-                return v - EFFECT + 0.03 + 0.0005 * s
-            return v
-
-        return f
-
-    spread = np.array([0.1, -0.08, 0.06, -0.1])
-
-    def wide(st):
-        return lambda c, s: spread[s % 4] if setting(c) == st else np.roll(WOBBLE, c["batch"])[s % 4]
-
-    v = analyse(EXP, records(small("a"), gap, null=wide("lines")), P, tmp_path)
-    a = comparison(v, "a")
-    assert a.p < 0.05 and a.in_noise and a.decision == "undecided"
-    assert verdicts(v)["a"] == "inconclusive" and "inside the noise floor" in sub(v, "a").detail
-    assert verdicts(v)["b"] == "supported" and not comparison(v, f"b/d{D0}").in_noise
-
-    v = analyse(EXP, records(small("b"), gap, null=wide("enc-windows")), P, tmp_path / "b")
-    for w in (D0, D1):
-        b = comparison(v, f"b/d{w}")
-        assert b.p < 0.05 and b.in_noise and b.decision == "undecided"
-    assert verdicts(v)["b"] == "inconclusive" and verdicts(v)["a"] == "supported"
-    assert not comparison(v, "a").in_noise
-
-
-def test_norm_padding_rule_small_batch_interaction_inside_its_null_pair_is_undecided(tmp_path):
-    # (BN causal − LN) larger at batch 2 by 0.05, but LN's own batch-2 − batch-4 difference moves by up to
-    # ±0.2
-    # between the seeds and their reruns: the (reported) interaction is inside its noise floor
-    loss, gap = world()
-
-    def bump(cfg, s):
+    def causal_worse(cfg, s):  # BN in the causal LM on windows 0.2 worse than LN: p small in both cells
         v = loss(cfg, s)
-        small = setting(cfg) == "lines" and cfg["batch"] == SMALL and cfg["norm"] == "batch_causal"
-        return v - 0.15 + 0.001 * s if small else v
+        return v + EFFECT if setting(cfg) == "windows" and cfg["norm"] != "layer" else v
 
-    rerun = np.array([0.2, -0.15, 0.1, -0.2])
-    null = lambda c, s: rerun[s % 4] if c["batch"] == SMALL else 0.0  # noqa: E731
-    v = analyse(EXP, records(bump, gap, null=null), P, tmp_path)
+    v = analyse(EXP, records(causal_worse, gap, null=drifts(lambda c: setting(c) == "windows")), P, tmp_path)
+    floors = {f.id: f.p for f in v.noise_floor}
+    assert floors["null/win-pre-B4"] < 0.05 and floors["null/enc-win-pre-B4"] > 0.05
+    for cid in ("b-causal", "b-leaky"):
+        c = comparison(v, cid)
+        assert c.p < 0.05 and c.null_p == floors["null/win-pre-B4"] and c.null_significant
+        assert c.decision == "undecided" and verdicts(v)[cid] == "inconclusive"
+        assert "the null pair in the cell is significant" in sub(v, cid).detail
+    b = comparison(v, "b-fixed")
+    assert b.null_p == floors["null/enc-win-pre-B4"] and b.decision == "a_better"
+    assert verdicts(v)["b-fixed"] == "supported"
+    assert counted(v) == ["supported"] * 3 and v.verdict == "supported"
+
+
+def test_norm_padding_rule_the_fixed_rate_reruns_never_calibrate_the_tuned_cells(tmp_path):
+    """The null pairs null-lines and null-enc rerun LN at the profile's one rate: another design than the
+    tuned comparisons of (a) and (b), each arm at its own best rate. Even when null-enc's rerun drifts
+    (significant), it says nothing of (b)'s tuned cells: both still decide (it used to lend its spread to
+    every width)."""
+    loss, gap = world()
+    v = analyse(EXP, records(loss, gap, null=drifts(lambda c: setting(c) == "enc-windows")), P, tmp_path)
+    floors = {f.id: f.p for f in v.noise_floor}
+    assert floors["null-enc"] < 0.05 and floors["null-lines"] > 0.05
+    for w in (D0, D1):
+        c = comparison(v, f"b/d{w}")
+        assert c.p < 0.05 and c.null_p is None and c.decision == "a_better"
+    assert verdicts(v)["b"] == "supported"
+
+
+def test_norm_padding_rule_the_ln_gaps_null_pair_does_not_calibrate_the_bn_interaction(tmp_path):
+    """(BN causal − LN) is 0.2 larger at batch 2 than at 4 (c, reported). The null pair null-gap reruns LN's
+    own batch-2 − batch-4 difference: another quantity than (c)'s (pair BN causal − LN), so even when LN's
+    batch-2 rerun drifts 0.1 nats and null-gap is significant, (c) decides on its own interval."""
+    loss, gap = world()
+    v = analyse(EXP, records(loss, gap, null=drifts(lambda c: c["batch"] == SMALL)), P, tmp_path)
+    assert any(f.id.startswith("null-gap") and f.p < 0.05 for f in v.noise_floor)
     c = comparison(v, "c")
-    assert c.p < 0.05 and c.diff == pytest.approx(0.05, abs=0.01) and c.in_noise and c.decision == "undecided"
-    assert verdicts(v)["c"] == "inconclusive" and v.verdict == "supported"  # reported, not counted
+    assert c.p < 0.05 and c.diff == pytest.approx(0.2, abs=0.01)
+    assert c.null_p is None and c.decision == "a_better" and verdicts(v)["c"] == "supported"
 
 
 def test_norm_padding_rule_cells_where_no_arm_learned_are_excluded(tmp_path):

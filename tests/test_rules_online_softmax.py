@@ -1,5 +1,5 @@
 """The declared rule of `online_softmax`, fed synthetic error rows and byte counts. Every number is exact
-given its seed: each sub-claim is a bound on every row, so there is no noise floor; a row in the overflow zone
+given its seed: each sub-claim is a bound on every row, so there is no null pair; a row in the overflow zone
 between 'certainly finite' and 'certainly overflows' is reported and decides nothing."""
 
 import math

@@ -49,7 +49,9 @@ def times(base, factor=1.0):
     return list(base * factor * np.exp(LOAD + OWN))
 
 
-def records(exp, params="quick", *, paged_cost=1.2, diff=0.0, **kw):
+def records(exp, params="quick", *, paged_cost=1.2, diff=0.0, aa_drift=0.0, **kw):
+    """Trace counts from `rows` (kw: waste, batch); decode rounds with paging paged_cost× the contiguous
+    time, and the A/A copy of the contiguous read at the largest n, aa_drift slower in log time."""
     out = []
     for i, cfg in enumerate(exp.grid(exp.profiles[params])):
         if cfg["part"] == "trace":
@@ -61,7 +63,7 @@ def records(exp, params="quick", *, paged_cost=1.2, diff=0.0, **kw):
         for n in cfg["ns"]:
             t[f"contiguous|{n}"] = times(1e-3 * n / 64)
             t[f"paged|{n}"] = times(1e-3 * n / 64, paged_cost)
-        t["A/A"] = list(np.array(t[f"contiguous|{max(cfg['ns'])}"]) * np.exp(np.roll(OWN, 3)))
+        t["A/A"] = list(np.array(t[f"contiguous|{max(cfg['ns'])}"]) * np.exp(np.roll(OWN, 3) + aa_drift))
         out.append(
             record(cfg, {"times": t, "max_logit_diff": diff, "threads": 1, "aa_n": max(cfg["ns"])}, "d")
         )
@@ -102,9 +104,19 @@ def test_paging_that_runs_fewer_requests_than_the_oracle_fails_that_cell(exp, tm
     assert s.verdict == "mixed" and "vs-max" in s.holds and "vs-oracle" not in s.holds
 
 
-def test_an_indirection_inside_the_noise_floor_is_undecided_and_reported_only(exp, tmp_path):
-    v = analyse(exp, records(exp, paged_cost=1.0005), "quick", tmp_path)
-    assert sub(v, "indirection").verdict == "inconclusive" and v.verdict == "supported"
+def test_a_significant_aa_pair_leaves_the_largest_n_undecided_and_indirection_is_reported_only(exp, tmp_path):
+    # paging 20% slower in every round at every n (p tiny), but the A/A copy of the contiguous read, timed at
+    # the largest n only, runs 5% slower than itself in every round: that null pair is significant, so that
+    # cell is undecided whatever its p, while the smaller n (no A/A copy timed there) still decides
+    v = analyse(exp, records(exp, aa_drift=0.05), "quick", tmp_path)
+    ns = exp.profiles["quick"]["ns"]
+    cs = {n: next(c for c in v.comparisons if c.id == f"indirection/n{n}") for n in ns}
+    top = cs[max(ns)]
+    assert top.p < 0.05 and top.null_significant and top.decision == "undecided"
+    assert all(c.null_p is None and c.decision == "a_better" for n, c in cs.items() if n != max(ns))
+    assert "the null pair in the cell is significant" in sub(v, "indirection").detail
+    assert sub(v, "indirection").verdict == "inconclusive" and v.verdict == "supported"  # reported only
+    assert sub(analyse(exp, records(exp), "quick", tmp_path / "quiet"), "indirection").verdict == "supported"
 
 
 def test_different_logits_stop_the_claim(exp, tmp_path):

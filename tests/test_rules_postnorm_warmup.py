@@ -79,25 +79,30 @@ def probe_metrics(pl: str, L: int, *, amp_pre: float = 0.3, q_post: float = 0.5)
 
 def records(loss, *, null=None, params=P, **probe_kw):
     """loss(placement, warmup, depth, seed, lr=, width=, steps=) -> final loss (None: diverged); null(seed)
-    for the null pair. The staged grid grows as the runner grows it: the sweep's selection seeds choose each
-    arm's rate, whose fresh-seed runs (and the second scale's sweep) join the grid."""
+    for the null pair (by default a faithful rerun: its arm's own loss, up to a seed wobble of 0.0005 nats).
+    The staged grid grows as the runner grows it: the sweep's selection seeds choose each arm's rate, whose
+    fresh-seed runs (and the second scale's sweep) join the grid."""
+
+    def final(c: dict, seed: int):
+        return loss(
+            c["placement"],
+            c["warmup"] > 0,
+            c["depth"],
+            seed,
+            lr=c["lr"],
+            width=c["d_model"],
+            steps=c["steps"],
+        )
 
     def metrics(c: dict) -> dict:
         if c["part"] == "probe":
             m = probe_metrics(c["placement"], c["depth"], **probe_kw)
         elif c["part"] == "null":
-            m = train_metrics(null(c["seed"] % 1000) if null else OK + 0.01 * (c["seed"] % 2), c["depth"])
+            s = c["seed"] % 1000
+            f = null(s) if null else final(c, s)
+            m = train_metrics(f if null or f is None else f + 0.0005 * (s % 2), c["depth"])
         else:
-            f = loss(
-                c["placement"],
-                c["warmup"] > 0,
-                c["depth"],
-                c["seed"],
-                lr=c["lr"],
-                width=c["d_model"],
-                steps=c["steps"],
-            )
-            m = train_metrics(f, c["depth"])
+            m = train_metrics(final(c, c["seed"]), c["depth"])
         return m
 
     return grown(EXP, params, metrics)
@@ -161,9 +166,17 @@ def test_postnorm_warmup_rule_supported_and_both_failed_cell_is_excluded_from_A(
     ids = {c.id for c in v.comparisons}
     assert all(i in ids for s in v.sub_verdicts for i in s.comparisons)
     assert [f.id for f in v.noise_floor] == ["null/final_val", "null/escape"]
-    assert all(
-        c.noise is not None for c in v.comparisons if c.metric == "final validation loss" and not c.excluded
-    )
+    # the null pair (Pre-LN, L = 2, lr 3e-3, first width) calibrates the fixed-rate cells it was run in, and
+    # no other fixed-rate cell (not L = 1); the tuned cells: test_..._calibrates_only_that_widths_tuned_cell
+    fixed = ("A-fixed", "B-fixed", "C-fixed", "D")
+    calibrated = {
+        c.id
+        for c in v.comparisons
+        if c.metric == "final validation loss" and c.null_p is not None and c.sub_claim.split()[0] in fixed
+    }
+    at_l2 = ("B-fixed/L2-lr0.003/final_val", "C-fixed/final_val", "D/L2-lr0.003/final_val")
+    assert calibrated == {f"{A2}/final_val", *at_l2}
+    assert not any(comparison(v, i).null_significant for i in calibrated)
     assert v.evidence["sub_verdicts"]["A"] == "supported" and "E" not in verdicts(v)
 
 
@@ -183,15 +196,18 @@ def test_postnorm_warmup_rule_refuted_when_warmup_hurts_post_ln_and_pre_ln_is_wo
     assert decisions(v)[f"{A1}/final_val"] == "a_better"
     assert verdicts(v)["A"] == verdicts(v)["B"] == verdicts(v)["C"] == "refuted" and v.verdict == "refuted"
 
-    def only_a(
-        pl, wu, d, s, steps=P["steps"], **_
-    ):  # Pre-LN as good as Post-LN without warmup: every seed of
-        # both learned; at depth over the longer run nothing learned (C inconclusive)
+    def only_a(pl, wu, d, s, steps=P["steps"], **_):
+        # Pre-LN against Post-LN without warmup: every seed of both learned, Pre-LN's loss off by +0.02 or
+        # -0.01 from seed to seed (undecided, and too spread for TOST within ±0.05: B inconclusive); at depth
+        # over the longer run nothing learned (C inconclusive)
         if steps > P["steps"]:
             return STUCK + 0.001 * s
+        if pl == "pre":
+            return OK + 0.001 * s + (0.02, -0.01)[s % 2]
         return (STUCK - 0.03 + 0.001 * s) if (pl == "post" and wu) else OK + 0.001 * s
 
     v = analyse(EXP, records(only_a), P, tmp_path)
+    assert set(decisions(v, "B/").values()) == {"undecided"}
     assert verdicts(v)["A"] == "refuted" and verdicts(v)["B"] == "inconclusive"
     assert v.verdict == "refuted"
 
@@ -232,7 +248,7 @@ def test_postnorm_warmup_rule_both_arms_at_the_plateau_is_not_warmup_not_needed(
     assert verdicts(v)["B"] == "supported" and verdicts(v)["C-fixed"] == "supported"  # the same cells
 
 
-def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tmp_path):
+def test_postnorm_warmup_rule_underpowered_null_is_inconclusive(tmp_path):
     def noisy(pl, wu, d, s, **_):  # seed 0 learns only with warmup, seed 1 only without: an underpowered null
         if pl != "post":
             return OK - 0.3 + 0.001 * s
@@ -243,39 +259,74 @@ def test_postnorm_warmup_rule_underpowered_or_equivalent_null_is_inconclusive(tm
     assert v.verdict == "inconclusive"
     assert set(decisions(v, A1).values()) == {"undecided"}
 
-    def same(
-        pl, wu, d, s, **_
-    ):  # both arms on the learned threshold; warmup changes the loss by < the margin
+
+@pytest.mark.parametrize(
+    "wobble, powered, verdict",
+    [
+        ((0.002, -0.001), True, "refuted"),  # a seed spread of 0.0015 nats: power ≥ 80% at ±0.05
+        ((0.003, -0.002), False, "inconclusive"),  # TOST still passes, but power < 80%: does not refute
+    ],
+)
+def test_postnorm_warmup_rule_an_equivalence_refutes_only_with_power_at_the_sesoi(
+    tmp_path, wobble, powered, verdict
+):
+    """Both Post-LN arms on the learned threshold (one seed learns, one does not: the cells are counted) and
+    warmup changes the loss by < the ±0.05 SESOI: an equivalence. A-fixed has no positive control, so it
+    refutes exactly where its power at the SESOI is at least 80%."""
+
+    def same(pl, wu, d, s, **_):
         if pl != "post":
             return OK - 0.3 + 0.001 * s
-        return (3.21, 3.19)[s % 2] + ((0.002 if s % 2 == 0 else -0.001) if wu else 0.0)
+        return (3.21, 3.19)[s % 2] + (wobble[s % 2] if wu else 0.0)
 
     v = analyse(EXP, records(same), P, tmp_path)
-    assert decisions(v, A1)[f"{A1}/final_val"] == "equivalent"
-    assert verdicts(v)["A-fixed"] == "inconclusive"  # no positive control: equivalence does not refute
-    # tuned: equivalent too, and its positive control (the fixed-rate cells) saw no effect: not refuted
-    assert set(decisions(v, "A/").values()) >= {"equivalent"} and verdicts(v)["A"] == "inconclusive"
+    fixed = [comparison(v, f"{c}/final_val") for c in (A1, A2)]
+    assert all(c.decision == "equivalent" and 0 < c.power <= 1 for c in fixed)
+    assert all((c.power >= 0.8) == powered for c in fixed)
+    assert set(sub(v, "A-fixed").roles.values()) == {"refute" if powered else "undecided"}
+    assert verdicts(v)["A-fixed"] == verdict
+    # tuned: the same arms at their best rates, equivalent too; A's control (A-fixed) was run in other cells
+    # (L·-lr· against d16, d32), so it covers none of A's: A reads the power alone
+    assert set(decisions(v, "A/").values()) >= {"equivalent"} and verdicts(v)["A"] == verdict
 
 
-def test_postnorm_warmup_rule_an_effect_inside_the_noise_floor_is_not_supported(tmp_path):
-    """Warmup lowers Post-LN's final loss by 0.08 nats in both seeds (p small, beyond the ±0.05 margin), one
-    seed learning in each arm (so the cell is counted), but the null pair's seeds differ by ±0.3: inside the
-    noise floor, undecided, and A is not supported."""
+def warmup_helps(pl, wu, d, s, **_):
+    """Warmup lowers Post-LN's final loss by 0.08 nats in both seeds (p small, beyond the ±0.05 SESOI), one
+    seed learning in each arm (so the fixed-rate cells are counted), at every rate and width."""
+    if pl == "post":
+        return (3.35, OK)[s % 2] - (0.08 + 1e-4 * s if wu else 0.0)
+    return OK + 0.001 * s
 
-    def loss(pl, wu, d, s, **_):
-        if pl == "post":
-            return (3.35, OK)[s % 2] - (0.08 + 1e-4 * s if wu else 0.0)
-        return OK + 0.001 * s
 
-    v = analyse(EXP, records(loss, null=lambda s: OK + (0.3, -0.25)[s]), P, tmp_path)
-    c = comparison(v, f"{A1}/final_val")
-    assert c.p < 0.05 and c.in_noise and c.decision == "undecided"
-    assert c.diff == pytest.approx(-0.08005)
-    assert verdicts(v)["A-fixed"] == "inconclusive" and verdicts(v)["A"] == "inconclusive"
-    assert (
-        "inside the noise floor" in sub(v, "A-fixed").detail
-        and "inside the noise floor" in sub(v, "A").detail
-    )
+DRIFT = lambda s: OK + 0.1 + 0.0015 * s  # noqa: E731  # the null rerun of Pre-LN (OK + 0.001 s), 0.1 off
+
+
+def test_postnorm_warmup_rule_a_drifting_null_pair_undecides_only_the_cell_it_was_run_in(tmp_path):
+    """The null pair's rerun (Pre-LN, L = 2, lr 3e-3) drifts 0.1 nats away from its first run: significant,
+    so the variance at L = 2 is underestimated and that fixed-rate cell is undecided whatever its p; L = 1,
+    where it was not run, decides. A-fixed needs both cells: not supported."""
+    v = analyse(EXP, records(warmup_helps, null=DRIFT), P, tmp_path)
+    null = next(f for f in v.noise_floor if f.id == "null/final_val")
+    assert null.p < 0.05
+    l1, l2 = comparison(v, f"{A1}/final_val"), comparison(v, f"{A2}/final_val")
+    assert l2.p < 0.05 and l2.null_p == null.p and l2.null_significant and l2.decision == "undecided"
+    assert l1.p < 0.05 and l1.null_p is None and l1.decision == "b_better"
+    assert l1.diff == l2.diff == pytest.approx(-0.08005)
+    assert sub(v, "A-fixed").roles == {f"{A1}/final_val": "support", f"{A2}/final_val": "undecided"}
+    assert verdicts(v)["A-fixed"] == "inconclusive"
+    assert "L2-lr0.003/final_val: the null pair in the cell is significant" in sub(v, "A-fixed").detail
+
+
+def test_postnorm_warmup_rule_the_fixed_designs_null_pair_never_calibrates_the_tuned_cells(tmp_path):
+    """The null pair reruns the fixed design's Pre-LN control, another arm at another rate than the tuned
+    Post-LN arms of A: it says nothing of their cells, so even when its rerun drifts A still decides at both
+    widths (it used to lend its spread to both)."""
+    v = analyse(EXP, records(warmup_helps, null=DRIFT), P, tmp_path)
+    for w in ("d16", "d32"):
+        c = comparison(v, f"A/{w}/final_val")
+        assert c.null_p is None and c.decision == "b_better"
+    assert verdicts(v)["A"] == "supported"
+    assert any(comparison(v, c.id).null_significant for c in v.comparisons if c.id.startswith("A-fixed"))
 
 
 def test_postnorm_warmup_rule_mixed_when_warmup_helps_in_one_cell_and_hurts_in_another(tmp_path):
@@ -303,7 +354,7 @@ def test_postnorm_warmup_rule_nothing_learned_excludes_every_training_comparison
 
 def test_postnorm_warmup_rule_E_is_reported_without_a_verdict(tmp_path):
     """Where warmed-up Post-LN and Pre-LN both learned in every seed their final losses are compared (paired,
-    Holm, beside the noise floor) and written, but never decided into a sub-verdict."""
+    Holm, calibrated by the null pair where it was run) and written, but never decided into a sub-verdict."""
     v = analyse(
         EXP,
         records(lambda pl, wu, d, s, **_: OK - (0.1 if pl == "post" and wu else 0) + 0.001 * s),
@@ -417,9 +468,9 @@ def test_postnorm_warmup_rule_F_fails_when_the_post_ln_gradient_shrinks_with_dep
 
 def test_postnorm_warmup_rule_warmup_that_rescues_one_rate_is_refuted_at_the_best_rate(tmp_path):
     """Without warmup Post-LN is stuck at the fixed cells' rate 3e-3 but trains at the sweep's lower rates as
-    well as with warmup: the fixed-rate comparison (the positive control) sees warmup rescue that rate, and
-    the tuned comparison finds the arms equivalent within the margin at both widths: (A) refuted, at the best
-    rate warmup is not needed; the range sub-claim sees warmup widen the rates that train."""
+    well as with warmup: the fixed-rate comparison sees warmup rescue that rate, and the tuned comparison
+    finds the arms equivalent within the ±0.05 SESOI with power ≥ 80% there at both widths: (A) refuted, at
+    the best rate warmup is not needed; the range sub-claim sees warmup widen the rates that train."""
     p = {**P, "selection_seeds": [10, 11, 12]}
 
     def loss(pl, wu, d, s, lr=3e-3, **_):
@@ -430,6 +481,8 @@ def test_postnorm_warmup_rule_warmup_that_rescues_one_rate_is_refuted_at_the_bes
     v = analyse(EXP, records(loss, params=p), p, tmp_path)
     assert verdicts(v)["A-fixed"] == "supported"
     assert set(decisions(v, "A/").values()) >= {"equivalent"} and verdicts(v)["A"] == "refuted"
+    assert all(r == "refute" for r in sub(v, "A").roles.values())
+    assert all(c.power >= 0.8 for c in v.comparisons if c.id.startswith("A/") and c.decision == "equivalent")
     ch = {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
     assert ch[("post", "d16")] == 1.5e-3 and ch[("post-warmup", "d16")] == 1.5e-3
     assert comparison(v, "A-range").decision == "b_better" and verdicts(v)["A-range"] == "supported"
@@ -454,9 +507,10 @@ def test_postnorm_warmup_rule_chosen_rate_is_read_on_selection_seeds_only(tmp_pa
 
 def test_postnorm_warmup_rule_C_tells_a_late_start_from_a_failure(tmp_path):
     """Post-LN with warmup stuck at depth at the fixed rate over the short run (C-fixed supported), but at its
-    own best rate over the longer run it trains level with Pre-LN: 'fails' is refuted (late, not never), and
-    only because C-fixed, the positive control, saw the effect. Its sweep chose among the deep rates on the
-    selection seeds alone."""
+    own best rate over the longer run it trains level with Pre-LN: 'fails' is refuted (late, not never),
+    because C-fixed, the positive control (one cell, so it covers C's), saw the effect there and the
+    equivalence has power ≥ 80% at the SESOI. Its sweep chose among the deep rates on the selection seeds
+    alone."""
 
     def late(pl, wu, d, s, lr=3e-3, steps=P["steps"], **kw):
         if pl == "post" and wu and d == 2 and steps > P["steps"]:
@@ -466,17 +520,47 @@ def test_postnorm_warmup_rule_C_tells_a_late_start_from_a_failure(tmp_path):
     v = analyse(EXP, records(late), P, tmp_path)
     assert verdicts(v)["C-fixed"] == "supported" and verdicts(v)["C"] == "refuted"
     c = comparison(v, "C/final_val")
-    assert c.decision == "equivalent" and c.learned_a == c.learned_b == len(P["seeds"])
+    assert c.decision == "equivalent" and c.learned_a == c.learned_b == len(P["seeds"]) and c.power >= 0.8
+    assert sub(v, "C").roles == {"C/final_val": "refute"}
     ch = {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
     assert ch[("post-warmup", f"L{P['deep_depth']}, {P['deep_steps']} steps")] < 3e-3
 
-    def level(
-        pl, wu, d, s, **kw
-    ):  # Post-LN with warmup trains at L = 2 in short runs too: no positive control
-        if pl == "post" and wu and d == 2:
-            return OK - 0.05 + 0.001 * s
-        return anchor_like(pl, wu, d, s, **kw)
 
-    v = analyse(EXP, records(level), P, tmp_path)
-    assert verdicts(v)["C-fixed"] == "inconclusive" and comparison(v, "C/final_val").decision == "equivalent"
-    assert verdicts(v)["C"] == "inconclusive"  # equivalence refutes only where the control saw the effect
+def test_postnorm_warmup_rule_C_equivalence_is_not_decidable_where_its_control_fails(tmp_path):
+    """The same late start, but at the fixed rate over the short run warmed-up Post-LN is stuck in one seed
+    only: C-fixed is counted (a seed failed) yet undecided, so the positive control failed in C's cell and
+    C's powered equivalence there is not decidable (counted neither way): C is inconclusive, not refuted."""
+
+    def control_fails(pl, wu, d, s, lr=3e-3, steps=P["steps"], **kw):
+        if pl == "post" and wu and d == 2:
+            if steps > P["steps"]:
+                return OK - 0.05 + 0.001 * s + (0.0 if lr < 3e-3 else 0.4)
+            if lr >= 3e-3:
+                return (STUCK, OK - 0.05 + 0.001 * s)[s % 2]
+        return anchor_like(pl, wu, d, s, lr=lr, steps=steps, **kw)
+
+    v = analyse(EXP, records(control_fails), P, tmp_path)
+    assert comparison(v, "C-fixed/final_val").decision == "undecided"
+    assert "C-fixed/final_val" in sub(v, "C-fixed").comparisons  # counted: a seed did not learn
+    c = comparison(v, "C/final_val")
+    assert c.decision == "equivalent" and c.power >= 0.8
+    assert sub(v, "C").roles == {"C/final_val": "not decidable"} and verdicts(v)["C"] == "inconclusive"
+    assert "not decidable here (the positive control failed in the cell" in sub(v, "C").detail
+
+
+def test_postnorm_warmup_rule_C_underpowered_equivalence_does_not_refute(tmp_path):
+    """C-fixed holds (the control saw the effect), and at its best rate warmed-up Post-LN trains level with
+    Pre-LN within ±0.05, but its seeds spread by ±0.005 around Pre-LN's: with two seeds TOST passes, yet the
+    power at the SESOI is under 80%, so the equivalence is undecided and C inconclusive."""
+
+    def weak(pl, wu, d, s, lr=3e-3, steps=P["steps"], **kw):
+        if pl == "post" and wu and d == 2 and steps > P["steps"]:
+            return OK - 0.05 + 0.001 * s + (0.0 if lr < 3e-3 else 0.4) + (0.006, -0.004)[s % 2]
+        return anchor_like(pl, wu, d, s, lr=lr, steps=steps, **kw)
+
+    v = analyse(EXP, records(weak), P, tmp_path)
+    assert verdicts(v)["C-fixed"] == "supported"
+    c = comparison(v, "C/final_val")
+    assert c.decision == "equivalent" and c.power < 0.8
+    assert sub(v, "C").roles == {"C/final_val": "undecided"} and verdicts(v)["C"] == "inconclusive"
+    assert "under 80% power there, so this does not refute" in sub(v, "C").detail

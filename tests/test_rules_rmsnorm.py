@@ -14,7 +14,7 @@ from tfclaims.evidence.rules import render_sub
 from tfclaims.harness.registry import load
 
 from experiments.rmsnorm.recipes import AA, FUSED, IMPLS
-from rules import analyse, comparison, decisions, grown, timed, verdicts
+from rules import analyse, comparison, decisions, grown, sub, timed, verdicts
 
 EXP = load("rmsnorm")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3], "fused": True, "selection_seeds": [10, 11]}
@@ -27,14 +27,14 @@ SCALES = [f"d{d}-L{L}" for d, L in P["scales"]]
 FIRST = f"quality/{SCALES[0]}"
 
 
-def timing_cell(speed, base, fused=True, aa_noise=0.0, contended=(), marked=True):
+def timing_cell(speed, base, fused=True, aa_drift=0.0, contended=(), marked=True):
     """speed: log(t_RMS / t_LN) for the built-in, eager and fused pairs (negative: RMSNorm faster); the A/A
-    copy of the built-in LayerNorm moves by ±aa_noise in log time, alternating over rounds. In the rounds
+    copy of the built-in LayerNorm is aa_drift slower in log time in every round. In the rounds
     `contended` every RMSNorm ran 2.5x slower (a neighbour took the memory bus during its sample); `probe`,
     the copy's bytes/s before each round, shows it there at half the bandwidth when `marked`."""
     b, e, f = speed
     aa = timed(base, 0, 4)
-    aa["times"] = [t * np.exp(aa_noise * (1 if i % 2 else -1)) for i, t in enumerate(aa["times"])]
+    aa["times"] = [t * np.exp(aa_drift) for t in aa["times"]]
     cell = {"layer": timed(base), "rms": timed(base, b, 1), "eager_layer": timed(3 * base, 0, 2),
             "eager_rms": timed(3 * base, e, 3), AA: aa}  # fmt: skip
     if fused:
@@ -56,21 +56,22 @@ def bowl(lr: float, best: float) -> float:
     return 0.05 * np.log2(lr / best) ** 2
 
 
-def records(*, alone, step, quality, learned=True, p=P, aa_noise=0.0, contended=(), marked=True):
+def records(*, alone, step, quality, learned=True, p=P, aa=lambda at: 0.0, contended=(), marked=True):
     """alone(d) / step() -> (built-in, eager, fused) log time ratios RMS/LN; quality(norm, seed) -> final
-    validation loss at the norm's best rate (`bowl` away from it); aa_noise: the A/A copy's spread (see
-    timing_cell; contended, marked: rounds contended in every timing call, and whether the probe shows it).
-    The staged grid grows as the runner grows it: each norm's sweep chooses its rate."""
-    cont = dict(aa_noise=aa_noise, contended=contended, marked=marked)
-    return grown(EXP, p, lambda c: _metrics(c, alone, step, quality, learned, p, cont))
+    validation loss at the norm's best rate (`bowl` away from it); aa(d, or "step" for the step): the A/A
+    copy's drift there (see timing_cell; contended, marked: rounds contended in every timing call, and
+    whether the probe shows it). The staged grid grows as the runner grows it: each norm's sweep chooses its
+    rate."""
+    cont = dict(contended=contended, marked=marked)
+    return grown(EXP, p, lambda c: _metrics(c, alone, step, quality, learned, p, aa, cont))
 
 
-def _metrics(c, alone, step, quality, learned, p, cont) -> dict:
+def _metrics(c, alone, step, quality, learned, p, aa, cont) -> dict:
     if c["part"] == "norm_alone":
         impls = list(IMPLS) + (list(FUSED) if c["fused"] else [])
         rows = []
         for d in c["widths"]:
-            cell, probe = timing_cell(alone(d), 1e-4 * d / 64, c["fused"], **cont)
+            cell, probe = timing_cell(alone(d), 1e-4 * d / 64, c["fused"], aa(d), **cont)
             rows.append({"d": d, "bytes": 5 * 256 * d * 4, "probe": probe, **cell})
         return {
             "rows": rows,
@@ -80,7 +81,7 @@ def _metrics(c, alone, step, quality, learned, p, cont) -> dict:
             "threads": 1,
         }
     if c["part"] == "step":
-        cell, probe = timing_cell(step(), 0.02, fused=False, **cont)
+        cell, probe = timing_cell(step(), 0.02, False, aa("step"), **cont)
         return {
             "step": {k: {"median": v["median"], "times": v["times"]} for k, v in cell.items()},
             "probe": probe,
@@ -143,7 +144,7 @@ def test_rmsnorm_rule_supported_when_faster_everywhere_and_quality_equivalent(tm
     # second
     choices = {(c["scale"], c["arm"]): c["chosen_lr"] for c in v.evidence["lr_choices"]}
     assert choices == {(sc, n): P["lr"] * f for sc, f in zip(SCALES, (1.0, 0.5)) for n in ("layer", "rms")}
-    # each timing cell is floored by the A/A pair of its own cell
+    # each timing cell is calibrated by the A/A pair of its own cell
     assert comparison(v, "alone-eager/d64").noise != comparison(v, "alone-eager/d128").noise
     assert all(c.noise is not None for c in v.comparisons if c.id.startswith(("alone", "step")))
 
@@ -245,45 +246,60 @@ def test_rmsnorm_rule_mixed_when_faster_at_one_width_only(tmp_path):
 
 
 def test_rmsnorm_rule_slower_at_one_width_and_undecided_at_the_other_is_refuted(tmp_path):
-    # LayerNorm significantly faster at d = 64, no difference at d = 128, support nowhere: refuted (the old
-    # ladder demanded that every width refute and called this inconclusive)
+    # LayerNorm significantly faster at d = 64; at d = 128 no difference, but that width's A/A pair drifts
+    # (5% in every round), so it is undecided: support nowhere, refuted (the old ladder demanded that every
+    # width refute and called this inconclusive)
     v = analyse(
         EXP,
-        records(alone=lambda d: ALL_SLOWER if d == 64 else NONE, step=lambda: FASTER, quality=SAME),
+        records(
+            alone=lambda d: ALL_SLOWER if d == 64 else NONE,
+            step=lambda: FASTER,
+            quality=SAME,
+            aa=lambda at: 0.05 if at == 128 else 0.0,
+        ),
         P,
         tmp_path,
     )
     d = decisions(v)
     assert d["alone-eager/d64"] == "a_better" and d["alone-eager/d128"] == "undecided"
+    assert comparison(v, "alone-eager/d128").null_significant
     assert verdicts(v)["alone-eager"] == "refuted"
     assert v.verdict == "mixed"
 
 
-def test_rmsnorm_rule_a_speed_up_inside_the_aa_noise_floor_is_not_supported(tmp_path):
-    # RMSNorm 3% faster in every round (p tiny), but the built-in LayerNorm timed twice differs from itself by
-    # ±0.3 in log time from round to round: every timing effect is inside its cell's noise floor
-    small = (-0.03, -0.03, -0.03)
-    v = analyse(
-        EXP, records(alone=lambda d: small, step=lambda: small, quality=SAME, aa_noise=0.3), P, tmp_path
-    )
-    for cid in ("alone-eager/d64", "alone-eager/d128", "alone-fused/d64", "step-eager"):
+def test_rmsnorm_rule_a_significant_aa_pair_leaves_its_cell_undecided(tmp_path):
+    # RMSNorm faster everywhere (p tiny), but the whole step's A/A pair drifts: the built-in LayerNorm timed
+    # again runs 5% slower in every round, so that null pair is significant and the step's comparisons are
+    # undecided whatever their p; the norm-alone cells, whose A/A pairs are quiet, still decide
+    kw = dict(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME)
+    v = analyse(EXP, records(**kw, aa=lambda at: 0.05 if at == "step" else 0.0), P, tmp_path)
+    for cid in ("step-eager", "step-builtin"):
         c = comparison(v, cid)
-        assert c.p < 0.05 and c.in_noise and c.decision == "undecided"
-    assert verdicts(v)["alone-eager"] == verdicts(v)["step-eager"] == "inconclusive"
+        assert c.p < 0.05 and c.null_significant and c.decision == "undecided"
+    assert all(not comparison(v, f"alone-eager/d{d}").null_significant for d in (64, 128))
+    assert verdicts(v)["step-eager"] == "inconclusive" and verdicts(v)["alone-eager"] == "supported"
+    assert "the null pair in the cell is significant" in sub(v, "step-eager").detail
     assert v.verdict == "inconclusive"
-    quiet = analyse(EXP, records(alone=lambda d: small, step=lambda: small, quality=SAME), P, tmp_path)
-    assert verdicts(quiet)["alone-eager"] == "supported"  # the same effect beside a quiet A/A pair
+    quiet = analyse(EXP, records(**kw), P, tmp_path / "quiet")
+    assert verdicts(quiet)["step-eager"] == "supported"  # the same effect beside a quiet A/A pair
 
 
 def test_rmsnorm_rule_underpowered_null_is_inconclusive_not_refuted(tmp_path):
-    # no timing difference, and a quality difference (+0.03) inside the seed noise: a naive "CI contains 0,
-    # so they are equal / not faster" rule would refute; the ladder leaves it undecided
+    # the built-ins equally fast (reported; no SESOI declared, so an equivalence there has no power to read
+    # and cannot refute), the counted like-with-like pairs faster, and a quality difference (+0.03) inside the
+    # seed noise: a naive "CI contains 0, so they are equal / not faster" rule would refute; the ladder leaves
+    # them undecided
     noisy = lambda n, s: 2.5 + (np.array([0.3, -0.25, 0.2, -0.2])[s] if n == "rms" else 0.0)  # noqa: E731
-    v = analyse(EXP, records(alone=lambda d: NONE, step=lambda: NONE, quality=noisy), P, tmp_path)
+    same_builtin = (0.0, *FASTER[1:])
+    v = analyse(
+        EXP, records(alone=lambda d: same_builtin, step=lambda: same_builtin, quality=noisy), P, tmp_path
+    )
     d = decisions(v)
     assert d[FIRST] == "undecided"
     assert d["alone-builtin/d64"] in ("undecided", "equivalent")
+    assert comparison(v, "alone-builtin/d64").power is None
     assert verdicts(v)["quality"] == verdicts(v)["alone-builtin"] == "inconclusive"
+    assert verdicts(v)["alone-eager"] == "supported"
     assert v.verdict == "inconclusive"
 
 
@@ -298,12 +314,11 @@ def test_rmsnorm_rule_excludes_quality_when_neither_norm_learned(tmp_path):
 
 
 def test_rmsnorm_rule_requires_every_width(tmp_path):
-    # faster at d = 64, no difference at d = 128: the claim is "faster at every width", so not supported
+    # faster at both widths, but d = 128's A/A pair drifts (5% in every round), so that width is undecided:
+    # the claim is "faster at every width", so supported at d = 64 beside it is not supported
+    drift = lambda at: 0.05 if at == 128 else 0.0  # noqa: E731
     v = analyse(
-        EXP,
-        records(alone=lambda d: FASTER if d == 64 else NONE, step=lambda: FASTER, quality=SAME),
-        P,
-        tmp_path,
+        EXP, records(alone=lambda d: FASTER, step=lambda: FASTER, quality=SAME, aa=drift), P, tmp_path
     )
     d = decisions(v)
     assert d["alone-eager/d64"] == "b_better" and d["alone-eager/d128"] == "undecided"

@@ -10,7 +10,7 @@ from tfclaims.harness.registry import load
 
 from experiments.truncate_distill.grid import AA
 from experiments.truncate_distill.recipes import run_counts
-from rules import analyse, grown, sub, times, verdicts
+from rules import analyse, comparison, decisions, grown, sub, times, verdicts
 
 EXP = load("truncate_distill")
 P = {**EXP.profiles["quick"], "seeds": [0, 1, 2, 3]}
@@ -33,6 +33,7 @@ def student(s: dict, seed: int, gaps: dict, learned: bool) -> dict:
     teacher = 2.0 + TEACHER[i]
     gap = gaps[s["student"]]
     gap = gap[s["keep"]] if isinstance(gap, dict) else gap
+    gap = gap[i] if isinstance(gap, tuple) else gap  # per seed
     v = teacher + gap + OWN[s["student"]][i] + 0.05 * np.log2(s["lr"] / BEST[s["student"]]) ** 2
     v += RERUN[i] if s.get("rerun") else 0.0
     if not learned:
@@ -94,14 +95,47 @@ def test_truncate_rule_refuted_when_distillation_hurts(tmp_path):
     assert v.verdict == "refuted"
 
 
-def test_truncate_rule_no_difference_refutes_only_after_the_control(tmp_path):
+def test_truncate_rule_no_difference_refutes_only_where_powered_and_the_gap_control_holds(tmp_path):
     """With and without distillation equal: refuted where the teacher beat the student without it (the gap
-    control), undecided where the cut student already matched the teacher (nothing to distil)."""
+    control) and the equivalence has 80% power at the SESOI; not decidable in a cell where the cut student
+    already matched the teacher (the control, a precondition, failed there: nothing to distil)."""
     v = analyse(EXP, records(gaps={**GAPS, "distil": 0.06}), P, tmp_path)
+    c = comparison(v, "distil")
+    assert c.decision == "equivalent" and c.power >= 0.8 and sub(v, "distil").roles == {"distil": "refute"}
     assert verdicts(v)["gap"] == "supported" and verdicts(v)["distil"] == "refuted"
+    # per cell: a gap at half the layers, none at a quarter (both arms level with the teacher there)
+    gaps = {"distil": {2: 0.06, 1: 0.0}, "plain": {2: 0.06, 1: 0.0}, "scratch": 0.2}
+    v = analyse(EXP, records(gaps=gaps, p=P2), P2, tmp_path)
+    assert sub(v, "gap").holds == ["k2-of-4"]
+    assert decisions(v, "distil/") == {"distil/k2-of-4": "equivalent", "distil/k1-of-4": "equivalent"}
+    assert comparison(v, "distil/k2-of-4").power >= 0.8
+    s = sub(v, "distil")
+    assert s.roles == {"distil/k2-of-4": "refute", "distil/k1-of-4": "not decidable"}
+    assert (
+        s.verdict == "refuted" and "not decidable here (the positive control failed in the cell" in s.detail
+    )
+    assert decisions(v, "match/")["match/k1-of-4"] == "equivalent"  # the share is inside, but decides nothing
+    assert sub(v, "match").roles["match/k1-of-4"] == "not decidable"
+    # no gap at all: nothing is decidable, the shown share included
     v = analyse(EXP, records(gaps={**GAPS, "distil": 0.0, "plain": 0.0}), P, tmp_path)
-    assert verdicts(v)["gap"] != "supported" and verdicts(v)["distil"] == "inconclusive"
-    assert verdicts(v)["match"] == "supported"
+    assert verdicts(v)["gap"] != "supported" and comparison(v, "match").decision == "equivalent"
+    assert sub(v, "distil").roles == {"distil": "not decidable"} and verdicts(v)["distil"] == "inconclusive"
+    assert sub(v, "match").roles == {"match": "not decidable"} and verdicts(v)["match"] == "inconclusive"
+
+
+def test_truncate_rule_an_equivalence_without_power_at_the_sesoi_does_not_refute(tmp_path):
+    """The same means beside the gap control, but the distilled student's seeds scatter (±0.003 nats/char):
+    the 90% interval still lies inside ±0.01 (equivalent), yet the power at ±0.01 is under 80%, so the
+    equivalence is undecided, not a refutation, and the detail states that power."""
+    spread = (0.063, 0.057, 0.063, 0.057)
+    v = analyse(EXP, records(gaps={**GAPS, "distil": spread}), P, tmp_path)
+    assert verdicts(v)["gap"] == "supported"
+    c = comparison(v, "distil")
+    assert c.decision == "equivalent" and c.power < 0.8
+    s = sub(v, "distil")
+    assert s.roles == {"distil": "undecided"} and s.verdict == "inconclusive"
+    assert "with under 80% power there, so this does not refute" in s.detail
+    assert f"power there {c.power:.0%}" in s.detail
 
 
 def test_truncate_rule_mixed_when_the_distilled_student_falls_short_of_the_teacher(tmp_path):

@@ -23,6 +23,9 @@ AS = recipes("experiments.albert_sharing.recipes")  # loaded (with torch) when a
 RATIO_MAX = 0.2  # "sharply": ALBERT at most a fifth of BERT's parameters at each published size
 TIME_MARGIN = math.log(1.1)  # shared / unshared forward time within 1/1.1–1.1× is "the same time"
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
+# sharing's quality cost: 0.02 nats/char of held-out loss (Lan et al.'s 1.5–2.5 GLUE points do not convert)
+QUALITY_SESOI = 0.02
+QUALITY_SOURCE = "practical: ≈1% of a ~2 nats/char character LM's loss, the least worth a design choice"
 LOGT, FINAL, LEARNED = rd.log_time("log seconds per token"), rd.final_loss(), rd.learned(LEARN_MARGIN)
 TIMED = [[256, 6], [768, 12]]  # the default profile's timed stacks, [d_model, n_layers] (BERT-base's last)
 QUALITY = [[64, 2], [64, 4]]  # the default profile's trained depths
@@ -160,6 +163,8 @@ class AlbertSharing(Experiment):
                     guard=LEARNED,
                     noise="null-tuned",
                     where="all",
+                    sesoi=QUALITY_SESOI,
+                    sesoi_source=QUALITY_SOURCE,
                     note=profile_sweep(p).rule(),
                 ),
             ),

@@ -51,7 +51,7 @@ CACHE_NOTE = (
     "Working set: the input, q, k, v and the output, and where the n×n scores are held (the explicit path) S "
     "and P for every head; the last-level cache size is read from the machine and recorded with the runs."
 )
-H_NOTE = "The A/A floor gates each cell: a ratio shown outside 1.25× but within the floor is undecided."
+H_NOTE = "The A/A pair calibrates its cell: where it is significant, that cell's comparisons are undecided."
 COUNT_ERR, SPREAD, X_COUNTED, X_CLOSED, EXPONENT = view.READOUTS
 
 

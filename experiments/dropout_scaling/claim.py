@@ -19,6 +19,8 @@ KEEP_MARGIN = 0.001  # the kept share within ±0.001 of 1 − p
 FIRST_MARGIN = 0.01  # first site: the masks' mean projects on eval mode's output with coefficient 1 ± 0.01
 DEEP_MARGIN = 0.05  # deeper sites (reported): 1 ± 0.05 (nonlinearities between sites bend the expectation)
 ENSEMBLE_MARGIN = 0.02  # nats: eval mode's loss and the MC average's within ±0.02
+MISMATCH_SESOI = ENSEMBLE_MARGIN  # nats/char: the held-out loss the missing scaling must cost
+MISMATCH_SOURCE = f"the claim's own ±{ENSEMBLE_MARGIN:g} nats of 'approximates' (ensemble): less is no change"
 LEARNED = rd.learned(0.3)
 MC_SAMPLES, MASK_SIZE, MASK_DRAWS = 64, 4_000_000, 20  # the default profile's
 # the default profile's LM: the shared recipe, deeper and longer; the loss at least 0.3 nats below the
@@ -146,6 +148,8 @@ class DropoutScaling(Experiment):
                     a=arm("eval mode", variant="eval"),
                     b=arm("no scaling", variant="unscaled"),
                     where="all",
+                    sesoi=MISMATCH_SESOI,
+                    sesoi_source=MISMATCH_SOURCE,
                     **losses,
                 ),
                 SubClaim(

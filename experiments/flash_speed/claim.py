@@ -30,6 +30,9 @@ FS = recipes("experiments.flash_speed.recipes")  # loaded (with torch) when a ru
 SPEEDUP = 1.5  # "faster": the fused forward+backward at least 1.5× as fast as the explicit one
 TWICE_BAND = (1.8, 2.2)  # the positive control: twice the work is timed as 2× within ±10%
 MATH_RATIO = 1.25  # SDPA's MATH backend "takes the explicit path's time": within 1/1.25–1.25×
+# log time ratio per doubling of n: Dao et al.'s benchmark speed-up 2× at n = 128 to 4× at 4K (5 doublings)
+GROWS_SESOI = math.log(4 / 2) / math.log2(4096 / 128)  # ≈ 0.139
+GROWS_SOURCE = "Dao et al.'s FlashAttention benchmark: 2× at n = 128 to 4× at 4K, log 2 over 5 doublings"
 TOL = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 2e-2}  # relative error against float64, per dtype
 LOGT = rd.log_time("log time per call")
 FASTER = Within(None, -math.log(SPEEDUP), f"at least {SPEEDUP:g}× as fast (b − a = −log speed-up)")
@@ -161,6 +164,8 @@ class FlashSpeed(Experiment):
                     Trend("log2 n", "down"),
                     (LOGT,),
                     cells=tuple(_at(n, False) for n in p["ns"]),
+                    sesoi=GROWS_SESOI,
+                    sesoi_source=GROWS_SOURCE,
                     **grows,
                 ),
                 SubClaim(

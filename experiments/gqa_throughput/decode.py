@@ -3,7 +3,8 @@
 
 Every timing goes through `measure.timing.time_interleaved` (rotating rounds, paired across the alternatives,
 load average recorded). Where a recipe times an A/A pair, the same callable is timed under a second name in
-the same rounds: the difference between the two is what timing noise alone gives (the noise floor).
+the same rounds: the difference between the two is what timing noise alone gives, and the A/A pair
+calibrates the cell it was timed in.
 
 Byte counts use the one closed form `measure.counting.kv_cache_bytes` (keys and values of every layer).
 """

@@ -75,7 +75,10 @@ def observe(runs: list[dict], fit_from: int) -> dict[str, pd.DataFrame]:
         for r in timing_rows(pt[k]["times"], n=pt["n"], step=k)
     ]
     top = next(pt for pt in points if pt["n"] == sm["aa"]["n"])
-    steps_aa = timing_rows(top["cached"]["times"], step="cached") + timing_rows(sm["aa"]["times"], step="aa")
+    n_aa = sm["aa"]["n"]  # where the A/A pair was timed: the cell it calibrates
+    steps_aa = timing_rows(top["cached"]["times"], n=n_aa, step="cached") + timing_rows(
+        sm["aa"]["times"], n=n_aa, step="aa"
+    )
     ex = []
     for kind in ("cached", "uncached"):
         ex += [
@@ -89,7 +92,9 @@ def observe(runs: list[dict], fit_from: int) -> dict[str, pd.DataFrame]:
     )
     linear["t ÷ b_pred"] = linear["seconds"] / b_pred
     top = next(pt for pt in lpts if pt["n"] == lm["aa"]["n"])
-    aa = timing_rows(top["times"], step="cached") + timing_rows(lm["aa"]["times"], step="aa")
+    aa = timing_rows(top["times"], n=top["n"], step="cached") + timing_rows(
+        lm["aa"]["times"], n=top["n"], step="aa"
+    )
     ns, ts = [pt["n"] for pt in lpts], [pt["times"] for pt in lpts]
     curv = [{"series": "cached", **r} for r in curvature(ns, ts)]
     sel = [pt for pt in points if pt["n"] >= fit_from]

@@ -9,7 +9,6 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
-from tfclaims.evidence.decisions import beyond_margin
 from tfclaims.evidence.declare import Better, Declaration, Readout
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.plots import drawing, sweep_caption
@@ -102,7 +101,7 @@ def every_measure(decl: Declaration, measures: dict, readouts: dict) -> Declarat
             statement=f"{measures[key][0]} ({SHORT[when]})",
             claim=Better(measures[key][3]),
             readouts=(r,),
-            margin=measures[key][4],
+            sesoi=measures[key][4],
             counts=False,
         )
         for (when, key), r in readouts.items()
@@ -265,40 +264,8 @@ def temperatures(runs, p: dict) -> dict:
     }
 
 
-def equivalence_note(result, sub_id: str, control: str) -> str | None:
-    """Where `sub_id` is equivalent in a cell whose positive control did not move beyond its margin there, or
-    inside that measure's noise floor: what a stricter reading would make of it (None where neither holds)."""
-    ctrl = {c.id.split("/")[1]: c for c in result.of(control)}
-    out = []
-    for c in result.of(sub_id):
-        cell = c.id.split("/")[1]
-        if c.decision != "equivalent":
-            continue
-        k = ctrl.get(cell)
-        if k is not None and not (k.decision == "b_better" and beyond_margin(k)):
-            out.append(
-                f"at {cell} the control ({control}) moved by {k.diff:+.4f}, inside its ±{k.margin:g} margin"
-            )
-        if c.noise is not None and c.margin is not None and c.noise > c.margin:
-            out.append(
-                f"at {cell} the ±{c.margin:g} equivalence lies inside the measure's noise floor "
-                f"(±{c.noise:.4f})"
-            )
-    if not out:
-        return None
-    return (
-        f"{sub_id.capitalize()} equivalent, read strictly: the positive control is read per sub-claim (an "
-        "effect beyond its margin in any cell licenses a refutation in every cell) and the noise floor gates "
-        "effects, not equivalences; here "
-        + "; ".join(out)
-        + f". Read per cell and gated by the floor, {sub_id} would "
-        "be inconclusive."
-    )
-
-
-def caveats(p: dict, t: dict, accuracy, strict: str | None = None) -> list[str]:
-    """The claim's caveats; `t` the observation tables, `accuracy` the tuned accuracy comparisons, `strict`
-    what a stricter reading of an equivalence would say (`equivalence_note`)."""
+def caveats(p: dict, t: dict, accuracy) -> list[str]:
+    """The claim's caveats; `t` the observation tables, `accuracy` the tuned accuracy comparisons."""
     runs = t["runs"]
     tuned = runs[runs.part == "tuned"]
     epochs = tuned_epochs(t) or float("nan")
@@ -322,24 +289,24 @@ def caveats(p: dict, t: dict, accuracy, strict: str | None = None) -> list[str]:
         f"The fixed design (reported) is the earlier one: one rate, a {p['subset_tokens']:,}-token subset "
         f"seen {p['steps'] * p['batch'] * p['seq_len'] / p['subset_tokens']:.0f} times, no dropout; the "
         "tuned design replaced it because its models ended near the unigram level on held-out text.",
-        "The noise floor (ε = 0 against its rerun) gates every comparison: an effect no larger than the "
-        "rerun's largest |95% CI bound| on that measure is undecided however small its p.",
+        "The null pair (ε = 0 against its rerun) calibrates each cell it was run in: where it is "
+        "significant, that cell's comparisons are undecided. ECE, the positive control, is read per cell: "
+        "an equivalence in a cell where ECE did not move beyond its SESOI is not decidable.",
         power_note(accuracy),
-        *([strict] if strict else []),
     ]
 
 
 def power_note(family) -> str:
-    """What would decide an undecided accuracy family: the seeds at which its smallest detectable effect
-    reaches the margin (the detectable effect shrinks as 1/sqrt(n))."""
-    und = [c for c in family if c.decision == "undecided" and c.mde]
+    """What would decide an undecided accuracy family: the seeds per arm at which its power at the SESOI
+    reaches 80% (at the level Holm tested it at, this variance)."""
+    und = [c for c in family if c.decision == "undecided" and c.seeds_80]
     if not und:
         return "Accuracy: every cell is decided at this number of seeds."
-    c = max(und, key=lambda c: c.mde)
-    need = int(np.ceil(c.n * (c.mde / c.margin) ** 2))
+    c = max(und, key=lambda c: c.seeds_80)
     return (
         f"Accuracy is undecided at {c.n} seeds: the smallest detectable difference is {c.mde:.4f} against "
-        f"the ±{c.margin:g} margin; about {need} seeds per arm would resolve the margin at this noise."
+        f"the ±{c.sesoi:g} SESOI (power there {c.power:.0%}); about {c.seeds_80} seeds per arm would reach "
+        "80% at this noise."
     )
 
 

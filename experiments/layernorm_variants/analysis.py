@@ -280,7 +280,7 @@ def _swap_summary(result, swap_subs: dict, eps: float, notes_eps: dict, out) -> 
                     "CI high": c.ci_high,
                     "p (Holm)": c.p,
                     "TOST p (Holm)": c.p_equiv,
-                    "noise floor (null pair CI bound)": c.noise,
+                    "null pair's 95% bound (this cell)": c.noise,
                     "decision": c.decision,
                 }
             )
@@ -288,8 +288,8 @@ def _swap_summary(result, swap_subs: dict, eps: float, notes_eps: dict, out) -> 
         "swap",
         pd.DataFrame(summ),
         "Checkpoint swap: validation loss with the swapped formula − as trained, same weights (nats/char), "
-        "mean over seeds with its interval at Holm's level; margin ±0.01; noise floor: the largest |CI "
-        "bound| of retraining at seeds + 1000",
+        "mean over seeds with its interval at Holm's level; margin ±0.01; null pair's 95% bound (this cell): "
+        "the largest |CI bound| of retraining at seeds + 1000 in the same cell, reported beside the effect",
         floatfmt=".3g",
     )
 
@@ -451,17 +451,18 @@ def plot_swap(t: dict, result, swap_subs: dict, p: dict, *, margin: float, notes
         fig,
         "The checkpoint swap: validation loss of the same trained weights with the other formula minus as "
         "trained, per seed (dots) and mean with its interval at Holm's level over seeds (bars), in float32 "
-        "(blue) and with the whole model in bfloat16 (red). Shaded columns: the noise floor of the "
-        "validation loss in each precision (largest |CI bound| of the torch-trained arm retrained at seeds "
-        f"+ 1000), what retraining alone changes; dashed: the pre-declared margin ±{margin:g} nats/char. "
-        f"Symmetric log axis, linear within ±{tiny:g}.",
+        "(blue) and with the whole model in bfloat16 (red). Shaded columns: the null pair's 95% bound (this "
+        "cell) of the validation loss in each precision (largest |CI bound| of the torch-trained arm "
+        f"retrained at seeds + 1000), what retraining alone changes; dashed: the pre-declared margin "
+        f"±{margin:g} nats/char. Symmetric log axis, linear within ±{tiny:g}.",
     )
 
 
 def _swap_column(ax, c, sw, std: str, dt: str, x: float, *, first: bool, color: str) -> list:
-    """One swap comparison `c` at x: its noise floor as a band, each seed's difference, the mean with its
-    interval; returns the seeds' differences. `first` labels the legend entries once per panel."""
-    if c.noise is not None:  # the noise floor as a band behind each column
+    """One swap comparison `c` at x: its null pair's 95% bound (this cell) as a band, each seed's difference,
+    the mean with its interval; returns the seeds' differences. `first` labels the legend entries once per
+    panel."""
+    if c.noise is not None:  # the null pair's bound in this cell as a band behind each column
         ax.bar(
             x,
             2 * c.noise,
@@ -470,7 +471,7 @@ def _swap_column(ax, c, sw, std: str, dt: str, x: float, *, first: bool, color: 
             color=color,
             alpha=0.12,
             lw=0,
-            label=f"noise floor, {PREC[dt]}" if first else None,
+            label=f"null pair's 95% bound (this cell), {PREC[dt]}" if first else None,
         )
     trained, swapped = CELLS[c.id.split("/")[-1]]
     g = sw[(sw["family"] == std) & (sw["dtype"] == dt) & (sw["trained"] == trained)]
@@ -543,7 +544,7 @@ def headline(result, t: dict, swap_subs: dict, p: dict, margin: float, stars: di
         if c is None:
             return f"{PREC[dt]}: no finite swap"
         ci = f", [{c.ci_low:+.1e}, {c.ci_high:+.1e}]" if c.ci_low is not None else ""
-        floor = f" vs a noise floor of ±{c.noise:.2g}" if c.noise is not None else ""
+        floor = f" beside its null pair's 95% bound ±{c.noise:.2g}" if c.noise is not None else ""
         return f"{PREC[dt]} {c.diff:+.1e} nats ({c.id.split('/')[-1]}{ci}: {c.decision}){floor}"
 
     def count(col: str, s: str) -> str:

@@ -26,7 +26,7 @@ NOTES_EPS = {"layer": 1e-6, "rms": 1e-8}  # the notes' own defaults (eps outside
 GUARD = rd.learned(LEARN_MARGIN)
 SWAP_NOTE = (
     "The swap's loss change, swapped − as trained, is a deterministic number per trained model, paired by "
-    "seed, with no retraining noise in it (so the training null pair does not floor it); the claim is an "
+    "seed, with no retraining noise in it (so the training null pair does not calibrate it); the claim is an "
     "equivalence (interchangeable), so every cell must be shown within the margin."
 )
 CONTEXT_NOTE = "Not in the verdict: two trainings differ by chaos, not only by the formula."

@@ -65,7 +65,9 @@ class MultiHead(Experiment):
                     guard=LEARNED,
                     noise="null-tuned",
                     where="all",
-                    margin=SESOI,
+                    sesoi=SESOI,
+                    sesoi_source="Vaswani et al. Table 3 (A): ln(5.29 / 4.92) nats per word piece of about "
+                    f"{PIECE_CHARS} characters",
                     note=profile_sweep(p).rule(),
                 ),
             ),

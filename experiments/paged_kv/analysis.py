@@ -63,7 +63,9 @@ def decode(runs: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
                 kind, n = key.split("|")
                 rows += timing_rows(times, kind=kind, n=int(n))
         n_aa = m["aa_n"]
-        aa += timing_rows(t[f"contiguous|{n_aa}"], kind="contiguous") + timing_rows(t["A/A"], kind="aa")
+        aa += timing_rows(t[f"contiguous|{n_aa}"], n=n_aa, kind="contiguous") + timing_rows(
+            t["A/A"], n=n_aa, kind="aa"
+        )
         checks.append({"unit": 0, "max_logit_diff": m["max_logit_diff"]})
     return pd.DataFrame(rows), pd.DataFrame(aa), pd.DataFrame(checks)
 

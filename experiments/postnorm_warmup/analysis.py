@@ -197,7 +197,7 @@ def seed_slopes(probes) -> pd.DataFrame:
 
 def generalisation(t: dict, decl: Declaration, margin: float) -> list:
     """(E) reported, never decided: warmed-up Post-LN − Pre-LN (no warmup) final loss (C-fixed's arms) in
-    every cell where both learned in every seed, paired, Holm among them, beside the null pair's floor."""
+    every cell where both learned in every seed, paired, Holm among them, beside the null pair's bound."""
     a, c = decl.sub("A-fixed"), decl.sub("C-fixed")
     final = next(r for r in a.readouts if r.column == "final_val")
     both = CellRule("the rule 'every seed of both arms learned'", all_learned)
@@ -210,7 +210,7 @@ def generalisation(t: dict, decl: Declaration, margin: float) -> list:
         b=c.b,
         cells=a.cells,
         keep_if=both,
-        margin=margin,
+        sesoi=margin,
         noise="null",
     )
     return evaluate(Declaration((e,), decl.nulls), t).of("E")
@@ -947,7 +947,7 @@ def figures(t, train, probes, result, sc, final, *, arms, p, threshold, margin, 
 
 
 def caveat_facts(p: dict, deep: int, null_offset: int) -> dict:
-    """The numbers the caveats (claim.md: scale, the warmup's side effect, the heads, (E), the noise floor,
+    """The numbers the caveats (claim.md: scale, the warmup's side effect, the heads, (E), the null pair,
     the provenance of the cell rule) are filled with."""
     return {
         "deep": deep,

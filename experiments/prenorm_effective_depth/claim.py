@@ -19,14 +19,22 @@ PD = recipes("experiments.prenorm_effective_depth.recipes")  # loaded (with torc
 # Pre-registered (fixed before running).
 LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learned
 QUALITY_MARGIN = 0.05  # nats/char: the placements' final losses "the same" within ±0.05 (reported only)
+# Smallest effects of interest (the anchors give none in these units): relative updates 0.05 apart (a
+# twentieth of the stream's norm); a deletion's cost, the claim's own "same loss" margin; the cosine 0.01,
+# what a change of 0.05 in r moves cos = 1/√(1 + r²) near r = 0.2 (an update orthogonal to the stream, of
+# relative size r)
+UPDATE_SESOI, DELETE_SESOI, COSINE_SESOI = 0.05, QUALITY_MARGIN, 0.01
+UPDATE_SOURCE = "practical: a twentieth of the stream's norm, per deeper block"
+DELETE_SOURCE = "the claim's own 'same held-out loss' margin (QUALITY_MARGIN, ±0.05 nats/char)"
+COSINE_SOURCE = "practical: what an update-size change of 0.05 moves cos = 1/√(1 + r²) near r = 0.2"
 LATE_UPDATE, DECAY, LATE_DELETE, LATE_COSINE, LATE_SWAP = view.READOUTS
 FINAL, LEARNED = rd.final_loss(), rd.learned(LEARN_MARGIN)
 DEPTHS = [[64, 4], [64, 8]]  # the default profile's [d_model, n_layers]
 STEPS = 500
 
 
-# Pre-LN at its chosen rate on the fresh seeds, rerun at seeds + NULL_OFFSET: the noise floor of every tuned
-# comparison
+# Pre-LN at its chosen rate on the fresh seeds, rerun at seeds + NULL_OFFSET: the null pair of the tuned
+# comparisons, which calibrates the first depth only
 NULL = NullPair(
     "null-tuned",
     arm("Pre-LN", placement="pre", role="test"),
@@ -71,6 +79,8 @@ class PrenormEffectiveDepth(Experiment):
                     (LATE_UPDATE,),
                     a=pre,
                     b=post,
+                    sesoi=UPDATE_SESOI,
+                    sesoi_source=UPDATE_SOURCE,
                     **tuned,
                     note=sweep,
                 ),
@@ -91,6 +101,8 @@ class PrenormEffectiveDepth(Experiment):
                     (LATE_DELETE,),
                     a=pre,
                     b=post,
+                    sesoi=DELETE_SESOI,
+                    sesoi_source=DELETE_SOURCE,
                     **tuned,
                     note="The probe batches are held-out windows apart from the validation windows that "
                     "chose the rates.",
@@ -102,6 +114,8 @@ class PrenormEffectiveDepth(Experiment):
                     (LATE_COSINE,),
                     a=pre,
                     b=post,
+                    sesoi=COSINE_SESOI,
+                    sesoi_source=COSINE_SOURCE,
                     **tuned,
                 ),
                 SubClaim(

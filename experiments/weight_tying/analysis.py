@@ -232,7 +232,7 @@ def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below:
     a.legend(fontsize=7)
     by = {(r["config"]["arm"], r["config"]["seed"]): r["metrics"].get("final_val") for r in train}
     if floor is not None:
-        b.axhspan(-floor, floor, color="0.85", label="noise floor (null pair, 95% CI)")
+        b.axhspan(-floor, floor, color="0.85", label="null pair's 95% bound (this cell)")
     colours = {"tied": "C0", "tied-wide": "C2"}  # as in the left panel (untied is C1)
     for i, arm in enumerate(("tied", "tied-wide")):
         d = [
@@ -263,8 +263,8 @@ def plot_training(train, pdf: pd.DataFrame, floor: float | None, p: dict, below:
         f"The fixed-rate design (d = {p['d_model']}, {p['n_layers']} layers, both arms at {p['lr']:g}). "
         f"Left: validation loss during training per arm (mean and 95% band over {len(p['seeds'])} seeds), "
         "with the unigram level and the target of 'steps to target'. Middle: final validation loss of each "
-        "arm minus untied, per seed, with the null pair's 95% CI as the noise floor. Right: the parameters "
-        "tying saves (V·d) as a share of the untied model, for this subword model and published "
+        "arm minus untied, per seed, with the null pair's 95% bound (this cell) as a band. Right: the "
+        "parameters tying saves (V·d) as a share of the untied model, for this subword model and published "
         "configurations.",
     )
 

@@ -1,4 +1,5 @@
-"""Where numbers become decisions: comparisons, Holm's correction, the noise floor and the verdict ladder.
+"""Where numbers become decisions: comparisons, Holm's correction, power at the smallest effect of interest
+and the verdict ladder.
 
 A comparison sets arm b against arm a over units (seeds, timing rounds) and decides; a sub-verdict aggregates
 the comparisons of its cells through the verdict ladder. `declare` says what to compare, `evaluate` runs it.
@@ -8,14 +9,18 @@ Conventions, the same for every claim:
   (unpaired), the difference of success rates (binary), of restricted mean times (time to event), a slope
   (trend) or observed − expected (exact). `better` says which direction of the metric is good ('lower' for a
   loss), so a decision names the better arm whatever the metric's sign.
-- decisions: 'a_better' / 'b_better' when the difference is significant (p ≤ alpha after Holm) and larger
-  than the noise floor; 'equivalent' when two one-sided tests (TOST) against the declared ±margin pass;
+- decisions: 'a_better' / 'b_better' when the difference is significant (p ≤ alpha after Holm);
+  'equivalent' when two one-sided tests (TOST) against the declared ±SESOI (the smallest effect of interest,
+  declared with the sub-claim before any run, which is also its equivalence margin) pass;
   'excluded' when neither arm learned in any seed; otherwise 'undecided', with the minimum detectable effect
   (80% power) stated. A claimed interval [lo, hi] (and an exact number against declared bounds) speaks the
   same words: 'equivalent' when shown inside (TOST against [lo, hi]: the interval at the comparison's level
   lies in it), 'a_better' / 'b_better' when shown wholly outside, named by the side b − a lies on.
-- The noise floor is a decision input: an effect no larger than its null pair's largest |CI bound| is at
-  most 'undecided', however small its p (a claimed interval shown outside included).
+- Power is read at the SESOI and at the level Holm tested the comparison at (`power_at`): an equivalence
+  refutes a directional claim only where that power is at least 80% (`role`), and an undecided comparison
+  states the seeds per arm that would reach it.
+- A null pair (an arm against its own rerun) calibrates its own cell only: where it comes out significant
+  the variance there is underestimated, and that cell's comparisons are 'undecided' whatever their p.
 - Holm's correction runs across a family; each interval is drawn at the level Holm tested its comparison at
   (α/(m − k + 1) for the k-th smallest p, and the first failing step's level for every later one), so an
   interval excludes 0 exactly when the adjusted p ≤ α.
@@ -81,15 +86,18 @@ class Comparison:
     ci_high: float | None
     p: float | None  # after Holm, where a family was corrected
     p_raw: float | None
-    margin: float | None = None  # TOST ±margin (reported on directional claims)
-    p_equiv: float | None = None  # TOST against ±margin, or against [lo, hi] for an interval; after Holm
+    sesoi: float | None = None  # the smallest effect of interest: the TOST ±margin and where power is read
+    p_equiv: float | None = None  # TOST against ±sesoi, or against [lo, hi] for an interval; after Holm
     p_equiv_raw: float | None = None
     mde: float | None = None  # minimum detectable |diff| at 80% power, this n and this noise
     learned_a: int | None = None  # seeds of arm a that learned (training arms only)
     learned_b: int | None = None
     n_a: int | None = None
     n_b: int | None = None
-    noise: float | None = None  # the noise floor's largest |CI bound| for this metric, beside the effect
+    noise: float | None = None  # this cell's null pair: its largest |CI bound| (reported, never decides)
+    null_p: float | None = None  # this cell's null pair: its p (significant: the cell cannot decide)
+    power: float | None = None  # power at ±sesoi, at the level Holm tested this comparison at
+    seeds_80: int | None = None  # units per arm that would give 80% power there (at this variance)
     note: str = ""
     decision: str = "undecided"
     alpha: float = ALPHA
@@ -118,9 +126,9 @@ class Comparison:
         return self.lo is not None or self.hi is not None
 
     @property
-    def in_noise(self) -> bool:
-        """The effect is no larger than the noise floor's largest |CI bound|."""
-        return self.noise is not None and _finite(self.diff) and abs(self.diff) <= self.noise
+    def null_significant(self) -> bool:
+        """This cell's null pair came out significant: the variance here is underestimated."""
+        return self.null_p is not None and self.null_p <= self.alpha
 
     def short(self, fmt: str = "+.3f") -> str:
         """The effect for a key number: the difference, or why there is none (never 'nan')."""
@@ -148,11 +156,17 @@ class Comparison:
             if self.p_equiv is not None:
                 extra += f" (TOST p = {self.p_equiv:.2g})"
         elif self.decision == "equivalent":
-            extra = f", within ±{self.margin:g} (TOST p = {self.p_equiv:.2g})"
+            extra = f", within ±{self.sesoi:g} (TOST p = {self.p_equiv:.2g})"
+        if self.sesoi is not None and not self.interval:
+            extra += f", SESOI ±{self.sesoi:g}"
+            if self.power is not None:
+                extra += f", power there {self.power:.0%}"
+            if self.decision == "undecided" and self.seeds_80 is not None and (self.power or 0) < POWER:
+                extra += f" ({self.seeds_80} seeds per arm would reach 80%)"
         if self.decision == "undecided" and self.mde is not None:
             extra += f", detectable ≥ {self.mde:.2g}"
-        if self.noise is not None:
-            extra += f", noise floor ±{self.noise:.2g}" + (" (inside it)" if self.in_noise else "")
+        if self.null_significant:
+            extra += f"; the null pair here is significant (p = {self.null_p:.2g}): undecided"
         learned = (
             f", learned {self.learned_a}/{self.n_a} vs {self.learned_b}/{self.n_b}"
             if self.learned_a is not None
@@ -182,15 +196,18 @@ def outside(c: Comparison) -> str | None:
 
 
 def decide(c: Comparison) -> str:
-    """The decision for a comparison's numbers (re-applied after Holm and after a noise floor is attached)."""
+    """The decision for a comparison's numbers (re-applied after Holm and after its cell's null pair is
+    attached): a significant null pair in the cell leaves it undecided, whatever its p."""
     if c.decision == "excluded" or c.test == "exact":
         return c.decision
+    if c.null_significant:
+        return "undecided"
     if c.interval:
         if c.p_equiv is not None and c.p_equiv <= c.alpha:
             return "equivalent"
-        side = outside(c)  # shown outside, but no further from 0 than chance alone goes: undecided
-        return "undecided" if side is None or c.in_noise else _side(c, side == "above")
-    if c.p is not None and c.p <= c.alpha and c.diff is not None and c.diff != 0 and not c.in_noise:
+        side = outside(c)
+        return "undecided" if side is None else _side(c, side == "above")
+    if c.p is not None and c.p <= c.alpha and c.diff is not None and c.diff != 0:
         b_larger = c.diff > 0
         return "b_better" if b_larger == (c.better == "higher") else "a_better"
     if c.p_equiv is not None and c.p_equiv <= c.alpha:
@@ -199,7 +216,73 @@ def decide(c: Comparison) -> str:
 
 
 def _finish(c: Comparison) -> Comparison:
-    return replace(c, decision=decide(c))
+    """The comparison decided, with its power at the SESOI and (undecided and under 80%) the seeds that
+    would reach it, both at the level it was tested at."""
+    decision = decide(c)
+    power, seeds = power_at(c, seeds=decision == "undecided")
+    return replace(c, decision=decision, power=power, seeds_80=seeds, mde=_mde_at(c))
+
+
+T_TESTS = ("paired t", "Welch t", "per-unit slopes, one-sample t")
+
+
+def _unit_sd(c: Comparison) -> float:
+    """The per-unit standard deviation behind a t-based comparison's standard error."""
+    if c.paired:
+        return c.se * math.sqrt(c.n)
+    na, nb = c.n_a or c.n, c.n_b or c.n
+    return c.se / math.sqrt(1 / na + 1 / nb)
+
+
+def _mde_at(c: Comparison) -> float | None:
+    """The smallest |diff| detectable with 80% power at the level Holm tested the comparison at (the t tests;
+    other tests keep what they computed)."""
+    if c.test not in T_TESTS or c.se is None or c.n < 2:
+        return c.mde
+    n_b = None if c.paired else c.n
+    return _mde(_unit_sd(c), c.n, round(1 - c.level, 12), c.paired, n_b)
+
+
+def power_at(c: Comparison, seeds: bool = True) -> tuple[float | None, int | None]:
+    """(power, units per arm for 80%) of a directional t-based comparison at a true difference of ±sesoi, at
+    the level Holm tested it at (1 − its interval's level), with the variance its units showed: the power of
+    the two-sided test (noncentral t), and the seeds per arm at which statsmodels' power solver reaches 80%.
+    None where there is no SESOI, no standard error, or the test is not a t-test (exact, Fisher, log-rank);
+    the seeds only with `seeds` and under 80% power."""
+    if c.sesoi is None or c.interval or c.se is None or c.dof is None or c.dof <= 0 or not c.n:
+        return None, None
+    if c.se == 0:
+        return 1.0, c.n
+    alpha = 1 - c.level
+    t = stats.t.ppf(1 - alpha / 2, c.dof)
+    nc = c.sesoi / c.se
+    # P(T > t) + P(T < −t), the lower tail as the upper tail of −T (finite where scipy's cdf is not)
+    upper, lower = float(stats.nct.sf(t, c.dof, nc)), float(stats.nct.sf(t, c.dof, -nc))
+    if not math.isfinite(upper):  # scipy's noncentral t fails far in a tail: the normal limit there
+        upper = float(stats.norm.sf(t - nc))
+    if not math.isfinite(lower):
+        lower = float(stats.norm.cdf(-t - nc))
+    power = min(1.0, upper + lower)
+    if c.test not in T_TESTS or not seeds or power >= POWER:  # a fit over one run's points: no seeds
+        return power, None
+    return power, _seeds_for(round(c.sesoi / _unit_sd(c), 12), round(alpha, 12), c.paired)
+
+
+@functools.lru_cache(maxsize=4096)
+def _seeds_for(effect: float, alpha: float, paired: bool) -> int | None:
+    """Units per arm at which a two-sided t-test at `alpha` detects a standardised `effect` with 80% power."""
+    from statsmodels.stats.power import TTestIndPower, TTestPower
+
+    if effect <= 0:
+        return None
+    solver = TTestPower() if paired else TTestIndPower()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            n = float(np.asarray(solver.solve_power(effect, None, alpha, POWER, alternative="two-sided")))
+        except (ValueError, RuntimeError):
+            return None
+    return int(math.ceil(n)) if math.isfinite(n) and n < 1e7 else None
 
 
 NO_ARM_LEARNED = "neither arm learned in any seed"
@@ -323,7 +406,7 @@ def paired(
         test="paired t",
         n=n,
         paired=True,
-        margin=margin,
+        sesoi=margin,
         learned_a=la,
         learned_b=lb,
         n_a=na,
@@ -499,7 +582,7 @@ def unpaired(
         test="Welch t",
         n=int(min(xa.size, xb.size)),
         paired=False,
-        margin=margin,
+        sesoi=margin,
         learned_a=la,
         learned_b=lb,
         n_a=na if na is not None else int(xa.size),
@@ -752,7 +835,7 @@ def exact_check(
         ci_high=None,
         p=None,
         p_raw=None,
-        margin=None,
+        sesoi=None,
         lo=lo,
         hi=hi,
         note=note if ok else ("outside the declared bounds" + (f": {note}" if note else "")),
@@ -870,27 +953,44 @@ class Ladder:
 
 
 def beyond_margin(c: Comparison) -> bool:
-    """The whole CI lies outside ±margin (with no margin, a significant difference is enough)."""
-    if c.margin is None:
+    """The whole CI lies outside ±sesoi (with none declared, a significant difference is enough)."""
+    if c.sesoi is None:
         return True
     if c.ci_low is None or c.ci_high is None:
         return False
-    return c.ci_low > c.margin or c.ci_high < -c.margin
+    return c.ci_low > c.sesoi or c.ci_high < -c.sesoi
 
 
-def role(c: Comparison, claimed: str, positive_control: bool = False) -> str:
-    """What one comparison says of a claim: 'support', 'refute', 'undecided' or 'excluded'.
+GATES = ("precondition", "sensitivity")  # what a positive control that fails in a cell takes from it
+
+
+def _no_difference(c: Comparison, claimed: str) -> bool:
+    """The comparison would conclude 'no difference': an equivalence against a directional claim, or a value
+    shown inside a claimed interval."""
+    return c.decision == "equivalent" and claimed in ("a_better", "b_better", "inside")
+
+
+def role(c: Comparison, claimed: str, control: bool | None = None, gate: str = "sensitivity") -> str:
+    """What one comparison says of a claim: 'support', 'refute', 'undecided', 'excluded' or 'not decidable'.
 
     claimed 'a_better' / 'b_better': the claimed arm significantly better supports, the other refutes; an
-      'equivalent' comparison refutes only beside a positive control that detected an effect of the margin's
-      size in the same setup. claimed 'inside' (an interval, or exact bounds): shown inside ('equivalent')
-      supports, shown outside (either side) refutes. claimed 'equivalent' (±margin): TOST passing supports; a
-      significant difference beyond the margin refutes.
+      'equivalent' comparison (inside ±sesoi) refutes only where the power at the SESOI is at least 80%.
+    claimed 'inside' (an interval, or exact bounds): shown inside ('equivalent') supports, shown outside
+      (either side) refutes. claimed 'equivalent' (±sesoi): TOST passing supports; a significant difference
+      beyond the SESOI refutes.
+    control: what this cell's positive control showed (None: no control covers it). Where it failed, a
+      'precondition' control makes the cell not decidable whatever it shows; a 'sensitivity' control (the
+      setup could see an effect of the SESOI's size) takes only the conclusions of no difference, because a
+      significant difference shows by itself that the setup resolves one.
     """
     if claimed not in CLAIMED:
         raise EvidenceError(f"claimed must be one of {CLAIMED}, got {claimed!r}")
+    if gate not in GATES:
+        raise EvidenceError(f"gate must be one of {GATES}, got {gate!r}")
     if c.excluded:
         return "excluded"
+    if control is False and (gate == "precondition" or _no_difference(c, claimed)):
+        return "not decidable"
     if claimed == "inside":
         if c.decision == "equivalent":
             return "support"
@@ -903,28 +1003,34 @@ def role(c: Comparison, claimed: str, positive_control: bool = False) -> str:
     if c.decision == claimed:
         return "support"
     opposite = "a_better" if claimed == "b_better" else "b_better"
-    if c.decision == opposite or (c.decision == "equivalent" and positive_control):
+    powered = c.power is not None and c.power >= POWER
+    if c.decision == opposite or (c.decision == "equivalent" and powered):
         return "refute"
     return "undecided"
+
+
+ROLES = ("support", "refute", "undecided", "excluded", "not decidable")
 
 
 def ladder(
     comparisons: list[Comparison],
     claimed: str,
     *,
-    positive_control: bool | None = None,
-    where: str | float = "any",
+    controls: Mapping[str, bool | None] | None = None,
+    gate: str = "sensitivity",
+    where: str | float = "all",
     label: Callable[[Comparison], str] | None = None,
 ) -> Ladder:
-    """A sub-verdict from the (already Holm-corrected) comparisons of its cells: each comparison's `role`,
-    decided by `rung` (where: 'any', 'all' — the claim says it holds throughout its range — or a share);
-    excluded comparisons count neither way."""
+    """A sub-verdict from the (already Holm-corrected) comparisons of its cells: each comparison's `role`
+    (`controls`: comparison id -> what its cell's positive control showed), decided by `rung` (where: 'all' —
+    the claim holds throughout its range —, 'any', or a share); excluded and not decidable comparisons count
+    neither way."""
     if not (where in ("any", "all") or (isinstance(where, float) and 0 < where <= 1)):
         raise EvidenceError(f"where must be 'any', 'all' or a share in (0, 1], got {where!r}")
     name = label or (lambda c: c.id)
-    by = {"support": [], "refute": [], "undecided": [], "excluded": []}
+    by: dict[str, list[Comparison]] = {r: [] for r in ROLES}
     for c in comparisons:
-        by[role(c, claimed, bool(positive_control))].append(c)
+        by[role(c, claimed, (controls or {}).get(c.id), gate)].append(c)
     sup, ref, und, exc = by["support"], by["refute"], by["undecided"], by["excluded"]
     n = len(sup) + len(ref) + len(und)
     verdict = rung(len(sup), len(ref), len(und), where)
@@ -934,22 +1040,17 @@ def ladder(
     if ref:
         parts.append("fails in " + ", ".join(map(name, ref)))
     if und:
-        mdes = [c.mde for c in und if c.mde is not None]
-        s = "undecided in " + ", ".join(map(name, und))
-        if mdes:
-            s += f" (smallest detectable effect there: {min(mdes):.3g}–{max(mdes):.3g})"
-        noisy = [c for c in und if c.in_noise and ((c.p is not None and c.p <= c.alpha) or outside(c))]
-        if noisy:
-            s += "; " + ", ".join(map(name, noisy)) + " significant but inside the noise floor"
-        eq = [c for c in und if c.decision == "equivalent" and claimed in ("a_better", "b_better")]
-        if eq:
-            s += (
-                "; " + ", ".join(map(name, eq)) + " equivalent within the margin, but no positive control in"
-                " this setup showed it could detect an effect of that size, so this does not refute"
-            )
-        parts.append(s)
+        parts.append(_undecided(und, claimed, name))
     if _out_of_reach(n, len(ref), where):
         parts.append(f"at most {n - len(ref)} of {n} can hold where {where:.0%} must: out of reach")
+    if by["not decidable"]:
+        what = "every conclusion" if gate == "precondition" else "a conclusion of no difference"
+        parts.append(
+            "not decidable here (the positive control failed in the cell, which takes "
+            + what
+            + "): "
+            + ", ".join(map(name, by["not decidable"]))
+        )
     if exc:
         parts.append("excluded (neither arm learned): " + ", ".join(map(name, exc)))
     if not comparisons:
@@ -960,8 +1061,33 @@ def ladder(
         tuple(c.id for c in sup),
         tuple(c.id for c in ref),
         tuple(c.id for c in und),
-        tuple(c.id for c in exc),
+        tuple(c.id for c in exc + by["not decidable"]),
     )
+
+
+def _undecided(und: list[Comparison], claimed: str, name: Callable[[Comparison], str]) -> str:
+    """The detail of a sub-claim's undecided comparisons: how small an effect they could have seen, the
+    cells whose null pair was significant, and equivalences too weak to refute."""
+    mdes = [c.mde for c in und if c.mde is not None]
+    s = "undecided in " + ", ".join(map(name, und))
+    if mdes:
+        s += f" (smallest detectable effect there: {min(mdes):.3g}–{max(mdes):.3g})"
+    noisy = [c for c in und if c.null_significant]
+    if noisy:
+        s += (
+            "; "
+            + ", ".join(map(name, noisy))
+            + ": the null pair in the cell is significant (variance underestimated)"
+        )
+    eq = [c for c in und if c.decision == "equivalent" and claimed in ("a_better", "b_better")]
+    if eq:
+        s += (
+            "; "
+            + ", ".join(map(name, eq))
+            + " equivalent within the SESOI, but with under 80% power there, so "
+            "this does not refute"
+        )
+    return s
 
 
 def _out_of_reach(n: int, n_ref: int, where: str | float) -> bool:

@@ -3,9 +3,10 @@
 A sub-claim names the statement in words, its kind (`check`: an identity or closed form the harness relies
 on, whose failure is a bug; `effect`: what the claim says about the world), the readouts it is decided on,
 the two arms (fixed in advance: backend, dtype, learning rate and all), the cells, what is claimed (a better
-arm, an interval, a trend, exact bounds), where it must hold, the family Holm corrects across, the noise-floor
-pair and the learned-at-all guard. `evaluate` runs these declarations over observation tables and `rules`
-renders the rule text from the same objects, so the text cannot disagree with the code.
+arm, an interval, a trend, exact bounds), its smallest effect of interest, where it must hold, the family
+Holm corrects across, the null pair that calibrates its cells, its positive control and the learned-at-all
+guard. `evaluate` runs these declarations over observation tables and `rules` renders the rule text from the
+same objects, so the text cannot disagree with the code.
 
 Observation tables are tidy: one row per unit (a seed's run, a timing round, a Monte Carlo draw) with the
 fields that place it (config fields, variant, backend, ...), a `unit` column that pairs rows across arms,
@@ -109,7 +110,7 @@ def cells(label: str, **levels: Iterable) -> tuple[Cell, ...]:
 # ------------------------------------------------------------------ what a sub-claim predicts
 @dataclass(frozen=True)
 class Better:
-    """The named arm ('a' or 'b') is significantly better on the readout, beyond the noise floor."""
+    """The named arm ('a' or 'b') is significantly better on the readout."""
 
     arm: str
 
@@ -205,16 +206,23 @@ class SubClaim:
     a: Arm | None = None  # None: b alone (against 0, or a trend of b)
     b: Arm | None = None  # None with a Bound: every row of the cell
     cells: tuple[Cell, ...] = ALL
-    where: str | float = "any"  # 'any', 'all' or a share of the comparisons (see decisions.ladder)
+    where: str | float = "all"  # 'all', 'any' or a share of the comparisons (see decisions.ladder)
+    where_reason: str = ""  # why, in the claim's words, it need not hold in every cell (where != 'all')
     kind: str = "effect"  # 'effect' (evidence about the world) or 'check' (an identity; failing = a bug)
     counts: bool = True  # in the overall verdict, or reported beside it (a check never is)
     family: str | None = None  # Holm family (default: this sub-claim)
-    noise: str | None = None  # id of the null pair whose floor gates every effect
+    noise: str | None = None  # id of the null pair that calibrates each cell it was run in
     guard: Readout | None = None  # boolean readout: the unit learned at all (neither arm learned: excluded)
-    margin: float | None = None  # TOST ±margin reported beside a directional claim
+    sesoi: float | None = (
+        None  # smallest effect of interest (readout units): TOST margin, where power is read
+    )
+    sesoi_source: str = ""  # where the SESOI comes from: the anchor's effect, the claim's number, practice
     count_if: CellRule | None = None  # cells that fail it are reported, not counted
     keep_if: CellRule | None = None  # cells that fail it are left out (said in the detail)
-    control: str | None = None  # a sub-claim whose effect beyond its margin is the positive control
+    control: str | None = None  # a sub-claim whose effect beyond its SESOI is the positive control, per cell
+    gate: str = (
+        "sensitivity"  # where the control fails: 'sensitivity' takes no-difference, 'precondition' all
+    )
     primary: bool = False  # only the first readout counts; the others are reported beside it
     note: str = ""  # one more sentence of the rule: why this design, what it cannot tell
 
@@ -231,6 +239,11 @@ class SubClaim:
             raise EvidenceError(f"{self.id}: declare arm b (and a, unless b is tested alone)")
         if not self.readouts:
             raise EvidenceError(f"{self.id}: declare at least one readout")
+        many = len(self.cells) > 1 and not isinstance(self.claim, Trend)
+        if self.where != "all" and not self.where_reason and self.kind == "effect" and many:
+            raise EvidenceError(f"{self.id}: where={self.where!r} needs its reason (where_reason)")
+        if self.gate not in ("sensitivity", "precondition"):
+            raise EvidenceError(f"{self.id}: gate must be 'sensitivity' or 'precondition', got {self.gate!r}")
         if "/" in self.id or any("/" in c.label for c in self.cells):
             raise EvidenceError(f"{self.id}: '/' separates parts of a comparison id; use another character")
 
@@ -253,8 +266,10 @@ def check(id: str, statement: str, readouts, expect: Bound, *, table: str, **kw)
 
 @dataclass(frozen=True)
 class NullPair:
-    """The noise floor: arm a against its own rerun b (seeds offset by `seed_offset`) or against a copy of
-    itself timed under another name (offset 0), per cell; what chance alone gives at this scale."""
+    """Calibration: arm a against its own rerun b (seeds offset by `seed_offset`) or against a copy of itself
+    timed under another name (offset 0), per cell; what chance alone gives there. It speaks for the cells
+    whose fields it was run at, never for others; where it comes out significant, their comparisons are
+    undecided."""
 
     id: str
     a: Arm

@@ -1,5 +1,6 @@
-"""Running a claim's declarations over its observation tables: comparisons, Holm within each family, the noise
-floor as a decision input, the learned-at-all guard, sub-verdicts through the ladder, the overall verdict.
+"""Running a claim's declarations over its observation tables: comparisons, Holm within each family, null
+pairs that calibrate their own cells, positive controls per cell, the learned-at-all guard, sub-verdicts
+through the ladder, the overall verdict.
 
 The overall verdict comes from the counted `effect` sub-claims (`decisions.combine`); `check` sub-claims are
 identities the harness relies on, and a failing one stops the claim (`CheckFailed`): a bug, not evidence.
@@ -130,11 +131,15 @@ def comparison_id(sc: SubClaim, cell: Cell | None, readout: Readout | None) -> s
 
 # ------------------------------------------------------------------ null pairs
 def _floors(null: NullPair, tables) -> list[tuple[dict, str, ev.Comparison]]:
+    """Each null comparison with where it was run: the fields its rows share (its declared cell and arm a,
+    and every field its arm a's rows hold at one value, e.g. the one scale a tuned design reran)."""
     df = _table(tables, null.table)
     out = []
     for cell in null.cells:
+        rows_a = _rows(df, cell, null.a)
+        ran = {**_constant(rows_a), **cell.fields, **null.a.fields}
         for r in null.readouts:
-            a = unit_values(_rows(df, cell, null.a), r.column)
+            a = unit_values(rows_a, r.column)
             b = unit_values(_rows(df, cell, null.b), r.column)
             parts = (
                 [null.id]
@@ -151,19 +156,33 @@ def _floors(null: NullPair, tables) -> list[tuple[dict, str, ev.Comparison]]:
                 arm=null.a.label,
                 arm_b=null.b.label,
             )
-            out.append((cell.fields, r.column, c))
+            out.append((ran, r.column, c))
     return out
 
 
-def _noise_for(floors, sc: SubClaim, cell: Cell, readout: Readout) -> float | None:
-    """The floor of the sub-claim's null pair on this readout: the null pair's cell whose fields the
-    comparison shares (its cell and arm a); a null pair declared without cells floors every comparison."""
+def _constant(rows: pd.DataFrame) -> dict:
+    """The fields every row holds at one (non-missing) value."""
+    if rows.empty:
+        return {}
+    first = rows.iloc[0]
+    return {
+        k: _value(first[k])
+        for k in rows.columns
+        if k != "unit" and rows[k].notna().all() and rows[k].nunique() == 1
+    }
+
+
+def _null_for(floors, sc: SubClaim, cell: Cell, readout: Readout) -> ev.Comparison | None:
+    """The sub-claim's null pair in this cell, on this readout: the null comparison whose arm a was run where
+    this comparison's arm a is, on every field that places the cell (the cell's own fields, as arm a
+    overrides them). A null pair run elsewhere (another scale, another depth) or declared without the
+    cell's fields says nothing of this cell: None."""
     if sc.noise is None:
         return None
     here = {**cell.fields, **(sc.a.fields if sc.a is not None else {})}
-    for fields, column, c in floors.get(sc.noise, []):
-        if column == readout.column and all(k in here and here[k] == v for k, v in fields.items()):
-            return ev.noise_bound(c)
+    for ran, column, c in floors.get(sc.noise, []):
+        if column == readout.column and all(k in ran and ran[k] == here[k] for k in cell.fields):
+            return c
     return None
 
 
@@ -174,7 +193,7 @@ def _guard(df, cell, sc: SubClaim, arm: Arm | None) -> dict | None:
     return {u: bool(v) for u, v in unit_values(_rows(df, cell, arm), sc.guard.column).items()}
 
 
-def _compare(sc: SubClaim, df, cell: Cell, r: Readout, noise: float | None) -> ev.Comparison:
+def _compare(sc: SubClaim, df, cell: Cell, r: Readout, null: ev.Comparison | None) -> ev.Comparison:
     b = unit_values(_rows(df, cell, sc.b), r.column)
     a = _arm_values(df, cell, sc.a, b, r.column)
     ga, gb = _guard(df, cell, sc, sc.a), _guard(df, cell, sc, sc.b)
@@ -183,7 +202,7 @@ def _compare(sc: SubClaim, df, cell: Cell, r: Readout, noise: float | None) -> e
     interval = (sc.claim.lo, sc.claim.hi) if isinstance(sc.claim, Within) else None
     if r.test in ("paired", "welch"):
         t_test = ev.paired if r.test == "paired" else ev.unpaired
-        kw = dict(metric=r.label, better=r.better, margin=sc.margin, interval=interval, **names)
+        kw = dict(metric=r.label, better=r.better, margin=sc.sesoi, interval=interval, **names)
         c = t_test(cid, a, b, learned_a=ga, learned_b=gb, **kw)
     elif r.test == "fisher":
         c = ev.binary(
@@ -204,7 +223,9 @@ def _compare(sc: SubClaim, df, cell: Cell, r: Readout, noise: float | None) -> e
         c = replace(c, learned_b=sum(gb.values()), n_b=len(gb))
         if not any(gb.values()):
             c = replace(c, decision="excluded", note=ev.NO_ARM_LEARNED)
-    return replace(c, noise=noise)
+    if null is None:
+        return c
+    return replace(c, noise=ev.noise_bound(null), null_p=null.p)
 
 
 def _trend(sc: SubClaim, df, cells: list[Cell], r: Readout) -> ev.Comparison:
@@ -307,7 +328,7 @@ def _comparisons(sc: SubClaim, df, cells: list[Cell], floors, readouts=None) -> 
         return [_trend(sc, df, cells, r) for r in rs] if cells else []
     if isinstance(sc.claim, Bound):
         return [_exact(sc, df, cell, r) for cell in cells for r in rs]
-    return [_compare(sc, df, cell, r, _noise_for(floors, sc, cell, r)) for cell in cells for r in rs]
+    return [_compare(sc, df, cell, r, _null_for(floors, sc, cell, r)) for cell in cells for r in rs]
 
 
 def _label(sc: SubClaim):
@@ -317,11 +338,27 @@ def _label(sc: SubClaim):
     return name
 
 
-def _control(sc: SubClaim, done: dict[str, tuple[SubClaim, list[ev.Comparison]]]) -> bool:
+def _controls(sc: SubClaim, counted: list[ev.Comparison], done) -> dict[str, bool] | None:
+    """What the positive control showed in each counted comparison's cell: comparison id -> passed (its
+    comparison in the cell of the same label, on its first readout, supports beyond its SESOI; a control of
+    one cell covers every cell). A cell the control was not run in is not covered: None for it."""
     if sc.control is None:
-        return False
+        return None
     ctrl, cmps = done[sc.control]
-    return any(ev.role(c, ctrl.claimed) == "support" and ev.beyond_margin(c) for c in cmps)
+    passed: dict[str, bool] = {}
+    for c in cmps:  # cell by cell, its first (primary) readout
+        passed.setdefault(_cell_label(ctrl, c), ev.role(c, ctrl.claimed) == "support" and ev.beyond_margin(c))
+    if not passed:
+        return {}
+    one = next(iter(passed.values())) if len(ctrl.cells) == 1 else None
+    return {c.id: passed.get(_cell_label(sc, c), one) for c in counted}
+
+
+def _cell_label(sc: SubClaim, c: ev.Comparison) -> str:
+    """The cell a comparison of `sc` was made in (ids are sub[/cell][/readout])."""
+    if len(sc.cells) == 1:
+        return sc.cells[0].label
+    return c.id.split("/")[1]
 
 
 def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped, secondary=()) -> str:
@@ -388,8 +425,8 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
         counted = [adjusted[c.id] for c in raw[sc.id][0]]
         reported = [adjusted[c.id] for c in raw[sc.id][1]]
         secondary = [adjusted[c.id] for c in raw[sc.id][3]]
-        ctl = _control(sc, done)
-        lad = ev.ladder(counted, sc.claimed, positive_control=ctl, where=sc.where, label=_label(sc))
+        ctl = _controls(sc, counted, done)
+        lad = ev.ladder(counted, sc.claimed, controls=ctl, gate=sc.gate, where=sc.where, label=_label(sc))
         if (
             sc.kind == "check" and lad.refuting
         ):  # a value outside its bounds; no value at all is not a failure
@@ -398,7 +435,8 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
                 + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.id in lad.refuting)
             )
         where = {comparison_id(sc, c, r): c.label for c in sc.cells for r in sc.readouts}
-        holds = [where.get(c.id, sc.id) for c in counted if ev.role(c, sc.claimed, ctl) == "support"]
+        roles = {c.id: ev.role(c, sc.claimed, (ctl or {}).get(c.id), sc.gate) for c in counted}
+        holds = [where.get(c.id, sc.id) for c in counted if roles[c.id] == "support"]
         done[sc.id] = (sc, counted)
         comps += counted + reported + secondary
         subs.append(
@@ -412,7 +450,7 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
                 [c.id for c in counted],
                 [c.id for c in reported + secondary],
                 list(dict.fromkeys(holds)),
-                {c.id: ev.role(c, sc.claimed, ctl) for c in counted},
+                roles,
             )
         )
     if failed:

@@ -16,9 +16,13 @@ CONVENTIONS = (
     "correction, which runs within each family (a sub-claim's comparisons unless a family is named); each "
     "interval is drawn at the level Holm tested its comparison at, so it excludes 0 exactly when the "
     "difference is significant. A claimed interval is shown inside when the interval at twice that level "
-    "(two one-sided tests) lies in it, and shown outside when it lies wholly beyond it. An effect no larger "
-    "than its null pair's largest |95% CI bound| (the noise floor) is undecided: neither significant nor "
-    "shown outside a claimed interval, however small its p."
+    "(two one-sided tests) lies in it, and shown outside when it lies wholly beyond it. Each directional "
+    "sub-claim declares its smallest effect of interest (SESOI) before any run: it is the equivalence "
+    "margin, and power is read there, at the level Holm tested each comparison at; a comparison shown "
+    "within ±SESOI refutes a directional claim only where that power is at least 80%, and an undecided one "
+    "states the seeds per arm that would reach 80%. A null pair calibrates the cells it was run in, never "
+    "others: where it is significant (p ≤ {alpha:g}), the variance there is underestimated and the cell's "
+    "comparisons are undecided."
 )
 COMBINE = (
     "by the same ladder as a sub-claim's cells, each counted sub-claim a cell that must hold: all supported "
@@ -71,7 +75,8 @@ def _null(n: NullPair) -> str:
     return (
         f"Null pair {n.id}: {_arm(n.a)} against {again}, {_arm(n.b)}{cells}, on "
         + ", ".join(r.label for r in n.readouts)
-        + "; its largest |95% CI bound| is the noise floor of every comparison that names it."
+        + "; where it is significant, the comparisons of that cell are undecided (it is read in its own cell "
+        "only)."
     )
 
 
@@ -93,8 +98,7 @@ def _claimed(sc: SubClaim) -> str:
     what = f"{b} − {sc.a.label}" if sc.a is not None else b
     if isinstance(c, Better):
         arm = sc.a if c.arm == "a" else sc.b
-        margin = "" if sc.margin is None else f" (TOST against ±{sc.margin:g} reported)"
-        return f"{arm.label} significantly better{margin}"
+        return f"{arm.label} significantly better"
     if isinstance(c, Within):
         return f"{what} inside {_span(c.lo, c.hi)}" + (f" ({c.text})" if c.text else "")
     if isinstance(c, Trend):
@@ -139,11 +143,13 @@ def _where(sc: SubClaim) -> str:
             f"supported if {holds} in at least {w:.0%} of the comparisons; refuted once that share is out of "
             f"reach (it fails in more than {1 - w:.0%}), or if it holds in none and fails in at least "
             f"{w:.0%}; mixed if it holds in some and fails in others; otherwise inconclusive"
+            + (f" ({sc.where_reason})" if sc.where_reason else "")
         )
     first = "in some comparison" if w == "any" else "in every comparison that is not excluded"
+    why = f" (not in every cell: {sc.where_reason})" if w == "any" and sc.where_reason else ""
     return (
-        f"supported if {holds} {first} and {fails} in none; refuted if {fails} in some and none supports; "
-        f"mixed if both; otherwise inconclusive"
+        f"supported if {holds} {first}{why} and {fails} in none; refuted if {fails} in some and none "
+        f"supports; mixed if both; otherwise inconclusive"
     )
 
 
@@ -185,8 +191,12 @@ def render_sub(sc: SubClaim) -> str:
             f"A run learned at all if {sc.guard.definition or sc.guard.label}; a comparison in which neither "
             f"arm learned in any seed is excluded (reported, counted neither way)."
         )
+    if sc.sesoi is not None:
+        src = f" ({sc.sesoi_source})" if sc.sesoi_source else ""
+        unit = f" {sc.readouts[0].unit}" if sc.readouts[0].unit else ""
+        out.append(f"Smallest effect of interest: ±{sc.sesoi:g}{unit}{src}.")
     if sc.noise is not None:
-        out.append(f"Noise floor: null pair {sc.noise}.")
+        out.append(f"Calibrated by null pair {sc.noise} in the cells it was run in.")
     if sc.keep_if is not None:
         out.append(f"Cells where {sc.keep_if.text} does not hold are left out.")
     if sc.count_if is not None:
@@ -195,12 +205,16 @@ def render_sub(sc: SubClaim) -> str:
             "themselves)."
         )
     if sc.control is not None:
-        out.append(
-            f"Positive control: ({sc.control}); where it detected the claimed effect beyond its margin (in "
-            "the claimed direction), an equivalent comparison here refutes, otherwise it is undecided."
+        takes = (
+            "every comparison of that cell is not decidable (a precondition)"
+            if sc.gate == "precondition"
+            else "a conclusion of no difference there is not decidable (it must show the setup can see an "
+            "effect; a significant difference shows that by itself)"
         )
-    elif isinstance(sc.claim, Better) and sc.margin is not None:
-        out.append("No positive control: an equivalent comparison is undecided, never refuting.")
+        out.append(
+            f"Positive control: ({sc.control}), per cell (one run in a single cell covers every cell); where "
+            f"it does not show its effect beyond its SESOI, {takes}."
+        )
     if sc.family is not None:
         out.append(f"Holm family: {sc.family}.")
     w = _where(sc)

@@ -25,14 +25,14 @@ ROLE_WORD = {"support": "holds", "refute": "fails", "undecided": "undecided", "e
 @dataclass(frozen=True)
 class Oriented:
     """One comparison on a common axis: x > 0 is the note's side. Better-arm claims: the claimed arm's
-    advantage in units of the noise floor (else the margin, else the CI half-width): the band ±1 is
-    chance. Interval claims: the distance inside the claimed interval in units of its half-width (0 is its
+    advantage in units of its smallest effect of interest (else the CI half-width): the band ±1 is the
+    SESOI. Interval claims: the distance inside the claimed interval in units of its half-width (0 is its
     edge, 1 its centre)."""
 
     x: float
     lo: float | None
     hi: float | None
-    band: float | None  # the half-width of the shaded band (noise floor) in these units, None for intervals
+    band: float | None  # the half-width of the shaded band (the SESOI) in these units, None for intervals
     unit: str
 
 
@@ -167,17 +167,15 @@ def oriented(c: dict, claimed: str) -> Oriented | None:
         return None
     sign = 1.0 if c.get("better", "lower") == "higher" else -1.0
     sign *= 1.0 if claimed != "a_better" else -1.0
-    noise, margin = c.get("noise"), c.get("margin")
-    if noise:
-        scale, unit = noise, "noise floors"
-    elif margin:
-        scale, unit = margin, "margins"
+    margin = c.get("sesoi")
+    if margin:
+        scale, unit = margin, "SESOIs"
     elif lo is not None and hi is not None and hi > lo:
         scale, unit = (hi - lo) / 2, "CI half-widths"
     else:
         scale, unit = abs(diff) or 1.0, "its own size"
     ends = (None, None) if lo is None or hi is None else tuple(sorted((sign * lo / scale, sign * hi / scale)))
-    return Oriented(sign * diff / scale, ends[0], ends[1], 1.0 if noise else None, unit)
+    return Oriented(sign * diff / scale, ends[0], ends[1], 1.0 if margin else None, unit)
 
 
 def headline(result: dict) -> dict | None:
@@ -251,20 +249,26 @@ def second_scale(result: dict, headline_only: bool = False) -> str:
 
 
 def _undecided_tail(result: dict, sub: dict) -> str:
-    """What would decide an undecided headline, from its least decided comparison: an effect inside the noise
-    floor needs the floor narrowed (more samples, a quieter setup); an interval across a claimed bound, or an
-    effect below what this run could detect, needs about k× the samples (seeds, rounds or points)."""
+    """What would decide an undecided headline, from its least decided comparison: a cell whose null pair is
+    significant needs a quieter setup or more samples; a directional comparison below 80% power at its SESOI
+    needs the seeds per arm that would reach it; an interval across a claimed bound, or an effect below what
+    this run could detect, needs about k× the samples (seeds, rounds or points)."""
     cmps = [
         c for c in _comparisons(result, sub) if c.get("decision") == "undecided" and c.get("diff") is not None
     ]
     if not cmps:
         return ""
     c = max(cmps, key=lambda c: c.get("mde") or 0.0)
-    diff, noise, lo, hi = c["diff"], c.get("noise"), c.get("lo"), c.get("hi")
-    if noise and abs(diff) <= noise:
+    diff, lo, hi = c["diff"], c.get("lo"), c.get("hi")
+    if c.get("null_p") is not None and c["null_p"] <= c.get("alpha", 0.05):
         return (
-            f"; the effect ({_f(diff)}) is inside the noise floor (±{_f(noise)}): more samples or a "
-            "quieter setup would narrow the floor"
+            f"; the null pair in its cell is significant (p = {c['null_p']:.2g}): the variance there is "
+            "underestimated, so a quieter setup or more samples would decide it"
+        )
+    if c.get("seeds_80") and (c.get("power") or 0.0) < 0.8 and c.get("sesoi"):
+        return (
+            f"; power at its SESOI (±{_f(c['sesoi'])}) is {c['power']:.0%}: about {c['seeds_80']} seeds per "
+            "arm would reach 80%"
         )
     if (lo is not None or hi is not None) and c.get("ci_low") is not None and c.get("ci_high") is not None:
         dist = min(
@@ -277,7 +281,7 @@ def _undecided_tail(result: dict, sub: dict) -> str:
                 f"≈{(half / dist) ** 2:.0f}× the samples would place it"
             )
     if c.get("mde"):
-        target = max(abs(diff), c.get("margin") or 0.0)
+        target = max(abs(diff), c.get("sesoi") or 0.0)
         if target > 0 and c["mde"] > target:
             return (
                 f"; detectable here ≥ {_f(c['mde'])} against an effect of {_f(target)}: "

@@ -241,8 +241,8 @@ def _front_blocks(
                 answers_fig,
                 "fig-answers",
                 "Each claim's headline comparison, oriented so that right means the note's claim holds: the "
-                "claimed arm's advantage in units of its noise floor (grey band: ±1 floor, what chance "
-                "gives), or for an interval claim the distance inside the interval in half-widths (black "
+                "claimed arm's advantage in units of its smallest effect of interest (grey band: ±1 SESOI), "
+                "or for an interval claim the distance inside the interval in half-widths (black "
                 "tick: its edge). Colour: the claim's verdict; diamonds: exact numbers without an interval.",
             )
         )
@@ -289,25 +289,25 @@ def _glance_blocks(results: list[dict], results_root: Path) -> list:
                 "the claim as a bug.",
                 "🟢 **supported**: the claim holds where it says it applies: the claimed arm significantly "
                 "better (p ≤ 0.05 after Holm's correction within its family, the interval drawn at Holm's "
-                "level excludes 0) and beyond the noise floor, or shown inside a claimed interval, in some "
-                "cell and against it in none (or in every cell, or a declared share, where the claim says "
-                "so).",
-                "🔴 **refuted**: the opposite is shown and the claim nowhere, or the two arms are equivalent "
-                "within a margin declared before running (two one-sided tests) and a positive control in the "
-                "same setup detected an effect of the margin's size.",
+                "level excludes 0), or shown inside a claimed interval, in every cell it is tested in (or in "
+                "some, or a declared share, where the claim's words say so and the rule gives the reason).",
+                "🔴 **refuted**: the opposite is shown and the claim nowhere, or the two arms are "
+                "equivalent within the smallest effect of interest (SESOI) declared before running (two "
+                "one-sided tests) where the design had at least 80% power at the SESOI.",
                 "🟠 **mixed**: supported in part of the measured range (or in some sub-claims) and refuted "
                 "in another (named in the detail).",
                 "⚪ **inconclusive**: anything else — including a null that this scale cannot resolve; the "
                 "detail gives the smallest effect it could have detected.",
                 "Each **comparison** is arm b − arm a over units (seeds, timing rounds; paired where the "
-                "arms share them), with its interval, p (Holm-adjusted), the declared margin or interval and "
-                "its decision: `a_better`, `b_better`, `equivalent` (within the margin, or inside a claimed "
+                "arms share them), with its interval, p (Holm-adjusted), the declared SESOI or interval, its "
+                "power at the SESOI and its decision: `a_better`, `b_better`, `equivalent` (within the "
+                "SESOI, or inside a claimed "
                 "interval), `undecided` or `excluded`. **excluded**: neither arm learned (its loss stayed "
                 "within the declared distance of the unigram level) — two failures compared say nothing, so "
                 "the cell counts neither way.",
-                "The **noise floor** is a null pair: the baseline arm run again with seeds offset (or one "
-                "callable timed twice); an effect no larger than its largest |CI bound| is what chance alone "
-                "gives at this scale, and is undecided however small its p.",
+                "A **null pair** is the baseline arm run again with seeds offset (or one callable timed "
+                "twice) in a cell; it calibrates that cell only: where it comes out significant, the "
+                "variance there is underestimated and the cell's comparisons are undecided.",
                 "**Scale** is per training run (parameters, optimiser steps, tokens seen); a verdict holds "
                 "at that scale, not beyond it. **Holds in** names, for each counted sub-claim tested in "
                 "several cells, the cells where it holds: for a learning-rate sweep at two widths (d64, "
@@ -375,7 +375,7 @@ def _claim_blocks(r: dict, i: int, fig_no: int, results_root: Path, report_root:
 
 
 def _evidence_blocks(r: dict, results_root: Path, rel) -> list:
-    """A claim's sub-claims, checks, comparisons and noise floor."""
+    """A claim's sub-claims, checks, comparisons and null pairs."""
     cid = r["claim_id"]
     B: list[tuple] = []
     effects = [s for s in r.get("sub_verdicts", []) if s.get("kind", "effect") == "effect"]
@@ -475,9 +475,10 @@ def _closing_blocks(report_root: Path, summary_fig: str | None) -> list:
                 "fig-summary",
                 "Every claim (shaded row, coloured by its verdict) and each of its sub-claims: the deciding "
                 "comparison (arm b − arm a) with its CI, in units of the row's threshold (its declared "
-                "margin, else its noise floor, else its CI half-width); grey band: the noise floor of a null "
-                "pair; ticks: the declared margin. The effect in its own units is printed at the right. Left "
-                "and right are b − a, not for and against: the answers figure above orients each claim.",
+                "SESOI, else its cell's null pair bound, else its CI half-width); grey band: the null pair's "
+                "bound in its own cell; ticks: the declared SESOI. The effect in its own units is printed "
+                "at the right. Left and right are b − a, not for and against: the answers figure above "
+                "orients each claim.",
             )
         )
     return B
@@ -519,7 +520,7 @@ def comparison_rows(cmps: list[dict]) -> list[list[str]]:
         interval = (
             f"[{_num(lo, 'g') if lo is not None else '−∞'}, {_num(hi, 'g') if hi is not None else '∞'}]"
         )
-        claimed = interval if lo is not None or hi is not None else _num(c.get("margin"), "g")
+        claimed = interval if lo is not None or hi is not None else _num(c.get("sesoi"), "g")
         rows.append(
             [
                 f"`{c['id']}`: {c.get('arm_b', 'b')} vs {c.get('arm_a', 'a')}",

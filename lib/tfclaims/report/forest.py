@@ -1,11 +1,11 @@
 """The report's summary figure: every claim and sub-claim on one forest plot.
 
 Effects come in many units (nats, log seconds, slopes, bytes), so each row is drawn in units of its own
-threshold: the comparison's declared margin where it has one, else its noise floor (the null pair's
-spread), else its CI half-width (each CI at the level Holm tested it at). On that scale ±1 is "as large as the
-threshold"; the effect in its own units is printed at the right of the row. Each sub-verdict shows its
-deciding comparison: the one with the smallest (Holm-adjusted) p among those with an interval, else its first
-numeric one."""
+threshold: the comparison's declared smallest effect of interest (SESOI) where it has one, else its own cell's
+null pair bound, else its CI half-width (each CI at the level Holm tested it at). On that scale ±1 is "as
+large as the threshold"; the effect in its own units is printed at the right of the row. Each sub-verdict
+shows its deciding comparison: the one with the smallest (Holm-adjusted) p among those with an interval, else
+its first numeric one."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ class Row:
     x: float | None = None  # effect ÷ scale
     lo: float | None = None
     hi: float | None = None
-    noise: float | None = None  # noise floor ÷ scale (drawn as a band ±noise)
+    noise: float | None = None  # this cell's null pair bound ÷ scale (drawn as a band ±noise)
     margin: float | None = None  # declared margin ÷ scale (drawn as ticks ±margin)
-    unit: str = ""  # what the row is divided by: margin, noise floor or CI half-width
+    unit: str = ""  # what the row is divided by: SESOI, null pair bound or CI half-width
     text: str = ""  # the effect in its own units
     excluded: bool = False
 
@@ -51,17 +51,17 @@ def _row(claim: str, sub: dict, cmp: dict | None) -> Row:
     if cmp is None:
         return Row(label, sub["verdict"], text="no numeric comparison")
     diff, lo, hi = cmp["diff"], cmp.get("ci_low"), cmp.get("ci_high")
-    margin, noise = cmp.get("margin") or 0.0, cmp.get("noise")
+    margin, noise = cmp.get("sesoi") or 0.0, cmp.get("noise")
     if margin > 0:
-        scale, unit = margin, "margin"
+        scale, unit = margin, "SESOI"
     elif noise:
-        scale, unit = noise, "noise floor"
+        scale, unit = noise, "null pair bound"
     elif lo is not None and hi is not None and hi > lo:
         scale, unit = (hi - lo) / 2, "CI half-width"
     else:
         scale, unit = None, ""
     ci = f" [{_fmt(lo)}, {_fmt(hi)}]" if lo is not None and hi is not None and hi > lo else ""
-    floor = f", floor ±{_fmt(noise)}" if noise else ""
+    floor = f", null pair ±{_fmt(noise)}" if noise else ""
     text = "\n".join(
         textwrap.wrap(f"{_fmt(diff)}{ci}{floor} · {cmp.get('metric', '')}", 46, max_lines=2, placeholder=" …")
     )
@@ -142,12 +142,12 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
     ax.tick_params(axis="y", length=0)
     ax.grid(axis="x", alpha=0.3)
     ax.set_xlabel(
-        "effect (arm b − arm a) in units of the row's threshold: its declared margin, else its noise "
-        "floor,\nelse its CI half-width (symmetric log scale); left and right are b − a, not against and for "
-        "the note"
+        "effect (arm b − arm a) in units of the row's threshold: its declared SESOI, else its cell's null "
+        "pair bound,\nelse its CI half-width (symmetric log scale); left and right are b − a, not against "
+        "and for the note"
     )
     ax.set_title(
-        "Every claim and sub-claim: the deciding comparison, its CI, noise floor and margin",
+        "Every claim and sub-claim: the deciding comparison, its CI, null pair and SESOI",
         fontsize=11,
         pad=34,
     )
@@ -159,8 +159,8 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
         mlines.Line2D(
             [], [], color="#757575", marker="d", mfc="white", lw=0, label="exact check or no interval"
         ),
-        mlines.Line2D([], [], color="#9e9e9e", lw=6, alpha=0.5, label="noise floor (null pair)"),
-        mlines.Line2D([], [], color="k", marker="|", lw=0, ms=9, label="± declared margin"),
+        mlines.Line2D([], [], color="#9e9e9e", lw=6, alpha=0.5, label="null pair bound (its own cell)"),
+        mlines.Line2D([], [], color="k", marker="|", lw=0, ms=9, label="± declared SESOI"),
     ]
     ax.legend(
         handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False
@@ -170,8 +170,8 @@ def plot_forest(rows: list[Row], folder: Path, name: str = "summary") -> tuple[P
 
 def plot_answers(results: list[dict], folder: Path, name: str = "answers") -> tuple[Path, Path]:
     """One row per claim: its headline comparison on a common axis where right means the note's claim holds
-    (`answers.oriented`: the claimed arm's advantage in noise floors, or the distance inside a claimed
-    interval in half-widths), the noise floor shaded, the verdict as the colour; saved as PNG and SVG."""
+    (`answers.oriented`: the claimed arm's advantage in SESOIs, or the distance inside a claimed
+    interval in half-widths), the SESOI shaded, the verdict as the colour; saved as PNG and SVG."""
     import matplotlib.lines as mlines
 
     from ..plotting import plt, save_figure
@@ -217,13 +217,13 @@ def plot_answers(results: list[dict], folder: Path, name: str = "answers") -> tu
     )
     ax.text(0.01, 1.005, "← the opposite", transform=ax.transAxes, ha="left", va="bottom", fontsize=8.5)
     ax.set_xlabel(
-        "oriented effect: the claimed arm's advantage in noise floors (grey band = ±1 floor), or the\n"
+        "oriented effect: the claimed arm's advantage in SESOIs (grey band = ±1 SESOI), or the\n"
         "distance inside a claimed interval in half-widths (black tick = its edge); clipped at ±30"
     )
     ax.set_title("Each claim's headline comparison: does the note hold?", fontsize=11, pad=56)
     handles = [mlines.Line2D([], [], color=c, marker="o", lw=2.2, label=v) for v, c in VERDICT_COLOR.items()]
     handles += [
-        mlines.Line2D([], [], color="#9e9e9e", lw=7, alpha=0.5, label="noise floor"),
+        mlines.Line2D([], [], color="#9e9e9e", lw=7, alpha=0.5, label="± SESOI"),
         mlines.Line2D([], [], color="#757575", marker="d", lw=0, label="exact (no interval)"),
     ]
     # the legend above the axes, over the two direction labels (tight_layout keeps room for it)
