@@ -48,6 +48,10 @@ def observe(
             d_model=rec["config"]["d_model"],
             n_layers=rec["config"]["n_layers"],
             impl=k,
+            # what bounds the step's saving: its median, its norms' count and one norm's median alone
+            step_s=v["median"],
+            norm_s=rec["metrics"]["norm"].get(k, {}).get("median", math.nan),
+            n_norms=rec["metrics"]["n_norms"],
         )
     ]
     sel, sc = set(p["selection_seeds"]), scales(p)
@@ -208,6 +212,20 @@ def _step_table(runs, result, families: dict, step: pd.DataFrame, aa: str, out) 
         "model's shape): a step cannot save more than it spends in its norms",
     )
     return sdf
+
+
+def step_ceiling(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> float | None:
+    """The largest log-time saving RMSNorm can bring a whole step (LayerNorm's rows a, RMSNorm's b): the
+    norms' share of the LayerNorm step times the saving of one norm timed alone at the model's shape,
+    −log(1 − share × saving). None without the numbers."""
+    if rows_a.empty or rows_b.empty or "norm_s" not in rows_a:
+        return None
+    a, b = rows_a.iloc[0], rows_b.iloc[0]
+    share = a["n_norms"] * a["norm_s"] / a["step_s"]
+    most = share * (1 - b["norm_s"] / a["norm_s"])
+    if not math.isfinite(most):
+        return None
+    return -math.log1p(-most) if most < 1 else math.inf
 
 
 def _kernels(micro: dict) -> pd.DataFrame:

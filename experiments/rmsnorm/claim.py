@@ -5,7 +5,17 @@ from __future__ import annotations
 import math
 
 from tfclaims.evidence import readouts as rd
-from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, arm, cell, cells, equivalent
+from tfclaims.evidence.declare import (
+    Better,
+    Ceiling,
+    Declaration,
+    NullPair,
+    SubClaim,
+    arm,
+    cell,
+    cells,
+    equivalent,
+)
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.grids.sweep import profile_sweep, scale_label
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
@@ -103,6 +113,8 @@ def _speed_subclaims(p: dict, widths: tuple, models: tuple) -> tuple[SubClaim, .
         kw = dict(where="all", counts=counts, note=rounds if counts else found, **place[where])
         if counts:
             kw.update(sesoi=SPEED_SESOI, sesoi_source=SPEED_SOURCE)
+        if where == "step":  # a step cannot save more than it spends in its norms
+            kw.update(ceiling=Ceiling("the norms' share of the step", view.step_ceiling))
         return SubClaim(f"{where}-{fam}", statement, Better("b"), (LOGT,), a=a, b=b, **kw)
 
     alone, step = "Norm alone", "Whole training step"

@@ -1020,17 +1020,21 @@ def ladder(
     gate: str = "sensitivity",
     where: str | float = "all",
     label: Callable[[Comparison], str] | None = None,
+    undecidable: Mapping[str, str] | None = None,
 ) -> Ladder:
     """A sub-verdict from the (already Holm-corrected) comparisons of its cells: each comparison's `role`
-    (`controls`: comparison id -> what its cell's positive control showed), decided by `rung` (where: 'all' —
-    the claim holds throughout its range —, 'any', or a share); excluded and not decidable comparisons count
-    neither way."""
+    (`controls`: comparison id -> what its cell's positive control showed; `undecidable`: comparison id -> why
+    its cell cannot decide the claim at this scale), decided by `rung` (where: 'all' — the claim holds
+    throughout its range —, 'any', or a share); excluded and not decidable comparisons count neither way."""
     if not (where in ("any", "all") or (isinstance(where, float) and 0 < where <= 1)):
         raise EvidenceError(f"where must be 'any', 'all' or a share in (0, 1], got {where!r}")
     name = label or (lambda c: c.id)
     by: dict[str, list[Comparison]] = {r: [] for r in ROLES}
+    beyond = undecidable or {}
     for c in comparisons:
-        by[role(c, claimed, (controls or {}).get(c.id), gate)].append(c)
+        by["not decidable" if c.id in beyond else role(c, claimed, (controls or {}).get(c.id), gate)].append(
+            c
+        )
     sup, ref, und, exc = by["support"], by["refute"], by["undecided"], by["excluded"]
     n = len(sup) + len(ref) + len(und)
     verdict = rung(len(sup), len(ref), len(und), where)
@@ -1043,14 +1047,18 @@ def ladder(
         parts.append(_undecided(und, claimed, name))
     if _out_of_reach(n, len(ref), where):
         parts.append(f"at most {n - len(ref)} of {n} can hold where {where:.0%} must: out of reach")
-    if by["not decidable"]:
+    gated = [c for c in by["not decidable"] if c.id not in beyond]
+    if gated:
         what = "every conclusion" if gate == "precondition" else "a conclusion of no difference"
         parts.append(
             "not decidable here (the positive control failed in the cell, which takes "
             + what
             + "): "
-            + ", ".join(map(name, by["not decidable"]))
+            + ", ".join(map(name, gated))
         )
+    for c in by["not decidable"]:
+        if c.id in beyond:
+            parts.append(f"not decidable at this scale in {name(c)}: {beyond[c.id]}")
     if exc:
         parts.append("excluded (neither arm learned): " + ", ".join(map(name, exc)))
     if not comparisons:

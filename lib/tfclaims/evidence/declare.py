@@ -193,6 +193,17 @@ class CellRule:
     fn: Callable = field(compare=False, repr=False)
 
 
+@dataclass(frozen=True)
+class Ceiling:
+    """The largest effect a sub-claim's mechanism permits in a cell, in the readout's units (e.g. a step
+    cannot save more time than it spends in the part that changed): `fn(rows_a, rows_b) -> float | None` from
+    the arms' rows of the cell (None: not known there). Where it lies below the SESOI, or below the smallest
+    effect the comparison could detect, the cell cannot decide the claim at this scale."""
+
+    text: str
+    fn: Callable = field(compare=False, repr=False)
+
+
 # ------------------------------------------------------------------ sub-claims and null pairs
 @dataclass(frozen=True)
 class SubClaim:
@@ -213,16 +224,13 @@ class SubClaim:
     family: str | None = None  # Holm family (default: this sub-claim)
     noise: str | None = None  # id of the null pair that calibrates each cell it was run in
     guard: Readout | None = None  # boolean readout: the unit learned at all (neither arm learned: excluded)
-    sesoi: float | None = (
-        None  # smallest effect of interest (readout units): TOST margin, where power is read
-    )
+    sesoi: float | None = None  # smallest effect of interest (readout units): TOST margin, power read there
     sesoi_source: str = ""  # where the SESOI comes from: the anchor's effect, the claim's number, practice
     count_if: CellRule | None = None  # cells that fail it are reported, not counted
     keep_if: CellRule | None = None  # cells that fail it are left out (said in the detail)
     control: str | None = None  # a sub-claim whose effect beyond its SESOI is the positive control, per cell
-    gate: str = (
-        "sensitivity"  # where the control fails: 'sensitivity' takes no-difference, 'precondition' all
-    )
+    gate: str = "sensitivity"  # a control failing: 'sensitivity' takes no-difference, 'precondition' all
+    ceiling: Ceiling | None = None  # the largest effect its mechanism permits per cell (decidability)
     primary: bool = False  # only the first readout counts; the others are reported beside it
     note: str = ""  # one more sentence of the rule: why this design, what it cannot tell
 

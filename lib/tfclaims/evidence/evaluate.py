@@ -354,6 +354,26 @@ def _controls(sc: SubClaim, counted: list[ev.Comparison], done) -> dict[str, boo
     return {c.id: passed.get(_cell_label(sc, c), one) for c in counted}
 
 
+def _beyond_reach(sc: SubClaim, df, counted: list[ev.Comparison]) -> dict[str, str]:
+    """The counted comparisons whose cell cannot decide the claim at this scale: the largest effect the
+    mechanism permits there (`sc.ceiling`) lies below the SESOI, or below the smallest effect the comparison
+    could detect (80% power at Holm's level). comparison id -> why."""
+    if sc.ceiling is None:
+        return {}
+    cells = {c.label: c for c in sc.cells}
+    out = {}
+    for c in counted:
+        cell = cells[_cell_label(sc, c)]
+        top = sc.ceiling.fn(_rows(df, cell, sc.a), _rows(df, cell, sc.b))
+        if top is None or not math.isfinite(top):
+            continue
+        if sc.sesoi is not None and top < sc.sesoi:
+            out[c.id] = f"{sc.ceiling.text} allows at most {top:.3g}, below the SESOI ±{sc.sesoi:g}"
+        elif c.mde is not None and c.mde > top:
+            out[c.id] = f"{sc.ceiling.text} allows at most {top:.3g}, below the detectable {c.mde:.3g}"
+    return out
+
+
 def _cell_label(sc: SubClaim, c: ev.Comparison) -> str:
     """The cell a comparison of `sc` was made in (ids are sub[/cell][/readout])."""
     if len(sc.cells) == 1:
@@ -426,7 +446,16 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
         reported = [adjusted[c.id] for c in raw[sc.id][1]]
         secondary = [adjusted[c.id] for c in raw[sc.id][3]]
         ctl = _controls(sc, counted, done)
-        lad = ev.ladder(counted, sc.claimed, controls=ctl, gate=sc.gate, where=sc.where, label=_label(sc))
+        beyond = _beyond_reach(sc, _table(tables, sc.table), counted)
+        lad = ev.ladder(
+            counted,
+            sc.claimed,
+            controls=ctl,
+            gate=sc.gate,
+            where=sc.where,
+            label=_label(sc),
+            undecidable=beyond,
+        )
         if (
             sc.kind == "check" and lad.refuting
         ):  # a value outside its bounds; no value at all is not a failure
@@ -435,7 +464,12 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
                 + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.id in lad.refuting)
             )
         where = {comparison_id(sc, c, r): c.label for c in sc.cells for r in sc.readouts}
-        roles = {c.id: ev.role(c, sc.claimed, (ctl or {}).get(c.id), sc.gate) for c in counted}
+        roles = {
+            c.id: "not decidable"
+            if c.id in beyond
+            else ev.role(c, sc.claimed, (ctl or {}).get(c.id), sc.gate)
+            for c in counted
+        }
         holds = [where.get(c.id, sc.id) for c in counted if roles[c.id] == "support"]
         done[sc.id] = (sc, counted)
         comps += counted + reported + secondary

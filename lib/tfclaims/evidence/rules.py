@@ -215,6 +215,12 @@ def render_sub(sc: SubClaim) -> str:
             f"Positive control: ({sc.control}), per cell (one run in a single cell covers every cell); where "
             f"it does not show its effect beyond its SESOI, {takes}."
         )
+    if sc.ceiling is not None:
+        out.append(
+            f"Decidable only where {sc.ceiling.text} allows an effect of at least the SESOI and of what "
+            "the comparison could detect (80% power at Holm's level); elsewhere the cell is not decidable "
+            "at this scale, counted neither way."
+        )
     if sc.family is not None:
         out.append(f"Holm family: {sc.family}.")
     w = _where(sc)

@@ -19,7 +19,13 @@ PHRASE = {
     "mixed": "Partly",
     "inconclusive": "Cannot tell at this scale",
 }
-ROLE_WORD = {"support": "holds", "refute": "fails", "undecided": "undecided", "excluded": "excluded"}
+ROLE_WORD = {
+    "support": "holds",
+    "refute": "fails",
+    "undecided": "undecided",
+    "excluded": "excluded",
+    "not decidable": "not decidable",
+}
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,8 @@ def _end(v, open_end: str = "−∞") -> str:
 
 def role(c: dict, claimed: str) -> str:
     """'support', 'refute', 'undecided' or 'excluded': the decision read against what was claimed (the
-    evidence layer's decisions.role, restated on a result.json comparison without a positive control)."""
+    evidence layer's decisions.role, restated on a result.json comparison without a positive control: an
+    equivalence refutes a directional claim only with 80% power at its SESOI)."""
     d = c.get("decision")
     if d == "excluded":
         return "excluded"
@@ -124,7 +131,8 @@ def role(c: dict, claimed: str) -> str:
         return "support" if d == "equivalent" else "refute" if d in ("a_better", "b_better") else "undecided"
     if d == claimed:
         return "support"
-    return "refute" if d == ("a_better" if claimed == "b_better" else "b_better") else "undecided"
+    powered = d == "equivalent" and (c.get("power") or 0.0) >= 0.8
+    return "refute" if d == ("a_better" if claimed == "b_better" else "b_better") or powered else "undecided"
 
 
 def oriented(c: dict, claimed: str) -> Oriented | None:
