@@ -411,6 +411,21 @@ def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped, secondary=
     return ". ".join(parts)
 
 
+def _holm_families(decl: Declaration, raw: dict) -> dict[str, ev.Comparison]:
+    """Holm within each family (counted comparisons), and among each sub-claim's reported ones."""
+    fams: dict[str, list[str]] = {}
+    for sc in decl.subclaims:
+        fams.setdefault(sc.family or sc.id, []).append(sc.id)
+    adjusted: dict[str, ev.Comparison] = {}
+    for members in fams.values():
+        for c in ev.holm([c for m in members for c in raw[m][0]]):
+            adjusted[c.id] = c
+    for sc in decl.subclaims:
+        for c in ev.holm(raw[sc.id][1] + raw[sc.id][3]):
+            adjusted[c.id] = replace(c, sub_claim=f"{sc.id} (reported)")
+    return adjusted
+
+
 @indexed()
 def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
     """Every declared sub-claim's comparisons and sub-verdict, and the overall verdict."""
@@ -429,17 +444,7 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
             )
         except ev.EvidenceError as e:
             raise ev.EvidenceError(f"sub-claim {sc.id}: {e}") from None
-    # Holm within each family (counted comparisons), and among each sub-claim's reported ones
-    fams: dict[str, list[str]] = {}
-    for sc in decl.subclaims:
-        fams.setdefault(sc.family or sc.id, []).append(sc.id)
-    adjusted: dict[str, ev.Comparison] = {}
-    for members in fams.values():
-        for c in ev.holm([c for m in members for c in raw[m][0]]):
-            adjusted[c.id] = c
-    for sc in decl.subclaims:
-        for c in ev.holm(raw[sc.id][1] + raw[sc.id][3]):
-            adjusted[c.id] = replace(c, sub_claim=f"{sc.id} (reported)")
+    adjusted = _holm_families(decl, raw)
     failed, subs, comps, done = [], [], [], {}
     for sc in decl.subclaims:
         counted = [adjusted[c.id] for c in raw[sc.id][0]]
