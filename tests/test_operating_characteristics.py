@@ -166,7 +166,9 @@ def test_a_claims_rule_keeps_its_error_rates_fast(cid):
 @pytest.mark.slow
 @pytest.mark.parametrize("cid", list(_claims()))
 def test_a_claims_rule_keeps_its_error_rates(cid):
-    r = rates(cid, sims=400, seed=1)
+    if not any(p.simulated for p in parts_of(cid)[0]):
+        pytest.skip(f"{cid}: exact numbers only, no sampled comparison to redraw")
+    r = rates(cid, sims=200, seed=1)
     print(f"{cid}: {r}")
     assert r["false_support"] <= RATE and r["false_refute"] <= RATE, r
 
