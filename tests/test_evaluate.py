@@ -124,6 +124,22 @@ def test_a_positive_control_is_read_per_cell():
     assert both.roles == {"test/c1": "support", "test/c2": "not decidable"} and both.verdict == "supported"
 
 
+def test_a_control_of_several_cells_vouches_only_for_the_cells_it_was_run_in():
+    """The control was run at c1 (where it holds) and c9, not at c2: c2's equivalence is not decidable, as
+    where a control fails; a control of one cell would have covered both."""
+    t = runs({1: 0.0005, 2: 0.0005})
+    k = t[t.arm == "b"].assign(arm="k")
+    k["final_val"] = t[t.arm == "a"]["final_val"].to_numpy() - 0.5 + np.tile(W, 2)
+    t = pd.concat([t, k], ignore_index=True)
+    ctrl = sub("ctrl", b=arm("k", arm="k"), sesoi=0.05, cells=cells("c{c}", c=[1, 9]))
+    test = sub("test", sesoi=0.05, control="ctrl")
+    s = evaluate(Declaration((ctrl, test)), {"runs": t}).sub("test")
+    assert s.roles == {"test/c1": "refute", "test/c2": "not decidable"}
+    one = sub("ctrl", b=arm("k", arm="k"), sesoi=0.05, cells=cells("c{c}", c=[1]))
+    s = evaluate(Declaration((one, test)), {"runs": t}).sub("test")
+    assert s.roles == {"test/c1": "refute", "test/c2": "refute"}
+
+
 def test_a_null_pair_calibrates_the_cells_it_was_run_in():
     """The null rerun drifts at c1 (significant) and is quiet at c2: c1 is undecided whatever its p, c2 is
     decided."""

@@ -532,6 +532,10 @@ def test_a_significant_null_pair_in_the_cell_leaves_it_undecided_and_a_quiet_one
     assert not free.null_significant and free.decision == "b_better"  # a wide null pair does not block
 
 
+def test_a_power_is_printed_rounded_down():
+    assert [ev.percent(x) for x in (0.797, 0.8, 0.0349, 1.0)] == ["79%", "80%", "3%", "100%"]
+
+
 def test_power_at_the_sesoi_against_statsmodels_and_the_seeds_that_reach_80_percent():
     """Power of the paired t-test at ±SESOI at Holm's level, from the comparison's se and dof, is
     statsmodels' TTestPower at effect SESOI/sd; the seeds it names reach 80% and one fewer does not."""

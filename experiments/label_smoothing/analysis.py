@@ -9,6 +9,7 @@ import pandas as pd
 
 from tfclaims.analysis import part
 from tfclaims.evidence.curves import plot_curves
+from tfclaims.evidence.decisions import percent
 from tfclaims.evidence.declare import Better, Declaration, Readout
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.plots import drawing, sweep_caption
@@ -305,8 +306,8 @@ def power_note(family) -> str:
     c = max(und, key=lambda c: c.seeds_80)
     return (
         f"Accuracy is undecided at {c.n} seeds: the smallest detectable difference is {c.mde:.4f} against "
-        f"the ±{c.sesoi:g} SESOI (power there {c.power:.0%}); about {c.seeds_80} seeds per arm would reach "
-        "80% at this noise."
+        f"the ±{c.sesoi:g} SESOI (power there {percent(c.power)}); about {c.seeds_80} seeds per arm would "
+        "reach 80% at this noise."
     )
 
 

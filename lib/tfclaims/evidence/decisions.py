@@ -160,7 +160,7 @@ class Comparison:
         if self.sesoi is not None and not self.interval:
             extra += f", SESOI ±{self.sesoi:g}"
             if self.power is not None:
-                extra += f", power there {self.power:.0%}"
+                extra += f", power there {percent(self.power)}"
             if self.decision == "undecided" and self.seeds_80 is not None and (self.power or 0) < POWER:
                 extra += f" ({self.seeds_80} seeds per arm would reach 80%)"
         if self.decision == "undecided" and self.mde is not None:
@@ -177,6 +177,11 @@ class Comparison:
         else:  # b alone is read against 0
             what = self.arm_b if self.arm_a == "0" else f"{self.arm_b} − {self.arm_a}"
         return f"{what}: {f(self.diff)}{unit}{ci} (p = {p}, n = {self.n}{learned}{extra}): {self.decision}"
+
+
+def percent(power: float) -> str:
+    """A power as a whole percentage, rounded down: 79.7% reads 79%, never the 80% it falls short of."""
+    return f"{math.floor(100 * power + 1e-9):d}%"
 
 
 def _side(c: Comparison, above: bool) -> str:

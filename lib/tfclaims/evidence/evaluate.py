@@ -341,7 +341,8 @@ def _label(sc: SubClaim):
 def _controls(sc: SubClaim, counted: list[ev.Comparison], done) -> dict[str, bool] | None:
     """What the positive control showed in each counted comparison's cell: comparison id -> passed (its
     comparison in the cell of the same label, on its first readout, supports beyond its SESOI; a control of
-    one cell covers every cell). A cell the control was not run in is not covered: None for it."""
+    one cell covers every cell). A cell a control of several cells was not run in counts as failed: nothing
+    there shows the setup could see the effect."""
     if sc.control is None:
         return None
     ctrl, cmps = done[sc.control]
@@ -350,7 +351,8 @@ def _controls(sc: SubClaim, counted: list[ev.Comparison], done) -> dict[str, boo
         passed.setdefault(_cell_label(ctrl, c), ev.role(c, ctrl.claimed) == "support" and ev.beyond_margin(c))
     if not passed:
         return {}
-    one = next(iter(passed.values())) if len(ctrl.cells) == 1 else None
+    # a control run in one cell covers every cell; one run in other cells than this one cannot vouch for it
+    one = next(iter(passed.values())) if len(ctrl.cells) == 1 else False
     return {c.id: passed.get(_cell_label(sc, c), one) for c in counted}
 
 

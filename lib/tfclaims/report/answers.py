@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..evidence.decisions import percent
+
 # verdict -> the answer's first words
 PHRASE = {
     "supported": "True",
@@ -275,8 +277,8 @@ def _undecided_tail(result: dict, sub: dict) -> str:
         )
     if c.get("seeds_80") and (c.get("power") or 0.0) < 0.8 and c.get("sesoi"):
         return (
-            f"; power at its SESOI (±{_f(c['sesoi'])}) is {c['power']:.0%}: about {c['seeds_80']} seeds per "
-            "arm would reach 80%"
+            f"; power at its SESOI (±{_f(c['sesoi'])}) is {percent(c['power'])}: about {c['seeds_80']} "
+            "seeds per arm would reach 80%"
         )
     if (lo is not None or hi is not None) and c.get("ci_low") is not None and c.get("ci_high") is not None:
         dist = min(
