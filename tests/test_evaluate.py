@@ -124,9 +124,10 @@ def test_a_positive_control_is_read_per_cell():
     assert both.roles == {"test/c1": "support", "test/c2": "not decidable"} and both.verdict == "supported"
 
 
-def test_a_control_of_several_cells_vouches_only_for_the_cells_it_was_run_in():
-    """The control was run at c1 (where it holds) and c9, not at c2: c2's equivalence is not decidable, as
-    where a control fails; a control of one cell would have covered both."""
+def test_a_control_of_several_cells_covers_only_the_cells_it_was_run_in():
+    """The control was run at c1 (where it holds) and c9 (where it fails: no rows), not at c2: c2 is not
+    covered, so its equivalence refutes on its power alone; where the control fails (c9's label given to the
+    test) the equivalence is not decidable; a control of one cell covers every cell."""
     t = runs({1: 0.0005, 2: 0.0005})
     k = t[t.arm == "b"].assign(arm="k")
     k["final_val"] = t[t.arm == "a"]["final_val"].to_numpy() - 0.5 + np.tile(W, 2)
@@ -134,7 +135,11 @@ def test_a_control_of_several_cells_vouches_only_for_the_cells_it_was_run_in():
     ctrl = sub("ctrl", b=arm("k", arm="k"), sesoi=0.05, cells=cells("c{c}", c=[1, 9]))
     test = sub("test", sesoi=0.05, control="ctrl")
     s = evaluate(Declaration((ctrl, test)), {"runs": t}).sub("test")
-    assert s.roles == {"test/c1": "refute", "test/c2": "not decidable"}
+    assert s.roles == {"test/c1": "refute", "test/c2": "refute"}
+    t9 = pd.concat([t, t[(t.c == 2) & (t.arm != "k")].assign(c=9)], ignore_index=True)  # no control at c9
+    at9 = sub("test", effects=(1, 9), sesoi=0.05, control="ctrl")
+    s = evaluate(Declaration((ctrl, at9)), {"runs": t9}).sub("test")
+    assert s.roles == {"test/c1": "refute", "test/c9": "not decidable"}
     one = sub("ctrl", b=arm("k", arm="k"), sesoi=0.05, cells=cells("c{c}", c=[1]))
     s = evaluate(Declaration((one, test)), {"runs": t}).sub("test")
     assert s.roles == {"test/c1": "refute", "test/c2": "refute"}

@@ -6,6 +6,7 @@ advance."""
 import numpy as np
 import pytest
 
+from tfclaims.evidence.decisions import percent
 from tfclaims.harness.registry import load
 
 from experiments.truncate_distill.grid import AA
@@ -135,7 +136,7 @@ def test_truncate_rule_an_equivalence_without_power_at_the_sesoi_does_not_refute
     s = sub(v, "distil")
     assert s.roles == {"distil": "undecided"} and s.verdict == "inconclusive"
     assert "with under 80% power there, so this does not refute" in s.detail
-    assert f"power there {c.power:.0%}" in s.detail
+    assert f"power there {percent(c.power)}" in s.detail
 
 
 def test_truncate_rule_mixed_when_the_distilled_student_falls_short_of_the_teacher(tmp_path):

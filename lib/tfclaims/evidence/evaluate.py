@@ -341,8 +341,7 @@ def _label(sc: SubClaim):
 def _controls(sc: SubClaim, counted: list[ev.Comparison], done) -> dict[str, bool] | None:
     """What the positive control showed in each counted comparison's cell: comparison id -> passed (its
     comparison in the cell of the same label, on its first readout, supports beyond its SESOI; a control of
-    one cell covers every cell). A cell a control of several cells was not run in counts as failed: nothing
-    there shows the setup could see the effect."""
+    one cell covers every cell). A cell a control of several cells was not run in is not covered: None."""
     if sc.control is None:
         return None
     ctrl, cmps = done[sc.control]
@@ -351,8 +350,9 @@ def _controls(sc: SubClaim, counted: list[ev.Comparison], done) -> dict[str, boo
         passed.setdefault(_cell_label(ctrl, c), ev.role(c, ctrl.claimed) == "support" and ev.beyond_margin(c))
     if not passed:
         return {}
-    # a control run in one cell covers every cell; one run in other cells than this one cannot vouch for it
-    one = next(iter(passed.values())) if len(ctrl.cells) == 1 else False
+    # a control run in one cell covers every cell; one run in other cells covers only those (None elsewhere:
+    # no control there, and an equivalence needs its power alone)
+    one = next(iter(passed.values())) if len(ctrl.cells) == 1 else None
     return {c.id: passed.get(_cell_label(sc, c), one) for c in counted}
 
 
