@@ -562,6 +562,70 @@ def test_power_at_the_sesoi_against_statsmodels_and_the_seeds_that_reach_80_perc
     assert ev.paired("n", a, b, metric="loss").power is None  # no SESOI declared: no power
 
 
+def _tost_share(truth: float, sd: float, n: int, lo, hi, alpha: float, sims: int = 4000) -> float:
+    """Monte Carlo: the share of paired samples whose one-sided t tests at `alpha` show the mean inside
+    [lo, hi] (None: open on that side), by scipy's one-sample t tests."""
+    rng = np.random.default_rng(11)
+    d = rng.normal(truth, sd, (sims, n))
+    ok = np.ones(sims, bool)
+    if lo is not None:
+        ok &= stats.ttest_1samp(d, lo, axis=1, alternative="greater").pvalue <= alpha
+    if hi is not None:
+        ok &= stats.ttest_1samp(d, hi, axis=1, alternative="less").pvalue <= alpha
+    return float(ok.mean())
+
+
+@pytest.mark.parametrize("lo, hi, truth", [(-0.02, 0.02, 0.0), (None, 0.05, 0.03), (0.5, None, 0.6)])
+def test_an_interval_claims_power_against_simulated_two_one_sided_tests(lo, hi, truth):
+    """Power of a claimed interval at its SESOI (the distance from the bound: a closed interval's half-width,
+    its truth at the centre; a half-open one's declared distance) agrees with simulated one-sided t tests
+    (a closed interval's formula is the Bonferroni bound: never above the simulated share, close to it at
+    high power), and the seeds it names reach 80% where one fewer does not."""
+    sd, n = 0.02, 8
+    delta = (hi - lo) / 2 if lo is not None and hi is not None else 0.02 if hi is not None else 0.1
+    rng = np.random.default_rng(5)
+    a = {s: float(v) for s, v in enumerate(rng.normal(1.0, 0.1, n))}
+    z = rng.normal(0, 1, n)
+    b = {s: a[s] + truth + sd * float((z[s] - z.mean()) / z.std(ddof=1)) for s in a}  # sample sd exactly sd
+    c = ev.holm([replace(ev.paired("i", a, b, metric="m", interval=(lo, hi)), sesoi=delta)])[0]
+    alpha = (1 - c.level) / 2
+    centre = truth if lo is None or hi is None else (lo + hi) / 2
+    sim = _tost_share(centre, sd, n, lo, hi, alpha)
+    if lo is not None and hi is not None:
+        assert c.power <= sim + 0.02 and c.power == pytest.approx(sim, abs=0.12)
+    else:  # the truth a SESOI inside the bound: the one-sided test's power, exactly
+        at = hi - delta if hi is not None else lo + delta
+        assert c.power == pytest.approx(_tost_share(at, sd, n, lo, hi, alpha), abs=0.03)
+    unit = ev._unit_sd(c)
+    half = None if lo is None or hi is None else (hi - lo) / 2 / unit
+    k = ev._interval_seeds(round(delta / unit, 12), half, round(alpha, 12), True)
+    pw = [ev._interval_power(delta / unit, half, 1 / math.sqrt(m), m - 1, alpha) for m in (k - 1, k)]
+    assert pw[0] < 0.8 <= pw[1]
+    undecided = ev._finish(replace(c, ci_low=lo or -1.0, ci_high=hi or 2.0, p_equiv=1.0))
+    assert undecided.decision == "undecided" and undecided.seeds_80 == (k if undecided.power < 0.8 else None)
+
+
+def test_an_exact_readout_has_power_one_and_its_bounds_as_sesoi():
+    closed = ev.exact_check("e", True, sub_claim="s", metric="m", observed=1.0, expected=1.0, lo=0.9, hi=1.1)
+    open_ = ev.exact_check("o", False, sub_claim="s", metric="m", observed=3.0, expected=1e-6, hi=1e-6)
+    assert (closed.power, open_.power) == (1.0, 1.0) and closed.sesoi == pytest.approx(0.1)
+    assert open_.sesoi == 0.0 and open_.decision == "b_better" and open_.seeds_80 is None
+    assert ev.exact_check("n", False, sub_claim="s", metric="m", observed=None, expected=None).power is None
+
+
+def test_a_log_rank_comparison_reads_its_power_through_the_restricted_means():
+    """The permutation log-rank has no closed-form power: it is read through the Welch-type t test on the
+    restricted means it reports, at Holm's level, and the seeds that would reach 80%; no interval."""
+    from statsmodels.stats.power import TTestIndPower
+
+    a, b = [100, 120, 90, 110, 105], [115, 130, 100, None, 118]
+    c = ev.holm([replace(ev.time_to_event("t", a, b, horizon=150), sesoi=20.0)])[0]
+    rb = np.array([150 if t is None else t for t in b], float)
+    sd = math.sqrt((np.var(a, ddof=1) + np.var(rb, ddof=1)) / 2)
+    assert c.ci_low is None and c.power == pytest.approx(TTestIndPower().power(20 / sd, 5, 0.05), rel=0.02)
+    assert c.decision == "undecided" and c.seeds_80 > 5
+
+
 def test_fisher_intervals_are_redrawn_at_holms_level():
     from statsmodels.stats.proportion import confint_proportions_2indep
 

@@ -196,3 +196,23 @@ def test_the_simulation_catches_a_rule_that_supports_too_easily():
     strict, loose = rates("multi_head", sims=60), rates("multi_head", sims=60, alpha=0.5)
     assert loose["false_support"] > RATE >= strict["false_support"]
     assert loose["power"] >= strict["power"]
+
+
+def _counted(d: dict) -> Iterator[dict]:
+    ids = {i for s in d["sub_verdicts"] if s.get("counts", True) for i in s["comparisons"]}
+    yield from (c for c in d["comparisons"] if c["id"] in ids and c["decision"] != "excluded")
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*/result.json")), ids=lambda p: p.parent.name)
+def test_every_counted_comparison_carries_its_sesoi_power_and_the_seeds_that_would_decide_it(path):
+    """What a reader needs to weigh a decision is in the record: the SESOI it was judged against, its
+    decision, the power at the SESOI, and (undecided, under 80%, over units) the seeds per arm that would
+    reach 80%."""
+    short = []
+    for c in _counted(json.loads(path.read_text())):
+        if c["sesoi"] is None or c["power"] is None or c["decision"] not in ev.DECISIONS:
+            short.append(f"{c['id']}: sesoi {c['sesoi']}, power {c['power']}, {c['decision']}")
+        elif c["decision"] == "undecided" and c["power"] < ev.POWER and c["test"] in ev.SEEDED:
+            if c["seeds_80"] is None:
+                short.append(f"{c['id']}: undecided at power {c['power']:.2f} without seeds_80")
+    assert not short, short

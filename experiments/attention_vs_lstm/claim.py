@@ -90,7 +90,7 @@ def _recall_subclaims(p: dict) -> tuple[SubClaim, ...]:
         SubClaim(
             "attention-holds",
             f"Reported: self-attention recalls at least {HOLDS:g} at every distance",
-            Within(HOLDS, None, f"at least {HOLDS:g}"),
+            Within(HOLDS, None, f"at least {HOLDS:g}", RECALL_SESOI, RECALL_SOURCE),
             (view.ACC,),
             b=ta,
             cells=by_k,

@@ -54,10 +54,22 @@ QUALITY_NOTE = (
 )
 SPEEDUP = "(b − a = −log speed-up)"
 IN_BAND = Within(-math.log(BAND[1]), -math.log(BAND[0]), f"{BAND[0]:.2f}–{BAND[1]:.2f}× {SPEEDUP}")
-ABOVE = Within(None, -math.log(BAND[0]), f"above {BAND[0]:.2f}× {SPEEDUP}")
+ABOVE = Within(
+    None,
+    -math.log(BAND[0]),
+    f"above {BAND[0]:.2f}× {SPEEDUP}",
+    math.log(1.05),
+    "practical: 5% in time from the bound",
+)
 TRACKS = Within(math.log(TRACK[0]), math.log(TRACK[1]), f"measured / byte-predicted in {TRACK[0]}–{TRACK[1]}")
 LEVEL = Within(math.log(1 - PHASE_TOL), math.log(1 + PHASE_TOL), f"MQA/MHA time within 1 ± {PHASE_TOL}")
-SMALL = Within(None, QUALITY_MARGIN, f"non-inferior at +{QUALITY_MARGIN} nats")
+SMALL = Within(
+    None,
+    QUALITY_MARGIN,
+    f"non-inferior at +{QUALITY_MARGIN} nats",
+    0.02,
+    "practical: 0.02 nats/char, the quality SESOI the claims share",
+)
 
 
 def _at(h: int, backend: str) -> dict:

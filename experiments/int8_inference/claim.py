@@ -50,7 +50,13 @@ def _quality_subclaims(by_scale) -> tuple[SubClaim, ...]:
             "control",
             f"Positive control: Linear weights rounded to {CONTROL_BITS} bits (one scale "
             f"per tensor) raise the held-out loss by more than {QUALITY_MARGIN:g} nats/char",
-            Within(QUALITY_MARGIN, None, "above the margin"),
+            Within(
+                QUALITY_MARGIN,
+                None,
+                "above the margin",
+                0.01,
+                "half the margin: the control must clear it with room",
+            ),
             (view.LOSS,),
             a=fp32,
             b=arm(f"{CONTROL_BITS}-bit weights", variant=grid.weight_variant(CONTROL_BITS)),
@@ -126,7 +132,7 @@ def _speed_subclaims(top: tuple, small: tuple) -> tuple[SubClaim, ...]:
             "speed-band",
             f"Reported: at least {SPEED_MIN:g}× as fast at the largest timed size "
             f"(the tutorial: {TUTORIAL_SPEEDUP:.2f}×)",
-            Within(None, -math.log(SPEED_MIN), f"at least {SPEED_MIN:g}× as fast"),
+            Within(None, -math.log(SPEED_MIN), f"at least {SPEED_MIN:g}× as fast", SPEED_SESOI, SPEED_SOURCE),
             (LOGT,),
             cells=top,
             counts=False,

@@ -207,7 +207,13 @@ def _exponent_subclaims(fit_from: int, n_aa: int) -> tuple[SubClaim, ...]:
         SubClaim(
             "cached-exp",
             f"Small model's cached exponent below {CACHED_MAX:g} (n ≥ {fit_from})",
-            Within(None, CACHED_MAX, f"the cached exponent below {CACHED_MAX:g}"),
+            Within(
+                None,
+                CACHED_MAX,
+                f"the cached exponent below {CACHED_MAX:g}",
+                0.1,
+                "practical: 0.1 in the exponent",
+            ),
             b=cached,
             counts=False,
             note=f"{small}: its exponent cannot tell O(1) from O(n).",
@@ -217,7 +223,13 @@ def _exponent_subclaims(fit_from: int, n_aa: int) -> tuple[SubClaim, ...]:
             "uncached-quadratic",
             f"Recomputing the prefix is O(n²): in t = a + b·n + c·n² "
             f"(n ≥ {fit_from}), c·n² is at least {Q_MIN:g} of the step at n = {n_aa}",
-            Within(Q_MIN, None, f"the n² term at least {Q_MIN:.0%} of the step"),
+            Within(
+                Q_MIN,
+                None,
+                f"the n² term at least {Q_MIN:.0%} of the step",
+                CURV_MAX,
+                "ten points of the step, the linear sub-claim's band",
+            ),
             (SHARE,),
             **curved_u,
         ),

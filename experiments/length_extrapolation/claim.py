@@ -92,7 +92,7 @@ def _extrapolation_subclaims(p: dict) -> tuple[SubClaim, ...]:
             "control",
             "Sinusoidal positions lose beyond the training length: the loss over 2T, 4T "
             f"and {n}T windows exceeds that over T",
-            Within(0.0, None, "above 0: the loss rises"),
+            Within(0.0, None, "above 0: the loss rises", SESOI, SESOI_SOURCE),
             incs,
             b=sin,
             **use,
@@ -157,7 +157,7 @@ def _extension_subclaims(p: dict) -> tuple[SubClaim, ...]:
             "works",
             "Extended and trained briefly at 2T, a learned table handles 2T windows: its "
             f"loss over 2T at most the unextended model's over T + {WORKS_MARGIN:g}",
-            Within(None, WORKS_MARGIN, f"at most +{WORKS_MARGIN:g}"),
+            Within(None, WORKS_MARGIN, f"at most +{WORKS_MARGIN:g}", SESOI, SESOI_SOURCE),
             (view.GAP,),
             b=arm("extended, trained at 2T", stage="trained", role="test"),
             cells=cells("{scale}-{table}", scale=labels, table=list(view.TABLES)),

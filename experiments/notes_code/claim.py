@@ -169,7 +169,13 @@ class NotesCode(Experiment):
             where="all",
             note=profile_sweep(p).rule(),
         )
-        within = Within(None, TRAIN_MARGIN, f"at most {TRAIN_MARGIN:g} nats/char above the fix")
+        within = Within(
+            None,
+            TRAIN_MARGIN,
+            f"at most {TRAIN_MARGIN:g} nats/char above the fix",
+            0.02,
+            "practical: 0.02 nats/char, the quality SESOI the claims share",
+        )
 
         def trains(k: str, who: str, counts: bool = True) -> SubClaim:
             said = (

@@ -3,6 +3,8 @@ so it behaves like a shallower, wider network than a Post-LN stack of the same d
 
 from __future__ import annotations
 
+import math
+
 from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, NullPair, SubClaim, Within, arm, cells, equivalent
 from tfclaims.evidence.evaluate import evaluate
@@ -27,6 +29,13 @@ UPDATE_SESOI, DELETE_SESOI, COSINE_SESOI = 0.05, QUALITY_MARGIN, 0.01
 UPDATE_SOURCE = "practical: a twentieth of the stream's norm, per deeper block"
 DELETE_SOURCE = "the claim's own 'same held-out loss' margin (QUALITY_MARGIN, ±0.05 nats/char)"
 COSINE_SOURCE = "practical: what an update-size change of 0.05 moves cos = 1/√(1 + r²) near r = 0.2"
+SHRINKS = Within(
+    None,
+    0.0,
+    "below 0: smaller in the deeper half",
+    math.log(1.1),
+    "practical: a 1.1× ratio of the halves' updates",
+)
 LATE_UPDATE, DECAY, LATE_DELETE, LATE_COSINE, LATE_SWAP = view.READOUTS
 FINAL, LEARNED = rd.final_loss(), rd.learned(LEARN_MARGIN)
 DEPTHS = [[64, 4], [64, 8]]  # the default profile's [d_model, n_layers]
@@ -88,7 +97,7 @@ class PrenormEffectiveDepth(Experiment):
                     "decay",
                     "Pre-LN's updates shrink with depth: its deeper half's relative updates are "
                     "smaller than its shallower half's",
-                    Within(None, 0.0, "below 0: smaller in the deeper half"),
+                    SHRINKS,
                     (DECAY,),
                     b=pre,
                     **tuned,

@@ -86,7 +86,10 @@ class Comparison:
     ci_high: float | None
     p: float | None  # after Holm, where a family was corrected
     p_raw: float | None
-    sesoi: float | None = None  # the smallest effect of interest: the TOST ±margin and where power is read
+    # the smallest effect of interest: a direction's TOST ±margin and where its power is read; for a claimed
+    # interval, the distance from its bounds at which the design must decide (a closed interval's half-width
+    # by default; 0 for an exact readout, which has no sampling error)
+    sesoi: float | None = None
     p_equiv: float | None = None  # TOST against ±sesoi, or against [lo, hi] for an interval; after Holm
     p_equiv_raw: float | None = None
     mde: float | None = None  # minimum detectable |diff| at 80% power, this n and this noise
@@ -157,8 +160,10 @@ class Comparison:
                 extra += f" (TOST p = {self.p_equiv:.2g})"
         elif self.decision == "equivalent":
             extra = f", within ±{self.sesoi:g} (TOST p = {self.p_equiv:.2g})"
-        if self.sesoi is not None and not self.interval:
-            extra += f", SESOI ±{self.sesoi:g}"
+        if self.sesoi is not None and self.test != "exact":  # an exact readout's power is 1 by construction
+            extra += (
+                f", SESOI {self.sesoi:g} from the bounds" if self.interval else f", SESOI ±{self.sesoi:g}"
+            )
             if self.power is not None:
                 extra += f", power there {percent(self.power)}"
             if self.decision == "undecided" and self.seeds_80 is not None and (self.power or 0) < POWER:
@@ -229,6 +234,8 @@ def _finish(c: Comparison) -> Comparison:
 
 
 T_TESTS = ("paired t", "Welch t", "per-unit slopes, one-sample t")
+# tests whose power has a seed count: the t tests, and the log-rank through the t test on restricted means
+SEEDED = (*T_TESTS, "log-rank, permutation")
 
 
 def _unit_sd(c: Comparison) -> float:
@@ -248,29 +255,73 @@ def _mde_at(c: Comparison) -> float | None:
     return _mde(_unit_sd(c), c.n, round(1 - c.level, 12), c.paired, n_b)
 
 
+def _tail(t: float, dof: float, nc: float) -> float:
+    """P(T > t) for a noncentral t (the normal limit far in a tail, where scipy's is not finite)."""
+    p = float(stats.nct.sf(t, dof, nc))
+    return p if math.isfinite(p) else float(stats.norm.sf(t - nc))
+
+
+def _interval_power(delta: float, half: float | None, se: float, dof: float, alpha: float) -> float:
+    """Power of an interval claim tested one-sided at `alpha` on each side: the smaller of the chance to show
+    the truth outside when it lies `delta` beyond a bound and, for a closed interval of half-width `half`,
+    the chance to show it inside when it sits at the centre (both one-sided tests; the Bonferroni bound
+    2·P − 1, close to exact where power is high). For a half-open interval the two sides are alike."""
+    t = float(stats.t.ppf(1 - alpha, dof))
+    power = _tail(t, dof, delta / se)
+    if half is not None:
+        power = min(power, max(0.0, 2 * _tail(t, dof, half / se) - 1))
+    return power
+
+
 def power_at(c: Comparison, seeds: bool = True) -> tuple[float | None, int | None]:
-    """(power, units per arm for 80%) of a directional t-based comparison at a true difference of ±sesoi, at
-    the level Holm tested it at (1 − its interval's level), with the variance its units showed: the power of
-    the two-sided test (noncentral t), and the seeds per arm at which statsmodels' power solver reaches 80%.
-    None where there is no SESOI, no standard error, or the test is not a t-test (exact, Fisher, log-rank);
-    the seeds only with `seeds` and under 80% power."""
-    if c.sesoi is None or c.interval or c.se is None or c.dof is None or c.dof <= 0 or not c.n:
+    """(power, units per arm for 80%) at the SESOI, at the level Holm tested the comparison at, with the
+    variance its units showed. A direction: the two-sided test's power at a true difference of ±sesoi
+    (noncentral t). A claimed interval: `_interval_power` with the SESOI as the distance from the bound. An
+    exact readout has no sampling error: power 1. The log-rank's through the t test on the restricted means
+    it reports. None where there is no SESOI or no standard error; seeds only with `seeds`, under 80%, for
+    tests over units (a fit over one run's points has none)."""
+    if c.test == "exact":
+        return (None if c.sesoi is None else 1.0), None
+    if c.sesoi is None or c.se is None or c.dof is None or c.dof <= 0 or not c.n:
         return None, None
     if c.se == 0:
-        return 1.0, c.n
+        return 1.0, None
     alpha = 1 - c.level
-    t = stats.t.ppf(1 - alpha / 2, c.dof)
-    nc = c.sesoi / c.se
-    # P(T > t) + P(T < −t), the lower tail as the upper tail of −T (finite where scipy's cdf is not)
-    upper, lower = float(stats.nct.sf(t, c.dof, nc)), float(stats.nct.sf(t, c.dof, -nc))
-    if not math.isfinite(upper):  # scipy's noncentral t fails far in a tail: the normal limit there
-        upper = float(stats.norm.sf(t - nc))
-    if not math.isfinite(lower):
-        lower = float(stats.norm.cdf(-t - nc))
-    power = min(1.0, upper + lower)
-    if c.test not in T_TESTS or not seeds or power >= POWER:  # a fit over one run's points: no seeds
+    if c.interval:
+        half = (c.hi - c.lo) / 2 if c.lo is not None and c.hi is not None else None
+        power = min(1.0, _interval_power(c.sesoi, half, c.se, c.dof, alpha / 2))
+    else:
+        t = float(stats.t.ppf(1 - alpha / 2, c.dof))  # P(T > t) + P(T < −t), the lower as −T's upper tail
+        power = min(1.0, _tail(t, c.dof, c.sesoi / c.se) + _tail(t, c.dof, -c.sesoi / c.se))
+    if c.test not in SEEDED or not seeds or power >= POWER:
         return power, None
-    return power, _seeds_for(round(c.sesoi / _unit_sd(c), 12), round(alpha, 12), c.paired)
+    sd = _unit_sd(c)
+    if c.interval:
+        std_half = None if half is None else round(half / sd, 12)
+        return power, _interval_seeds(round(c.sesoi / sd, 12), std_half, round(alpha / 2, 12), c.paired)
+    return power, _seeds_for(round(c.sesoi / sd, 12), round(alpha, 12), c.paired)
+
+
+@functools.lru_cache(maxsize=4096)
+def _interval_seeds(delta: float, half: float | None, alpha: float, paired: bool) -> int | None:
+    """Units per arm at which `_interval_power` reaches 80% for standardised distances (per-unit SD 1):
+    the smallest such n, by doubling then bisection (power grows with n)."""
+    if delta <= 0 or (half is not None and half <= 0):
+        return None
+
+    def enough(n: int) -> bool:
+        se, dof = (1 / math.sqrt(n), n - 1) if paired else (math.sqrt(2 / n), 2 * n - 2)
+        return _interval_power(delta, half, se, dof, alpha) >= POWER
+
+    lo, hi = 1, 2
+    while not enough(hi):
+        lo, hi = hi, 2 * hi
+        if hi > 10**7:
+            return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
 
 
 @functools.lru_cache(maxsize=4096)
@@ -748,7 +799,15 @@ def time_to_event(
     if not ta or not tb:
         return _untested(base, diff, "")
     p = logrank_p(ra, ea, rb, eb)
-    return _finish(Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=p, p_raw=p))
+    # the standard error and dof of the restricted means' difference: where the power at the SESOI is read
+    # (the t test on these means stands in for the log-rank there); no interval is drawn from them
+    se = math.sqrt(_var(ra) / ra.size + _var(rb) / rb.size) if ra.size > 1 and rb.size > 1 else None
+    dof = float(ra.size + rb.size - 2) if se is not None else None
+    return _finish(Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=p, p_raw=p, se=se, dof=dof))
+
+
+def _var(x: np.ndarray) -> float:
+    return float(x.var(ddof=1))
 
 
 EXACT_PARTITIONS = 200_000  # up to this many ways to split the runs between the arms, every one is counted
@@ -840,7 +899,9 @@ def exact_check(
         ci_high=None,
         p=None,
         p_raw=None,
-        sesoi=None,
+        # no sampling error: a value any distance past a bound is seen (a closed interval: its half-width)
+        sesoi=(hi - lo) / 2 if lo is not None and hi is not None else 0.0,
+        power=1.0 if _finite(observed) else None,
         lo=lo,
         hi=hi,
         note=note if ok else ("outside the declared bounds" + (f": {note}" if note else "")),
@@ -882,8 +943,8 @@ def _ci_at(c: Comparison, level: float) -> Comparison:
         ka, kb = round(c.mean_a * c.n_a), round(c.mean_b * c.n_b)
         lo, hi = _newcombe(kb, c.n_b, ka, c.n_a, 1 - level)
         return replace(c, ci_low=lo, ci_high=hi, level=float(level))
-    if c.se is None or c.dof is None or c.diff is None or c.dof <= 0:
-        return c
+    if c.se is None or c.dof is None or c.diff is None or c.dof <= 0 or c.test.startswith("log-rank"):
+        return replace(c, level=float(level))  # no interval, but the level power is read at
     h = float(stats.t.ppf((1 + level) / 2, c.dof) * c.se)
     return replace(c, ci_low=c.diff - h, ci_high=c.diff + h, level=float(level))
 

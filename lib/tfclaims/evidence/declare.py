@@ -42,6 +42,8 @@ class Readout:
     horizon: float | None = None  # logrank: censoring step
     fmt: str = "+.3f"
     fn: Callable | None = field(default=None, compare=False, repr=False)  # metrics -> value, for run tables
+    sesoi: float | None = None  # its own smallest effect of interest, where its unit is not the first's
+    sesoi_source: str = ""
 
     def __post_init__(self):
         if "/" in self.column:
@@ -128,10 +130,16 @@ class Within:
     lo: float | None
     hi: float | None
     text: str = ""
+    # how far from its bound the truth must lie for the design to have to decide: declared for a half-open
+    # interval (a closed one's default is its half-width), with where it comes from
+    sesoi: float | None = None
+    sesoi_source: str = ""
 
     def __post_init__(self):
         if self.lo is None and self.hi is None:
             raise EvidenceError("Within: give lo, hi or both")
+        if self.sesoi is not None and not self.sesoi > 0:
+            raise EvidenceError(f"Within: sesoi must be positive, got {self.sesoi}")
         if self.lo is not None and self.hi is not None and not self.lo < self.hi:
             raise EvidenceError(f"Within: lo ({self.lo}) must be below hi ({self.hi})")
 
@@ -254,6 +262,26 @@ class SubClaim:
             raise EvidenceError(f"{self.id}: gate must be 'sensitivity' or 'precondition', got {self.gate!r}")
         if "/" in self.id or any("/" in c.label for c in self.cells):
             raise EvidenceError(f"{self.id}: '/' separates parts of a comparison id; use another character")
+
+    def sesoi_for(self, r: Readout) -> float | None:
+        """The smallest effect of interest a readout is decided with: its own where it declares one; the
+        sub-claim's on readouts in its first readout's unit (never carried into another unit); for a claimed
+        interval, the distance from its bounds: declared, or a closed interval's half-width."""
+        if r.sesoi is not None:
+            return r.sesoi
+        if self.sesoi is not None and r.unit == self.readouts[0].unit:
+            return self.sesoi
+        if self.sesoi is not None or isinstance(self.claim, Bound):
+            return None
+        if getattr(self.claim, "sesoi", None) is not None:
+            return self.claim.sesoi
+        lo, hi = getattr(self.claim, "lo", None), getattr(self.claim, "hi", None)
+        return (hi - lo) / 2 if lo is not None and hi is not None else None
+
+    @property
+    def sesoi_text(self) -> str:
+        """Where the SESOI of the first readout comes from."""
+        return self.sesoi_source or getattr(self.claim, "sesoi_source", "")
 
     @property
     def claimed(self) -> str:

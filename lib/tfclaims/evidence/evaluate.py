@@ -202,7 +202,7 @@ def _compare(sc: SubClaim, df, cell: Cell, r: Readout, null: ev.Comparison | Non
     interval = (sc.claim.lo, sc.claim.hi) if isinstance(sc.claim, Within) else None
     if r.test in ("paired", "welch"):
         t_test = ev.paired if r.test == "paired" else ev.unpaired
-        kw = dict(metric=r.label, better=r.better, margin=sc.sesoi, interval=interval, **names)
+        kw = dict(metric=r.label, better=r.better, margin=sc.sesoi_for(r), interval=interval, **names)
         c = t_test(cid, a, b, learned_a=ga, learned_b=gb, **kw)
     elif r.test == "fisher":
         c = ev.binary(
@@ -213,8 +213,9 @@ def _compare(sc: SubClaim, df, cell: Cell, r: Readout, null: ev.Comparison | Non
             better=r.better,
             **names,
         )
-    else:  # steps to an event: its SESOI is stated (no t test reads power there)
-        c = replace(ev.time_to_event(cid, a, b, horizon=r.horizon, metric=r.label, **names), sesoi=sc.sesoi)
+    else:  # steps to an event: power is read through the t test on its restricted means (after Holm)
+        c = ev.time_to_event(cid, a, b, horizon=r.horizon, metric=r.label, **names)
+        c = replace(c, sesoi=sc.sesoi_for(r))
     if ga is not None and gb is not None:
         c = replace(c, learned_a=sum(ga.values()), learned_b=sum(gb.values()), n_a=len(ga), n_b=len(gb))
         if not any(ga.values()) and not any(gb.values()):
@@ -325,7 +326,7 @@ def _sort_cells(sc: SubClaim, df) -> tuple[list[Cell], list[Cell], list[Cell]]:
 def _comparisons(sc: SubClaim, df, cells: list[Cell], floors, readouts=None) -> list[ev.Comparison]:
     rs = sc.readouts if readouts is None else readouts
     if isinstance(sc.claim, Trend):  # a directional trend's SESOI: where its power is read
-        return [replace(_trend(sc, df, cells, r), sesoi=sc.sesoi) for r in rs] if cells else []
+        return [replace(_trend(sc, df, cells, r), sesoi=sc.sesoi_for(r)) for r in rs] if cells else []
     if isinstance(sc.claim, Bound):
         return [_exact(sc, df, cell, r) for cell in cells for r in rs]
     return [_compare(sc, df, cell, r, _null_for(floors, sc, cell, r)) for cell in cells for r in rs]

@@ -153,6 +153,25 @@ def _where(sc: SubClaim) -> str:
     )
 
 
+def _sesoi_text(sc: SubClaim) -> list[str]:
+    """The smallest effect of interest each readout is decided with, and where it comes from."""
+    out, first = [], sc.readouts[0]
+    s = None if isinstance(sc.claim, Bound) else sc.sesoi_for(first)
+    if s is not None:
+        unit = f" {first.unit}" if first.unit else ""
+        src = f" ({sc.sesoi_text})" if sc.sesoi_text else ""
+        if sc.claimed != "inside":
+            out.append(f"Smallest effect of interest: ±{s:g}{unit}{src}.")
+        else:
+            src = src or " (the claimed interval's half-width: a truth at its centre must be shown inside)"
+            out.append(f"Smallest effect of interest: {s:g}{unit} from the claimed bounds{src}.")
+    for r in sc.readouts[1:]:
+        if r.sesoi is not None:
+            src = f" ({r.sesoi_source})" if r.sesoi_source else ""
+            out.append(f"On {r.label}: ±{r.sesoi:g}{f' {r.unit}' if r.unit else ''}{src}.")
+    return out
+
+
 def _test(sc: SubClaim, r: Readout) -> str:
     """How one readout of a sub-claim is compared, in words."""
     if isinstance(sc.claim, Bound):
@@ -191,10 +210,7 @@ def render_sub(sc: SubClaim) -> str:
             f"A run learned at all if {sc.guard.definition or sc.guard.label}; a comparison in which neither "
             f"arm learned in any seed is excluded (reported, counted neither way)."
         )
-    if sc.sesoi is not None:
-        src = f" ({sc.sesoi_source})" if sc.sesoi_source else ""
-        unit = f" {sc.readouts[0].unit}" if sc.readouts[0].unit else ""
-        out.append(f"Smallest effect of interest: ±{sc.sesoi:g}{unit}{src}.")
+    out += _sesoi_text(sc)
     if sc.noise is not None:
         out.append(f"Calibrated by null pair {sc.noise} in the cells it was run in.")
     if sc.keep_if is not None:
