@@ -11,9 +11,10 @@ afresh and decided by the library's own functions (`paired`/`unpaired`, `holm`, 
   it — the claim must come out `refuted` at most 5% of the time (false refute); the share `supported` there
   is the design's power, printed.
 
-Parts that no t-test decides (exact bounds, Fisher's and the log-rank tests, least-squares fits over one
-run's points) are taken to hold in both worlds (the worst case for false support; the power printed is then
-the power given that they hold); positive controls and null pairs are taken as passing. Fixed seeds: the
+A least-squares slope over one run's points is redrawn from its committed standard error and number of
+points; steps to an event from its arm a's restricted mean and spread, censored at the readout's horizon.
+Exact readouts (no sampling error) are taken to hold in both worlds (the worst case for false support; the
+power printed is then the power given that they hold); positive controls and null pairs are taken as passing. Fixed seeds: the
 same rates on every machine. The fast tier simulates a few claims; the slow tier every claim.
 """
 
@@ -48,7 +49,8 @@ class Part:
     @property
     def simulated(self) -> bool:
         c = self.committed
-        return c.test in T_TESTS and c.se is not None and c.se > 0 and c.n >= 2 and not c.excluded
+        drawn = (*T_TESTS, "OLS slope", "log-rank, permutation")
+        return c.test in drawn and c.se is not None and c.se > 0 and c.n >= 2 and not c.excluded
 
 
 def _comparison(d: dict) -> ev.Comparison:
@@ -83,23 +85,26 @@ def _truth(part: Part, world: str) -> float | None:
             return lo if abs((c.diff or 0.0) - lo) <= abs((c.diff or 0.0) - hi) else hi
         if lo is not None and hi is not None:
             return (lo + hi) / 2
-        inward = 4 * c.se  # a one-sided interval: well inside its bound
-        return hi - inward if lo is None else lo + inward
+        return hi - c.sesoi if lo is None else lo + c.sesoi  # a half-open interval: a SESOI inside its bound
     if world == "null":
         return 0.0
-    if sc.sesoi is None:
+    if c.sesoi is None:
         return None
     up = c.better == "higher"
     if isinstance(claim, Better):
         up = up == (claim.arm == "b")
-    return sc.sesoi if up else -sc.sesoi
+    return c.sesoi if up else -c.sesoi
 
 
 def _draw(part: Part, delta: float, rng: np.random.Generator, alpha: float) -> ev.Comparison:
     """Fresh records for one comparison at a true difference `delta`, decided as the evaluator does."""
     c, sc = part.committed, part.sub
     interval = (sc.claim.lo, sc.claim.hi) if c.interval else None
-    margin = sc.sesoi if interval is None else None
+    margin = c.sesoi if interval is None else None
+    if c.test == "OLS slope":
+        return _slope(c, delta, rng, interval, alpha)
+    if c.test.startswith("log-rank"):
+        return _steps(part, delta, rng, alpha)
     kw = dict(metric=c.metric, better=c.better, margin=margin, interval=interval, alpha=alpha)
     if c.paired:
         d = rng.normal(delta, c.se * math.sqrt(c.n), c.n)
@@ -108,6 +113,34 @@ def _draw(part: Part, delta: float, rng: np.random.Generator, alpha: float) -> e
     sd = c.se / math.sqrt(1 / na + 1 / nb)
     a, b = rng.normal(0.0, sd, na), rng.normal(delta, sd, nb)
     return ev.unpaired(c.id, list(map(float, a)), list(map(float, b)), **kw)
+
+
+def _slope(c: ev.Comparison, delta: float, rng, interval, alpha: float) -> ev.Comparison:
+    """A least-squares slope over one run's points, redrawn: its committed number of points and residual
+    spread, x spread evenly (the slope's standard error as committed), y = delta·x + noise."""
+    k = int(round(c.dof)) + 2
+    x = np.linspace(-1.0, 1.0, k)
+    sd = c.se * math.sqrt(float(((x - x.mean()) ** 2).sum()))
+    y = delta * x + rng.normal(0.0, sd, k)
+    points = {0: list(zip(map(float, x), map(float, y)))}
+    t = ev.trend(c.id, points, metric=c.metric, better=c.better, interval=interval, alpha=alpha)
+    return replace(t, sesoi=c.sesoi)
+
+
+def _steps(part: Part, delta: float, rng, alpha: float) -> ev.Comparison:
+    """Steps to an event, redrawn: normal around arm a's committed restricted mean with the committed
+    spread, arm b shifted by delta, censored at the readout's horizon."""
+    c = part.committed
+    horizon = next(r.horizon for r in part.sub.readouts if r.test == "logrank")
+    na, nb = c.n_a or c.n, c.n_b or c.n
+    sd = c.se / math.sqrt(1 / na + 1 / nb)
+
+    def times(mean: float, n: int) -> list:
+        t = np.maximum(1.0, rng.normal(mean, sd, n))
+        return [None if v >= horizon else float(v) for v in t]
+
+    t = ev.time_to_event(c.id, times(c.mean_a, na), times(c.mean_a + delta, nb), horizon=horizon, alpha=alpha)
+    return replace(t, sesoi=c.sesoi)
 
 
 def claim_verdict(parts: list[Part], subs: list[SubClaim], world: str, rng, alpha: float = ev.ALPHA) -> str:

@@ -550,6 +550,10 @@ def show_lines(res: dict, root: Path, width: int = 100) -> list[str]:
         for s in row["subs"]:
             head = f"  {s['verdict']:<13} {'counted' if s['counts'] else 'reported':<9}"
             lines.append(_fill(f"{head}{s['statement']}", width, hang=" " * len(head)))
+            if s["design"]:
+                lines.append(
+                    _fill(f"SESOI {s['design']}", width, indent=" " * len(head), hang=" " * len(head))
+                )
     checks = [s for s in res.get("sub_verdicts") or [] if s.get("kind") == "check"]
     if checks:
         lines += ["", f"Checks ({len(checks)}):"]

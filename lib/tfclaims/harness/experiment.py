@@ -139,6 +139,11 @@ class SubVerdict:
     holds: list[str] = field(default_factory=list)  # the cells (scales, settings) where it holds
     claimed: str = ""  # the decision that supports it: 'a_better', 'b_better' or 'inside' (an interval)
     roles: dict[str, str] = field(default_factory=dict)  # counted comparison id -> 'support', 'refute', …
+    # its first readout's smallest effect of interest (None: exact bounds, no sampling error), in `unit`: a
+    # direction's ±margin, or an interval's distance from its bounds; with where it comes from
+    sesoi: float | None = None
+    unit: str = ""
+    sesoi_source: str = ""
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -315,6 +320,12 @@ class Experiment:
         return [{**c, "seed": s} for c in configs for s in seeds]
 
 
+def _sesoi_of(sc) -> dict:
+    """A sub-claim's SESOI as its SubVerdict records it (its first readout's)."""
+    r = sc.readouts[0]
+    return {"sesoi": sc.sesoi_for(r), "unit": r.unit, "sesoi_source": sc.sesoi_text}
+
+
 def verdict_from(
     result: Evaluation,
     *,
@@ -338,6 +349,7 @@ def verdict_from(
             holds=s.holds,
             claimed=result.declaration.sub(s.id).claimed,
             roles=s.roles,
+            **_sesoi_of(result.declaration.sub(s.id)),
         )
         for s in result.subs
     ]

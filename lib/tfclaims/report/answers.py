@@ -276,8 +276,9 @@ def _undecided_tail(result: dict, sub: dict) -> str:
             "underestimated, so a quieter setup or more samples would decide it"
         )
     if c.get("seeds_80") and (c.get("power") or 0.0) < 0.8 and c.get("sesoi"):
+        at = f"{_f(c['sesoi'])} from the bounds" if lo is not None or hi is not None else f"±{_f(c['sesoi'])}"
         return (
-            f"; power at its SESOI (±{_f(c['sesoi'])}) is {percent(c['power'])}: about {c['seeds_80']} "
+            f"; power at its SESOI ({at}) is {percent(c['power'])}: about {c['seeds_80']} "
             "seeds per arm would reach 80%"
         )
     if (lo is not None or hi is not None) and c.get("ci_low") is not None and c.get("ci_high") is not None:
@@ -299,6 +300,28 @@ def _undecided_tail(result: dict, sub: dict) -> str:
             )
         return f"; detectable here ≥ {_f(c['mde'])}"
     return ""
+
+
+def design(result: dict, sub: dict) -> str:
+    """A sub-claim's design in one phrase: its smallest effect of interest (a direction's ±margin, an
+    interval's distance from its bounds, or 'exact' for readouts with no sampling error), the range of its
+    counted comparisons' power there, and the cells that cannot decide it at this scale."""
+    roles = sub.get("roles") or {}
+    counted = [c for c in _comparisons(result, sub) if c["id"] in roles and c.get("decision") != "excluded"]
+    if counted and all(c.get("test") == "exact" for c in counted):
+        out = "exact (no sampling error)"
+    elif sub.get("sesoi") is None:
+        return ""
+    else:
+        unit = f" {sub['unit']}" if sub.get("unit") else ""
+        at = "from the bounds" if sub.get("claimed") == "inside" else ""
+        out = f"{'' if at else '±'}{_f(sub['sesoi'])}{unit}{' ' + at if at else ''}"
+        powers = sorted(c["power"] for c in counted if c.get("power") is not None)
+        if powers:
+            lo, hi = percent(powers[0]), percent(powers[-1])
+            out += f", power {lo}" + ("" if lo == hi else f"–{hi}")
+    blocked = sum(r == "not decidable" for r in roles.values())
+    return out + (f"; not decidable in {blocked} of {len(roles)}" if blocked else "")
 
 
 def short_answer(result: dict) -> str:
@@ -399,6 +422,7 @@ def answer_row(result: dict) -> dict:
                 "statement": s["name"],
                 "verdict": s["verdict"],
                 "counts": s.get("counts", True),
+                "design": design(result, s),
             }
             for s in result.get("sub_verdicts", [])
             if s.get("kind", "effect") == "effect"

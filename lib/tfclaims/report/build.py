@@ -140,7 +140,8 @@ def _table_block(title: str, rows: list[list[str]], csv_link: str | None) -> lis
 
 
 ANSWER_HEAD = ["Claim", "The notes say", "Answer", "Key number (this project)", "Anchor (the papers)",
-               "Regime reached here?", "At the second scale"]  # fmt: skip
+               "Regime reached here?", "At the second scale",
+               "Smallest effect of interest (power there), per counted part"]  # fmt: skip
 
 
 def first_screen_rows(results: list[dict], link) -> list[list[str]]:
@@ -170,6 +171,8 @@ def answers_rows(results: list[dict], link) -> list[list[str]]:
                 a["anchor"],
                 a["regime"] or "—",
                 a["second_scale"],
+                "; ".join(f"`{s['id']}` {s['design']}" for s in a["subs"] if s["counts"] and s["design"])
+                or "—",
             ]
         )
     return rows
