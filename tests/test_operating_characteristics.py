@@ -14,8 +14,9 @@ afresh and decided by the library's own functions (`paired`/`unpaired`, `holm`, 
 A least-squares slope over one run's points is redrawn from its committed standard error and number of
 points; steps to an event from its arm a's restricted mean and spread, censored at the readout's horizon.
 Exact readouts (no sampling error) are taken to hold in both worlds (the worst case for false support; the
-power printed is then the power given that they hold); positive controls and null pairs are taken as passing. Fixed seeds: the
-same rates on every machine. The fast tier simulates a few claims; the slow tier every claim.
+power printed is then the power given that they hold); positive controls and null pairs are taken as
+passing. Fixed seeds: the same rates on every machine. The fast tier simulates a few claims; the slow
+tier every claim.
 """
 
 from __future__ import annotations
