@@ -9,6 +9,7 @@ import pytest
 from tfclaims.report.answers import (
     answer,
     answer_row,
+    design,
     headline_oriented,
     oriented,
     plain_number,
@@ -283,3 +284,21 @@ def test_headline_figure_shows_the_comparison_that_carries_the_sub_verdict():
     }
     c, _ = headline_oriented(result("refuted", [s], cmps))
     assert c["id"] == "a/d64-L2"
+
+
+def test_a_parts_design_names_its_sesoi_power_range_and_the_cells_that_cannot_decide():
+    cmps = [
+        cmp("a/d64", 0.1, 0.0, 0.2, power=0.061, test="paired t"),
+        cmp("a/d128", 0.1, 0.05, 0.15, power=0.43, test="paired t"),
+        cmp("e/x", 0.0, test="exact", power=1.0),
+        cmp("i/x", 0.5, test="paired t", power=0.2, lo=0.0, hi=None),
+    ]
+    result = {"comparisons": cmps}
+    roles = {"a/d64": "undecided", "a/d128": "not decidable"}
+    a = {**sub("a", "inconclusive", ["a/d64", "a/d128"]), "roles": roles, "sesoi": 0.02, "unit": "nats/char"}
+    assert design(result, a) == "±0.02 nats/char, power 6%–43%; not decidable in 1 of 2"
+    e = {**sub("e", "supported", ["e/x"], claimed="inside"), "roles": {"e/x": "support"}, "sesoi": None}
+    assert design(result, e) == "exact (no sampling error)"
+    i = {**sub("i", "supported", ["i/x"], claimed="inside"), "roles": {"i/x": "support"}, "sesoi": 0.1}
+    assert design(result, i) == "0.1 from the bounds, power 20%"
+    assert design(result, {**a, "sesoi": None}) == ""  # no SESOI recorded (an older result): nothing said

@@ -3,6 +3,8 @@ rules, positive controls, null pairs per cell, checks that stop a claim, and the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,12 +13,14 @@ from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.decisions import EvidenceError
 from tfclaims.evidence.declare import (
     Better,
+    Bound,
     CellRule,
     Declaration,
     NullPair,
     Readout,
     SubClaim,
     Trend,
+    Within,
     arm,
     bound,
     cell,
@@ -350,3 +354,25 @@ def test_indexed_selection_gives_the_rows_of_the_plain_one():
         pd.testing.assert_frame_equal(p, g)
     with indexed(), pytest.raises(EvidenceError, match="no column 'lr'"):
         select(df, {"lr": 0.1})
+
+
+def test_a_sesoi_is_never_carried_into_another_unit():
+    """A sub-claim's SESOI is its first readout's: a readout in another unit gets its own or none; a claimed
+    interval's is the declared distance from its bound, else a closed interval's half-width; exact bounds
+    have none (no sampling error)."""
+    loss, steps = (
+        Readout("loss", "loss", "nats"),
+        Readout("steps", "steps", "steps", test="logrank", horizon=9),
+    )
+    both = SubClaim("s", "s", Better("b"), (loss, steps), a=arm("a"), b=arm("b"), sesoi=0.02)
+    assert (both.sesoi_for(loss), both.sesoi_for(steps)) == (0.02, None)
+    own = replace(both, readouts=(loss, replace(steps, sesoi=30.0)))
+    assert own.sesoi_for(own.readouts[1]) == 30.0
+    closed = SubClaim("c", "c", Within(-0.1, 0.3), (loss,), b=arm("b"))
+    half_open = SubClaim("h", "h", Within(None, 0.05, "at most", 0.02, "practice"), (loss,), b=arm("b"))
+    assert closed.sesoi_for(loss) == pytest.approx(0.2) and half_open.sesoi_for(loss) == 0.02
+    assert SubClaim("o", "o", Within(None, 0.05), (loss,), b=arm("b")).sesoi_for(loss) is None
+    assert SubClaim("x", "x", Bound(0, 1), (loss,), kind="check").sesoi_for(loss) is None
+    assert half_open.sesoi_text == "practice"
+    with pytest.raises(EvidenceError, match="sesoi must be positive"):
+        Within(None, 0.05, "", 0.0)
