@@ -36,7 +36,7 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 from scipy import stats
@@ -1016,6 +1016,7 @@ class Ladder:
     refuting: tuple[str, ...] = ()
     undecided: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
+    roles: Mapping[str, str] = field(default_factory=dict)  # comparison id -> its role (ROLES)
 
 
 def beyond_margin(c: Comparison) -> bool:
@@ -1097,10 +1098,12 @@ def ladder(
     name = label or (lambda c: c.id)
     by: dict[str, list[Comparison]] = {r: [] for r in ROLES}
     beyond = undecidable or {}
+    roles = {
+        c.id: "not decidable" if c.id in beyond else role(c, claimed, (controls or {}).get(c.id), gate)
+        for c in comparisons
+    }
     for c in comparisons:
-        by["not decidable" if c.id in beyond else role(c, claimed, (controls or {}).get(c.id), gate)].append(
-            c
-        )
+        by[roles[c.id]].append(c)
     sup, ref, und, exc = by["support"], by["refute"], by["undecided"], by["excluded"]
     n = len(sup) + len(ref) + len(und)
     verdict = rung(len(sup), len(ref), len(und), where)
@@ -1136,6 +1139,7 @@ def ladder(
         tuple(c.id for c in ref),
         tuple(c.id for c in und),
         tuple(c.id for c in exc + by["not decidable"]),
+        roles,
     )
 
 

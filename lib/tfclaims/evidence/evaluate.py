@@ -472,12 +472,7 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
                 + "; ".join(f"{c.id} = {c.mean_b} ({c.note})" for c in counted if c.id in lad.refuting)
             )
         where = {comparison_id(sc, c, r): c.label for c in sc.cells for r in sc.readouts}
-        roles = {
-            c.id: "not decidable"
-            if c.id in beyond
-            else ev.role(c, sc.claimed, (ctl or {}).get(c.id), sc.gate)
-            for c in counted
-        }
+        roles = dict(lad.roles)
         holds = [where.get(c.id, sc.id) for c in counted if roles[c.id] == "support"]
         done[sc.id] = (sc, counted)
         comps += counted + reported + secondary
