@@ -159,10 +159,10 @@ class Comparison:
             if self.p_equiv is not None:
                 extra += f" (TOST p = {self.p_equiv:.2g})"
         elif self.decision == "equivalent":
-            extra = f", within ±{self.sesoi:g} (TOST p = {self.p_equiv:.2g})"
+            extra = f", within ±{self.sesoi:.3g} (TOST p = {self.p_equiv:.2g})"
         if self.sesoi is not None and self.test != "exact":  # an exact readout's power is 1 by construction
             extra += (
-                f", SESOI {self.sesoi:g} from the bounds" if self.interval else f", SESOI ±{self.sesoi:g}"
+                f", SESOI {self.sesoi:.3g} from the bounds" if self.interval else f", SESOI ±{self.sesoi:.3g}"
             )
             if self.power is not None:
                 extra += f", power there {percent(self.power)}"

@@ -371,7 +371,7 @@ def _beyond_reach(sc: SubClaim, df, counted: list[ev.Comparison]) -> dict[str, s
         if top is None or not math.isfinite(top):
             continue
         if sc.sesoi is not None and top < sc.sesoi:
-            out[c.id] = f"{sc.ceiling.text} allows at most {top:.3g}, below the SESOI ±{sc.sesoi:g}"
+            out[c.id] = f"{sc.ceiling.text} allows at most {top:.3g}, below the SESOI ±{sc.sesoi:.3g}"
         elif c.mde is not None and c.mde > top:
             out[c.id] = f"{sc.ceiling.text} allows at most {top:.3g}, below the detectable {c.mde:.3g}"
     return out

@@ -161,14 +161,14 @@ def _sesoi_text(sc: SubClaim) -> list[str]:
         unit = f" {first.unit}" if first.unit else ""
         src = f" ({sc.sesoi_text})" if sc.sesoi_text else ""
         if sc.claimed != "inside":
-            out.append(f"Smallest effect of interest: ±{s:g}{unit}{src}.")
+            out.append(f"Smallest effect of interest: ±{s:.3g}{unit}{src}.")
         else:
             src = src or " (the claimed interval's half-width: a truth at its centre must be shown inside)"
-            out.append(f"Smallest effect of interest: {s:g}{unit} from the claimed bounds{src}.")
+            out.append(f"Smallest effect of interest: {s:.3g}{unit} from the claimed bounds{src}.")
     for r in sc.readouts[1:]:
         if r.sesoi is not None:
             src = f" ({r.sesoi_source})" if r.sesoi_source else ""
-            out.append(f"On {r.label}: ±{r.sesoi:g}{f' {r.unit}' if r.unit else ''}{src}.")
+            out.append(f"On {r.label}: ±{r.sesoi:.3g}{f' {r.unit}' if r.unit else ''}{src}.")
     return out
 
 
