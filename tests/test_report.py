@@ -496,3 +496,14 @@ def test_committed_report_renders_in_chromium(tmp_path):
     # every link to a file (figures as SVG, tables as CSV) points at a file that exists
     for href in re.findall(r'href="([^"#:]+)"', page):
         assert (COMMITTED_HTML.parent / href).resolve().exists(), href
+
+
+def test_a_claims_sub_claims_table_prints_each_parts_sesoi_and_power(tmp_path):
+    res = _result(tmp_path, n_cmp=2)
+    res["comparisons"] = [{**c, "power": pw} for c, pw in zip(res["comparisons"], (0.4, 0.8))]
+    first = res["sub_verdicts"][0]
+    first.update(sesoi=0.05, unit="nats", roles={c["id"]: "support" for c in res["comparisons"]})
+    md = render_md(_blocks([res], tmp_path / "results", tmp_path / "report"))
+    sec = md[md.index("### Sub-claims (the evidence)") :]
+    assert "| SESOI, power there |" in sec and "±0.05 nats, power 40%–80%" in sec
+    assert "| B. second | 🔴 **refuted** | yes | — | — |" in sec  # no SESOI recorded: a dash

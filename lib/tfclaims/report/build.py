@@ -16,7 +16,7 @@ from ..harness.provenance import REPOSITORY, result_problems
 from ..harness.registry import REPO_ROOT, load_all
 from ..harness.runner import BadInput, load_result, resolve_profile
 from ..io import atomic_write_text
-from .answers import answer_row, second_scale, verdicts_document
+from .answers import answer_row, design, second_scale, verdicts_document
 from .bibtex import render_bib
 from .coverage import load as load_notes_claims
 from .coverage import summary as coverage_summary
@@ -388,13 +388,14 @@ def _evidence_blocks(r: dict, results_root: Path, rel) -> list:
         B.append(
             (
                 "table",
-                [["Sub-claim", "Verdict", "In the verdict", "Holds in", "Detail"]]
+                [["Sub-claim", "Verdict", "In the verdict", "Holds in", "SESOI, power there", "Detail"]]
                 + [
                     [
                         _sub_name(s),
                         _badge_md(s["verdict"]),
                         "yes" if s.get("counts", True) else "reported",
                         ", ".join(s.get("holds", [])) or "—",
+                        design(r, s) or "—",
                         s["detail"],
                     ]
                     for s in effects
