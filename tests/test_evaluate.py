@@ -376,3 +376,19 @@ def test_a_sesoi_is_never_carried_into_another_unit():
     assert half_open.sesoi_text == "practice"
     with pytest.raises(EvidenceError, match="sesoi must be positive"):
         Within(None, 0.05, "", 0.0)
+
+
+def test_a_cell_whose_rate_sits_at_an_end_of_its_sweep_is_undecided_whatever_it_shows():
+    """b is clearly better in both cells, but at c2 arm a's chosen rate is the last of its sweep: its best may
+    lie beyond, so c2 counts neither way and, every cell having to hold, the claim is not supported (it would
+    be, on c1 alone, were the edge cell left out); an edge never makes a refutation either."""
+    t = runs({1: -0.3, 2: -0.3}).assign(lr_at_edge=False)
+    t.loc[(t.arm == "a") & (t.c == 2), "lr_at_edge"] = True
+    s = evaluate(Declaration((sub(),)), {"runs": t}).sub("x")
+    assert s.roles == {"x/c1": "support", "x/c2": "undecided"} and s.verdict == "inconclusive"
+    assert "; c2 counts neither way (b_better as measured): the rate chosen for a sits at an end" in s.detail
+    assert "smallest detectable" not in s.detail  # what an untuned cell could detect says nothing
+    worse = runs({1: 0.3, 2: 0.3}).assign(lr_at_edge=True)
+    assert evaluate(Declaration((sub(),)), {"runs": worse}).sub("x").verdict == "inconclusive"
+    untagged = evaluate(Declaration((sub(),)), {"runs": runs({1: -0.3, 2: -0.3})}).sub("x")
+    assert untagged.verdict == "supported"  # no sweep behind the rows: nothing to gate

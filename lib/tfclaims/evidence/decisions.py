@@ -1088,18 +1088,25 @@ def ladder(
     where: str | float = "all",
     label: Callable[[Comparison], str] | None = None,
     undecidable: Mapping[str, str] | None = None,
+    untuned: Mapping[str, str] | None = None,
 ) -> Ladder:
     """A sub-verdict from the (already Holm-corrected) comparisons of its cells: each comparison's `role`
     (`controls`: comparison id -> what its cell's positive control showed; `undecidable`: comparison id -> why
-    its cell cannot decide the claim at this scale), decided by `rung` (where: 'all' — the claim holds
-    throughout its range —, 'any', or a share); excluded and not decidable comparisons count neither way."""
+    its cell cannot decide the claim at this scale; `untuned`: comparison id -> why its arms are not at their
+    best, e.g. a rate at an end of its sweep: undecided whatever it shows, a budget this run did not spend),
+    decided by `rung` (where: 'all' — the claim holds throughout its range —, 'any', or a share); excluded
+    and not decidable comparisons count neither way."""
     if not (where in ("any", "all") or (isinstance(where, float) and 0 < where <= 1)):
         raise EvidenceError(f"where must be 'any', 'all' or a share in (0, 1], got {where!r}")
     name = label or (lambda c: c.id)
     by: dict[str, list[Comparison]] = {r: [] for r in ROLES}
-    beyond = undecidable or {}
+    beyond, edge = undecidable or {}, untuned or {}
     roles = {
-        c.id: "not decidable" if c.id in beyond else role(c, claimed, (controls or {}).get(c.id), gate)
+        c.id: "not decidable"
+        if c.id in beyond
+        else "undecided"
+        if c.id in edge
+        else role(c, claimed, (controls or {}).get(c.id), gate)
         for c in comparisons
     }
     for c in comparisons:
@@ -1113,7 +1120,7 @@ def ladder(
     if ref:
         parts.append("fails in " + ", ".join(map(name, ref)))
     if und:
-        parts.append(_undecided(und, claimed, name))
+        parts.append(_undecided(und, claimed, name, edge))
     if _out_of_reach(n, len(ref), where):
         parts.append(f"at most {n - len(ref)} of {n} can hold where {where:.0%} must: out of reach")
     gated = [c for c in by["not decidable"] if c.id not in beyond]
@@ -1143,13 +1150,19 @@ def ladder(
     )
 
 
-def _undecided(und: list[Comparison], claimed: str, name: Callable[[Comparison], str]) -> str:
+def _undecided(
+    und: list[Comparison], claimed: str, name: Callable[[Comparison], str], untuned: Mapping[str, str]
+) -> str:
     """The detail of a sub-claim's undecided comparisons: how small an effect they could have seen, the
-    cells whose null pair was significant, and equivalences too weak to refute."""
-    mdes = [c.mde for c in und if c.mde is not None]
+    cells whose arms are not at their best, the cells whose null pair was significant, and equivalences
+    too weak to refute."""
+    mdes = [c.mde for c in und if c.mde is not None and c.id not in untuned]
     s = "undecided in " + ", ".join(map(name, und))
     if mdes:
         s += f" (smallest detectable effect there: {min(mdes):.3g}–{max(mdes):.3g})"
+    for c in und:
+        if c.id in untuned:
+            s += f"; {name(c)} counts neither way ({c.decision} as measured): {untuned[c.id]}"
     noisy = [c for c in und if c.null_significant]
     if noisy:
         s += (
@@ -1158,6 +1171,7 @@ def _undecided(und: list[Comparison], claimed: str, name: Callable[[Comparison],
             + ": the null pair in the cell is significant (variance underestimated)"
         )
     eq = [c for c in und if c.decision == "equivalent" and claimed in ("a_better", "b_better")]
+    eq = [c for c in eq if c.id not in untuned]
     if eq:
         s += (
             "; "

@@ -377,6 +377,33 @@ def _beyond_reach(sc: SubClaim, df, counted: list[ev.Comparison]) -> dict[str, s
     return out
 
 
+AT_EDGE = "lr_at_edge"  # tuned rows (`tuning.read_sweep`): the arm's chosen rate sits at an end of its sweep
+
+
+def _at_edge(sc: SubClaim, df, counted: list[ev.Comparison]) -> dict[str, str]:
+    """The counted comparisons in a cell where an arm's rate, chosen from its sweep, sits at an end of it:
+    its best rate may lie beyond, so the arms are not compared at their best there. comparison id -> why."""
+    if AT_EDGE not in df.columns:
+        return {}
+    cells = {c.label: c for c in sc.cells}
+    out = {}
+    for c in counted:  # a trend reads every cell
+        where = sc.cells if isinstance(sc.claim, Trend) else (cells[_cell_label(sc, c)],)
+        ends = [
+            arm.label
+            for arm in (sc.a, sc.b)
+            if arm is not None
+            and arm.const is None
+            and any(_rows(df, cell, arm)[AT_EDGE].eq(True).any() for cell in where)
+        ]
+        if ends:
+            out[c.id] = (
+                f"the rate chosen for {' and for '.join(ends)} sits at an end of its sweep (its best may lie "
+                "beyond; a wider sweep would decide it)"
+            )
+    return out
+
+
 def _cell_label(sc: SubClaim, c: ev.Comparison) -> str:
     """The cell a comparison of `sc` was made in (ids are sub[/cell][/readout])."""
     if len(sc.cells) == 1:
@@ -454,7 +481,7 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
         reported = [adjusted[c.id] for c in raw[sc.id][1]]
         secondary = [adjusted[c.id] for c in raw[sc.id][3]]
         ctl = _controls(sc, counted, done)
-        beyond = _beyond_reach(sc, _table(tables, sc.table), counted)
+        df = _table(tables, sc.table)
         lad = ev.ladder(
             counted,
             sc.claimed,
@@ -462,7 +489,8 @@ def evaluate(decl: Declaration, tables: dict[str, pd.DataFrame]) -> Evaluation:
             gate=sc.gate,
             where=sc.where,
             label=_label(sc),
-            undecidable=beyond,
+            undecidable=_beyond_reach(sc, df, counted),
+            untuned=_at_edge(sc, df, counted),
         )
         if (
             sc.kind == "check" and lad.refuting

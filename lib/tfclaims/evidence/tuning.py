@@ -154,8 +154,9 @@ def read_sweep(
     the loss and the loss at init).
 
     choices: per (arm, scale) the chosen rate, whether it sits at an end of the sweep, and the sensitivity
-    with its bootstrap interval; tuned: the test rows at each arm's chosen rate, with columns `arm` and
-    `scale`; seeds: each selection seed's own sensitivity (for paired comparisons of sensitivity)."""
+    with its bootstrap interval; tuned: the test rows at each arm's chosen rate, with columns `arm`, `scale`
+    and `lr_at_edge` (where True the evaluator leaves the cell undecided: the arm is not at its best);
+    seeds: each selection seed's own sensitivity (for paired comparisons of sensitivity)."""
     df = df.assign(capped=[capped(v, i) for v, i in zip(df[loss], df[init])])
     choices, tuned, seeds = [], [], []
     for label, scale in scales.items():
@@ -185,7 +186,7 @@ def read_sweep(
                 }
             )
             test = here[(here[role] == "test") & (here[rate] == best)]
-            tuned.append(test.assign(arm=name, scale=label))
+            tuned.append(test.assign(arm=name, scale=label, lr_at_edge=best in (rates[0], rates[-1])))
             for u in grid.columns:
                 seeds.append({"arm": name, "scale": label, "unit": u, "sensitivity": sensitivity(grid[[u]])})
     cols = ["arm", "scale", "unit", "sensitivity"]
