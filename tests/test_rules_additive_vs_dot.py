@@ -66,10 +66,18 @@ def task_metrics(loss, seed, kind):
 
 
 def records(
-    *, slopes=None, speed=-1.5, loss, null=lambda s, d: 0.0, aa=lambda n, d: 0.0, best=lambda kind, d: 3e-3
+    *,
+    slopes=None,
+    speed=-1.5,
+    loss,
+    null=lambda s, d: 0.0,
+    aa=lambda n, d: 0.0,
+    best=lambda kind, d: 3e-3,
+    off=0.2,
 ):
     """speed: log(t_dot / t_additive) (negative: dot faster), or (n, d) -> that; loss(kind, d, seed) -> the
-    final held-out loss at the kind's best rate best(kind, d) (every other rate 0.2 nats worse);
+    final held-out loss at the kind's best rate best(kind, d) (every other rate `off` nats worse; 0: a flat
+    sweep, whose choice is no end's);
     null(seed, d): what the null pair's rerun of additive adds to its loss; aa(n, d): what the A/A timing of
     the dot product adds to its log time. The staged grid grows as the runner grows it."""
     gap = speed if callable(speed) else lambda n, d: speed  # per (n, d) cell, or one value for all
@@ -93,8 +101,8 @@ def records(
                 "threads": 1,
             }
         else:
-            s, off = c["seed"] % 1000, 0.0 if c["lr"] == best(c["attn"], c["d"]) else 0.2
-            extra = off + (null(s, c["d"]) if c["seed"] >= 1000 else 0.0)
+            s, worse = c["seed"] % 1000, 0.0 if c["lr"] == best(c["attn"], c["d"]) else off
+            extra = worse + (null(s, c["d"]) if c["seed"] >= 1000 else 0.0)
             m = task_metrics(loss(c["attn"], c["d"], s) + extra, s, c["attn"])
         return m
 
@@ -194,14 +202,16 @@ def test_additive_vs_dot_rule_a_significant_null_pair_leaves_its_width_undecided
     table = {"additive": 1.4, "dot_scaled": 1.5, "dot_unscaled": 1.5}
     loss = kinds(table, table)
     drift = lambda s, d: [0.1, 0.12, 0.08, 0.11][s] if d == 64 else 0.0  # noqa: E731
-    v = analyse(EXP, records(loss=loss, null=drift), P, tmp_path)
+    # a flat sweep (the quick profile's two rates would otherwise put every choice at an end)
+    v = analyse(EXP, records(loss=loss, null=drift, off=0.0), P, tmp_path)
     c = comparison(v, "acc-scaled/d64/final_val")
     assert c.p < 0.05 and c.null_significant and c.decision == "undecided"
     quiet = comparison(v, "acc-scaled/d16/final_val")
     assert quiet.null_p > 0.05 and quiet.decision == "a_better"
     assert "the null pair in the cell is significant" in sub(v, "acc-scaled").detail
     assert verdicts(v)["acc-scaled"] == "inconclusive"  # support at d16 beside an undecided d64
-    assert verdicts(analyse(EXP, records(loss=loss), P, tmp_path / "quiet"))["acc-scaled"] == "supported"
+    quiet_run = analyse(EXP, records(loss=loss, off=0.0), P, tmp_path / "quiet")
+    assert verdicts(quiet_run)["acc-scaled"] == "supported"
 
 
 def test_additive_vs_dot_rule_excludes_widths_where_every_arm_is_at_chance(tmp_path):

@@ -495,7 +495,7 @@ def test_embedding_scale_rule_the_tuned_comparison_reads_the_fresh_seeds_at_the_
 def test_embedding_scale_rule_a_choice_at_an_end_of_the_sweep_widens_it(tmp_path):
     """Without the factor the best rate is 7.5e-4, below the sweep: it widens down once (its limit) and keeps
     the end; with it 6e-3, the sweep's top: widened up to 1.2e-2, 6e-3 is then inside. d = 48 sweeps the
-    choices ×½, ×1 and widens up once each."""
+    choices ×½, ×1 and widens up once each. A choice still at its end leaves its cell undecided."""
 
     def loss(init, pos, scaled, s, lr=LR, **_):
         return bowl(FAST, lr, 6e-3) if scaled else bowl(SLOW, lr, 7.5e-4)
@@ -525,7 +525,10 @@ def test_embedding_scale_rule_a_choice_at_an_end_of_the_sweep_widens_it(tmp_path
         (True, 32, LR),
     }
     assert comparison(v, "train/d32/final_val").diff == pytest.approx(-0.20, abs=1e-9)
-    assert verdicts(v)["train"] == "supported"
+    # d32's choice without the factor is still at its end after widening: that cell counts neither way
+    train = next(s for s in v.sub_verdicts if s.id == "train")
+    assert train.roles["train/d32/final_val"] == "undecided" and "sits at an end of its sweep" in train.detail
+    assert train.roles["train/d48/final_val"] == "support" and train.verdict == "inconclusive"
 
 
 def test_embedding_scale_rule_a_diverged_run_counts_at_the_loss_at_init_in_the_choice(tmp_path):

@@ -84,7 +84,13 @@ def records(gaps=GAPS, speed=-0.69, learned=True, counts_off=0, p=P):
 
 def test_truncate_rule_supported_when_distillation_closes_the_gap(tmp_path):
     v = analyse(EXP, records(), P, tmp_path)
-    assert set(verdicts(v).values()) == {"supported"} and len(verdicts(v)) == 7
+    # scratch's best rate lies beyond the quick profile's sweep even widened: its cell counts neither way
+    assert {k: x for k, x in verdicts(v).items() if k != "scratch"} == dict.fromkeys(
+        ("counts", "gap", "distil", "match", "params", "speed"), "supported"
+    )
+    assert (
+        verdicts(v)["scratch"] == "inconclusive" and "sits at an end of its sweep" in sub(v, "scratch").detail
+    )
     assert v.verdict == "supported" and sub(v, "counts").kind == "check"
     assert {s.id for s in v.sub_verdicts if s.counts} == {"distil", "match"}
     assert "k1-of-2: with − without distillation -0.050 nats/char" in v.key_number

@@ -94,6 +94,17 @@ def choose(curve: Mapping[float, Sequence[float]]) -> float:
     return min(sorted(curve), key=lambda lr: float(np.mean(curve[lr])))
 
 
+def at_an_end(curve: Mapping[float, Sequence[float]], best: float) -> bool:
+    """The chosen rate sits at an end of the sweep with the loss still falling toward it (its mean strictly
+    below its inward neighbour's): the best rate may lie beyond. A flat end (a tie with its neighbour) is
+    not: the best region reaches inside the sweep."""
+    rates = sorted(curve)
+    if len(rates) < 2 or best not in (rates[0], rates[-1]):
+        return False
+    inward = rates[1] if best == rates[0] else rates[-2]
+    return float(np.mean(curve[best])) < float(np.mean(curve[inward]))
+
+
 def sensitivity(curve: np.ndarray) -> float:
     """Wortsman et al.'s learning-rate sensitivity of a (rates × seeds) array of capped losses: the mean over
     rates of the seed-mean loss, minus its best."""
@@ -171,14 +182,14 @@ def read_sweep(
             curve = {float(lr): list(row) for lr, row in grid.iterrows()}
             best = choose(curve)
             est, lo, hi = sensitivity_interval(grid.to_numpy())
-            rates = sorted(curve)
+            edge = at_an_end(curve, best)
             choices.append(
                 {
                     "arm": name,
                     "scale": label,
                     "chosen_lr": best,
-                    "at_edge": best in (rates[0], rates[-1]),
-                    "rates": len(rates),
+                    "at_edge": edge,
+                    "rates": len(curve),
                     "loss_at_chosen": float(np.mean(curve[best])),
                     "sensitivity": est,
                     "sensitivity_lo": lo,
@@ -186,7 +197,7 @@ def read_sweep(
                 }
             )
             test = here[(here[role] == "test") & (here[rate] == best)]
-            tuned.append(test.assign(arm=name, scale=label, lr_at_edge=best in (rates[0], rates[-1])))
+            tuned.append(test.assign(arm=name, scale=label, lr_at_edge=edge))
             for u in grid.columns:
                 seeds.append({"arm": name, "scale": label, "unit": u, "sensitivity": sensitivity(grid[[u]])})
     cols = ["arm", "scale", "unit", "sensitivity"]
