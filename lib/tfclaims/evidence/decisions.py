@@ -801,13 +801,13 @@ def time_to_event(
     p = logrank_p(ra, ea, rb, eb)
     # the standard error and dof of the restricted means' difference: where the power at the SESOI is read
     # (the t test on these means stands in for the log-rank there); no interval is drawn from them
-    se = math.sqrt(_var(ra) / ra.size + _var(rb) / rb.size) if ra.size > 1 and rb.size > 1 else None
+    se = (
+        math.sqrt(ra.var(ddof=1) / ra.size + rb.var(ddof=1) / rb.size)
+        if ra.size > 1 and rb.size > 1
+        else None
+    )
     dof = float(ra.size + rb.size - 2) if se is not None else None
     return _finish(Comparison(**base, diff=diff, ci_low=None, ci_high=None, p=p, p_raw=p, se=se, dof=dof))
-
-
-def _var(x: np.ndarray) -> float:
-    return float(x.var(ddof=1))
 
 
 EXACT_PARTITIONS = 200_000  # up to this many ways to split the runs between the arms, every one is counted

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import product
 
-from .decisions import EvidenceError
+from .decisions import GATES, EvidenceError
 
 TESTS = ("paired", "welch", "fisher", "logrank")
 
@@ -258,8 +258,8 @@ class SubClaim:
         many = len(self.cells) > 1 and not isinstance(self.claim, Trend)
         if self.where != "all" and not self.where_reason and self.kind == "effect" and many:
             raise EvidenceError(f"{self.id}: where={self.where!r} needs its reason (where_reason)")
-        if self.gate not in ("sensitivity", "precondition"):
-            raise EvidenceError(f"{self.id}: gate must be 'sensitivity' or 'precondition', got {self.gate!r}")
+        if self.gate not in GATES:
+            raise EvidenceError(f"{self.id}: gate must be one of {GATES}, got {self.gate!r}")
         if "/" in self.id or any("/" in c.label for c in self.cells):
             raise EvidenceError(f"{self.id}: '/' separates parts of a comparison id; use another character")
 

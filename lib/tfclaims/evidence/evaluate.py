@@ -363,10 +363,9 @@ def _beyond_reach(sc: SubClaim, df, counted: list[ev.Comparison]) -> dict[str, s
     could detect (80% power at Holm's level). comparison id -> why."""
     if sc.ceiling is None:
         return {}
-    cells = {c.label: c for c in sc.cells}
     out = {}
     for c in counted:
-        cell = cells[_cell_label(sc, c)]
+        cell = _cell_of(sc, c)
         top = sc.ceiling.fn(_rows(df, cell, sc.a), _rows(df, cell, sc.b))
         if top is None or not math.isfinite(top):
             continue
@@ -385,10 +384,9 @@ def _at_edge(sc: SubClaim, df, counted: list[ev.Comparison]) -> dict[str, str]:
     its best rate may lie beyond, so the arms are not compared at their best there. comparison id -> why."""
     if AT_EDGE not in df.columns:
         return {}
-    cells = {c.label: c for c in sc.cells}
     out = {}
     for c in counted:  # a trend reads every cell
-        where = sc.cells if isinstance(sc.claim, Trend) else (cells[_cell_label(sc, c)],)
+        where = sc.cells if isinstance(sc.claim, Trend) else (_cell_of(sc, c),)
         ends = [
             arm.label
             for arm in (sc.a, sc.b)
@@ -409,6 +407,11 @@ def _cell_label(sc: SubClaim, c: ev.Comparison) -> str:
     if len(sc.cells) == 1:
         return sc.cells[0].label
     return c.id.split("/")[1]
+
+
+def _cell_of(sc: SubClaim, c: ev.Comparison) -> Cell:
+    label = _cell_label(sc, c)
+    return next(cell for cell in sc.cells if cell.label == label)
 
 
 def _detail(sc: SubClaim, lad: ev.Ladder, counted, reported, dropped, secondary=()) -> str:

@@ -313,9 +313,8 @@ def design(result: dict, sub: dict) -> str:
     elif sub.get("sesoi") is None:
         return ""
     else:
-        unit = f" {sub['unit']}" if sub.get("unit") else ""
-        at = "from the bounds" if sub.get("claimed") == "inside" else ""
-        out = f"{'' if at else '±'}{_f(sub['sesoi'])}{unit}{' ' + at if at else ''}"
+        size = f"{_f(sub['sesoi'])}{' ' + sub['unit'] if sub.get('unit') else ''}"
+        out = f"{size} from the bounds" if sub.get("claimed") == "inside" else f"±{size}"
         powers = sorted(c["power"] for c in counted if c.get("power") is not None)
         if powers:
             lo, hi = percent(powers[0]), percent(powers[-1])
