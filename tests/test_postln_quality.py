@@ -59,7 +59,7 @@ def test_default_profile_reads_the_subsets_twenty_and_two_times():
     assert [epochs(p["steps"], p["batch"], p["seq_len"], k) for k in p["subsets"]] == [20.0, 2.0]
 
 
-def test_grid_sweeps_each_subset_and_reruns_pre_ln_per_subset():
+def test_grid_sweeps_each_subset_and_reruns_pre_ln_in_every_cell():
     exp = load("postln_quality")
     p = {**exp.profiles["quick"], "seeds": [0, 1]}
     first = grid_sweep(p, [])
@@ -78,9 +78,13 @@ def test_grid_sweeps_each_subset_and_reruns_pre_ln_per_subset():
     while (g := grid_sweep(p, finish(grid or first))) != grid:
         grid = g
     nulls = [c for c in grid if c["seed"] >= NULL_OFFSET]
-    assert len(nulls) == len(p["subsets"]) * len(p["seeds"]) and {c["placement"] for c in nulls} == {"pre"}
-    assert {c["subset"] for c in nulls} == set(p["subsets"])
-    assert all(c["n_layers"] == p["scales"][0][1] for c in nulls)
+    n_cells = len(p["subsets"]) * len(p["scales"])
+    assert len(nulls) == n_cells * len(p["seeds"]) and {c["placement"] for c in nulls} == {"pre"}
+    every = {(k, L) for k in p["subsets"] for _, L in p["scales"]}
+    assert {(c["subset"], c["n_layers"]) for c in nulls} == every
+    pre = {(c["subset"], c["n_layers"], c["seed"]): c["lr"] for c in grid if c["placement"] == "pre"}
+    # each rerun at its fresh run's rate: the cell's choice
+    assert all(pre[c["subset"], c["n_layers"], c["seed"] - NULL_OFFSET] == c["lr"] for c in nulls)
 
 
 @pytest.mark.parametrize("bad", [{"subsets": [4096, 1024]}, {"subsets": [1000]}, {"block": 16}])

@@ -46,8 +46,8 @@ def cell_fields(p: dict) -> dict[str, dict]:
 def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, pd.DataFrame]:
     """runs: one row per training run with its placement, role (selection, test, or null: seeds
     s + null_offset), cell label (`scale`), subset, epochs, X, the readouts and the loss at init; tuned,
-    choices, sensitivity: each placement's sweep per cell (`evidence.tuning.read_sweep`); first: the null
-    pair, Pre-LN's fresh seeds at each subset's first-scale choice and their reruns."""
+    choices, sensitivity: each placement's sweep per cell (`evidence.tuning.read_sweep`); nulls: the null
+    pair, Pre-LN's fresh seeds at its choice in every cell and their reruns."""
     sel, cf = set(p["selection_seeds"]), cell_fields(p)
     label = {tuple(v.values()): k for k, v in cf.items()}
 
@@ -67,14 +67,13 @@ def observe(runs: list[dict], p: dict, readouts, null_offset: int) -> dict[str, 
     )
     swept = t[t.role.isin(["selection", "test"])] if len(t) else t
     choices, tuned, seeds = read_sweep(swept, {k: {"placement": k} for k in PLACEMENTS}, cf)
-    first = [cell_label(scales(p)[0], k) for k in subsets(p)]
-    nulls = [null_at_choice(t, tuned, choices, "pre", f) for f in first] if len(t) else []
+    nulls = [null_at_choice(t, tuned, choices, "pre", c) for c in cf] if len(t) else []
     return {
         "runs": t,
         "tuned": tuned,
         "choices": choices,
         "sensitivity": seeds,
-        "first": pd.concat(nulls, ignore_index=True) if nulls else t,
+        "nulls": pd.concat(nulls, ignore_index=True) if nulls else t,
     }
 
 

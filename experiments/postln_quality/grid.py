@@ -1,8 +1,8 @@
 """postln_quality's training runs: Post-LN (the shared recipe's warm-up lets it train) and Pre-LN, each with
 its own learning-rate sweep (`grids.sweep`) at two model scales, repeated for each subset size of the training
 text (`data.subset`: a small subset read for many epochs, a larger one for few); every subset size sweeps its
-own first scale, since repetition can move the best rate. The null pair reruns Pre-LN at its first-scale
-choice, per subset size, at seeds s + NULL_OFFSET."""
+own first scale, since repetition can move the best rate. The null pair reruns Pre-LN at its choice in every
+cell (scale and subset size) at seeds s + NULL_OFFSET, so each cell is calibrated by its own rerun."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def cell_label(scale: dict, subset: int) -> str:
 
 def grid_sweep(p: dict, done) -> list[dict]:
     """Per subset size: each placement's sweep, its choice on the fresh seeds, the second scale around it;
-    then that subset's null pair."""
+    then that subset's null pair at every scale."""
     sweep, sc, out = profile_sweep(p), scales(p), []
     for k in subsets(p):
 
@@ -52,5 +52,5 @@ def grid_sweep(p: dict, done) -> list[dict]:
             }
 
         runs = sweep_grid(sweep, {a: {"placement": a} for a in PLACEMENTS}, sc, make, done)
-        out += runs + null_reruns(runs, sweep, sc[0], {"placement": "pre"}, NULL_OFFSET)
+        out += runs + [c for s in sc for c in null_reruns(runs, sweep, s, {"placement": "pre"}, NULL_OFFSET)]
     return out
