@@ -45,6 +45,13 @@ LEARN_MARGIN = 0.10  # nats/char below the unigram cross-entropy: the run learne
 INVARIANT = 1e-10  # float64 relative change that counts as "unchanged" (rounding is ~1e-15)
 DEPENDENT = 1e-4  # relative change that counts as a real dependence
 FLUCT_FACTOR = 2.0  # "fluctuates much more": above 2x the control's multiple of i.i.d. sampling noise
+D_CELLS = (
+    "Counted only where train mode's statistics are not degenerate by construction: BN in the masked LM "
+    "pools all B·T tokens of a batch (pads masked on lines). Causal statistics pool only the B·(t + 1) "
+    "tokens up to position t, B at t = 0, so train mode is handicapped there before any mismatch can show; "
+    "those cells are reported as d-causal (declared on 2026-11-29, after the earlier results, when "
+    "reviewers showed the counted causal cells could not separate the mismatch from that handicap)."
+)
 
 LEARNED = rd.learned(LEARN_MARGIN, key="eval_mixed", what="eval-mode validation loss")
 LOSS, GAP, MODE, FLUCT = view.LOSS, view.GAP, view.MODE, view.FLUCT_READOUTS
@@ -162,17 +169,27 @@ def _batch_subclaims(lines, wins, enc: dict, fl) -> tuple:
         SubClaim(
             "d",
             "Train/inference mismatch: one leak-free BN model worse with running than with batch "
-            "statistics (causal statistics, and BN in the masked LM)",
+            "statistics (BN in the masked LM, whose train-mode statistics pool every token of the batch)",
             Better("a"),
             (MODE,),
             a=arm("train mode", mode="train"),
             b=arm("eval mode", mode="eval"),
-            cells=mode_cells("lines", lines, "batch_causal")
-            + mode_cells("windows", wins, "batch_causal")
-            + mode_cells("enc-windows", enc["enc-windows"], "batch")
+            cells=mode_cells("enc-windows", enc["enc-windows"], "batch")
             + mode_cells("enc-lines", enc["enc-lines"], "batch_masked"),
             **modes,
-            note="No null pair: both readouts come from one run.",
+            note="No null pair: both readouts come from one run. " + D_CELLS,
+        ),
+        SubClaim(
+            "d-causal",
+            "Reported: the same mismatch with causal statistics in the causal LM (train mode at position "
+            "t pools only the batch's B·(t + 1) tokens, B at t = 0)",
+            Better("a"),
+            (MODE,),
+            a=arm("train mode", mode="train"),
+            b=arm("eval mode", mode="eval"),
+            cells=mode_cells("lines", lines, "batch_causal") + mode_cells("windows", wins, "batch_causal"),
+            counts=False,
+            **modes,
         ),
         SubClaim(
             "d-leaky",
