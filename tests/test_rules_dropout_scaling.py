@@ -16,10 +16,17 @@ def exp():
     return load(CLAIM)
 
 
-def probe(p, seed, *, eval_loss=1.6, unscaled=None, mc_gap=0.005, first=1.0, deeper=0.98, layers=4, k=64):
-    """A trained model's probe: MC-averaged losses fall from one mask's towards eval's + mc_gap."""
+def probe(
+    p, seed, site, *, eval_loss=1.6, unscaled=None, mc_gap=0.005, first=1.0, deeper=0.98, layers=4, k=64
+):
+    """A trained model's probe: MC-averaged losses fall from one mask's towards eval's + mc_gap; unscaled
+    (a value, or site -> value) the loss without the scaling (default: 0.5·p above eval on the attention
+    weights, ±0.0003 around it on the residual branches, where the LayerNorms remove it)."""
     jitter = 0.002 * ((seed % 3) - 1)
-    unscaled = eval_loss + 0.5 * p if unscaled is None else unscaled
+    if unscaled is None:
+        unscaled = {"attention": eval_loss + 0.5 * p, "residual": eval_loss + 3e-4 * (seed % 2 * 2 - 1)}
+    unscaled = unscaled[site] if isinstance(unscaled, dict) else unscaled
+    n_sites = {"residual": 1 + 2 * layers, "attention": layers}[site]
     ks = [2**j for j in range(k.bit_length()) if 2**j <= k]
     single = eval_loss + 0.2 * p
     return {
@@ -27,7 +34,7 @@ def probe(p, seed, *, eval_loss=1.6, unscaled=None, mc_gap=0.005, first=1.0, dee
         "unscaled_loss": unscaled + jitter,
         "single_mask_loss": single + jitter,
         "mc_loss": {str(n): eval_loss + mc_gap + (single - eval_loss) / n + jitter for n in ks},
-        "projection": [first + jitter / 10] + [deeper + jitter / 10] * (2 * layers),
+        "projection": [first + jitter / 10] + [deeper + jitter / 10] * (n_sites - 1),
     }
 
 
@@ -47,7 +54,9 @@ def records(exp, params="default", *, learned=True, keep_dev=0.0, rel=1e-7, **kw
             "final_val": 1.6 if learned else 3.2,
             "unigram_xent": 3.3,
             "diverged_at": None,
-            "probe": probe(cfg["dropout"], cfg["seed"], layers=cfg["n_layers"], k=cfg["mc_samples"], **kw),
+            "probe": probe(
+                cfg["dropout"], cfg["seed"], cfg["site"], layers=cfg["n_layers"], k=cfg["mc_samples"], **kw
+            ),
         }
         out.append(record(cfg, m, f"t{i}"))
     return out
@@ -61,10 +70,20 @@ def test_exact_scaling_a_mismatch_without_it_and_an_ensemble_support_the_claim(e
         "expectation": "supported",
         "deeper": "supported",
         "mismatch": "supported",
+        "mismatch-residual": "refuted",  # reported: the LayerNorms remove the factor there
         "ensemble": "supported",
         "single": "supported",
     }
     assert v.verdict == "supported"
+
+
+def test_the_mismatch_counts_the_attention_weights_only(exp, tmp_path):
+    """A cost on the residual branches alone decides nothing counted; the attention weights' decide."""
+    v = analyse(exp, records(exp, unscaled={"attention": 1.6, "residual": 1.9}), "default", tmp_path)
+    assert sub(v, "mismatch").verdict == "refuted" and sub(v, "mismatch-residual").verdict == "supported"
+    assert not sub(v, "mismatch-residual").counts and sub(v, "mismatch").counts
+    ids = {c.id for c in v.comparisons if c.id.startswith("mismatch/")}
+    assert ids == {f"mismatch/attention-p{p:g}" for p in exp.profiles["default"]["dropouts"]}
 
 
 def test_a_kept_value_off_by_more_than_two_roundings_refutes_the_scaling(exp, tmp_path):

@@ -7,9 +7,12 @@ from tfclaims.evidence import readouts as rd
 from tfclaims.evidence.declare import Better, Declaration, Readout, SubClaim, Within, arm, bound, cells
 from tfclaims.evidence.evaluate import evaluate
 from tfclaims.harness.experiment import Experiment, Output, Part, recipes, verdict_from
+from tfclaims.nn.config import ConfigError
 from tfclaims.train.profiles import run_fields, train_profile
 
 from experiments.dropout_scaling import analysis as view
+
+SITES = ("residual", "attention")  # where the LM drops (`sites.add_site_dropout`)
 
 DS = recipes("experiments.dropout_scaling.recipes")  # loaded (with torch) when a run starts
 
@@ -56,12 +59,24 @@ def masks_grid(p):
 
 
 def train_grid(p):
-    extra = {"dropout": None, "mc_samples": p["mc_samples"], "probe_batches": p["probe_batches"]}
-    return [{**run_fields(p), **extra, "dropout": d, "seed": s} for d in p["dropouts"] for s in p["seeds"]]
+    extra = {"mc_samples": p["mc_samples"], "probe_batches": p["probe_batches"]}
+    return [
+        {**run_fields(p), **extra, "site": site, "dropout": d, "seed": s}
+        for site in p["sites"]
+        for d in p["dropouts"]
+        for s in p["seeds"]
+    ]
 
 
 def _profile(name: str, **kw) -> dict:
-    return train_profile(name, dropouts=[0.1, 0.3], **kw)
+    return train_profile(name, dropouts=[0.1, 0.3], sites=list(SITES), **kw)
+
+
+def _sites(p: dict) -> list[str]:
+    """The profile's dropout placements, validated (one line before any run)."""
+    if not p["sites"] or any(s not in SITES for s in p["sites"]) or len(set(p["sites"])) != len(p["sites"]):
+        raise ConfigError(f"sites: distinct placements among {SITES}, got {p['sites']!r}")
+    return list(p["sites"])
 
 
 def _mask_subclaims(p: dict) -> tuple[SubClaim, ...]:
@@ -90,6 +105,19 @@ def _mask_subclaims(p: dict) -> tuple[SubClaim, ...]:
     )
 
 
+def _later_sites(p: dict, sites: list[str]) -> tuple:
+    """The later sites of each placement: residual 1 … 2L (each block's attention and FFN), attention 1 …
+    L − 1 (blocks 2 … L)."""
+    n = {"residual": 2 * p["n_layers"], "attention": p["n_layers"] - 1}
+    return tuple(
+        c
+        for s in sites
+        for c in cells(
+            f"{s}-p{{dropout:g}}-site{{site}}", placement=[s], dropout=p["dropouts"], site=range(1, n[s] + 1)
+        )
+    )
+
+
 class DropoutScaling(Experiment):
     claim_id = "dropout_scaling"
     title = "Inverted dropout scales by 1/(1−p) in training so that nothing changes at inference"
@@ -107,21 +135,31 @@ class DropoutScaling(Experiment):
     parts = (Part("masks", masks_grid, DS.run_masks), Part("train", train_grid, DS.run_train))
 
     def declare(self, p: dict) -> Declaration:
-        per_p = cells("p{dropout:g}", dropout=p["dropouts"])
-        losses = dict(table="losses", cells=per_p, guard=LEARNED)
+        sites = _sites(p)
+        per_p = cells("{site}-p{dropout:g}", site=sites, dropout=p["dropouts"])
+        at = lambda site: tuple(c for c in per_p if dict(c.where)["site"] == site)  # noqa: E731
+        first = cells("{placement}-p{dropout:g}", placement=sites, dropout=p["dropouts"])
+        losses = dict(table="losses", guard=LEARNED)
+        mismatch = dict(
+            a=arm("eval mode", variant="eval"),
+            b=arm("no scaling", variant="unscaled"),
+            sesoi=MISMATCH_SESOI,
+            sesoi_source=MISMATCH_SOURCE,
+            **losses,
+        )
         return Declaration(
             (
                 *_mask_subclaims(p),
                 SubClaim(
                     "expectation",
                     "So eval mode is the expectation of train mode: at the first dropout site of "
-                    f"a trained LM, the masks' mean projects on eval mode's output with coefficient 1 (± "
+                    f"a trained LM, the masks' mean projects on eval mode's value with coefficient 1 (± "
                     f"{FIRST_MARGIN:g})",
                     Within(1 - FIRST_MARGIN, 1 + FIRST_MARGIN, "a coefficient of 1"),
                     (PROJ,),
                     table="projection",
                     b=arm("first site", first=True),
-                    cells=per_p,
+                    cells=first,
                     where="all",
                 ),
                 SubClaim(
@@ -131,9 +169,7 @@ class DropoutScaling(Experiment):
                     (PROJ,),
                     table="projection",
                     b=arm("site"),
-                    cells=cells(
-                        "p{dropout:g}-site{site}", dropout=p["dropouts"], site=range(1, 2 * p["n_layers"] + 1)
-                    ),
+                    cells=_later_sites(p, sites),
                     where="all",
                     counts=False,
                     note="Reported: between sites, nonlinearities make eval mode only approximately the "
@@ -141,16 +177,24 @@ class DropoutScaling(Experiment):
                 ),
                 SubClaim(
                     "mismatch",
-                    "Without the scaling, inference sees activations 1/(1−p) times larger than "
-                    "training did, and the held-out loss is worse",
+                    "Without the scaling, inference sees values 1/(1−p) times larger than training "
+                    "did, and the held-out loss is worse (dropout on the attention weights, the notes' "
+                    "placement: nothing renormalises them)",
                     Better("a"),
                     (LOSS,),
-                    a=arm("eval mode", variant="eval"),
-                    b=arm("no scaling", variant="unscaled"),
+                    cells=at("attention"),
                     where="all",
-                    sesoi=MISMATCH_SESOI,
-                    sesoi_source=MISMATCH_SOURCE,
-                    **losses,
+                    **mismatch,
+                ),
+                SubClaim(
+                    "mismatch-residual",
+                    "Reported: the same on the embedding and residual branches of a Pre-LN stack, where "
+                    "every LayerNorm downstream removes a uniform factor (the design cannot show it there)",
+                    Better("a"),
+                    (LOSS,),
+                    cells=at("residual"),
+                    counts=False,
+                    **mismatch,
                 ),
                 SubClaim(
                     "ensemble",
@@ -161,6 +205,7 @@ class DropoutScaling(Experiment):
                     (LOSS,),
                     a=arm(f"MC average of {p['mc_samples']}", variant=f"mc{p['mc_samples']}"),
                     b=arm("eval mode", variant="eval"),
+                    cells=per_p,
                     where="all",
                     **losses,
                 ),
@@ -171,6 +216,7 @@ class DropoutScaling(Experiment):
                     (LOSS,),
                     a=arm("one mask", variant="single"),
                     b=arm("eval mode", variant="eval"),
+                    cells=per_p,
                     counts=False,
                     **losses,
                 ),
@@ -187,7 +233,7 @@ class DropoutScaling(Experiment):
         s = view.summary(t["losses"]) if len(t["losses"]) else t["losses"]
         out.table("losses", s, "Held-out loss by inference mode (mean over seeds)")
         proj = t["projection"]
-        first = proj[proj["first"].astype(bool)].groupby("dropout").projection.mean()
+        first = proj[proj["first"].astype(bool)].groupby(["placement", "dropout"]).projection.mean()
         out.table(
             "projection",
             t["projection"],
@@ -201,25 +247,36 @@ class DropoutScaling(Experiment):
             in_report=False,
         )
         view.plot(t["losses"], t["projection"], out)
-        gap = (
-            {d: float(r["unscaled"] - r["eval"]) for d, r in s.set_index("dropout").iterrows()}
-            if len(s)
-            else {}
-        )
-        proj_txt = ", ".join(f"{v:.4f} at p = {d:g}" for d, v in first.items())
-        gap_txt = ", ".join(f"{v:+.3f} nats at p = {d:g}" for d, v in gap.items())
-        learned = f"first-site projection {proj_txt}; no scaling costs {gap_txt}" if gap else "no run learned"
+        gap = {
+            (k, d): float(r["unscaled"] - r["eval"])
+            for (k, d), r in s.set_index(["site", "dropout"]).iterrows()
+        }
+        words = {"residual": "on the residual branches", "attention": "on the attention weights"}
+
+        def per(values: dict, fmt: str) -> str:
+            return "; ".join(
+                words[k]
+                + " "
+                + ", ".join(f"{format(v, fmt)} at p = {d:g}" for (kk, d), v in values.items() if kk == k)
+                for k in dict.fromkeys(k for k, _ in values)
+            )
+
+        proj_txt, gap_txt = per(first.to_dict(), ".4f"), per(gap, "+.3f")
+        key = f"no scaling costs {gap_txt} nats/char; first-site projection {proj_txt}"
         return verdict_from(
             result,
-            key_number=learned,
+            key_number=key if gap else "no run learned",
             summary=(
-                f"Kept values are x/(1−p) to rounding, so at the first dropout site the average over masks "
-                f"equals eval mode's output (projection {proj_txt}). Removing the scaling at inference costs "
-                f"{gap_txt} of held-out loss."
+                "Kept values are x/(1−p) to rounding, so at the first dropout site the average over masks "
+                f"equals eval mode's value (projection {proj_txt}). Removing the scaling at inference costs "
+                f"{gap_txt} nats/char of held-out loss."
                 if gap
                 else "No trained run learned: the inference modes were not compared."
             ),
-            evidence={"first_site_projection": first.to_dict(), "unscaled_minus_eval": gap},
+            evidence={
+                "first_site_projection": {f"{k}-p{d:g}": v for (k, d), v in first.items()},
+                "unscaled_minus_eval": {f"{k}-p{d:g}": v for (k, d), v in gap.items()},
+            },
             caveats=self.caveats(p),
         )
 

@@ -4,12 +4,12 @@ trained with it, how train mode and eval mode compare (`run_train`).
 The trained model's probe, on fixed held-out batches:
 - eval mode's loss; the loss of the probabilities averaged over K dropout masks (MC dropout) for K = 1, 2,
   4, …;
-- at every dropout site (the embedding and each sublayer's output), the mean over the K masks of the
-  train-mode output projected on the eval-mode output (⟨mean, eval⟩ / ⟨eval, eval⟩: 1 when eval mode is the
-  expectation);
-- the loss without the 1/(1−p) scaling: eval mode with every site's output multiplied by 1/(1−p). A model
-  trained with unscaled dropout (whose branch outputs a weight scaling maps onto this one's exactly) sees,
-  uncorrected at inference, activations 1/(1−p) times larger than in training on average; this is that model.
+- at every dropout site (`sites.Sites`: the embedding and each sublayer's output, or each block's mixed
+  values), the mean over the K masks of the train-mode value projected on the eval-mode value
+  (⟨mean, eval⟩ / ⟨eval, eval⟩: 1 when eval mode is the expectation);
+- the loss without the 1/(1−p) scaling: eval mode with every site's value multiplied by 1/(1−p). A model
+  trained with unscaled dropout (whose sites a weight scaling maps onto this one's exactly) sees, uncorrected
+  at inference, values 1/(1−p) times larger than in training on average; this is that model.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from tfclaims.data.corpus import eval_windows, load_corpus
-from tfclaims.nn.dropout import add_dropout
 from tfclaims.nn.models import lm_loss
 from tfclaims.train.small_lm import train_small
+
+from .sites import Sites, add_site_dropout
 
 
 def run_masks(cfg: dict, ctx) -> dict:
@@ -42,32 +43,11 @@ def run_masks(cfg: dict, ctx) -> dict:
     return {"rows": rows}
 
 
-class _Sites:
-    """Forward hooks on every dropout site, after dropout's own (registered first): `out[i]` is site i's
-    output as the residual stream receives it; with `scale` set, that output is multiplied by it."""
-
-    def __init__(self, model):
-        stack = model.stack
-        self.modules = [stack.tok, *(m for b in stack.blocks for m in (b.attn, b.ffn))]
-        self.out: list[torch.Tensor | None] = [None] * len(self.modules)
-        self.scale: float | None = None
-        self.handles = [m.register_forward_hook(partial(self._hook, i)) for i, m in enumerate(self.modules)]
-
-    def _hook(self, i, module, args, out):
-        out = out if self.scale is None else out * self.scale
-        self.out[i] = out.float()
-        return out
-
-    def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-
-
 @torch.no_grad()
-def dropout_probe(model, batches, p: float, samples: int, device) -> dict:
+def dropout_probe(model, batches, p: float, samples: int, device, site: str = "residual") -> dict:
     """The losses and per-site projections described in the module docstring, over `batches`."""
-    sites = _Sites(model)
-    n_sites, ks = len(sites.modules), [2**j for j in range(samples.bit_length()) if 2**j <= samples]
+    sites = Sites(model, site)
+    n_sites, ks = len(sites), [2**j for j in range(samples.bit_length()) if 2**j <= samples]
     total = {"eval": 0.0, "unscaled": 0.0, "single": 0.0, **{k: 0.0 for k in ks}}
     dot_mean, dot_eval = [0.0] * n_sites, [0.0] * n_sites
     for x, y in batches:
@@ -104,12 +84,14 @@ def dropout_probe(model, batches, p: float, samples: int, device) -> dict:
 
 
 def run_train(cfg: dict, ctx) -> dict:
-    """Train the small LM with inverted dropout p on the embedding and every sublayer's output, then probe
-    it."""
-    metrics, model = train_small(cfg, ctx, prepare=partial(add_dropout, p=cfg["dropout"]))
+    """Train the small LM with inverted dropout p at the config's `site` (`sites`), then probe it."""
+    prepare = partial(add_site_dropout, p=cfg["dropout"], site=cfg["site"])
+    metrics, model = train_small(cfg, ctx, prepare=prepare)
     if metrics.get("diverged_at") is not None:
         return metrics  # a diverged run is an outcome: nothing to probe
     corpus = load_corpus()
     batches = eval_windows(corpus.val, cfg["probe_batches"], cfg["batch"], cfg["seq_len"], seed=4321)
-    metrics["probe"] = dropout_probe(model, batches, cfg["dropout"], cfg["mc_samples"], ctx.device)
+    metrics["probe"] = dropout_probe(
+        model, batches, cfg["dropout"], cfg["mc_samples"], ctx.device, cfg["site"]
+    )
     return metrics
