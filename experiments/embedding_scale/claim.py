@@ -256,6 +256,23 @@ def _nulls(p: dict, fixed: dict) -> tuple[NullPair, ...]:
     )
 
 
+DEFAULT = train_profile(
+    "default",
+    steps=1000,
+    eval_every=50,
+    seeds=[0, 1, 2, 3, 4],
+    init_dims=[64, 128, 256, 512, 1024],
+    inits=["xavier"],
+    positions=["learned", "sinusoidal"],
+    scales=[[64, 4], [136, 4]],  # [d_model, n_heads]: the widths swept
+    rates=[7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2],
+    selection_seeds=[100, 101, 102],
+    rate_factors=[0.5, 1.0],
+    rate_extend=2,
+)
+WIDTHS = " and ".join(str(d) for d, _ in DEFAULT["scales"])  # the regime's words, from the profile
+
+
 class EmbeddingScale(Experiment):
     claim_id = "embedding_scale"
     title = "Scaling embeddings by sqrt(d_model) restores unit variance"
@@ -266,11 +283,7 @@ class EmbeddingScale(Experiment):
                                positions=["learned", "sinusoidal"], scales=[[32, 2], [48, 2]],
                                rates=[1.5e-3, 3e-3], selection_seeds=[10], rate_factors=[0.5, 1.0],
                                rate_extend=1),
-        "default": train_profile("default", steps=1000, eval_every=50, seeds=[0, 1, 2, 3, 4],
-                                 init_dims=[64, 128, 256, 512, 1024], inits=["xavier"],
-                                 positions=["learned", "sinusoidal"], scales=[[64, 4], [136, 4]],
-                                 rates=[7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2, 2.4e-2],
-                                 selection_seeds=[100, 101, 102], rate_factors=[0.5, 1.0], rate_extend=2),
+        "default": DEFAULT,
         "full": train_profile("full", init_dims=[64, 128, 256, 512, 1024, 2048, 4096], inits=list(INITS),
                               positions=["learned", "sinusoidal"], scales=[[256, 8], [512, 8]],
                               rates=[2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3], selection_seeds=[100, 101, 102],
