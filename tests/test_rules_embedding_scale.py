@@ -172,16 +172,22 @@ def control_2x2(table, scaled):
 CONTROL_LEVEL = {("init", False): 2.80, ("unit", False): 2.70, ("small", True): 2.60, ("init", True): 2.40}
 
 
+def control_hurts(table, scaled):
+    """Untied, as `control_2x2` but unit variance at the same step 0.10 worse: the notes' reason fails."""
+    return Arm(2.90 if (table, scaled) == ("unit", False) else CONTROL_LEVEL[(table, scaled)], 2)
+
+
 def run_metrics(c: dict, train, control, null_noise) -> dict:
     """One config's metrics: train(init, pos, scaled, seed, lr=, d=) -> Arm of the tied runs (fixed cells
-    and the sweep); control(table, scaled) -> Arm of the untied 2×2; the null rerun repeats the arm without
+    and the sweep); control(table, scaled) -> Arm of the untied 2×2 (and of the untied arms' sweep, in a
+    bowl around the fixed rate); the null rerun repeats the arm without
     the factor (sinusoidal, the fixed rate) at seed + 1000, plus null_noise[seed] if given."""
     s = c["seed"] % MOD.NULL_OFFSET
-    own = WOBBLE[s] if c["emb_scale"] else 0.0
+    own = WOBBLE[s] if c["emb_scale"] or c["table"] == "unit" else 0.0
     if c["part"] == "train":
         return metrics(train(c["init"], c["pos"], c["emb_scale"], s, lr=c["lr"], d=c["d_model"]), s, own)
-    if c["part"] == "control":
-        return metrics(control(c["table"], c["emb_scale"]), s, own, probes=False)
+    if c["part"] == "control":  # best at the fixed rate: the untied arms' sweep chooses it at every width
+        return metrics(bowl(control(c["table"], c["emb_scale"]), c["lr"]), s, own, probes=False)
     assert c["part"] == "null" and c["pos"] == "sinusoidal" and not c["emb_scale"] and c["lr"] == LR
     noise = NULL_WOBBLE[s] + (null_noise[s] if null_noise else 0.0)
     return metrics(train(c["init"], "sinusoidal", False, s, lr=LR, d=c["d_model"]), s, noise)
@@ -204,18 +210,19 @@ def key_part(v, init):
     return next(k for k in v.key_number.split("; ") if k.startswith(init))
 
 
-def choices(v) -> dict:
-    """(arm, width) -> the chosen rate, from the verdict's evidence."""
-    return {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"]}
+def choices(v, arms=VIEW.SWEPT) -> dict:
+    """(arm, width) -> the chosen rate of the tied arms (or `arms`), from the verdict's evidence."""
+    return {(r["arm"], r["scale"]): r["chosen_lr"] for r in v.evidence["lr_choices"] if r["arm"] in arms}
 
 
 def sweep_rates(recs, scaled: bool, d: int) -> list[float]:
-    """The rates an arm's sweep ran at one width (its selection seeds' records)."""
+    """The rates a tied arm's sweep ran at one width (its selection seeds' records)."""
     return sorted(
         {
             r["config"]["lr"]
             for r in recs
             if r["config"]["seed"] in SELECTION
+            and r["config"]["tie"]
             and r["config"]["emb_scale"] == scaled
             and r["config"]["d_model"] == d
         }
@@ -246,8 +253,13 @@ def test_embedding_scale_grid_has_the_tied_cells_the_untied_2x2_and_the_null_pai
     assert {(c["init"], c["pos"], c["emb_scale"]) for c in fixed} == {
         (i, pos, s) for i in ("normal", "xavier") for pos in ("learned", "sinusoidal") for s in (False, True)
     }
-    ctrl = [c for c in g if c["part"] == "control"]
-    assert len(ctrl) == 4 * 4
+    ctrl = [c for c in g if c["part"] == "control" and c["seed"] in FRESH]
+    assert len(ctrl) == 4 * 4 and all((c["lr"], c["d_model"]) == (LR, 32) for c in ctrl)
+    swept = [c for c in g if c["part"] == "control" and c["seed"] not in FRESH]  # the untied arms' sweep
+    assert {(c["table"], c["emb_scale"], c["tie"]) for c in swept} == {
+        ("init", False, False),
+        ("unit", False, False),
+    }
     assert {(c["init"], c["pos"], c["tie"], c["table"], c["emb_scale"]) for c in ctrl} == {
         ("xavier", "sinusoidal", False, t, s) for t, s in VIEW.CELLS_2X2
     }
@@ -269,12 +281,14 @@ def test_embedding_scale_default_grid_first_round_is_the_fixed_cells_and_the_fir
     assert {n: parts.count(n) for n in set(parts)} == {
         "init": 1,
         "train": 2 * 2 * 5 + 2 * 6 * 3,  # fixed cells (positions × factor × seeds) + the sweep
-        "control": 4 * 5,
+        "control": 4 * 5 + 2 * 6 * 3,  # the untied 2×2 at one rate + the untied arms' sweep
         "null": 5,
     }
     sel = set(p["selection_seeds"])
-    sweep = [c for c in g if c["seed"] in sel]
+    sweep = [c for c in g if c["seed"] in sel and c["tie"]]
     assert {c["part"] for c in sweep} == {"train"}  # run by the training part's recipe
+    untied = [c for c in g if c["seed"] in sel and not c["tie"]]  # by the control part's
+    assert {c["part"] for c in untied} == {"control"} and {c["table"] for c in untied} == {"init", "unit"}
     assert sorted((c["emb_scale"], c["lr"], c["seed"]) for c in sweep) == sorted(
         (s, lr, sd) for s in (False, True) for lr in p["rates"] for sd in sel
     )
@@ -301,9 +315,9 @@ def test_embedding_scale_default_grid_later_rounds_run_the_choice_on_fresh_seeds
     rounds = grow(p, loss)
     key = partial(json.dumps, sort_keys=True)
 
-    def new(i):  # the configs round i adds
+    def new(i):  # the configs round i adds to the tied arms (the untied arms' sweep grows alike)
         before = {key(c) for c in rounds[i - 1]}
-        return [c for c in rounds[i] if key(c) not in before]
+        return [c for c in rounds[i] if key(c) not in before and c["tie"]]
 
     assert all({key(c) for c in a} <= {key(c) for c in b} for a, b in zip(rounds, rounds[1:]))  # it grows
     # round 2: the factor's fresh seeds at 6e-3 (without it, 3e-3 reuses the fixed cells) and the d = 136
@@ -403,6 +417,7 @@ def test_embedding_scale_rule_supported_when_the_factor_helps_at_each_arms_best_
         "learned-pos-normal": "supported",
         "learned-pos-xavier": "supported",
         "train": "supported",
+        "variance-tuned": "supported",  # the untied arms: unit variance 0.10 better at the same step
         "learned": "inconclusive",
         # the untied controls count both readouts in every cell: the final loss holds, the escape step (4
         # runs against 4, Holm over the family's ten comparisons) cannot be significant, and support beside
@@ -414,6 +429,7 @@ def test_embedding_scale_rule_supported_when_the_factor_helps_at_each_arms_best_
     assert sub(v, "untied").roles == {"untied/final_val": "support", "untied/escape": "undecided"}
     kinds = {s.id: (s.kind, s.counts) for s in v.sub_verdicts}
     assert kinds.pop("unit") == ("check", False) and kinds.pop("train") == ("effect", True)
+    assert kinds.pop("variance-tuned") == ("effect", True)
     assert set(kinds.values()) == {("effect", False)}  # everything else is reported beside the verdict
     # the tuned sub-claim counts the final loss per width; the escape step is reported
     tr = sub(v, "train")
@@ -481,7 +497,7 @@ def test_embedding_scale_rule_the_tuned_comparison_reads_the_fresh_seeds_at_the_
     t = VIEW.observe(recs, P, (MOD.FINAL, ESCAPE, MOD.LEARNED))
     for (a, sc), g in t["tuned"].groupby(["arm", "scale"]):
         assert sorted(g["unit"]) == sorted(FRESH) and set(g["role"]) == {"test"}
-        assert set(g["lr"]) == {choices(v)[(a, sc)]}
+        assert set(g["lr"]) == {choices(v, VIEW.ALL_SWEPT)[(a, sc)]}
     for d in ("d32", "d48"):
         c = comparison(v, f"train/{d}/final_val")
         assert c.n == 4 and c.decision == "b_better"
@@ -502,7 +518,7 @@ def test_embedding_scale_rule_a_choice_at_an_end_of_the_sweep_widens_it(tmp_path
 
     recs = records(loss)
     v = analyse(EXP, recs, P, tmp_path)
-    rows = {(r["arm"], r["scale"]): r for r in v.evidence["lr_choices"]}
+    rows = {(r["arm"], r["scale"]): r for r in v.evidence["lr_choices"] if r["arm"] in VIEW.SWEPT}
     assert {k: (r["chosen_lr"], r["at_edge"], r["rates"]) for k, r in rows.items()} == {
         ("no factor", "d32"): (7.5e-4, True, 4),
         ("× sqrt(d)", "d32"): (6e-3, False, 4),
@@ -568,7 +584,7 @@ def test_embedding_scale_rule_equivalence_refutes_only_with_power_beside_the_pos
             return bowl(FAST, lr)
         return bowl(FAST, lr, 1.5e-3) if lr < LR else bowl(Arm(2.70, 1), lr, 1.5e-3)
 
-    v = analyse(EXP, records(loss), P, tmp_path)
+    v = analyse(EXP, records(loss, control=control_hurts if case == "control" else control_2x2), P, tmp_path)
     assert decisions(v, "train/") == {
         "train/d32/final_val": "equivalent",
         "train/d48/final_val": "equivalent",
@@ -600,7 +616,8 @@ def test_embedding_scale_rule_equivalence_refutes_only_with_power_beside_the_pos
 
 
 def test_embedding_scale_rule_refuted_when_the_factor_hurts_at_each_arms_best_rate(tmp_path):
-    v = analyse(EXP, records(hurts), P, tmp_path)
+    v = analyse(EXP, records(hurts, control=control_hurts), P, tmp_path)
+    assert verdicts(v)["variance-tuned"] == "refuted"
     # escape steps: 4 runs against 4 cannot go below a permutation p of 2/70 = 0.029, above the 0.025 Holm
     # asks of the third smallest p of four (the paired final losses come first); the final losses decide
     assert decisions(v, "train/") == {
@@ -767,14 +784,16 @@ def test_embedding_scale_rule_the_untied_2x2_reads_its_own_arms(tmp_path):
     ctrl = t[t["part"] == "control"]
     assert {(r.table, r.emb_scale): (r.emb_var, r.emb_step) for r in ctrl.itertuples()} == VIEW.CELLS_2X2
 
-    # the 2×2 against the claim (unit variance and the faster step both hurt, untied): reported, the verdict
-    # follows the tied, tuned comparison
+    # the 2×2 against the claim (unit variance and the faster step both hurt, untied): the one-rate 2×2 is
+    # reported; the untied arms tuned at their own rates count, so the factor helps and the notes' reason
+    # (variance) fails: mixed
     flipped = {("init", False): 2.40, ("unit", False): 2.60, ("small", True): 2.70, ("init", True): 2.80}
     v = analyse(
         EXP, records(helps, control=lambda table, scaled: Arm(flipped[(table, scaled)], 2)), P, tmp_path
     )
     assert [verdicts(v)[k] for k in ("untied", "variance", "step")] == ["refuted"] * 3
-    assert verdicts(v)["train"] == "supported" and v.verdict == "supported"
+    assert verdicts(v)["train"] == "supported" and verdicts(v)["variance-tuned"] == "refuted"
+    assert v.verdict == "mixed"
 
 
 def test_embedding_scale_rule_a_scaled_variance_that_is_not_unit_stops_the_claim(tmp_path):
@@ -794,7 +813,7 @@ def test_embedding_scale_rule_the_default_init_and_the_token_share_are_reported_
     assert set(decisions(v, "share/").values()) == {"equivalent", "a_better"}
     assert verdicts(v)["share"] == "mixed" and v.verdict == "supported"
     # and the same findings do not rescue a refuted training comparison
-    v = analyse(EXP, records(hurts, normal_var=1 / 32), P, tmp_path)
+    v = analyse(EXP, records(hurts, control=control_hurts, normal_var=1 / 32), P, tmp_path)
     assert verdicts(v)["share"] == "supported" and v.verdict == "refuted"
 
 
@@ -875,7 +894,7 @@ def test_embedding_scale_quick_profile_declares_one_init():
     assert [c.label for c in decl.nulls[0].cells] == ["xavier"]
     assert [c.label for c in decl.sub("train").cells] == ["d32", "d48"]
     assert decl.sub("train").control == "train-xavier" and decl.sub("train").noise == "null-tuned"
-    assert [s.id for s in decl.subclaims if s.counts and s.kind == "effect"] == ["train"]
+    assert [s.id for s in decl.subclaims if s.counts and s.kind == "effect"] == ["train", "variance-tuned"]
 
 
 # ------------------------------------------------------------------ the recipe's token tables

@@ -22,6 +22,11 @@ from tfclaims.evidence.tuning import (
 INIT_NAME = {"normal": "N(0, 0.02²)", "xavier": "N(0, 1/d)"}
 TRAINED = ("train", "control", "null")
 SWEPT = {"no factor": False, "× sqrt(d)": True}  # the swept arms (N(0, 1/d), sinusoidal, tied): the factor
+# The untied swept arms, both at the embedding's Adam step ×1 (no factor): the table's variance at init 1/d
+# or 1 (the factor folded into the init), so the variance the notes name is apart from the step size:
+# name -> the token table (`recipes.TABLES`)
+UNTIED = {"untied, variance 1/d": "init", "untied, variance 1": "unit"}
+ALL_SWEPT = (*SWEPT, *UNTIED)
 # the untied 2×2: (table, factor) -> (the embedding's variance at init, its effective step size under Adam)
 CELLS_2X2 = {
     ("init", False): ("1/d", "×1"),
@@ -69,11 +74,9 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
         emb_step=lambda c, m: CELLS_2X2.get((c["table"], c["emb_scale"]), (None, None))[1],
         n_params=lambda c, m: m.get("n_params"),
     )
-    sw = runs_table(part(runs, "train"), readouts, **extra)
-    sw = sw[(sw["init"] == "xavier") & (sw["pos"] == "sinusoidal") & sw["tie"] & (sw["table"] == "init")]
-    sw = sw.assign(arm=[next(k for k, v in SWEPT.items() if v == s) for s in sw["emb_scale"]])
+    sw = pd.concat([_tied(runs, readouts, extra), _untied(runs, readouts, extra)], ignore_index=True)
     scales = {f"d{d}": {"d_model": d} for d, _ in p["scales"]}
-    choices, tuned, seeds = read_sweep(sw, {k: {"arm": k} for k in SWEPT}, scales)
+    choices, tuned, seeds = read_sweep(sw, {k: {"arm": k} for k in ALL_SWEPT}, scales)
     fixed = fixed_rate(runs, p)
     return {
         "init": pd.DataFrame([{**r, "unit": 0} for r in rows]),
@@ -83,6 +86,23 @@ def observe(runs: list[dict], p: dict, readouts) -> dict[str, pd.DataFrame]:
         "choices": choices,
         "sensitivity": seeds,
     }
+
+
+def _tied(runs: list[dict], readouts, extra: dict) -> pd.DataFrame:
+    """The claim's setting's runs (N(0, 1/d), sinusoidal, tied), arm named by the factor."""
+    sw = runs_table(part(runs, "train"), readouts, **extra)
+    sw = sw[(sw["init"] == "xavier") & (sw["pos"] == "sinusoidal") & sw["tie"] & (sw["table"] == "init")]
+    return sw.assign(arm=[next(k for k, v in SWEPT.items() if v == s) for s in sw["emb_scale"]])
+
+
+def _untied(runs: list[dict], readouts, extra: dict) -> pd.DataFrame:
+    """The untied arms without the factor (`UNTIED`), every rate and seed below the null pair's."""
+    sw = runs_table(part(runs, "control"), readouts, **extra)
+    if sw.empty:
+        return sw
+    names = {v: k for k, v in UNTIED.items()}
+    sw = sw[~sw["emb_scale"].astype(bool) & sw["table"].isin(list(names))]
+    return sw.assign(arm=[names[t] for t in sw["table"]])
 
 
 def key_number(result, decl, inits) -> str:
@@ -113,15 +133,16 @@ def summary(t: dict, result, p: dict) -> str:
     rates = (
         "; ".join(f"{a} ({s}): {r:g}" for a, s, r in zip(ch.arm, ch.scale, ch.chosen_lr)) if len(ch) else ""
     )
-    subs = {k: result.sub(k).verdict for k in ("train", "variance", "step")}
+    subs = {k: result.sub(k).verdict for k in ("train", "variance-tuned", "variance", "step")}
     return (
         f"Under N(0, 1/d) embeddings the factor gives the table variance {xs['var_table'].mean():.2f} and "
         f"lifts the token share of the first block's input from ≤{low:.1%} to ≥{high:.0%} against sinusoidal "
         "positions; under the library's N(0, 0.02²) the scaled variance is "
         f"{nr['var_table'].min():.3g}–{nr['var_table'].max():.3g}, not 1. Training for {p['steps']} steps, "
-        f"with − without the factor at each arm's own best rate: {subs['train']} (chosen rates: {rates}). "
-        f"The untied 2×2: unit variance at init alone {subs['variance']}, the faster embedding alone "
-        f"{subs['step']}."
+        f"with − without the factor at each arm's own best rate: {subs['train']}; untied, unit variance at "
+        f"init at the same embedding step, each at its own best rate: {subs['variance-tuned']} (chosen "
+        f"rates: {rates}). The untied 2×2 at one rate: unit variance at init alone {subs['variance']}, the "
+        f"faster embedding alone {subs['step']}."
     )
 
 
@@ -149,7 +170,9 @@ def plot_sweep(t: dict, p: dict, out) -> None:
     fig, axes = subplots(len(p["scales"]), width=4.6, height=3.6)
     for ax, (d, h) in zip(axes, p["scales"]):
         tuned = t["tuned"][t["tuned"].scale == f"d{d}"] if len(t["tuned"]) else t["tuned"]
-        lr_sweep(ax, curves[curves.d_model == d], tuned, {k: k for k in SWEPT}, unigram=sw.unigram.iloc[0])
+        lr_sweep(
+            ax, curves[curves.d_model == d], tuned, {k: k for k in ALL_SWEPT}, unigram=sw.unigram.iloc[0]
+        )
         n = sw[sw.d_model == d].n_params if "n_params" in sw else None
         size = f" ({n.iloc[0] / 1e6:.2f}M parameters)" if n is not None and len(n) else ""
         ax.set_title(f"d = {d}, {h} heads{size}", fontsize=9)
@@ -159,8 +182,9 @@ def plot_sweep(t: dict, p: dict, out) -> None:
         fig,
         sweep_caption(
             p,
-            "Final validation loss against peak learning rate, N(0, 1/d) embeddings, sinusoidal positions, "
-            f"tied head, {p['steps']} steps",
+            "Final validation loss against peak learning rate, N(0, 1/d) embeddings and sinusoidal positions "
+            "with a tied head (with and without the factor), and untied without the factor from an N(0, 1/d) "
+            f"or an N(0, 1) table (the variance at the same embedding step), {p['steps']} steps",
             per="width",
             each="arm",
             note=": the tuned comparison",

@@ -65,9 +65,10 @@ def grid_null(p):
 
 
 def grid_sweep(p, done):
-    """The claim's setting (N(0, 1/d) init, sinusoidal positions, tied) with and without the factor: each
-    arm's learning-rate sweep per width (`grids.sweep`); the runs are the training part's, so a chosen rate
-    equal to the profile's reuses the fixed-rate runs."""
+    """The claim's setting (N(0, 1/d) init, sinusoidal positions, tied) with and without the factor, and the
+    untied arms without it from an N(0, 1/d) or an N(0, 1) table: each arm's learning-rate sweep per width
+    (`grids.sweep`); the runs are the training and control parts', so a chosen rate equal to the profile's
+    reuses the fixed-rate runs."""
     if p["scales"][0] != [p["d_model"], p["n_heads"]] or len({d for d, _ in p["scales"]}) != len(p["scales"]):
         raise ConfigError(
             f"scales: distinct [d_model, n_heads] widths starting with [{p['d_model']}, {p['n_heads']}], got "
@@ -76,9 +77,17 @@ def grid_sweep(p, done):
 
     def make(arm, scale, lr, seed):
         over = {"lr": lr, "d_model": scale["d_model"], "n_heads": scale["n_heads"]}
-        return {"part": "train", **_arm(p, "xavier", "sinusoidal", arm["emb_scale"]), **over, "seed": seed}
+        if "table" in arm:  # untied, no factor: the control part's runs (its fixed rate's are reused)
+            base = {
+                "part": "control",
+                **_arm(p, "xavier", "sinusoidal", False, tie=False, table=arm["table"]),
+            }
+        else:
+            base = {"part": "train", **_arm(p, "xavier", "sinusoidal", arm["emb_scale"])}
+        return {**base, **over, "seed": seed}
 
     arms = {k: {"emb_scale": v} for k, v in view.SWEPT.items()}
+    arms |= {k: {"table": v} for k, v in view.UNTIED.items()}
     scales = [{"d_model": d, "n_heads": h} for d, h in p["scales"]]
     return sweep_grid(profile_sweep(p), arms, scales, make, done)
 
@@ -305,7 +314,7 @@ class EmbeddingScale(Experiment):
         tied = tuple(cell(f"{i}-{q}", init=i, pos=q, **fixed) for i in p["inits"] for q in p["positions"])
         no = arm("no factor", part="train", emb_scale=False, tie=True)
         yes = arm("× sqrt(d)", part="train", emb_scale=True, tie=True)
-        tuned = {k: arm(f"{k}, at its best rate", arm=k) for k in view.SWEPT}
+        tuned = {k: arm(f"{k}, at its best rate", arm=k) for k in view.ALL_SWEPT}
         widths = cells("{scale}", scale=[f"d{d}" for d, _ in p["scales"]])
         return Declaration(
             (
@@ -324,6 +333,24 @@ class EmbeddingScale(Experiment):
                     primary=True,
                     **{**train, "noise": "null-tuned"},
                     note=profile_sweep(p).rule(),
+                ),
+                SubClaim(
+                    "variance-tuned",
+                    "The notes' reason: unit variance at init helps convergence, at the same embedding step "
+                    "(untied, no factor: an N(0, 1) against an N(0, 1/d) table), each arm at its own best "
+                    "rate",
+                    Better("b"),
+                    a=tuned["untied, variance 1/d"],
+                    b=tuned["untied, variance 1"],
+                    cells=widths,
+                    table="tuned",
+                    where="all",
+                    primary=True,
+                    **{**train, "noise": None},
+                    note="Folding the factor into the table's init keeps unit variance and leaves the Adam "
+                    "step of an embedding without the factor, which the factor multiplies by sqrt(d): so "
+                    "this pair differs in the variance alone. No null pair reruns the untied arms (the tied "
+                    "arm's rerun calibrates the tied comparison only).",
                 ),
                 SubClaim(
                     "learned",
