@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.xdist_group("slurm"), pytest.mark.slow]
 SCRIPT = REPO_ROOT / "tests" / "slurm" / "cluster.sh"
 WALL_CLOCK = {"seconds", "steps_per_s"}  # metrics that time the run: the only ones a launcher may change
 # the real claim the cluster runs: trained language models (float reductions that depend on the threads) in a
-# staged grid (a learning-rate sweep in rounds), and at the quick profile the smallest such sweep: 22 runs
+# staged grid (a learning-rate sweep in rounds): at the quick profile, 44 runs (four arms at two depths)
 CLAIM = "prenorm_effective_depth"
 
 
