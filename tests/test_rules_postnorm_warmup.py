@@ -11,6 +11,7 @@ function sees `steps`."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tfclaims.harness.registry import load
@@ -564,3 +565,33 @@ def test_postnorm_warmup_rule_C_underpowered_equivalence_does_not_refute(tmp_pat
     assert c.decision == "equivalent" and c.power < 0.8
     assert sub(v, "C").roles == {"C/final_val": "undecided"} and verdicts(v)["C"] == "inconclusive"
     assert "under 80% power there, so this does not refute" in sub(v, "C").detail
+
+
+def test_postnorm_warmup_sensitivity_reads_the_fixed_range_only():
+    """An arm whose sweep was widened beyond the profile's rates is read over the same rates as the others:
+    its widened rate changes nothing; a seed missing one of the fixed rates has no sensitivity."""
+    from experiments.postnorm_warmup.analysis import fixed_range_sensitivity
+
+    p = {"d_model": 16, "rates": [1e-3, 2e-3, 4e-3]}
+    rows = [
+        {
+            "arm": a,
+            "unit": u,
+            "lr": lr,
+            "final_val": v + u % 100 * 0.01,
+            "init_loss": 4.0,
+            "d_model": 16,
+            "role": r,
+        }
+        for a, curve in (
+            ("post", {1e-3: 3.0, 2e-3: 2.5, 4e-3: 2.2, 8e-3: 4.0}),
+            ("pre", {1e-3: 2.4, 2e-3: 2.3}),
+        )
+        for u, r in ((100, "selection"), (101, "selection"), (0, "test"))
+        for lr, v in curve.items()
+    ]
+    got = fixed_range_sensitivity(pd.DataFrame(rows), p)
+    post = got[got.arm == "post"].set_index("unit").sensitivity
+    # mean of (3.0, 2.5, 2.2) less its best, per seed (the shift cancels); the widened 8e-3 left out
+    assert list(post.index) == [100, 101] and post.to_numpy() == pytest.approx([2.5667 - 2.2] * 2, abs=1e-4)
+    assert got[got.arm == "pre"].empty  # its sweep lacks 4e-3

@@ -16,7 +16,15 @@ from tfclaims.evidence.evaluate import evaluate
 from tfclaims.evidence.plots import drawing, lr_sweep, sweep_caption
 from tfclaims.evidence.stats import loglog_fit, mean_ci
 from tfclaims.evidence.tables import comparison_table, runs_table
-from tfclaims.evidence.tuning import SweepWords, curve_table, read_sweep, width_scales, write_sweep_tables
+from tfclaims.evidence.tuning import (
+    SweepWords,
+    capped,
+    curve_table,
+    read_sweep,
+    sensitivity,
+    width_scales,
+    write_sweep_tables,
+)
 
 from .grid import deep_warmup
 
@@ -113,7 +121,7 @@ def observe(runs: list[dict], p: dict, readouts, swept: dict) -> dict[str, pd.Da
     main = (t.depth == p["sweep_depth"]) & (t.steps == p["steps"])  # the sweep's runs, beside C's deep ones
     t["arm"] = [name.get((pl, w)) if m else None for pl, w, m in zip(t.placement, t.warmup, main)]
     sweep = t[(t.part == "train") & main]
-    choices, tuned, seeds = read_sweep(sweep, swept, {f"d{d}": {"d_model": d} for d in p["scales"]})
+    choices, tuned, _ = read_sweep(sweep, swept, {f"d{d}": {"d_model": d} for d in p["scales"]})
     deep_choice, deep, deep_sweep = observe_deep(t, p)
     probes = part(runs, "probe")
     grads, grad_fits = describe_grads(probes)
@@ -131,7 +139,7 @@ def observe(runs: list[dict], p: dict, readouts, swept: dict) -> dict[str, pd.Da
         "deep": deep,
         "deep_sweep": deep_sweep,
         "choices": pd.concat([choices, deep_choice], ignore_index=True),
-        "sensitivity": seeds,
+        "sensitivity": fixed_range_sensitivity(sweep[sweep.arm.notna()], p),
         "mechanism": mechanism(grads, grad_fits, amp_fits, ident),
         "amp_seeds": seed_slopes(probes),
         "grad_init": grads,
@@ -159,6 +167,20 @@ def observe_deep(t: pd.DataFrame, p: dict) -> tuple[pd.DataFrame, pd.DataFrame, 
     pre = df[(df.placement == "pre") & (df.role == "test") & (df.lr == p["deep_control_lr"])]
     tuned = pd.concat([tuned, pre.assign(arm="pre-control", scale=label)], ignore_index=True)
     return choice, tuned, t[swept & (t.role == "selection")]
+
+
+def fixed_range_sensitivity(sweep: pd.DataFrame, p: dict) -> pd.DataFrame:
+    """Each selection seed's learning-rate sensitivity per arm at the first width, over the profile's `rates`
+    only (the fixed range every arm swept there, as Wortsman et al.), so that an arm whose sweep was widened
+    is not compared over more rates than another."""
+    first = sweep[(sweep.d_model == p["d_model"]) & (sweep.role == "selection") & sweep.lr.isin(p["rates"])]
+    rows = []
+    for (name, u), g in first.groupby(["arm", "unit"]):
+        if set(g.lr) == set(p["rates"]):
+            curve = np.array([[capped(v, i)] for v, i in zip(g.final_val, g.init_loss)])
+            row = {"arm": name, "scale": f"d{p['d_model']}", "unit": u, "sensitivity": sensitivity(curve)}
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["arm", "scale", "unit", "sensitivity"])
 
 
 def mechanism(grads, grad_fits, amp_fits, ident) -> pd.DataFrame:

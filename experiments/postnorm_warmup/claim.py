@@ -61,8 +61,9 @@ POST_FAILED = CellRule(
 SENSITIVITY = rd.sensitivity()
 SWEPT_LABEL = {"post": "post, no warmup", "post-warmup": "post, warmup", "pre": "pre, no warmup"}
 NOTE_RANGE = (
-    "At the first scale, where every arm sweeps the same rates; paired by selection seed (three seeds: weak "
-    "power, read with the bootstrap intervals of the sensitivity table)."
+    "At the first scale, over the profile's rates only (the fixed range every arm swept there, as Wortsman "
+    "et al.; an arm's widened rates are left out); paired by selection seed (three seeds: weak power, read "
+    "with the bootstrap intervals of the sensitivity table)."
 )
 POST = arm("post, no warmup", placement="post", warmup=0)
 PRE = arm("pre, no warmup", placement="pre", warmup=0)
