@@ -18,6 +18,16 @@ def masks(runs: list[dict]) -> pd.DataFrame:
     return df.assign(unit=df.draw, keep_dev=df.kept - (1.0 - df.p))
 
 
+LOSS_RESOLUTION = 6  # decimals (1e-6 nats): a probe loss is a float32 mean, resolved to about 1e-7
+
+
+def _resolved(v: float | None) -> float | None:
+    """A probe loss at the resolution its float32 arithmetic has: where two inference modes agree to
+    rounding (the residual placement's missing factor, which LayerNorm removes), their difference is 0, not
+    the last bits of one CPU's arithmetic, which another CPU would change."""
+    return None if v is None else round(float(v), LOSS_RESOLUTION)
+
+
 def losses(runs: list[dict], learned) -> pd.DataFrame:
     """One row per (training run, variant): eval, unscaled, single (the mean loss of one mask) and mc<K>. A
     run that diverged has no probe: its rows carry no loss and count as not learned (excluded, not
@@ -39,11 +49,13 @@ def losses(runs: list[dict], learned) -> pd.DataFrame:
             "learned": bool(m.get("probe")) and learned.fn(m),
         }
         rows += [
-            {**base, "variant": "eval", "loss": pr["eval_loss"]},
-            {**base, "variant": "unscaled", "loss": pr["unscaled_loss"]},
-            {**base, "variant": "single", "loss": pr["single_mask_loss"]},
+            {**base, "variant": "eval", "loss": _resolved(pr["eval_loss"])},
+            {**base, "variant": "unscaled", "loss": _resolved(pr["unscaled_loss"])},
+            {**base, "variant": "single", "loss": _resolved(pr["single_mask_loss"])},
         ]
-        rows += [{**base, "variant": f"mc{n}", "loss": v, "k": int(n)} for n, v in pr["mc_loss"].items()]
+        rows += [
+            {**base, "variant": f"mc{n}", "loss": _resolved(v), "k": int(n)} for n, v in pr["mc_loss"].items()
+        ]
     return pd.DataFrame(rows, columns=["site", "dropout", "unit", "learned", "variant", "loss", "k"])
 
 

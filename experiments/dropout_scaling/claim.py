@@ -105,6 +105,33 @@ def _mask_subclaims(p: dict) -> tuple[SubClaim, ...]:
     )
 
 
+def _mismatch_subclaims(at, mismatch: dict) -> tuple[SubClaim, ...]:
+    """The missing 1/(1−p): counted on the attention weights, reported on the residual branches."""
+    return (
+        SubClaim(
+            "mismatch",
+            "Without the scaling, inference sees values 1/(1−p) times larger than training "
+            "did, and the held-out loss is worse (dropout on the attention weights, the notes' "
+            "placement: nothing renormalises them)",
+            Better("a"),
+            (LOSS,),
+            cells=at("attention"),
+            where="all",
+            **mismatch,
+        ),
+        SubClaim(
+            "mismatch-residual",
+            "Reported: the same on the embedding and residual branches of a Pre-LN stack, where "
+            "every LayerNorm downstream removes a uniform factor (the design cannot show it there)",
+            Better("a"),
+            (LOSS,),
+            cells=at("residual"),
+            counts=False,
+            **mismatch,
+        ),
+    )
+
+
 def _later_sites(p: dict, sites: list[str]) -> tuple:
     """The later sites of each placement: residual 1 … 2L (each block's attention and FFN), attention 1 …
     L − 1 (blocks 2 … L)."""
@@ -175,27 +202,7 @@ class DropoutScaling(Experiment):
                     note="Reported: between sites, nonlinearities make eval mode only approximately the "
                     "expectation of train mode.",
                 ),
-                SubClaim(
-                    "mismatch",
-                    "Without the scaling, inference sees values 1/(1−p) times larger than training "
-                    "did, and the held-out loss is worse (dropout on the attention weights, the notes' "
-                    "placement: nothing renormalises them)",
-                    Better("a"),
-                    (LOSS,),
-                    cells=at("attention"),
-                    where="all",
-                    **mismatch,
-                ),
-                SubClaim(
-                    "mismatch-residual",
-                    "Reported: the same on the embedding and residual branches of a Pre-LN stack, where "
-                    "every LayerNorm downstream removes a uniform factor (the design cannot show it there)",
-                    Better("a"),
-                    (LOSS,),
-                    cells=at("residual"),
-                    counts=False,
-                    **mismatch,
-                ),
+                *_mismatch_subclaims(at, mismatch),
                 SubClaim(
                     "ensemble",
                     f"The notes' explanation: eval mode approximates the average of the "
