@@ -49,6 +49,47 @@ RATE_EXTEND = 3  # an end choice widens the sweep by ×2 (or ×½) up to 3 times
 SHAPES = "Each L-block stack is paired with its shallower, wider twin of the same non-embedding parameters"
 
 
+def _reported_subclaims(reported: dict) -> tuple[SubClaim, ...]:
+    """Reported beside the verdict: the decay against Post-LN's, the cosine (a restatement of the update),
+    the swap cost, and the placements' final losses."""
+    return (
+        SubClaim(
+            "decay-vs-post",
+            "Reported: Pre-LN's updates decay with depth more than Post-LN's (the same readout "
+            "in both placements)",
+            Better("a"),
+            (DECAY,),
+            **reported,
+        ),
+        SubClaim(
+            "similar",
+            "Reported: Pre-LN's stream is more alike before and after a deeper block than "
+            "Post-LN's (with a unit-scale stream the cosine is a function of the relative update, "
+            "so it is counted once, as `updates`)",
+            Better("a"),
+            (LATE_COSINE,),
+            sesoi=COSINE_SESOI,
+            sesoi_source=COSINE_SOURCE,
+            **reported,
+        ),
+        SubClaim(
+            "swap",
+            "Reported: swapping two neighbouring deeper blocks costs Pre-LN less than Post-LN",
+            Better("a"),
+            (LATE_SWAP,),
+            **reported,
+        ),
+        SubClaim(
+            "quality",
+            f"Reported: the placements end at the same held-out loss (±{QUALITY_MARGIN:g} "
+            "nats/char), each at its best rate",
+            equivalent(QUALITY_MARGIN),
+            (FINAL,),
+            **reported,
+        ),
+    )
+
+
 class PrenormEffectiveDepth(Experiment):
     claim_id = "prenorm_effective_depth"
     title = "Pre-LN's deeper blocks barely change the residual stream: it acts shallower than Post-LN"
@@ -132,40 +173,7 @@ class PrenormEffectiveDepth(Experiment):
                     "of placement and shape). No null pair reads it: its four runs per seed are "
                     "independent, and each deep Pre-LN stack's rerun calibrates the other parts.",
                 ),
-                SubClaim(
-                    "decay-vs-post",
-                    "Reported: Pre-LN's updates decay with depth more than Post-LN's (the same readout "
-                    "in both placements)",
-                    Better("a"),
-                    (DECAY,),
-                    **reported,
-                ),
-                SubClaim(
-                    "similar",
-                    "Reported: Pre-LN's stream is more alike before and after a deeper block than "
-                    "Post-LN's (with a unit-scale stream the cosine is a function of the relative update, "
-                    "so it is counted once, as `updates`)",
-                    Better("a"),
-                    (LATE_COSINE,),
-                    sesoi=COSINE_SESOI,
-                    sesoi_source=COSINE_SOURCE,
-                    **reported,
-                ),
-                SubClaim(
-                    "swap",
-                    "Reported: swapping two neighbouring deeper blocks costs Pre-LN less than Post-LN",
-                    Better("a"),
-                    (LATE_SWAP,),
-                    **reported,
-                ),
-                SubClaim(
-                    "quality",
-                    f"Reported: the placements end at the same held-out loss (±{QUALITY_MARGIN:g} "
-                    "nats/char), each at its best rate",
-                    equivalent(QUALITY_MARGIN),
-                    (FINAL,),
-                    **reported,
-                ),
+                *_reported_subclaims(reported),
             ),
             nulls=(
                 NullPair(
